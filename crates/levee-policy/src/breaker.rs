@@ -1,0 +1,395 @@
+//! The circuit breaker: stop sending to a provider that is failing for everyone.
+//!
+//! The gateway sees all traffic, so it can tell "this caller was unlucky" from
+//! "this provider is down" within a second or two (seed 000). The breaker opens
+//! when the fault ratio over a bucketed `window` reaches `error_ratio` with at
+//! least `min_requests`, stays open for `open_for`, then lets `half_open_probes`
+//! probes through; they all succeed → closed, any fault → open again.
+//!
+//! It counts provider faults only. A deterministic 4xx is the provider working
+//! correctly; a caller's cancellation and an attempt skipped for lack of
+//! deadline say nothing about the provider (seed 004: a few short-deadline
+//! callers must not switch the primary off for everyone); a 429 is the provider
+//! asking us to slow down, handled by "throttled until", not by the breaker.
+
+use crate::classify::Class;
+use crate::time::Instant;
+use std::time::Duration;
+
+const BUCKETS: usize = 10;
+
+/// The breaker's state, as exported in `levee_circuit_state` (0, 1, 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed = 0,
+    Open = 1,
+    HalfOpen = 2,
+}
+
+/// Why a breaker configuration was refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum BreakerError {
+    #[error("`error_ratio` must be in (0, 1] (got {0})")]
+    Ratio(f64),
+    #[error("`window` must be between 100ms and 10m (got {0:?})")]
+    Window(Duration),
+    #[error("`min_requests` must be at least 1")]
+    MinRequests,
+    #[error("`open_for` must be between 10ms and 10m (got {0:?})")]
+    OpenFor(Duration),
+    #[error("`half_open_probes` must be between 1 and 1000 (got {0})")]
+    Probes(u32),
+}
+
+/// Proof that the breaker let an attempt through; hand it back with the result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerPermit {
+    probe: bool,
+}
+
+impl BreakerPermit {
+    /// Whether this attempt is a half-open probe.
+    pub fn is_probe(self) -> bool {
+        self.probe
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Bucket {
+    epoch: u64,
+    ok: u32,
+    fault: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Closed,
+    Open { until: Instant },
+    HalfOpen { in_flight: u32, successes: u32 },
+}
+
+/// A per-provider circuit breaker.
+#[derive(Clone, Debug)]
+pub struct CircuitBreaker {
+    error_ratio: f64,
+    min_requests: u32,
+    open_for: Duration,
+    probes: u32,
+    bucket_ns: u64,
+    buckets: [Bucket; BUCKETS],
+    state: State,
+}
+
+impl CircuitBreaker {
+    /// Validates and builds.
+    pub fn new(
+        error_ratio: f64,
+        window: Duration,
+        min_requests: u32,
+        open_for: Duration,
+        half_open_probes: u32,
+    ) -> Result<Self, BreakerError> {
+        if !error_ratio.is_finite() || error_ratio <= 0.0 || error_ratio > 1.0 {
+            return Err(BreakerError::Ratio(error_ratio));
+        }
+        if window < Duration::from_millis(100) || window > Duration::from_secs(600) {
+            return Err(BreakerError::Window(window));
+        }
+        if min_requests == 0 {
+            return Err(BreakerError::MinRequests);
+        }
+        if open_for < Duration::from_millis(10) || open_for > Duration::from_secs(600) {
+            return Err(BreakerError::OpenFor(open_for));
+        }
+        if !(1..=1000).contains(&half_open_probes) {
+            return Err(BreakerError::Probes(half_open_probes));
+        }
+        Ok(CircuitBreaker {
+            error_ratio,
+            min_requests,
+            open_for,
+            probes: half_open_probes,
+            bucket_ns: u64::try_from(window.as_nanos() / BUCKETS as u128).unwrap_or(u64::MAX),
+            buckets: [Bucket::default(); BUCKETS],
+            state: State::Closed,
+        })
+    }
+
+    /// DESIGN.md's defaults: 50% over 10 s with at least 20 requests, open 5 s, 3 probes.
+    pub fn default_policy() -> Self {
+        CircuitBreaker {
+            error_ratio: 0.5,
+            min_requests: 20,
+            open_for: Duration::from_secs(5),
+            probes: 3,
+            bucket_ns: 1_000_000_000,
+            buckets: [Bucket::default(); BUCKETS],
+            state: State::Closed,
+        }
+    }
+
+    /// The state as it would be seen at `now` (an elapsed open period reads as half-open).
+    pub fn state(&self, now: Instant) -> BreakerState {
+        match self.state {
+            State::Closed => BreakerState::Closed,
+            State::Open { until } if now < until => BreakerState::Open,
+            State::Open { .. } | State::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    /// When an open breaker will next admit a probe (`None` when it would admit now).
+    pub fn refusing_until(&self, now: Instant) -> Option<Instant> {
+        match self.state {
+            State::Closed => None,
+            State::Open { until } => (now < until).then_some(until),
+            State::HalfOpen {
+                in_flight,
+                successes,
+            } => {
+                // Every probe slot taken: come back after a short while.
+                (in_flight + successes >= self.probes).then(|| now + self.open_for / 10)
+            }
+        }
+    }
+
+    /// Lets an attempt through, or says until when it refuses.
+    pub fn admit(&mut self, now: Instant) -> Result<BreakerPermit, Instant> {
+        if let State::Open { until } = self.state {
+            if now < until {
+                return Err(until);
+            }
+            self.state = State::HalfOpen {
+                in_flight: 0,
+                successes: 0,
+            };
+        }
+        match &mut self.state {
+            State::Closed => Ok(BreakerPermit { probe: false }),
+            State::HalfOpen {
+                in_flight,
+                successes,
+            } => {
+                if *in_flight + *successes < self.probes {
+                    *in_flight += 1;
+                    Ok(BreakerPermit { probe: true })
+                } else {
+                    Err(now + self.open_for / 10)
+                }
+            }
+            State::Open { until } => Err(*until),
+        }
+    }
+
+    fn bucket(&mut self, now: Instant) -> &mut Bucket {
+        let e = now.as_nanos() / self.bucket_ns;
+        let b = &mut self.buckets[(e % BUCKETS as u64) as usize];
+        if b.epoch != e {
+            *b = Bucket {
+                epoch: e,
+                ok: 0,
+                fault: 0,
+            };
+        }
+        b
+    }
+
+    fn totals(&self, now: Instant) -> (u32, u32) {
+        let e = now.as_nanos() / self.bucket_ns;
+        self.buckets
+            .iter()
+            .filter(|b| b.epoch <= e && e - b.epoch < BUCKETS as u64)
+            .fold((0, 0), |(ok, f), b| (ok + b.ok, f + b.fault))
+    }
+
+    /// Records the result of an attempt the breaker admitted.
+    pub fn record(&mut self, now: Instant, permit: BreakerPermit, class: Class) {
+        let fault = match class {
+            Class::Fault { .. } => true,
+            Class::Success | Class::Permanent => false,
+            Class::Throttled { .. } | Class::NotProviderFault => {
+                // Says nothing about health: just give the probe slot back.
+                if let (true, State::HalfOpen { in_flight, .. }) = (permit.probe, &mut self.state) {
+                    *in_flight = in_flight.saturating_sub(1);
+                }
+                return;
+            }
+        };
+        if permit.probe {
+            if let State::HalfOpen {
+                in_flight,
+                successes,
+            } = &mut self.state
+            {
+                *in_flight = in_flight.saturating_sub(1);
+                if fault {
+                    self.state = State::Open {
+                        until: now + self.open_for,
+                    };
+                } else {
+                    *successes += 1;
+                    if *successes >= self.probes {
+                        self.state = State::Closed;
+                        self.buckets = [Bucket::default(); BUCKETS];
+                    }
+                }
+            }
+            return;
+        }
+        if !matches!(self.state, State::Closed) {
+            // A late answer to an attempt admitted before the breaker tripped.
+            return;
+        }
+        let b = self.bucket(now);
+        if fault {
+            b.fault += 1;
+        } else {
+            b.ok += 1;
+        }
+        if fault {
+            let (ok, faults) = self.totals(now);
+            let total = ok + faults;
+            if total >= self.min_requests
+                && f64::from(faults) >= self.error_ratio * f64::from(total)
+            {
+                self.state = State::Open {
+                    until: now + self.open_for,
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FAULT: Class = Class::Fault {
+        retryable: true,
+        wait: None,
+    };
+
+    fn breaker() -> CircuitBreaker {
+        CircuitBreaker::new(0.5, Duration::from_secs(10), 20, Duration::from_secs(5), 2).unwrap()
+    }
+
+    fn run(b: &mut CircuitBreaker, t: Instant, class: Class) -> bool {
+        match b.admit(t) {
+            Ok(p) => {
+                b.record(t, p, class);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    #[test]
+    fn opens_at_the_ratio_with_enough_requests_then_probes_and_closes() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        for _ in 0..10 {
+            run(&mut b, t, Class::Success);
+        }
+        for _ in 0..9 {
+            run(&mut b, t, FAULT);
+        }
+        assert_eq!(b.state(t), BreakerState::Closed, "9/19: below min_requests");
+        run(&mut b, t, FAULT);
+        assert_eq!(b.state(t), BreakerState::Open, "10/20 = 0.5");
+        assert_eq!(
+            b.admit(t + Duration::from_secs(4)),
+            Err(t + Duration::from_secs(5))
+        );
+        let later = t + Duration::from_secs(5);
+        assert_eq!(b.state(later), BreakerState::HalfOpen);
+        let p1 = b.admit(later).unwrap();
+        let p2 = b.admit(later).unwrap();
+        assert!(p1.is_probe() && p2.is_probe());
+        assert!(b.admit(later).is_err(), "only two probes at a time");
+        b.record(later, p1, Class::Success);
+        b.record(later, p2, Class::Success);
+        assert_eq!(b.state(later), BreakerState::Closed);
+    }
+
+    #[test]
+    fn a_failed_probe_reopens() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        let later = t + Duration::from_secs(5);
+        let p = b.admit(later).unwrap();
+        b.record(later, p, FAULT);
+        assert_eq!(b.state(later), BreakerState::Open);
+        assert_eq!(
+            b.refusing_until(later),
+            Some(later + Duration::from_secs(5))
+        );
+    }
+
+    #[test]
+    fn seed_004_deadline_skips_and_throttling_do_not_move_the_breaker() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        for _ in 0..100 {
+            run(&mut b, t, Class::NotProviderFault);
+            run(
+                &mut b,
+                t,
+                Class::Throttled {
+                    retryable: true,
+                    wait: Some(Duration::from_secs(1)),
+                },
+            );
+            run(&mut b, t, Class::Permanent);
+        }
+        assert_eq!(b.state(t), BreakerState::Closed);
+    }
+
+    #[test]
+    fn old_faults_age_out_of_the_window() {
+        let mut b = breaker();
+        for _ in 0..15 {
+            run(&mut b, Instant::from_millis(0), FAULT);
+        }
+        for _ in 0..15 {
+            run(&mut b, Instant::from_millis(20_000), FAULT);
+        }
+        assert_eq!(b.state(Instant::from_millis(20_000)), BreakerState::Closed);
+    }
+
+    #[test]
+    fn construction_validates() {
+        let s = Duration::from_secs(1);
+        assert!(CircuitBreaker::new(0.0, s, 1, s, 1).is_err());
+        assert!(CircuitBreaker::new(1.5, s, 1, s, 1).is_err());
+        assert!(CircuitBreaker::new(0.5, Duration::ZERO, 1, s, 1).is_err());
+        assert!(CircuitBreaker::new(0.5, s, 0, s, 1).is_err());
+        assert!(CircuitBreaker::new(0.5, s, 1, s, 0).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn never_opens_on_permanent_or_skipped_outcomes(
+            events in proptest::collection::vec((0u64..60_000, 0u8..4), 0..400)
+        ) {
+            let mut b = CircuitBreaker::new(0.1, Duration::from_secs(1), 1, Duration::from_secs(1), 1).unwrap();
+            let mut events = events;
+            events.sort();
+            for (t, k) in events {
+                let class = match k {
+                    0 => Class::Permanent,
+                    1 => Class::NotProviderFault,
+                    2 => Class::Throttled { retryable: true, wait: None },
+                    _ => Class::Success,
+                };
+                let now = Instant::from_millis(t);
+                let p = b.admit(now);
+                prop_assert!(p.is_ok());
+                if let Ok(p) = p { b.record(now, p, class); }
+                prop_assert_eq!(b.state(now), BreakerState::Closed);
+            }
+        }
+    }
+}

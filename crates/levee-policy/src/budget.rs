@@ -1,0 +1,245 @@
+//! The retry budget: retries may spend at most a fraction of recent successes.
+//!
+//! ## Why a budget and not a retry count
+//! "Retry twice" triples the load exactly when the dependency is least able to
+//! take it. A budget lets every retry that helps through while the dependency is
+//! healthy (successes fund it) and turns retries off on its own when the
+//! dependency fails (no successes, no funds) — seed 001's token bucket.
+//!
+//! ## Why the credit ages out in one second, not ten
+//! Finagle and tower keep deposits for 10 s. At a 400 requests/s baseline and
+//! `ratio: 0.1`, ten seconds of health bank 400 retries, all spendable in the
+//! first second of a total failure: a burst of 800 requests/s that a provider
+//! already failing has to absorb. Levee's default window is 1 s, so at the onset
+//! of a failure retries add at most about `ratio` × the last second's successes
+//! plus `min_per_second` (seed 000: a peak of 440/s, not 3,600/s).
+//!
+//! ## The invariant (pinned by a property test)
+//! For any interval `[a, a + W − s)` (W the window, s = W/10 its slot),
+//! retries allowed ≤ `ratio` × successes in `(a − W, a + W)` + `min_per_second` × W + 1.
+//! Deposits and withdrawals are kept in integer milli-tokens, so there is no
+//! drift from float rounding.
+
+use crate::time::Instant;
+use std::time::Duration;
+
+const SLOTS: usize = 10;
+const MILLI: u64 = 1000;
+
+/// Why a budget configuration was refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum BudgetError {
+    #[error("`ratio` must be a number between 0 and 10 (got {0}); 0.1 means retries may add 10% to successful traffic")]
+    Ratio(f64),
+    #[error("`min_per_second` must be a number between 0 and 100000 (got {0})")]
+    MinPerSecond(f64),
+    #[error("`window` must be between 10ms and 60s (got {0:?})")]
+    Window(Duration),
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    epoch: u64,
+    deposits: u64,
+    withdrawals: u64,
+}
+
+/// A token bucket fed by successes, with credit that ages out over `window`.
+#[derive(Clone, Debug)]
+pub struct RetryBudget {
+    deposit_milli: u64,
+    reserve_milli: u64,
+    slot_ns: u64,
+    slots: [Slot; SLOTS],
+}
+
+impl RetryBudget {
+    /// Validates and builds. `ratio`: tokens per success; `min_per_second`:
+    /// retries always allowed; `window`: how long credit lasts.
+    pub fn new(ratio: f64, min_per_second: f64, window: Duration) -> Result<Self, BudgetError> {
+        if !ratio.is_finite() || !(0.0..=10.0).contains(&ratio) {
+            return Err(BudgetError::Ratio(ratio));
+        }
+        if !min_per_second.is_finite() || !(0.0..=100_000.0).contains(&min_per_second) {
+            return Err(BudgetError::MinPerSecond(min_per_second));
+        }
+        if window < Duration::from_millis(10) || window > Duration::from_secs(60) {
+            return Err(BudgetError::Window(window));
+        }
+        let slot_ns = u64::try_from(window.as_nanos() / SLOTS as u128).unwrap_or(u64::MAX);
+        Ok(RetryBudget {
+            deposit_milli: (ratio * MILLI as f64).round() as u64,
+            reserve_milli: (min_per_second * window.as_secs_f64() * MILLI as f64).round() as u64,
+            slot_ns,
+            // Epoch 0 with zero counts is harmless whether or not it is "live".
+            slots: [Slot::default(); SLOTS],
+        })
+    }
+
+    /// Seed 001's defaults: ratio 0.1, 5 retries/s always, 1 s window.
+    pub fn default_policy() -> Self {
+        RetryBudget {
+            deposit_milli: 100,
+            reserve_milli: 5 * MILLI,
+            slot_ns: 100_000_000,
+            slots: [Slot::default(); SLOTS],
+        }
+    }
+
+    fn epoch(&self, now: Instant) -> u64 {
+        now.as_nanos() / self.slot_ns
+    }
+
+    fn current(&mut self, now: Instant) -> &mut Slot {
+        let e = self.epoch(now);
+        let slot = &mut self.slots[(e % SLOTS as u64) as usize];
+        if slot.epoch != e {
+            *slot = Slot {
+                epoch: e,
+                deposits: 0,
+                withdrawals: 0,
+            };
+        }
+        slot
+    }
+
+    /// Milli-tokens available now (may be negative only transiently; never below zero after a refusal).
+    fn balance_milli(&self, now: Instant) -> i128 {
+        let e = self.epoch(now);
+        let mut bal = i128::from(self.reserve_milli);
+        for s in &self.slots {
+            if s.epoch <= e && e - s.epoch < SLOTS as u64 {
+                bal += i128::from(s.deposits) - i128::from(s.withdrawals) * i128::from(MILLI);
+            }
+        }
+        bal
+    }
+
+    /// Records a success: deposits `ratio` tokens.
+    pub fn deposit(&mut self, now: Instant) {
+        let d = self.deposit_milli;
+        let slot = self.current(now);
+        slot.deposits = slot.deposits.saturating_add(d);
+    }
+
+    /// Whether a retry could be withdrawn now, without withdrawing.
+    pub fn can_withdraw(&self, now: Instant) -> bool {
+        self.balance_milli(now) >= i128::from(MILLI)
+    }
+
+    /// Withdraws one retry token if the budget holds one.
+    pub fn try_withdraw(&mut self, now: Instant) -> bool {
+        if !self.can_withdraw(now) {
+            return false;
+        }
+        let slot = self.current(now);
+        slot.withdrawals = slot.withdrawals.saturating_add(1);
+        true
+    }
+
+    /// Whole retries available now (for metrics and the census).
+    pub fn available(&self, now: Instant) -> u64 {
+        u64::try_from(self.balance_milli(now).max(0) / i128::from(MILLI)).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn at_ms(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    #[test]
+    fn seed_001_no_successes_means_only_the_minimum_flows() {
+        let mut b = RetryBudget::new(0.1, 5.0, Duration::from_secs(1)).unwrap();
+        let allowed = (0..100).filter(|_| b.try_withdraw(at_ms(10_000))).count();
+        assert_eq!(allowed, 5);
+        // Ten seconds of total failure at 100 retries wanted per second: 5 per second.
+        let allowed: usize = (0..10_000u64)
+            .filter(|i| b.try_withdraw(at_ms(11_000 + i)))
+            .count();
+        assert!((45..=55).contains(&allowed), "allowed {allowed}");
+    }
+
+    #[test]
+    fn seed_001_a_healthy_stream_funds_retries() {
+        let mut b = RetryBudget::new(0.1, 0.0, Duration::from_secs(1)).unwrap();
+        // 400 successes/s for 2 s, a 2% failure rate wanting retries.
+        let mut allowed = 0;
+        for i in 0..800u64 {
+            let t = at_ms(i * 1000 / 400);
+            b.deposit(t);
+            if i % 50 == 49 && b.try_withdraw(t) {
+                allowed += 1;
+            }
+        }
+        assert_eq!(
+            allowed, 16,
+            "every retry wanted at a 2% failure rate is funded"
+        );
+    }
+
+    #[test]
+    fn seed_000_onset_of_total_failure_spends_one_window_of_credit_not_a_minute() {
+        // A healthy minute at 400/s, then total failure: every request wants a retry.
+        let mut b = RetryBudget::new(0.1, 5.0, Duration::from_secs(1)).unwrap();
+        for i in 0..24_000u64 {
+            b.deposit(at_ms(i * 60_000 / 24_000));
+        }
+        let retries_first_second = (0..400u64)
+            .filter(|i| b.try_withdraw(at_ms(60_000 + i * 1000 / 400)))
+            .count();
+        // ratio × last second's 400 successes + 5 = 45, not 0.1 × 24,000.
+        assert!(retries_first_second <= 46, "{retries_first_second}");
+        assert!(retries_first_second >= 5);
+    }
+
+    #[test]
+    fn construction_validates() {
+        assert!(RetryBudget::new(-0.1, 5.0, Duration::from_secs(1)).is_err());
+        assert!(RetryBudget::new(f64::NAN, 5.0, Duration::from_secs(1)).is_err());
+        assert!(RetryBudget::new(0.1, -1.0, Duration::from_secs(1)).is_err());
+        assert!(RetryBudget::new(0.1, 5.0, Duration::ZERO).is_err());
+    }
+
+    #[derive(Clone, Debug)]
+    enum Ev {
+        Success(u64),
+        Retry(u64),
+    }
+
+    proptest! {
+        #[test]
+        fn retries_never_exceed_ratio_of_recent_successes_plus_minimum(
+            ratio in 0.0f64..1.0,
+            min in 0.0f64..20.0,
+            window_ms in (10u64..300).prop_map(|x| x * 10),
+            mut events in proptest::collection::vec(
+                prop_oneof![(0u64..20_000).prop_map(Ev::Success), (0u64..20_000).prop_map(Ev::Retry)], 0..600),
+        ) {
+            let key = |e: &Ev| match e { Ev::Success(t) | Ev::Retry(t) => *t };
+            events.sort_by_key(key);
+            let window = Duration::from_millis(window_ms);
+            let mut b = RetryBudget::new(ratio, min, window).unwrap();
+            let mut successes = Vec::new();
+            let mut retries = Vec::new();
+            for e in &events {
+                match e {
+                    Ev::Success(t) => { b.deposit(at_ms(*t)); successes.push(*t); }
+                    Ev::Retry(t) => if b.try_withdraw(at_ms(*t)) { retries.push(*t); },
+                }
+            }
+            let w = window_ms;
+            let slot = w / 10;
+            for &a in &retries {
+                let in_window = retries.iter().filter(|&&t| t >= a && t < a + w - slot).count() as f64;
+                let funded = successes.iter().filter(|&&t| t + w > a && t < a + w).count() as f64;
+                let bound = ratio * funded + min * window.as_secs_f64() + 1.0;
+                prop_assert!(in_window <= bound + 1e-9, "{} retries in window at {} > bound {}", in_window, a, bound);
+            }
+        }
+    }
+}

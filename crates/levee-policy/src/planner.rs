@@ -1,0 +1,722 @@
+//! The attempt planner: the one decision function the gateway and the
+//! simulator both call.
+//!
+//! The driver (gateway on tokio time, simulator on virtual time) loops:
+//! ask [`RoutePolicy::decide`]; on [`Decision::Dispatch`] send the attempt and
+//! hand its [`Outcome`] to [`RoutePolicy::record`]; on [`Decision::Wait`] sleep
+//! until then and ask again; on [`Decision::Fail`] answer the caller. Every rule
+//! about *whether* and *when* lives here; the driver only does I/O.
+//!
+//! The rules:
+//! - the first attempt on the first target starts whenever more than the return
+//!   margin (50 ms) remains, its timeout cut to the deadline;
+//! - a retry starts only if the remaining time covers the wait, a full attempt
+//!   (`expected_attempt`) on that target, a full attempt on each later target
+//!   (the fallback reserve — derived, not chosen, seed 004) and the margin;
+//! - a fallback starts only if the remaining time covers its own
+//!   `expected_attempt` and the margin;
+//! - a Retry-After longer than what remains fails now instead of waiting;
+//! - nothing is retried once a byte has reached the caller;
+//! - retries spend the target's retry budget; every attempt goes through the
+//!   provider's breaker, throttle, allowance and in-flight cap;
+//! - an attempt whose timeout was cut short by the caller's deadline and then
+//!   timed out is [`Outcome::SkippedNoDeadline`]: not a provider fault.
+
+use crate::backoff::{Backoff, Jitter};
+use crate::budget::RetryBudget;
+use crate::classify::{Class, Classifier, Outcome};
+use crate::provider::{Permit, ProviderState, Refusal};
+use crate::time::Instant;
+use rand::Rng;
+use std::time::Duration;
+
+/// The return margin: time kept to send our own answer before the deadline.
+pub const DEFAULT_MARGIN: Duration = Duration::from_millis(50);
+
+/// Why Levee gave up; also the `x-levee-reason` header value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    DeadlineExceeded,
+    Shed,
+    CircuitOpen,
+    BudgetExhausted,
+    RateLimited,
+    UpstreamError,
+    BadRequest,
+}
+
+impl Reason {
+    /// The header / metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::DeadlineExceeded => "deadline_exceeded",
+            Reason::Shed => "shed",
+            Reason::CircuitOpen => "circuit_open",
+            Reason::BudgetExhausted => "budget_exhausted",
+            Reason::RateLimited => "rate_limited",
+            Reason::UpstreamError => "upstream_error",
+            Reason::BadRequest => "bad_request",
+        }
+    }
+
+    /// The status Levee answers with when no upstream status is passed on.
+    pub fn status(self) -> u16 {
+        match self {
+            Reason::DeadlineExceeded => 504,
+            Reason::Shed | Reason::CircuitOpen => 503,
+            Reason::RateLimited => 429,
+            Reason::BadRequest => 400,
+            Reason::BudgetExhausted | Reason::UpstreamError => 502,
+        }
+    }
+
+    /// All reasons, for pre-registering metric labels.
+    pub const ALL: [Reason; 7] = [
+        Reason::DeadlineExceeded,
+        Reason::Shed,
+        Reason::CircuitOpen,
+        Reason::BudgetExhausted,
+        Reason::RateLimited,
+        Reason::UpstreamError,
+        Reason::BadRequest,
+    ];
+}
+
+/// What kind of attempt a dispatch is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptKind {
+    /// The request's first attempt (possibly rerouted past a refusing target).
+    First,
+    /// Another attempt on the same target.
+    Retry,
+    /// The first attempt on a later target after a failure.
+    Fallback,
+}
+
+/// Send an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dispatch {
+    /// Index into the route's targets.
+    pub target: usize,
+    /// The attempt's timeout (never past the deadline minus the margin).
+    pub timeout: Duration,
+    /// 1-based count of attempts this request has made, this one included.
+    pub attempt: u32,
+    /// First, retry or fallback.
+    pub kind: AttemptKind,
+}
+
+/// Give up, and how to answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// `x-levee-reason`.
+    pub reason: Reason,
+    /// The status to answer with: the last upstream status when there was one.
+    pub status: u16,
+    /// Whether `status` is the provider's (its body may be passed on).
+    pub upstream_status: bool,
+    /// `retry-after` to send, when a wait is known.
+    pub retry_after: Option<Duration>,
+}
+
+/// The planner's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Dispatch(Dispatch),
+    /// Sleep until then, then ask again.
+    Wait {
+        until: Instant,
+    },
+    Fail(Failure),
+}
+
+/// Why a route policy was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("a route needs at least one target")]
+    NoTargets,
+    #[error("`max_attempts` must be between 1 and 20 (got {0})")]
+    MaxAttempts(u32),
+    #[error("`expected_attempt_ms` must be positive")]
+    ExpectedAttempt,
+}
+
+/// What the planner needs from the world: provider admission and per-target
+/// retry budgets. [`Deps`] implements it over plain structs (simulator, tests);
+/// the gateway implements it over its shared, locked state.
+pub trait Dependencies {
+    /// Whether target `t`'s provider would admit an attempt now (takes nothing).
+    fn check(&self, t: usize, now: Instant) -> Result<(), Refusal>;
+    /// Admits an attempt to target `t`'s provider.
+    fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal>;
+    /// Records an admitted attempt's result on target `t`'s provider.
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class);
+    /// Withdraws one retry from target `t`'s budget.
+    fn withdraw(&mut self, t: usize, now: Instant) -> bool;
+    /// Deposits a success into target `t`'s budget.
+    fn deposit(&mut self, t: usize, now: Instant);
+}
+
+/// [`Dependencies`] over plain mutable state: `providers[target_provider[t]]`
+/// and `budgets[t]`.
+#[derive(Debug)]
+pub struct Deps<'a> {
+    pub providers: &'a mut [ProviderState],
+    pub target_provider: &'a [usize],
+    pub budgets: &'a mut [RetryBudget],
+}
+
+impl Dependencies for Deps<'_> {
+    fn check(&self, t: usize, now: Instant) -> Result<(), Refusal> {
+        self.providers[self.target_provider[t]].check(now)
+    }
+    fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal> {
+        self.providers[self.target_provider[t]].admit(now)
+    }
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) {
+        self.providers[self.target_provider[t]].finish(now, permit, class)
+    }
+    fn withdraw(&mut self, t: usize, now: Instant) -> bool {
+        self.budgets[t].try_withdraw(now)
+    }
+    fn deposit(&mut self, t: usize, now: Instant) {
+        self.budgets[t].deposit(now)
+    }
+}
+
+/// A route's immutable retry policy.
+#[derive(Clone, Debug)]
+pub struct RoutePolicy {
+    expected: Vec<Duration>,
+    /// `reserve_after[t]` = Σ expected of targets after `t`.
+    reserve_after: Vec<Duration>,
+    max_attempts: u32,
+    classifier: Classifier,
+    backoff: Backoff,
+    respect_retry_after: bool,
+    margin: Duration,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    target: usize,
+    permit: Permit,
+    cut_by_deadline: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Last {
+    class: Class,
+    status: Option<u16>,
+    outcome: Outcome,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    target: usize,
+    at: Instant,
+    kind: AttemptKind,
+}
+
+/// One logical request's progress. Create with [`RequestState::new`].
+#[derive(Clone, Debug)]
+pub struct RequestState {
+    deadline: Instant,
+    target: usize,
+    attempts_on_target: u32,
+    attempts: u32,
+    committed: bool,
+    in_flight: Option<InFlight>,
+    last: Option<Last>,
+    pending: Option<Pending>,
+    /// Why the last try to go on was refused, for the final answer.
+    blocked: Option<(Reason, Option<Duration>)>,
+}
+
+impl RequestState {
+    /// A request that must be answered by `deadline`.
+    pub fn new(deadline: Instant) -> Self {
+        RequestState {
+            deadline,
+            target: 0,
+            attempts_on_target: 0,
+            attempts: 0,
+            committed: false,
+            in_flight: None,
+            last: None,
+            pending: None,
+            blocked: None,
+        }
+    }
+
+    /// The deadline.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Attempts made so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The target of the current or last attempt.
+    pub fn target(&self) -> usize {
+        self.target
+    }
+
+    /// Marks that a body byte has reached the caller: from now on, no retry.
+    pub fn commit(&mut self) {
+        self.committed = true;
+    }
+
+    /// Whether an attempt is in flight (admitted, not yet recorded).
+    pub fn has_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+}
+
+/// A step of a route's retry schedule, for `levee check` and the census.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// 1-based attempt number within the request.
+    pub attempt: u32,
+    pub target: usize,
+    pub kind: AttemptKind,
+    /// The longest wait before it (the backoff cap).
+    pub wait: Duration,
+    /// When it starts at the latest, counting only waits (failures assumed instant).
+    pub start_after: Duration,
+    /// Remaining deadline needed at the moment the decision is made.
+    pub needs_remaining: Duration,
+    /// Least caller deadline (from arrival) for this step to start.
+    pub needs_deadline: Duration,
+}
+
+/// What one caller's deadline allows on a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CensusRow {
+    /// Attempts on the first target that can start.
+    pub attempts_can_start: u32,
+    pub retry_can_start: bool,
+    /// `None` when the route has no fallback target.
+    pub fallback_reachable: Option<bool>,
+    /// The deadline is shorter than the first target's `expected_attempt`:
+    /// slow answers become failures with no fallback.
+    pub shorter_than_expected_attempt: bool,
+}
+
+impl RoutePolicy {
+    /// Validates and builds. `expected` holds each target's `expected_attempt`,
+    /// in fallback order.
+    pub fn new(
+        expected: &[Duration],
+        max_attempts: u32,
+        classifier: Classifier,
+        backoff: Backoff,
+        respect_retry_after: bool,
+    ) -> Result<Self, PlanError> {
+        if expected.is_empty() {
+            return Err(PlanError::NoTargets);
+        }
+        if !(1..=20).contains(&max_attempts) {
+            return Err(PlanError::MaxAttempts(max_attempts));
+        }
+        if expected.iter().any(|d| d.is_zero()) {
+            return Err(PlanError::ExpectedAttempt);
+        }
+        let reserve_after = (0..expected.len())
+            .map(|t| expected[t + 1..].iter().sum())
+            .collect();
+        Ok(RoutePolicy {
+            expected: expected.to_vec(),
+            reserve_after,
+            max_attempts,
+            classifier,
+            backoff,
+            respect_retry_after,
+            margin: DEFAULT_MARGIN,
+        })
+    }
+
+    /// Number of targets.
+    pub fn targets(&self) -> usize {
+        self.expected.len()
+    }
+
+    /// The classifier in force.
+    pub fn classifier(&self) -> &Classifier {
+        &self.classifier
+    }
+
+    /// The return margin.
+    pub fn margin(&self) -> Duration {
+        self.margin
+    }
+
+    /// Max attempts per target.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The next step for `req` at `now`.
+    pub fn decide<D: Dependencies, R: Rng + ?Sized>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        rng: &mut R,
+    ) -> Decision {
+        if req.in_flight.is_some() {
+            // The driver asked again without recording: treat the attempt as abandoned.
+            self.abandon(req, deps, now);
+        }
+        let remaining = req.deadline.saturating_since(now);
+        if let Some(p) = req.pending {
+            if now < p.at {
+                return Decision::Wait { until: p.at };
+            }
+            req.pending = None;
+            let needed = self.expected[p.target] + self.reserve_after_for(p.target, p.kind);
+            if remaining >= needed + self.margin {
+                match self.dispatch(req, deps, now, p.target, p.kind) {
+                    Ok(d) => return Decision::Dispatch(d),
+                    Err(r) => req.blocked = Some(refusal_reason(r, now)),
+                }
+            } else {
+                req.blocked = Some((Reason::DeadlineExceeded, None));
+            }
+            return self.fall_back(req, deps, now, rng, p.target + 1);
+        }
+        let Some(last) = req.last else {
+            return self.first(req, deps, now);
+        };
+        if req.committed || !last.class.is_retryable() {
+            return self.fail(req, now, non_retry_reason(last.class));
+        }
+        let t = req.target;
+        if req.attempts_on_target < self.max_attempts {
+            match self.plan_retry(req, deps, now, rng, t, remaining, last) {
+                Ok(d) => return d,
+                Err(blocked) => req.blocked = Some(blocked),
+            }
+        } else {
+            req.blocked = Some((Reason::UpstreamError, None));
+        }
+        self.fall_back(req, deps, now, rng, t + 1)
+    }
+
+    fn reserve_after_for(&self, t: usize, kind: AttemptKind) -> Duration {
+        match kind {
+            AttemptKind::Retry => self.reserve_after[t],
+            AttemptKind::First | AttemptKind::Fallback => Duration::ZERO,
+        }
+    }
+
+    fn first<D: Dependencies>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+    ) -> Decision {
+        let remaining = req.deadline.saturating_since(now);
+        if remaining <= self.margin {
+            return self.fail(req, now, (Reason::DeadlineExceeded, None));
+        }
+        let mut first_refusal = None;
+        for t in 0..self.expected.len() {
+            // Rerouting past a refusing target is a fallback in all but name:
+            // it needs its own expected attempt to fit.
+            if t > 0 && remaining < self.expected[t] + self.margin {
+                break;
+            }
+            match self.dispatch(req, deps, now, t, AttemptKind::First) {
+                Ok(d) => return Decision::Dispatch(d),
+                Err(r) => {
+                    first_refusal.get_or_insert(refusal_reason(r, now));
+                }
+            }
+        }
+        let blocked = first_refusal.unwrap_or((Reason::DeadlineExceeded, None));
+        self.fail(req, now, blocked)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plan_retry<D: Dependencies, R: Rng + ?Sized>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        rng: &mut R,
+        t: usize,
+        remaining: Duration,
+        last: Last,
+    ) -> Result<Decision, (Reason, Option<Duration>)> {
+        let n = req.attempts_on_target.saturating_sub(1);
+        let mut wait = self.backoff.delay(n, rng);
+        let spread = |rng: &mut R| match self.backoff.jitter() {
+            Jitter::None => Duration::ZERO,
+            _ => {
+                let cap = u64::try_from(self.backoff.cap(0).as_nanos()).unwrap_or(u64::MAX);
+                Duration::from_nanos(rng.gen_range(0..=cap))
+            }
+        };
+        if self.respect_retry_after {
+            if let Some(ra) = last.class.wait() {
+                // Not before the server asked, and spread so that everyone told
+                // "2 s" does not come back in the same millisecond (seed 003).
+                wait = wait.max(ra + spread(rng));
+            }
+        }
+        match deps.check(t, now) {
+            Ok(()) => {}
+            Err(Refusal::Throttled { until }) | Err(Refusal::CircuitOpen { until }) => {
+                wait = wait.max(until.saturating_since(now) + spread(rng));
+            }
+            // Shed / rate limit may clear by the time the wait is over.
+            Err(_) => {}
+        }
+        let needed = wait + self.expected[t] + self.reserve_after[t] + self.margin;
+        if remaining < needed {
+            let ra = last.class.wait();
+            return Err((Reason::DeadlineExceeded, ra));
+        }
+        if !deps.withdraw(t, now) {
+            return Err((Reason::BudgetExhausted, None));
+        }
+        if wait.is_zero() {
+            return self
+                .dispatch(req, deps, now, t, AttemptKind::Retry)
+                .map(Decision::Dispatch)
+                .map_err(|r| refusal_reason(r, now));
+        }
+        let at = now + wait;
+        req.pending = Some(Pending {
+            target: t,
+            at,
+            kind: AttemptKind::Retry,
+        });
+        Ok(Decision::Wait { until: at })
+    }
+
+    fn fall_back<D: Dependencies, R: Rng + ?Sized>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        _rng: &mut R,
+        from: usize,
+    ) -> Decision {
+        let remaining = req.deadline.saturating_since(now);
+        for t in from..self.expected.len() {
+            if remaining < self.expected[t] + self.margin {
+                continue;
+            }
+            if let Err(r) = deps.check(t, now) {
+                req.blocked.get_or_insert(refusal_reason(r, now));
+                continue;
+            }
+            // A fallback is extra load on the second vendor: it spends that
+            // target's own budget, so an incident cannot become a flood there.
+            if !deps.withdraw(t, now) {
+                continue;
+            }
+            match self.dispatch(req, deps, now, t, AttemptKind::Fallback) {
+                Ok(d) => return Decision::Dispatch(d),
+                Err(r) => {
+                    req.blocked.get_or_insert(refusal_reason(r, now));
+                }
+            }
+        }
+        let blocked = req.blocked.unwrap_or((Reason::UpstreamError, None));
+        self.fail(req, now, blocked)
+    }
+
+    fn dispatch<D: Dependencies>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        t: usize,
+        kind: AttemptKind,
+    ) -> Result<Dispatch, Refusal> {
+        let remaining = req.deadline.saturating_since(now);
+        let timeout = remaining.saturating_sub(self.margin);
+        let permit = deps.admit(t, now)?;
+        req.in_flight = Some(InFlight {
+            target: t,
+            permit,
+            cut_by_deadline: timeout < self.expected[t],
+        });
+        if kind == AttemptKind::Retry && t == req.target {
+            req.attempts_on_target += 1;
+        } else {
+            req.target = t;
+            req.attempts_on_target = 1;
+        }
+        req.attempts += 1;
+        Ok(Dispatch {
+            target: t,
+            timeout,
+            attempt: req.attempts,
+            kind,
+        })
+    }
+
+    fn fail(
+        &self,
+        req: &RequestState,
+        now: Instant,
+        blocked: (Reason, Option<Duration>),
+    ) -> Decision {
+        let (reason, retry_after) = blocked;
+        let _ = now;
+        let status = req.last.and_then(|l| l.status);
+        let (status, upstream_status) = match (status, reason) {
+            // Levee's own refusals before any answer keep Levee's status.
+            (Some(s), _) => (s, true),
+            (None, Reason::UpstreamError | Reason::BudgetExhausted) => {
+                match req.last.map(|l| l.outcome) {
+                    Some(Outcome::Timeout) | Some(Outcome::SkippedNoDeadline) => (504, false),
+                    _ => (502, false),
+                }
+            }
+            (None, r) => (r.status(), false),
+        };
+        let retry_after = retry_after.or(match reason {
+            Reason::Shed => Some(Duration::from_secs(1)),
+            _ => None,
+        });
+        Decision::Fail(Failure {
+            reason,
+            status,
+            upstream_status,
+            retry_after,
+        })
+    }
+
+    /// Records the in-flight attempt's outcome; returns its class.
+    pub fn record<D: Dependencies>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        outcome: Outcome,
+    ) -> Class {
+        let Some(f) = req.in_flight.take() else {
+            return self.classifier.classify(outcome);
+        };
+        let outcome = match outcome {
+            Outcome::Timeout if f.cut_by_deadline => Outcome::SkippedNoDeadline,
+            o => o,
+        };
+        let class = self.classifier.classify(outcome);
+        deps.finish(f.target, now, f.permit, class);
+        if class == Class::Success {
+            deps.deposit(f.target, now);
+        }
+        let status = match outcome {
+            Outcome::Status { status, .. } => Some(status),
+            _ => None,
+        };
+        req.last = Some(Last {
+            class,
+            status,
+            outcome,
+        });
+        class
+    }
+
+    /// Gives back an in-flight attempt's permit without learning anything
+    /// (caller left, driver dropped the attempt).
+    pub fn abandon<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
+        if let Some(f) = req.in_flight.take() {
+            deps.finish(f.target, now, f.permit, Class::NotProviderFault);
+        }
+    }
+
+    /// The route's schedule: each attempt the policy can make, with the least
+    /// deadline that lets it start (failures assumed to come back at once;
+    /// waits at their cap, so "can start" means "can always start").
+    pub fn schedule(&self) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let mut start = Duration::ZERO;
+        for a in 0..self.max_attempts {
+            let (wait, needs) = if a == 0 {
+                (Duration::ZERO, self.margin + Duration::from_millis(1))
+            } else {
+                let w = self.backoff.cap(a - 1);
+                (
+                    w,
+                    w + self.expected[0] + self.reserve_after[0] + self.margin,
+                )
+            };
+            start += wait;
+            steps.push(Step {
+                attempt: a + 1,
+                target: 0,
+                kind: if a == 0 {
+                    AttemptKind::First
+                } else {
+                    AttemptKind::Retry
+                },
+                wait,
+                start_after: start,
+                needs_remaining: needs,
+                needs_deadline: start - wait + needs,
+            });
+        }
+        for t in 1..self.expected.len() {
+            let needs = self.expected[t] + self.margin;
+            steps.push(Step {
+                attempt: self.max_attempts + u32::try_from(t).unwrap_or(u32::MAX),
+                target: t,
+                kind: AttemptKind::Fallback,
+                wait: Duration::ZERO,
+                start_after: Duration::ZERO,
+                needs_remaining: needs,
+                needs_deadline: needs,
+            });
+        }
+        steps
+    }
+
+    /// What a caller with this deadline gets from the route.
+    pub fn census(&self, deadline: Duration) -> CensusRow {
+        let steps = self.schedule();
+        let primary: Vec<&Step> = steps.iter().filter(|s| s.target == 0).collect();
+        let attempts_can_start = u32::try_from(
+            primary
+                .iter()
+                .take_while(|s| deadline >= s.needs_deadline)
+                .count(),
+        )
+        .unwrap_or(u32::MAX);
+        let fallback_reachable = steps
+            .iter()
+            .find(|s| s.kind == AttemptKind::Fallback)
+            .map(|s| deadline >= s.needs_deadline);
+        CensusRow {
+            attempts_can_start,
+            retry_can_start: attempts_can_start >= 2,
+            fallback_reachable,
+            shorter_than_expected_attempt: deadline < self.expected[0],
+        }
+    }
+}
+
+fn refusal_reason(r: Refusal, now: Instant) -> (Reason, Option<Duration>) {
+    let reason = match r {
+        Refusal::CircuitOpen { .. } => Reason::CircuitOpen,
+        Refusal::Throttled { .. } | Refusal::RateLimited { .. } => Reason::RateLimited,
+        Refusal::Shed => Reason::Shed,
+    };
+    (reason, r.retry_after(now))
+}
+
+fn non_retry_reason(class: Class) -> (Reason, Option<Duration>) {
+    match class {
+        Class::Throttled { wait, .. } => (Reason::RateLimited, wait),
+        Class::NotProviderFault => (Reason::DeadlineExceeded, None),
+        _ => (Reason::UpstreamError, class.wait()),
+    }
+}

@@ -1,0 +1,423 @@
+//! The planner's rules, pinned to the seeds' arithmetic.
+
+use levee_policy::backoff::{Backoff, Jitter};
+use levee_policy::classify::{Classifier, Outcome, RetryOn};
+use levee_policy::planner::{AttemptKind, Decision, Deps, Reason, RequestState, RoutePolicy};
+use levee_policy::{BreakerState, CircuitBreaker, Instant, ProviderState, RetryBudget};
+use proptest::prelude::*;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::time::Duration;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// A small world: providers (one per target) and budgets.
+struct World {
+    providers: Vec<ProviderState>,
+    map: Vec<usize>,
+    budgets: Vec<RetryBudget>,
+}
+
+impl World {
+    fn new(targets: usize) -> Self {
+        World {
+            providers: (0..targets).map(|_| ProviderState::unlimited()).collect(),
+            map: (0..targets).collect(),
+            budgets: (0..targets)
+                .map(|_| RetryBudget::new(0.1, 100.0, secs(1)).unwrap())
+                .collect(),
+        }
+    }
+    fn deps(&mut self) -> Deps<'_> {
+        Deps {
+            providers: &mut self.providers,
+            target_provider: &self.map,
+            budgets: &mut self.budgets,
+        }
+    }
+}
+
+fn status(s: u16, ra: Option<Duration>) -> Outcome {
+    Outcome::Status {
+        status: s,
+        retry_after: ra,
+    }
+}
+
+/// Seed 004's route: 429 retried, waits 7 s then 11 s, primary 35 s, backup 30 s.
+fn seed_004() -> RoutePolicy {
+    RoutePolicy::new(
+        &[secs(35), secs(30)],
+        3,
+        Classifier::new(&[RetryOn::Status(429), RetryOn::Status(503)]),
+        Backoff::schedule(&[7000, 11_000], Jitter::None).unwrap(),
+        true,
+    )
+    .unwrap()
+}
+
+/// Runs a request whose attempts all come back at once with `outcome` until
+/// the planner fails; returns (attempt kinds, failure).
+fn drive(
+    policy: &RoutePolicy,
+    world: &mut World,
+    deadline: Duration,
+    outcome: Outcome,
+) -> (Vec<(usize, AttemptKind)>, levee_policy::Failure) {
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut now = Instant::from_millis(1_000_000);
+    let mut req = RequestState::new(now + deadline);
+    let mut attempts = vec![];
+    for _ in 0..100 {
+        match policy.decide(&mut req, &mut world.deps(), now, &mut rng) {
+            Decision::Dispatch(d) => {
+                assert!(now + d.timeout <= req.deadline());
+                attempts.push((d.target, d.kind));
+                policy.record(&mut req, &mut world.deps(), now, outcome);
+            }
+            Decision::Wait { until } => now = until,
+            Decision::Fail(f) => return (attempts, f),
+        }
+    }
+    panic!("planner did not finish");
+}
+
+#[test]
+fn seed_004_census_retry_needs_72_seconds_and_fallback_30() {
+    let p = seed_004();
+    let steps = p.schedule();
+    assert_eq!(
+        steps[1].needs_deadline,
+        secs(72) + Duration::from_millis(50)
+    );
+    let rows: Vec<(bool, Option<bool>)> = [100, 200, 40, 22]
+        .iter()
+        .map(|&d| {
+            let r = p.census(secs(d));
+            (r.retry_can_start, r.fallback_reachable)
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (true, Some(true)),
+            (true, Some(true)),
+            (false, Some(true)),
+            (false, Some(false))
+        ]
+    );
+    assert!(p.census(secs(22)).shorter_than_expected_attempt);
+}
+
+#[test]
+fn seed_004_callers_live_the_census_under_refusals() {
+    let p = seed_004();
+    let ra = Some(secs(1));
+    // 100 s: retries on the primary, then the backup.
+    let (a, _) = drive(&p, &mut World::new(2), secs(100), status(429, ra));
+    assert_eq!(a[0], (0, AttemptKind::First));
+    assert_eq!(a[1], (0, AttemptKind::Retry));
+    assert!(a.contains(&(1, AttemptKind::Fallback)));
+    // 40 s: no retry on the primary, straight to the backup (which may then
+    // retry within its own schedule: 7 s + 30 s + margin fits in what is left).
+    let (a, _) = drive(&p, &mut World::new(2), secs(40), status(429, ra));
+    assert_eq!(
+        a[..2],
+        [(0, AttemptKind::First), (1, AttemptKind::Fallback)]
+    );
+    assert!(!a.contains(&(0, AttemptKind::Retry)));
+    // 22 s: neither.
+    let (a, f) = drive(&p, &mut World::new(2), secs(22), status(429, ra));
+    assert_eq!(a, [(0, AttemptKind::First)]);
+    assert_eq!(f.status, 429, "the provider's answer is passed on");
+    assert_eq!(f.reason, Reason::DeadlineExceeded);
+}
+
+#[test]
+fn seed_004_refusals_left_unretried_for_lack_of_time_do_not_move_the_breaker() {
+    let p = seed_004();
+    let mut w = World::new(2);
+    w.providers[0] = ProviderState::new(
+        CircuitBreaker::new(0.5, secs(10), 5, secs(5), 1).unwrap(),
+        None,
+        100,
+    );
+    for _ in 0..50 {
+        drive(&p, &mut w, secs(22), status(429, Some(secs(1))));
+        w.providers[0] = w.providers[0].clone();
+    }
+    assert_eq!(
+        w.providers[0].breaker_state(Instant::from_millis(1_000_000)),
+        BreakerState::Closed
+    );
+}
+
+#[test]
+fn seed_000_attempt_timeout_is_cut_to_the_deadline_and_no_second_attempt_starts() {
+    // 8 s caller deadline, a 30 s expected attempt.
+    let p = RoutePolicy::new(
+        &[secs(30)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(1);
+    let mut rng = SmallRng::seed_from_u64(1);
+    let t0 = Instant::from_millis(50_000);
+    let mut req = RequestState::new(t0 + secs(8));
+    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
+        panic!("first attempt must start");
+    };
+    assert_eq!(d.timeout, secs(8) - Duration::from_millis(50));
+    // It times out at the deadline (minus margin): that is not a provider fault.
+    let t1 = t0 + d.timeout;
+    let class = p.record(&mut req, &mut w.deps(), t1, Outcome::Timeout);
+    assert_eq!(class, levee_policy::Class::NotProviderFault);
+    let Decision::Fail(f) = p.decide(&mut req, &mut w.deps(), t1, &mut rng) else {
+        panic!("no second attempt can finish");
+    };
+    assert_eq!(f.reason, Reason::DeadlineExceeded);
+    assert_eq!(f.status, 504);
+    // Even a fast 503 at t=0 gets no retry: 8 s cannot hold a 30 s attempt.
+    let (a, f) = drive(&p, &mut World::new(1), secs(8), status(503, None));
+    assert_eq!(a.len(), 1);
+    assert_eq!((f.status, f.reason), (503, Reason::DeadlineExceeded));
+}
+
+#[test]
+fn deterministic_400_is_answered_after_one_attempt() {
+    let p = RoutePolicy::new(
+        &[secs(1)],
+        5,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let (a, f) = drive(&p, &mut World::new(1), secs(30), status(400, None));
+    assert_eq!(a.len(), 1);
+    assert_eq!(
+        (f.status, f.reason, f.upstream_status),
+        (400, Reason::UpstreamError, true)
+    );
+}
+
+#[test]
+fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
+    let p = RoutePolicy::new(
+        &[secs(1)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let (a, f) = drive(
+        &p,
+        &mut World::new(1),
+        secs(10),
+        status(503, Some(secs(30))),
+    );
+    assert_eq!(a.len(), 1);
+    assert_eq!(f.reason, Reason::DeadlineExceeded);
+    assert_eq!(f.retry_after, Some(secs(30)));
+}
+
+#[test]
+fn retry_after_is_honoured_when_it_fits() {
+    let p = RoutePolicy::new(
+        &[secs(1)],
+        2,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(1);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let t0 = Instant::from_millis(10_000);
+    let mut req = RequestState::new(t0 + secs(30));
+    assert!(matches!(
+        p.decide(&mut req, &mut w.deps(), t0, &mut rng),
+        Decision::Dispatch(_)
+    ));
+    p.record(&mut req, &mut w.deps(), t0, status(429, Some(secs(2))));
+    let Decision::Wait { until } = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
+        panic!("should wait for the retry-after");
+    };
+    assert!(until >= t0 + secs(2) && until <= t0 + secs(2) + Duration::from_millis(250));
+    // Asking early changes nothing.
+    assert_eq!(
+        p.decide(&mut req, &mut w.deps(), t0 + secs(1), &mut rng),
+        Decision::Wait { until }
+    );
+    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), until, &mut rng) else {
+        panic!("retry after the wait");
+    };
+    assert_eq!(d.kind, AttemptKind::Retry);
+    assert_eq!(d.attempt, 2);
+}
+
+#[test]
+fn no_retry_once_a_byte_reached_the_caller() {
+    let p = RoutePolicy::new(
+        &[secs(1)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(1);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let t0 = Instant::from_millis(10_000);
+    let mut req = RequestState::new(t0 + secs(30));
+    assert!(matches!(
+        p.decide(&mut req, &mut w.deps(), t0, &mut rng),
+        Decision::Dispatch(_)
+    ));
+    req.commit();
+    p.record(&mut req, &mut w.deps(), t0, Outcome::ConnectError);
+    assert!(matches!(
+        p.decide(&mut req, &mut w.deps(), t0, &mut rng),
+        Decision::Fail(_)
+    ));
+}
+
+#[test]
+fn an_exhausted_budget_stops_retries_and_says_so() {
+    let p = RoutePolicy::new(
+        &[secs(1)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(1);
+    w.budgets[0] = RetryBudget::new(0.1, 0.0, secs(1)).unwrap();
+    let (a, f) = drive(&p, &mut w, secs(30), status(503, None));
+    assert_eq!(a.len(), 1);
+    assert_eq!((f.status, f.reason), (503, Reason::BudgetExhausted));
+}
+
+#[test]
+fn an_open_breaker_reroutes_the_first_attempt_to_the_fallback() {
+    let p = RoutePolicy::new(
+        &[secs(1), secs(1)],
+        1,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(2);
+    w.providers[0] = ProviderState::new(
+        CircuitBreaker::new(0.5, secs(10), 1, secs(5), 1).unwrap(),
+        None,
+        100,
+    );
+    let t = Instant::from_millis(1_000_000);
+    let permit = w.providers[0].admit(t).unwrap();
+    w.providers[0].finish(
+        t,
+        permit,
+        levee_policy::Class::Fault {
+            retryable: true,
+            wait: None,
+        },
+    );
+    let (a, _) = drive(&p, &mut w, secs(30), status(200, None));
+    assert_eq!(a, [(1, AttemptKind::First)]);
+    // With no fallback the caller hears circuit_open at once.
+    let single = RoutePolicy::new(
+        &[secs(1)],
+        1,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let (a, f) = drive(&single, &mut w, secs(30), status(200, None));
+    assert!(a.is_empty());
+    assert_eq!((f.status, f.reason), (503, Reason::CircuitOpen));
+    assert!(f.retry_after.is_some());
+}
+
+#[test]
+fn shed_is_immediate_with_retry_after() {
+    let p = RoutePolicy::new(
+        &[secs(1)],
+        1,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(1);
+    w.providers[0] = ProviderState::new(CircuitBreaker::default_policy(), None, 1);
+    let t = Instant::from_millis(1_000_000);
+    let _held = w.providers[0].admit(t).unwrap();
+    let (a, f) = drive(&p, &mut w, secs(30), status(200, None));
+    assert!(a.is_empty());
+    assert_eq!((f.status, f.reason), (503, Reason::Shed));
+    assert_eq!(f.retry_after, Some(secs(1)));
+}
+
+#[test]
+fn expired_on_arrival_makes_no_attempt() {
+    let p = RoutePolicy::new(
+        &[secs(1)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let (a, f) = drive(&p, &mut World::new(1), Duration::ZERO, status(200, None));
+    assert!(a.is_empty());
+    assert_eq!((f.status, f.reason), (504, Reason::DeadlineExceeded));
+}
+
+proptest! {
+    #[test]
+    fn never_dispatches_an_attempt_whose_timeout_ends_after_the_deadline(
+        seed in any::<u64>(),
+        deadline_ms in 0u64..120_000,
+        expected in proptest::collection::vec(1u64..40_000, 1..4),
+        codes in proptest::collection::vec(prop_oneof![Just(200u16), Just(400), Just(429), Just(500), Just(502), Just(503), Just(0), Just(1)], 1..12),
+        latency_ms in proptest::collection::vec(0u64..20_000, 1..12),
+        ra in proptest::option::of(0u64..10_000),
+    ) {
+        let expected: Vec<Duration> = expected.into_iter().map(Duration::from_millis).collect();
+        let p = RoutePolicy::new(&expected, 4, Classifier::default(), Backoff::default(), true).unwrap();
+        let mut w = World::new(expected.len());
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut now = Instant::from_millis(1_000_000);
+        let mut req = RequestState::new(now + Duration::from_millis(deadline_ms));
+        let mut i = 0;
+        for _ in 0..200 {
+            match p.decide(&mut req, &mut w.deps(), now, &mut rng) {
+                Decision::Dispatch(d) => {
+                    prop_assert!(now + d.timeout + p.margin() <= req.deadline());
+                    let lat = Duration::from_millis(latency_ms[i % latency_ms.len()]).min(d.timeout);
+                    now = now + lat;
+                    let o = match codes[i % codes.len()] {
+                        0 => Outcome::ConnectError,
+                        1 => Outcome::Timeout,
+                        s => status(s, ra.map(Duration::from_millis)),
+                    };
+                    i += 1;
+                    p.record(&mut req, &mut w.deps(), now, o);
+                }
+                Decision::Wait { until } => { prop_assert!(until > now && until <= req.deadline()); now = until; }
+                Decision::Fail(_) => break,
+            }
+        }
+        prop_assert!(!req.has_in_flight());
+    }
+}
