@@ -1,0 +1,80 @@
+//! Human durations in config: `250ms`, `10s`, `1.5s`, `2m`, `1h`.
+
+use serde::de::{self, Deserializer, Visitor};
+use std::fmt;
+use std::time::Duration;
+
+/// Parses `250ms`, `10s`, `1.5s`, `2m`, `1h` (a bare number is refused: units matter).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    if !n.is_finite() || n < 0.0 {
+        return None;
+    }
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(secs).ok()
+}
+
+/// A serde-deserialisable duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> serde::Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration like `10s`, `250ms` or `2m`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
+                parse_duration(v).map(Dur).ok_or_else(|| {
+                    E::custom(format!(
+                        "`{v}` is not a duration: write it like `10s`, `250ms` or `2m`"
+                    ))
+                })
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
+                Err(E::custom(format!(
+                    "`{v}` has no unit: write a duration like `{v}s` or `{v}ms`"
+                )))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
+                Err(E::custom(format!(
+                    "`{v}` is not a duration: write it like `10s` or `250ms`"
+                )))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
+                Err(E::custom(format!(
+                    "`{v}` has no unit: write a duration like `{v}s`"
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        for bad in ["10", "s", "-1s", "1e999s", "10 parsecs", ""] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+}

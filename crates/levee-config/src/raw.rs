@@ -1,0 +1,180 @@
+//! The configuration exactly as users write it (stage one: no validation
+//! beyond types; unknown keys are refused so a typo is never silently ignored).
+
+use crate::duration::Dur;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub listen: Option<String>,
+    pub admin: Option<RawAdmin>,
+    pub shutdown_grace: Option<Dur>,
+    pub limits: Option<RawLimits>,
+    #[serde(default)]
+    pub providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub callers: Vec<RawCaller>,
+    #[serde(default)]
+    pub keys: Vec<RawKey>,
+    pub idempotency: Option<RawIdempotency>,
+    pub state: Option<RawState>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_body_bytes: Option<u64>,
+    pub max_header_bytes: Option<u64>,
+    pub header_read_timeout: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    pub api: String,
+    pub base_url: String,
+    pub api_key_env: Option<String>,
+    pub max_in_flight: Option<u32>,
+    pub rate_limit: Option<RawRateLimit>,
+    pub circuit_breaker: Option<RawBreaker>,
+    pub connect_timeout: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    pub requests_per_minute: u32,
+    pub burst: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBreaker {
+    pub error_ratio: Option<f64>,
+    pub window: Option<Dur>,
+    pub min_requests: Option<u32>,
+    pub open_for: Option<Dur>,
+    pub half_open_probes: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    #[serde(rename = "match")]
+    pub matcher: Option<RawMatch>,
+    pub targets: Option<Vec<RawTarget>>,
+    pub deadline: Option<RawDeadline>,
+    pub expected_attempt_ms: Option<u64>,
+    pub retry: Option<RawRetry>,
+    pub circuit_breaker: Option<RawBreaker>,
+    pub max_in_flight: Option<u32>,
+    pub first_byte_timeout: Option<Dur>,
+    pub stream_idle_timeout: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMatch {
+    pub model_prefix: Option<String>,
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawTarget {
+    Name(String),
+    Full(RawTargetFull),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTargetFull {
+    pub provider: String,
+    pub model: Option<String>,
+    pub expected_attempt_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeadline {
+    pub default: Option<Dur>,
+    pub max: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    pub max_attempts: Option<u32>,
+    pub on: Option<Vec<RawOn>>,
+    pub backoff: Option<RawBackoff>,
+    pub budget: Option<RawBudget>,
+    pub respect_retry_after: Option<bool>,
+    pub retry_after_cap: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawOn {
+    Code(u16),
+    Name(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBackoff {
+    pub base_ms: Option<u64>,
+    pub multiplier: Option<f64>,
+    pub max_ms: Option<u64>,
+    pub jitter: Option<String>,
+    pub schedule_ms: Option<Vec<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudget {
+    pub ratio: Option<f64>,
+    pub min_per_second: Option<f64>,
+    pub window: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCaller {
+    pub name: String,
+    pub deadline: Dur,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKey {
+    pub name: Option<String>,
+    pub sha256: Option<String>,
+    pub env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIdempotency {
+    pub ttl: Option<Dur>,
+    pub max_entries: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawState {
+    pub backend: Option<String>,
+    pub url: Option<String>,
+    pub key_prefix: Option<String>,
+    pub replicas: Option<u32>,
+    pub timeout: Option<Dur>,
+}

@@ -1,0 +1,128 @@
+use levee_config::{Api, Config, ConfigError};
+use std::time::Duration;
+
+const SEED_000_ROUTES: &str = r#"routes:
+  - match: { model_prefix: "anthropic/" }
+    retry:
+      max_attempts: 3
+      on: [502, 503, 504, connect_error]
+      backoff: { base_ms: 250, multiplier: 2, jitter: full }
+      budget: { ratio: 0.1, min_per_second: 5 }
+      respect_retry_after: true
+    circuit_breaker:
+      error_ratio: 0.5
+      window: 10s
+      open_for: 5s
+"#;
+
+fn line_of(e: ConfigError) -> (usize, String) {
+    match e {
+        ConfigError::AtLine { line, message } => (line, message),
+        other => panic!("expected a line number: {other}"),
+    }
+}
+
+#[test]
+fn seed_000_routes_block_loads_unchanged() {
+    let c = Config::parse(SEED_000_ROUTES).unwrap();
+    assert!(c.builtin_mock);
+    assert_eq!(c.routes.len(), 1);
+    assert_eq!(c.routes[0].policy.max_attempts(), 3);
+    assert_eq!(c.providers[0].breaker.open_for, Duration::from_secs(5));
+    // With a provider of the prefix's name, the route targets it.
+    let with_provider = format!(
+        "providers:\n  anthropic:\n    api: anthropic\n    base_url: https://api.anthropic.com\n    api_key_env: ANTHROPIC_API_KEY\n{SEED_000_ROUTES}"
+    );
+    let c = Config::parse(&with_provider).unwrap();
+    assert!(!c.builtin_mock);
+    assert_eq!(
+        c.providers[c.routes[0].targets[0].provider].api,
+        Api::Anthropic
+    );
+    assert_eq!(
+        c.routes[0].rewrite_model(0, "anthropic/claude-x"),
+        "claude-x"
+    );
+}
+
+#[test]
+fn unknown_keys_wrong_types_and_bad_durations_name_the_line() {
+    let (line, msg) =
+        line_of(Config::parse("listen: 127.0.0.1:8080\nlisten_typo: 1\n").unwrap_err());
+    assert_eq!(line, 2);
+    assert!(msg.contains("listen_typo"), "{msg}");
+    let bad_window =
+        "routes:\n  - match: { model_prefix: \"a/\" }\n    circuit_breaker:\n      window: ten\n";
+    let (line, msg) = line_of(Config::parse(bad_window).unwrap_err());
+    assert_eq!(line, 4);
+    assert!(msg.contains("like `10s`"), "{msg}");
+    let (line, msg) =
+        line_of(Config::parse("routes:\n  - retry:\n      max_attempts: 0\n").unwrap_err());
+    assert_eq!(line, 3, "{msg}");
+    assert!(msg.contains("max_attempts"), "{msg}");
+}
+
+#[test]
+fn deterministic_4xx_in_on_is_refused() {
+    let text = "routes:\n  - retry: { on: [503, 400] }\n";
+    let (line, msg) = line_of(Config::parse(text).unwrap_err());
+    assert_eq!(line, 2);
+    assert!(msg.contains("deterministic"), "{msg}");
+}
+
+#[test]
+fn targets_fallback_order_and_expected_attempts() {
+    let text = r#"
+providers:
+  anthropic: { api: anthropic, base_url: "https://api.anthropic.com", api_key_env: ANTHROPIC_API_KEY }
+  openai: { api: openai, base_url: "https://api.openai.com/v1", api_key_env: OPENAI_API_KEY }
+routes:
+  - match: { model_prefix: "anthropic/" }
+    targets:
+      - { provider: anthropic, expected_attempt_ms: 35000 }
+      - { provider: openai, model: gpt-4.1, expected_attempt_ms: 30000 }
+    deadline: { default: 30s, max: 120s }
+    retry: { backoff: { schedule_ms: [7000, 11000], jitter: none } }
+  - match: { model_prefix: "openai/" }
+    targets: [openai, anthropic]
+callers:
+  - { name: queue-worker, deadline: 40s }
+"#;
+    let c = Config::parse(text).unwrap();
+    let r = &c.routes[0];
+    assert_eq!(r.targets.len(), 2);
+    assert_eq!(r.rewrite_model(1, "anthropic/claude"), "gpt-4.1");
+    assert_eq!(
+        r.policy.schedule()[1].needs_deadline,
+        Duration::from_millis(72_050)
+    );
+    assert_eq!(
+        c.routes[1].targets[0].expected_attempt,
+        Duration::from_secs(8)
+    );
+    assert_eq!(c.route_for("/v1/chat/completions", "openai/gpt"), Some(1));
+    assert_eq!(c.route_for("/v1/chat/completions", "mistral/x"), None);
+    assert_eq!(c.callers[0].deadline, Duration::from_secs(40));
+    let (line, msg) = line_of(
+        Config::parse("providers:\n  a: { api: openai, base_url: \"ftp://x\" }\n").unwrap_err(),
+    );
+    assert_eq!(line, 2, "{msg}");
+    let (_, msg) = line_of(
+        Config::parse(
+            "providers:\n  a: { api: openai, base_url: \"http://x\" }\nroutes:\n  - targets: [b]\n",
+        )
+        .unwrap_err(),
+    );
+    assert!(msg.contains("not a provider"), "{msg}");
+}
+
+#[test]
+fn empty_config_routes_everything_to_the_builtin_mock() {
+    let c = Config::builtin("127.0.0.1:9999".parse().unwrap());
+    assert!(c.builtin_mock);
+    assert_eq!(
+        c.providers[0].base_url.to_string(),
+        "http://127.0.0.1:9999/"
+    );
+    assert_eq!(c.route_for("/v1/messages", "anything"), Some(0));
+}
