@@ -1,6 +1,8 @@
 //! The `levee` binary: glue only. Each subcommand parses its flags and hands
 //! over to the library crate that does the work.
 
+mod check;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -18,12 +20,18 @@ struct Cli {
 enum Command {
     /// Run a fault-injecting mock provider (OpenAI and Anthropic wire formats).
     Mock(levee_mock::MockArgs),
+    /// Replay an incident in virtual time through the real policy code.
+    Simulate(levee_sim::SimulateArgs),
+    /// Validate a config; print each route's retry schedule and the caller census.
+    Check(check::CheckArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Mock(args) => levee_mock::run_cli(args),
+        Command::Simulate(args) => levee_sim::run_cli(args),
+        Command::Check(args) => check::run(args),
     };
     std::process::exit(code);
 }
