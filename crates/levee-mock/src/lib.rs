@@ -1,14 +1,181 @@
-//! Placeholder: the mock provider is being built (issue 3).
+//! `levee-mock`: a fault-injecting LLM provider for tests and drills. It
+//! speaks the OpenAI (`/v1/chat/completions`, `/v1/embeddings`,
+//! `/v1/responses`, `/v1/models`) and Anthropic (`/v1/messages`) wire formats,
+//! JSON and SSE, and misbehaves on cue: error statuses with `retry-after`,
+//! connection resets, stalls, latency, streams cut mid-way, and a capacity
+//! limit beyond which it refuses work. It records what it saw (`GET
+//! /_mock/stats`) so tests can assert on retries, idempotency keys, deadlines
+//! and abandoned requests, and it can replay a recorded tape of answers.
+//!
+//! It is not a model and not a proxy: answers are canned, token counts are
+//! estimates, and it never calls a real provider. It is not hardened for the
+//! open internet either; bind it to loopback or a test network.
+//!
+//! Use it as `levee mock --listen ADDR [--faults FILE] [--seed N] [--replay
+//! TAPE]`, or in-process with [`spawn`]. The fault document is described on
+//! [`parse_faults`] and in the README; the tape format in `TAPE.md`.
 
-/// Flags of `levee mock`.
-#[derive(Debug, clap::Args)]
-pub struct MockArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:9100")]
-    pub listen: String,
+mod admin;
+mod body;
+mod cli;
+mod clock;
+mod duration;
+mod faults;
+mod request;
+mod server;
+mod stats;
+mod tape;
+mod wire;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use cli::{run_cli, MockArgs};
+pub use faults::{parse_faults, FaultError, FaultSet};
+pub use stats::{FaultCounts, Stats, TimeoutSeen};
+pub use tape::{Tape, TapeEntry, TapeError};
+
+/// How to run a mock server in-process.
+#[derive(Debug, Clone, Default)]
+pub struct MockOptions {
+    /// Faults in force from the start (replace them later with
+    /// [`MockHandle::set_faults`] or `POST /_mock/faults`).
+    pub faults: FaultSet,
+    /// Seed for probabilistic faults and latency draws.
+    pub seed: u64,
+    /// Answers to replay, in order, before answering normally.
+    pub replay: Option<Tape>,
 }
 
-/// Runs `levee mock` until interrupted; returns the process exit code.
-pub fn run_cli(_args: MockArgs) -> i32 {
-    0
+/// What can go wrong starting the mock. Each message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum MockError {
+    #[error("cannot listen on {addr}: {source} (is the port in use? port 0 picks a free one)")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("--listen {addr:?} is not an address like 127.0.0.1:9100: {reason}")]
+    Listen { addr: String, reason: String },
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Faults { path: PathBuf, source: FaultError },
+    #[error("{}: {source}", path.display())]
+    Tape { path: PathBuf, source: TapeError },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+fn read(path: &Path) -> Result<String, MockError> {
+    std::fs::read_to_string(path).map_err(|source| MockError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads and validates a fault document (YAML or JSON) from a file.
+pub fn load_faults(path: &Path) -> Result<FaultSet, MockError> {
+    parse_faults(&read(path)?).map_err(|source| MockError::Faults {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads and validates a replay tape (JSON Lines) from a file.
+pub fn load_tape(path: &Path) -> Result<Tape, MockError> {
+    Tape::parse(&read(path)?).map_err(|source| MockError::Tape {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// A running mock server. Dropping it stops the server (connections are
+/// aborted in the background); [`MockHandle::shutdown`] also waits for that.
+pub struct MockHandle {
+    addr: SocketAddr,
+    shared: Arc<server::Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl MockHandle {
+    /// The bound address (with the real port when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://IP:PORT`, for base URLs.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// What the server has seen (same as `GET /_mock/stats`).
+    pub fn stats(&self) -> Stats {
+        self.shared.stats.snapshot()
+    }
+
+    /// Clears the stats (same as `POST /_mock/reset`).
+    pub fn reset_stats(&self) {
+        self.shared.stats.reset();
+    }
+
+    /// Replaces the fault set and restarts the fault clock (same as
+    /// `POST /_mock/faults`).
+    pub fn set_faults(&self, faults: FaultSet) {
+        self.shared.set_faults(faults);
+    }
+
+    /// Stops accepting, aborts open connections and waits until they are gone.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for MockHandle {
+    fn drop(&mut self) {
+        // Dropping `stop` ends the accept loop, which aborts the connections.
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl std::fmt::Debug for MockHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockHandle")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+/// Binds `addr` (port 0 for any free port) and serves in background tasks on
+/// the current tokio runtime.
+pub async fn spawn(addr: SocketAddr, opts: MockOptions) -> Result<MockHandle, MockError> {
+    let bind_err = |source| MockError::Bind { addr, source };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(bind_err)?;
+    let local = listener.local_addr().map_err(bind_err)?;
+    let shared = Arc::new(server::Shared::new(opts.faults, opts.seed, opts.replay));
+    let (stop, stopped) = oneshot::channel();
+    let task = tokio::spawn(server::accept_loop(listener, Arc::clone(&shared), stopped));
+    Ok(MockHandle {
+        addr: local,
+        shared,
+        stop: Some(stop),
+        task: Some(task),
+    })
 }

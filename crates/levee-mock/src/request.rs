@@ -1,0 +1,377 @@
+//! Reading provider requests: which endpoint, which dialect, and the few body
+//! fields the mock needs (model, stream flags, token limits, inputs).
+//! Everything else in the body is skipped without being materialised.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use http::{HeaderMap, Method};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use crate::wire::Dialect;
+
+/// The provider endpoints the mock answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    Chat,
+    Messages,
+    Embeddings,
+    Responses,
+    Models,
+    Model(String),
+    NotFound,
+    MethodNotAllowed,
+}
+
+impl Endpoint {
+    pub(crate) fn route(method: &Method, path: &str) -> Endpoint {
+        let post = |e| {
+            if method == Method::POST {
+                e
+            } else {
+                Endpoint::MethodNotAllowed
+            }
+        };
+        match path {
+            "/v1/chat/completions" => post(Endpoint::Chat),
+            "/v1/messages" => post(Endpoint::Messages),
+            "/v1/embeddings" => post(Endpoint::Embeddings),
+            "/v1/responses" => post(Endpoint::Responses),
+            "/v1/models" if method == Method::GET => Endpoint::Models,
+            "/v1/models" => Endpoint::MethodNotAllowed,
+            _ => match path.strip_prefix("/v1/models/") {
+                Some(id) if !id.is_empty() && method == Method::GET => {
+                    Endpoint::Model(id.to_owned())
+                }
+                _ => Endpoint::NotFound,
+            },
+        }
+    }
+
+    /// Index into `stats::PATHS`.
+    pub(crate) fn path_index(path: &str) -> usize {
+        match path {
+            "/v1/chat/completions" => 0,
+            "/v1/messages" => 1,
+            "/v1/embeddings" => 2,
+            "/v1/responses" => 3,
+            p if p == "/v1/models" || p.starts_with("/v1/models/") => 4,
+            _ => 5,
+        }
+    }
+
+    fn has_body(&self) -> bool {
+        matches!(
+            self,
+            Endpoint::Chat | Endpoint::Messages | Endpoint::Embeddings | Endpoint::Responses
+        )
+    }
+}
+
+/// Anthropic for `/v1/messages` and for any request carrying
+/// `anthropic-version`; OpenAI otherwise.
+pub(crate) fn dialect(path: &str, headers: &HeaderMap) -> Dialect {
+    if path.starts_with("/v1/messages") || headers.contains_key("anthropic-version") {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenAi
+    }
+}
+
+/// The body fields the mock looks at. Unknown fields are ignored.
+#[derive(Deserialize, Default)]
+pub(crate) struct Body<'a> {
+    #[serde(borrow, default)]
+    pub model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    messages: Option<Shape>,
+    #[serde(default)]
+    input: Option<Shape>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    dimensions: Option<u64>,
+    #[serde(borrow, default)]
+    encoding_format: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+impl Body<'_> {
+    pub(crate) fn streaming(&self) -> bool {
+        self.stream == Some(true)
+    }
+
+    pub(crate) fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false)
+    }
+
+    pub(crate) fn max_tokens(&self) -> Option<u64> {
+        self.max_completion_tokens
+            .or(self.max_tokens)
+            .or(self.max_output_tokens)
+    }
+
+    pub(crate) fn embedding_inputs(&self) -> usize {
+        match self.input {
+            Some(Shape::Array {
+                len,
+                of_numbers: false,
+            }) => len.max(1),
+            _ => 1,
+        }
+    }
+
+    pub(crate) fn dimensions(&self) -> usize {
+        self.dimensions.map_or(16, |d| d.clamp(1, 4096) as usize)
+    }
+
+    pub(crate) fn base64(&self) -> bool {
+        self.encoding_format.as_deref() == Some("base64")
+    }
+}
+
+/// A rejected request: message plus the offending parameter (OpenAI `param`)
+/// and OpenAI `code`.
+#[derive(Debug)]
+pub(crate) struct Invalid {
+    pub message: String,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
+}
+
+/// Parses and validates a body for `endpoint`. On failure the model is still
+/// returned when it could be read, so stats can count it.
+pub(crate) fn parse<'a>(
+    endpoint: &Endpoint,
+    dialect: Dialect,
+    bytes: &'a [u8],
+) -> Result<Body<'a>, (Option<Cow<'a, str>>, Invalid)> {
+    if !endpoint.has_body() {
+        return Ok(Body::default());
+    }
+    let body: Body<'a> = serde_json::from_slice(bytes).map_err(|e| {
+        let message = match dialect {
+            Dialect::OpenAi => format!(
+                "We could not parse the JSON body of your request. ({e}) \
+                 Send a JSON object with `model` and `messages`."
+            ),
+            Dialect::Anthropic => format!("There was an error parsing the body: {e}"),
+        };
+        (
+            None,
+            Invalid {
+                message,
+                param: None,
+                code: None,
+            },
+        )
+    })?;
+    let required: &[&'static str] = match endpoint {
+        Endpoint::Chat | Endpoint::Messages => &["model", "messages"],
+        Endpoint::Embeddings => &["model", "input"],
+        _ => &["model"],
+    };
+    for &field in required {
+        let problem = match field {
+            "model" => match body.model.as_deref() {
+                None => Some(Problem::Missing),
+                Some("") => Some(Problem::Empty),
+                Some(_) => None,
+            },
+            "messages" => match body.messages {
+                None => Some(Problem::Missing),
+                Some(Shape::Array { .. }) => None,
+                Some(Shape::Other(kind)) => Some(Problem::NotArray(kind)),
+            },
+            _ => body.input.is_none().then_some(Problem::Missing),
+        };
+        if let Some(problem) = problem {
+            return Err((body.model.clone(), invalid(dialect, field, problem)));
+        }
+    }
+    Ok(body)
+}
+
+enum Problem {
+    Missing,
+    Empty,
+    NotArray(&'static str),
+}
+
+fn invalid(dialect: Dialect, field: &'static str, problem: Problem) -> Invalid {
+    let (message, code) = match (dialect, problem) {
+        (Dialect::OpenAi, Problem::Missing) => (
+            format!("Missing required parameter: '{field}'."),
+            "missing_required_parameter",
+        ),
+        (Dialect::OpenAi, Problem::Empty) => (
+            format!("Invalid '{field}': empty string. Expected a non-empty string."),
+            "invalid_value",
+        ),
+        (Dialect::OpenAi, Problem::NotArray(kind)) => (
+            format!(
+                "Invalid type for '{field}': expected an array of objects, but got {kind} instead."
+            ),
+            "invalid_type",
+        ),
+        (Dialect::Anthropic, Problem::Missing) => (format!("{field}: Field required"), ""),
+        (Dialect::Anthropic, Problem::Empty) => (
+            format!("{field}: String should have at least 1 character"),
+            "",
+        ),
+        (Dialect::Anthropic, Problem::NotArray(_)) => {
+            (format!("{field}: Input should be a valid list"), "")
+        }
+    };
+    Invalid {
+        message,
+        param: Some(field),
+        code: (!code.is_empty()).then_some(code),
+    }
+}
+
+/// Whether a field is an array (and of what), read without allocating.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Array { len: usize, of_numbers: bool },
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ShapeVisitor)
+    }
+}
+
+struct ShapeVisitor;
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = Shape;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+        let mut len = 0;
+        let mut of_numbers = false;
+        while let Some(is_number) = seq.next_element::<IsNumber>()? {
+            if len == 0 {
+                of_numbers = is_number.0;
+            }
+            len += 1;
+        }
+        Ok(Shape::Array { len, of_numbers })
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Shape::Other("an object"))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Shape, E> {
+        Ok(Shape::Other("a string"))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Shape, E> {
+        Ok(Shape::Other("a boolean"))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Shape, E> {
+        Ok(Shape::Other("null"))
+    }
+}
+
+/// One array element: is it a number (a token id)?
+struct IsNumber(bool);
+
+impl<'de> Deserialize<'de> for IsNumber {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ShapeVisitor)
+            .map(|shape| IsNumber(matches!(shape, Shape::Other("a number"))))
+    }
+}
+
+/// A rough token count: about four bytes of request per token.
+pub(crate) fn prompt_tokens(body_len: usize) -> u64 {
+    (body_len as u64 / 4).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<Body<'_>, (Option<Cow<'_, str>>, Invalid)> {
+        parse(&Endpoint::Chat, Dialect::OpenAi, body.as_bytes())
+    }
+
+    #[test]
+    fn reads_the_fields_it_needs() {
+        let b = chat(r#"{"model":"gpt","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":3,"extra":{"a":[1,2]}}"#).unwrap();
+        assert_eq!(b.model.as_deref(), Some("gpt"));
+        assert!(b.streaming() && b.include_usage());
+        assert_eq!(b.max_tokens(), Some(3));
+    }
+
+    #[test]
+    fn rejects_what_providers_reject() {
+        let (_, e) = chat("{not json").err().unwrap();
+        assert!(e.message.contains("could not parse the JSON"));
+        let (_, e) = chat(r#"{"messages":[]}"#).err().unwrap();
+        assert_eq!(e.param, Some("model"));
+        let (model, e) = chat(r#"{"model":"m"}"#).err().unwrap();
+        assert_eq!(
+            (model.as_deref(), e.param, e.code),
+            (
+                Some("m"),
+                Some("messages"),
+                Some("missing_required_parameter")
+            )
+        );
+        let (_, e) = chat(r#"{"model":"m","messages":"hi"}"#).err().unwrap();
+        assert_eq!(e.code, Some("invalid_type"));
+        let (_, e) = parse(&Endpoint::Messages, Dialect::Anthropic, br#"{"model":"m"}"#)
+            .err()
+            .unwrap();
+        assert_eq!(e.message, "messages: Field required");
+    }
+
+    #[test]
+    fn embedding_inputs() {
+        let p = |s: &'static str| {
+            parse(&Endpoint::Embeddings, Dialect::OpenAi, s.as_bytes())
+                .ok()
+                .unwrap()
+        };
+        assert_eq!(p(r#"{"model":"e","input":"a"}"#).embedding_inputs(), 1);
+        assert_eq!(
+            p(r#"{"model":"e","input":["a","b","c"]}"#).embedding_inputs(),
+            3
+        );
+        assert_eq!(p(r#"{"model":"e","input":[1,2,3]}"#).embedding_inputs(), 1);
+        assert_eq!(
+            p(r#"{"model":"e","input":[[1],[2]]}"#).embedding_inputs(),
+            2
+        );
+    }
+}

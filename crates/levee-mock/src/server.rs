@@ -1,0 +1,414 @@
+//! The HTTP/1.1 server: accept loop, per-connection hyper service, and the
+//! request path (stats, capacity, tape, faults, answer).
+
+use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use crate::body::MockBody;
+use crate::faults::{Decision, ErrorSpec, FaultSet, Outcome};
+use crate::request::{self, Body, Endpoint};
+use crate::stats::{Collector, FaultKind, RequestGuard};
+use crate::tape::{self, Player, Tape};
+use crate::wire::{self, Dialect, EmbeddingsAsk, Reply};
+use crate::{admin, clock};
+
+/// Request bodies larger than this get a 413.
+const MAX_BODY: usize = 32 * 1024 * 1024;
+
+/// State shared by every connection of one mock server.
+pub(crate) struct Shared {
+    pub stats: Arc<Collector>,
+    faults: RwLock<Arc<Active>>,
+    rng: Mutex<SmallRng>,
+    tape: Option<Player>,
+    ids: AtomicU64,
+}
+
+/// The fault set in force and when its clock started.
+struct Active {
+    set: FaultSet,
+    epoch: Instant,
+}
+
+impl Shared {
+    pub(crate) fn new(faults: FaultSet, seed: u64, tape: Option<Tape>) -> Shared {
+        Shared {
+            stats: Arc::new(Collector::default()),
+            faults: RwLock::new(Arc::new(Active {
+                set: faults,
+                epoch: clock::now(),
+            })),
+            rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+            tape: tape.map(Player::new),
+            ids: AtomicU64::new(1),
+        }
+    }
+
+    /// Replaces the fault set and restarts its clock.
+    pub(crate) fn set_faults(&self, set: FaultSet) {
+        let active = Arc::new(Active {
+            set,
+            epoch: clock::now(),
+        });
+        *self.faults.write().unwrap_or_else(PoisonError::into_inner) = active;
+    }
+
+    fn active(&self) -> Arc<Active> {
+        Arc::clone(&self.faults.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Accepts connections until `stop` fires (or its sender is dropped), then
+/// aborts every connection and waits for them to be gone.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    conns.spawn(serve_connection(stream, Arc::clone(&shared)));
+                }
+                // Out of file descriptors and the like: back off, keep serving.
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    conns.shutdown().await;
+}
+
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    let reset = Arc::new(AtomicBool::new(false));
+    let io = TokioIo::new(ConnIo {
+        stream,
+        reset: Arc::clone(&reset),
+    });
+    let service = service_fn(move |req| handle(Arc::clone(&shared), Arc::clone(&reset), req));
+    // Errors here are the client going away or a deliberate reset/cut.
+    let _ = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .serve_connection(io, service)
+        .await;
+}
+
+/// Asked of hyper to close a connection without answering (`reset`).
+#[derive(Debug, thiserror::Error)]
+#[error("levee mock reset the connection on purpose")]
+struct ResetConnection;
+
+type Answer = Result<Response<MockBody>, ResetConnection>;
+
+async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incoming>) -> Answer {
+    let path = req.uri().path();
+    if path.starts_with("/_mock/") || path == "/_mock" {
+        return Ok(admin::handle(&shared, req).await);
+    }
+    let guard = shared.stats.begin(Endpoint::path_index(path));
+    let endpoint = Endpoint::route(req.method(), path);
+    let dialect = request::dialect(path, req.headers());
+    let (parts, body) = req.into_parts();
+    if let Some(ms) = header_u64(&parts.headers, "x-timeout-ms") {
+        shared.stats.timeout_ms(ms);
+    }
+    let bytes = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            let message = format!("Request body is larger than {MAX_BODY} bytes.");
+            let status = StatusCode::PAYLOAD_TOO_LARGE;
+            let body = wire::error(dialect, status, &message, None, None);
+            return Ok(json_answer(status, body, guard));
+        }
+        // The client went away mid-body; the guard counts it.
+        Err(_) => return Err(ResetConnection),
+    };
+    let parsed = request::parse(&endpoint, dialect, &bytes);
+    let model = match &parsed {
+        Ok(body) => body.model.as_deref(),
+        Err((model, _)) => model.as_deref(),
+    };
+    let idempotency_key = parts
+        .headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok());
+    shared.stats.model_and_key(model, idempotency_key);
+
+    let active = shared.active();
+    if let Some(capacity) = active.set.capacity() {
+        if guard.in_flight_before >= capacity.max_in_flight {
+            shared.stats.fault(FaultKind::Capacity);
+            return Ok(error_answer(dialect, capacity.error, guard));
+        }
+    }
+
+    if let Some(entry) = shared.tape.as_ref().and_then(Player::next) {
+        shared.stats.replayed();
+        return replay(entry, guard, &reset).await;
+    }
+
+    let streaming = parsed.as_ref().is_ok_and(Body::streaming);
+    let decision = if active.set.has_faults() {
+        let elapsed = clock::now().saturating_duration_since(active.epoch);
+        active.set.decide(elapsed, model, streaming, &shared.rng)
+    } else {
+        Decision::default()
+    };
+    drop(active);
+    if !decision.delay.is_zero() || (streaming && decision.chunk_delay.is_some()) {
+        shared.stats.fault(FaultKind::Delayed);
+    }
+    if !decision.delay.is_zero() {
+        tokio::time::sleep(decision.delay).await;
+    }
+    let mut cut_after = None;
+    match decision.outcome {
+        Outcome::Normal => {}
+        Outcome::Status(spec) => {
+            shared.stats.fault(FaultKind::Status);
+            return Ok(error_answer(dialect, spec, guard));
+        }
+        Outcome::Reset => {
+            shared.stats.fault(FaultKind::Reset);
+            return reset_connection(guard, &reset);
+        }
+        Outcome::Stall => {
+            shared.stats.fault(FaultKind::Stall);
+            return stall(guard).await;
+        }
+        Outcome::CutStreamAfter(n) => {
+            shared.stats.fault(FaultKind::CutStream);
+            cut_after = Some(n as usize);
+        }
+    }
+
+    let body = match parsed {
+        Ok(body) => body,
+        Err((_, invalid)) => {
+            let status = StatusCode::BAD_REQUEST;
+            let body = wire::error(
+                dialect,
+                status,
+                &invalid.message,
+                invalid.param,
+                invalid.code,
+            );
+            return Ok(json_answer(status, body, guard));
+        }
+    };
+    let reply = Reply {
+        model: body.model.as_deref().unwrap_or("mock-model"),
+        id: shared.ids.fetch_add(1, Ordering::Relaxed),
+        created: clock::unix_secs(),
+        prompt_tokens: request::prompt_tokens(bytes.len()),
+        pieces: Reply::pieces_for(body.max_tokens()),
+    };
+    let streamed = match endpoint {
+        _ if !body.streaming() => None,
+        Endpoint::Chat => Some(wire::chat_completion_stream(&reply, body.include_usage())),
+        Endpoint::Messages => Some(wire::anthropic_message_stream(&reply)),
+        Endpoint::Responses => Some(wire::response_stream(&reply)),
+        _ => None,
+    };
+    if let Some(chunks) = streamed {
+        return Ok(stream_answer(
+            chunks,
+            decision.chunk_delay,
+            cut_after,
+            guard,
+        ));
+    }
+    Ok(match endpoint {
+        Endpoint::Chat => json_answer(StatusCode::OK, wire::chat_completion(&reply), guard),
+        Endpoint::Messages => json_answer(StatusCode::OK, wire::anthropic_message(&reply), guard),
+        Endpoint::Responses => json_answer(StatusCode::OK, wire::response(&reply), guard),
+        Endpoint::Embeddings => {
+            let ask = EmbeddingsAsk {
+                inputs: body.embedding_inputs(),
+                dimensions: body.dimensions(),
+                base64: body.base64(),
+            };
+            let out = wire::embeddings(reply.model, reply.prompt_tokens, &ask);
+            json_answer(StatusCode::OK, out, guard)
+        }
+        Endpoint::Models => json_answer(StatusCode::OK, wire::models(dialect), guard),
+        Endpoint::Model(id) => json_answer(StatusCode::OK, wire::model(dialect, &id), guard),
+        Endpoint::NotFound | Endpoint::MethodNotAllowed => {
+            let status = if endpoint == Endpoint::NotFound {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::METHOD_NOT_ALLOWED
+            };
+            let message = format!(
+                "Invalid URL ({} {}): levee mock answers POST /v1/chat/completions, \
+                 /v1/messages, /v1/embeddings, /v1/responses and GET /v1/models",
+                parts.method,
+                parts.uri.path()
+            );
+            let body = wire::error(dialect, status, &message, None, None);
+            json_answer(status, body, guard)
+        }
+    })
+}
+
+fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+fn reset_connection(mut guard: RequestGuard, reset: &AtomicBool) -> Answer {
+    guard.intentional_close();
+    reset.store(true, Ordering::Relaxed);
+    Err(ResetConnection)
+}
+
+/// Holds the request until the client goes away (hyper then drops this
+/// future, and the guard counts `client_closed`).
+async fn stall(guard: RequestGuard) -> Answer {
+    let never: Infallible = std::future::pending().await;
+    drop(guard);
+    match never {}
+}
+
+fn json_answer(status: StatusCode, body: Bytes, guard: RequestGuard) -> Response<MockBody> {
+    guard.stats().status(status.as_u16());
+    let mut res = Response::new(MockBody::full(body, guard));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+fn stream_answer(
+    chunks: Vec<Bytes>,
+    chunk_delay: Option<Duration>,
+    cut_after: Option<usize>,
+    guard: RequestGuard,
+) -> Response<MockBody> {
+    guard.stats().status(200);
+    let mut res = Response::new(MockBody::stream(chunks, chunk_delay, cut_after, guard));
+    let headers = res.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    res
+}
+
+fn error_answer(dialect: Dialect, spec: ErrorSpec, guard: RequestGuard) -> Response<MockBody> {
+    let message = wire::injected_message(dialect, spec.status);
+    let body = wire::error(dialect, spec.status, &message, None, None);
+    let mut res = json_answer(spec.status, body, guard);
+    let headers = res.headers_mut();
+    if let Some(secs) = spec.retry_after {
+        headers.insert("retry-after", HeaderValue::from(secs));
+    }
+    if let Some(ms) = spec.retry_after_ms {
+        headers.insert("retry-after-ms", HeaderValue::from(ms));
+    }
+    res
+}
+
+async fn replay(entry: &tape::Compiled, guard: RequestGuard, reset: &AtomicBool) -> Answer {
+    if !entry.delay.is_zero() {
+        tokio::time::sleep(entry.delay).await;
+    }
+    let body = match &entry.body {
+        tape::Body::Reset => return reset_connection(guard, reset),
+        tape::Body::Stall => return stall(guard).await,
+        tape::Body::Full(bytes) => {
+            guard.stats().status(entry.status.as_u16());
+            MockBody::full(bytes.clone(), guard)
+        }
+        tape::Body::Chunks { chunks, cut } => {
+            guard.stats().status(entry.status.as_u16());
+            let cut_after = cut.then_some(chunks.len());
+            MockBody::stream(chunks.clone(), entry.chunk_delay, cut_after, guard)
+        }
+    };
+    let mut res = Response::new(body);
+    *res.status_mut() = entry.status;
+    *res.headers_mut() = entry.headers.clone();
+    Ok(res)
+}
+
+/// The accepted socket. When the service asked for a reset, dropping it
+/// sets `SO_LINGER` to zero first so the close is a TCP RST, not a FIN.
+struct ConnIo {
+    stream: TcpStream,
+    reset: Arc<AtomicBool>,
+}
+
+impl Drop for ConnIo {
+    fn drop(&mut self) {
+        if self.reset.load(Ordering::Relaxed) {
+            let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+        }
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,678 @@
+//! Response bodies in the providers' wire formats: OpenAI chat completions,
+//! embeddings, Responses and models; Anthropic messages and models; both as
+//! JSON and as SSE event sequences; and each dialect's error shape.
+//!
+//! Bodies are written straight into a byte buffer from fixed fragments; the
+//! only per-request inputs are the model name, an id, a timestamp and token
+//! counts.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use http::StatusCode;
+
+/// Which provider's conventions an answer follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    OpenAi,
+    Anthropic,
+}
+
+/// The assistant's answer, cut into stream pieces (one token each).
+const PIECES: [&str; 8] = [
+    "This",
+    " is",
+    " a",
+    " mock",
+    " response",
+    " from",
+    " Levee",
+    ".",
+];
+
+/// What one successful answer is made of.
+pub(crate) struct Reply<'a> {
+    pub model: &'a str,
+    pub id: u64,
+    pub created: u64,
+    pub prompt_tokens: u64,
+    /// Number of `PIECES` to answer with (1..=8); fewer means truncated.
+    pub pieces: usize,
+}
+
+impl Reply<'_> {
+    /// Honours a `max_tokens`-style limit by answering fewer pieces.
+    pub(crate) fn pieces_for(max_tokens: Option<u64>) -> usize {
+        match max_tokens {
+            Some(n) => usize::try_from(n)
+                .unwrap_or(usize::MAX)
+                .clamp(1, PIECES.len()),
+            None => PIECES.len(),
+        }
+    }
+
+    fn truncated(&self) -> bool {
+        self.pieces < PIECES.len()
+    }
+
+    fn completion_tokens(&self) -> u64 {
+        self.pieces as u64
+    }
+
+    fn text(&self) -> String {
+        PIECES[..self.pieces].concat()
+    }
+}
+
+fn json_str(out: &mut String, s: &str) {
+    // Writing into a String cannot fail; a str always serializes.
+    if let Ok(quoted) = serde_json::to_string(s) {
+        out.push_str(&quoted);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// OpenAI chat completions
+// ---------------------------------------------------------------------------
+
+fn openai_usage(out: &mut String, r: &Reply<'_>) {
+    let _ = write!(
+        out,
+        r#"{{"prompt_tokens":{p},"completion_tokens":{c},"total_tokens":{t},"prompt_tokens_details":{{"cached_tokens":0,"audio_tokens":0}},"completion_tokens_details":{{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}}"#,
+        p = r.prompt_tokens,
+        c = r.completion_tokens(),
+        t = r.prompt_tokens + r.completion_tokens()
+    );
+}
+
+pub(crate) fn chat_completion(r: &Reply<'_>) -> Bytes {
+    let mut out = String::with_capacity(768);
+    let _ = write!(
+        out,
+        r#"{{"id":"chatcmpl-levee{:012}","object":"chat.completion","created":{},"model":"#,
+        r.id, r.created
+    );
+    json_str(&mut out, r.model);
+    out.push_str(r#","choices":[{"index":0,"message":{"role":"assistant","content":"#);
+    json_str(&mut out, &r.text());
+    out.push_str(r#","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"#);
+    out.push_str(if r.truncated() {
+        "\"length\""
+    } else {
+        "\"stop\""
+    });
+    out.push_str(r#"}],"usage":"#);
+    openai_usage(&mut out, r);
+    out.push_str(r#","service_tier":"default","system_fingerprint":"fp_levee_mock"}"#);
+    Bytes::from(out)
+}
+
+/// `data: {chunk}\n\n` events ending with `data: [DONE]\n\n`. With
+/// `include_usage`, every chunk carries `"usage":null` and one extra chunk
+/// with empty `choices` carries the usage, as OpenAI does.
+pub(crate) fn chat_completion_stream(r: &Reply<'_>, include_usage: bool) -> Vec<Bytes> {
+    let mut head = String::with_capacity(192);
+    let _ = write!(
+        head,
+        r#"data: {{"id":"chatcmpl-levee{:012}","object":"chat.completion.chunk","created":{},"model":"#,
+        r.id, r.created
+    );
+    json_str(&mut head, r.model);
+    head.push_str(r#","service_tier":"default","system_fingerprint":"fp_levee_mock","choices":["#);
+    let tail = if include_usage {
+        "],\"usage\":null}\n\n"
+    } else {
+        "]}\n\n"
+    };
+    let chunk = |choice: &str| Bytes::from(format!("{head}{choice}{tail}"));
+
+    let mut chunks = Vec::with_capacity(r.pieces + 4);
+    chunks.push(chunk(
+        r#"{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}"#,
+    ));
+    for piece in &PIECES[..r.pieces] {
+        let mut choice = String::from(r#"{"index":0,"delta":{"content":"#);
+        json_str(&mut choice, piece);
+        choice.push_str(r#"},"logprobs":null,"finish_reason":null}"#);
+        chunks.push(chunk(&choice));
+    }
+    chunks.push(chunk(if r.truncated() {
+        r#"{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}"#
+    } else {
+        r#"{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}"#
+    }));
+    if include_usage {
+        let mut last = head.clone();
+        last.push_str("],\"usage\":");
+        openai_usage(&mut last, r);
+        last.push_str("}\n\n");
+        chunks.push(Bytes::from(last));
+    }
+    chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    chunks
+}
+
+// ---------------------------------------------------------------------------
+// Anthropic messages
+// ---------------------------------------------------------------------------
+
+fn anthropic_stop_reason(r: &Reply<'_>) -> &'static str {
+    if r.truncated() {
+        "\"max_tokens\""
+    } else {
+        "\"end_turn\""
+    }
+}
+
+fn anthropic_message_head(out: &mut String, r: &Reply<'_>) {
+    let _ = write!(
+        out,
+        r#"{{"id":"msg_levee{:012}","type":"message","role":"assistant","model":"#,
+        r.id
+    );
+    json_str(out, r.model);
+}
+
+pub(crate) fn anthropic_message(r: &Reply<'_>) -> Bytes {
+    let mut out = String::with_capacity(512);
+    anthropic_message_head(&mut out, r);
+    out.push_str(r#","content":[{"type":"text","text":"#);
+    json_str(&mut out, &r.text());
+    out.push_str(r#"}],"stop_reason":"#);
+    out.push_str(anthropic_stop_reason(r));
+    let _ = write!(
+        out,
+        r#","stop_sequence":null,"usage":{{"input_tokens":{},"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":{}}}}}"#,
+        r.prompt_tokens,
+        r.completion_tokens()
+    );
+    Bytes::from(out)
+}
+
+fn event(name: &str, data: &str) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+/// message_start, content_block_start, ping, content_block_delta…,
+/// content_block_stop, message_delta (with usage), message_stop.
+pub(crate) fn anthropic_message_stream(r: &Reply<'_>) -> Vec<Bytes> {
+    let mut chunks = Vec::with_capacity(r.pieces + 6);
+    let mut start = String::from(r#"{"type":"message_start","message":"#);
+    anthropic_message_head(&mut start, r);
+    let _ = write!(
+        start,
+        r#","content":[],"stop_reason":null,"stop_sequence":null,"usage":{{"input_tokens":{},"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}}}}"#,
+        r.prompt_tokens
+    );
+    chunks.push(event("message_start", &start));
+    chunks.push(event(
+        "content_block_start",
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+    ));
+    chunks.push(event("ping", r#"{"type":"ping"}"#));
+    for piece in &PIECES[..r.pieces] {
+        let mut delta = String::from(
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"#,
+        );
+        json_str(&mut delta, piece);
+        delta.push_str("}}");
+        chunks.push(event("content_block_delta", &delta));
+    }
+    chunks.push(event(
+        "content_block_stop",
+        r#"{"type":"content_block_stop","index":0}"#,
+    ));
+    chunks.push(event(
+        "message_delta",
+        &format!(
+            r#"{{"type":"message_delta","delta":{{"stop_reason":{},"stop_sequence":null}},"usage":{{"output_tokens":{}}}}}"#,
+            anthropic_stop_reason(r),
+            r.completion_tokens()
+        ),
+    ));
+    chunks.push(event("message_stop", r#"{"type":"message_stop"}"#));
+    chunks
+}
+
+// ---------------------------------------------------------------------------
+// OpenAI embeddings
+// ---------------------------------------------------------------------------
+
+/// What an embeddings request asked for.
+pub(crate) struct EmbeddingsAsk {
+    pub inputs: usize,
+    pub dimensions: usize,
+    pub base64: bool,
+}
+
+pub(crate) fn embeddings(model: &str, prompt_tokens: u64, ask: &EmbeddingsAsk) -> Bytes {
+    let mut out = String::with_capacity(128 + ask.inputs * ask.dimensions * 12);
+    out.push_str(r#"{"object":"list","data":["#);
+    for index in 0..ask.inputs {
+        if index > 0 {
+            out.push(',');
+        }
+        let values = (0..ask.dimensions).map(|i| {
+            let k = (i * 7 + index * 3) % 17;
+            (k as f32 - 8.0) / 17.0
+        });
+        let _ = write!(
+            out,
+            r#"{{"object":"embedding","index":{index},"embedding":"#
+        );
+        if ask.base64 {
+            let bytes: Vec<u8> = values.flat_map(f32::to_le_bytes).collect();
+            out.push('"');
+            base64_into(&mut out, &bytes);
+            out.push('"');
+        } else {
+            out.push('[');
+            for (i, v) in values.enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{v}");
+            }
+            out.push(']');
+        }
+        out.push('}');
+    }
+    out.push_str(r#"],"model":"#);
+    json_str(&mut out, model);
+    let _ = write!(
+        out,
+        r#","usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":{prompt_tokens}}}}}"#
+    );
+    Bytes::from(out)
+}
+
+fn base64_into(out: &mut String, bytes: &[u8]) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for group in bytes.chunks(3) {
+        let b = [
+            group[0],
+            *group.get(1).unwrap_or(&0),
+            *group.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= group.len() {
+                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// OpenAI Responses API (minimal)
+// ---------------------------------------------------------------------------
+
+fn response_object(out: &mut String, r: &Reply<'_>, completed: bool) {
+    let _ = write!(
+        out,
+        r#"{{"id":"resp_levee{:012}","object":"response","created_at":{},"status":"{}","error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"#,
+        r.id,
+        r.created,
+        if completed {
+            "completed"
+        } else {
+            "in_progress"
+        }
+    );
+    json_str(out, r.model);
+    out.push_str(r#","output":["#);
+    if completed {
+        response_message(out, r, true);
+    }
+    out.push_str(
+        r#"],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":false,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":"#,
+    );
+    if completed {
+        let _ = write!(
+            out,
+            r#"{{"input_tokens":{p},"input_tokens_details":{{"cached_tokens":0}},"output_tokens":{c},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{t}}}"#,
+            p = r.prompt_tokens,
+            c = r.completion_tokens(),
+            t = r.prompt_tokens + r.completion_tokens()
+        );
+    } else {
+        out.push_str("null");
+    }
+    out.push_str(r#","user":null,"metadata":{}}"#);
+}
+
+fn response_message(out: &mut String, r: &Reply<'_>, completed: bool) {
+    let _ = write!(
+        out,
+        r#"{{"type":"message","id":"msg_levee{:012}","status":"{}","role":"assistant","content":["#,
+        r.id,
+        if completed {
+            "completed"
+        } else {
+            "in_progress"
+        }
+    );
+    if completed {
+        out.push_str(r#"{"type":"output_text","text":"#);
+        json_str(out, &r.text());
+        out.push_str(r#","annotations":[]}"#);
+    }
+    out.push_str("]}");
+}
+
+pub(crate) fn response(r: &Reply<'_>) -> Bytes {
+    let mut out = String::with_capacity(1024);
+    response_object(&mut out, r, true);
+    Bytes::from(out)
+}
+
+/// The Responses API event sequence, from `response.created` to
+/// `response.completed`, each with a `sequence_number`.
+pub(crate) fn response_stream(r: &Reply<'_>) -> Vec<Bytes> {
+    let mut chunks = Vec::new();
+    let mut seq = 0u64;
+    let mut push = |name: &str, body: &str| {
+        let data = format!(r#"{{"type":"{name}","sequence_number":{seq},{body}}}"#);
+        seq += 1;
+        chunks.push(event(name, &data));
+    };
+    let item_id = format!("msg_levee{:012}", r.id);
+    let mut created = String::from(r#""response":"#);
+    response_object(&mut created, r, false);
+    push("response.created", &created);
+    push("response.in_progress", &created);
+    let mut item = String::from(r#""output_index":0,"item":"#);
+    response_message(&mut item, r, false);
+    push("response.output_item.added", &item);
+    let part = format!(r#""item_id":"{item_id}","output_index":0,"content_index":0"#);
+    push(
+        "response.content_part.added",
+        &format!(r#"{part},"part":{{"type":"output_text","text":"","annotations":[]}}"#),
+    );
+    for piece in &PIECES[..r.pieces] {
+        let mut delta = format!(r#"{part},"delta":"#);
+        json_str(&mut delta, piece);
+        delta.push_str(r#","logprobs":[]"#);
+        push("response.output_text.delta", &delta);
+    }
+    let mut text = String::new();
+    json_str(&mut text, &r.text());
+    push(
+        "response.output_text.done",
+        &format!(r#"{part},"text":{text},"logprobs":[]"#),
+    );
+    push(
+        "response.content_part.done",
+        &format!(r#"{part},"part":{{"type":"output_text","text":{text},"annotations":[]}}"#),
+    );
+    let mut item = String::from(r#""output_index":0,"item":"#);
+    response_message(&mut item, r, true);
+    push("response.output_item.done", &item);
+    let mut done = String::from(r#""response":"#);
+    response_object(&mut done, r, true);
+    push("response.completed", &done);
+    chunks
+}
+
+// ---------------------------------------------------------------------------
+// Models
+// ---------------------------------------------------------------------------
+
+const OPENAI_MODELS: [&str; 5] = [
+    "gpt-4.1",
+    "gpt-4o",
+    "gpt-4o-mini",
+    "text-embedding-3-small",
+    "mock-model",
+];
+const ANTHROPIC_MODELS: [&str; 3] = ["claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1"];
+
+fn model_object(out: &mut String, dialect: Dialect, id: &str) {
+    match dialect {
+        Dialect::OpenAi => {
+            out.push_str(r#"{"id":"#);
+            json_str(out, id);
+            out.push_str(r#","object":"model","created":1700000000,"owned_by":"levee-mock"}"#);
+        }
+        Dialect::Anthropic => {
+            out.push_str(r#"{"type":"model","id":"#);
+            json_str(out, id);
+            out.push_str(r#","display_name":"#);
+            json_str(out, id);
+            out.push_str(r#","created_at":"2025-01-01T00:00:00Z"}"#);
+        }
+    }
+}
+
+pub(crate) fn models(dialect: Dialect) -> Bytes {
+    let ids: &[&str] = match dialect {
+        Dialect::OpenAi => &OPENAI_MODELS,
+        Dialect::Anthropic => &ANTHROPIC_MODELS,
+    };
+    let mut out = String::from(if dialect == Dialect::OpenAi {
+        r#"{"object":"list","data":["#
+    } else {
+        r#"{"data":["#
+    });
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        model_object(&mut out, dialect, id);
+    }
+    out.push(']');
+    if dialect == Dialect::Anthropic {
+        let _ = write!(
+            out,
+            r#","has_more":false,"first_id":"{}","last_id":"{}""#,
+            ids[0],
+            ids[ids.len() - 1]
+        );
+    }
+    out.push('}');
+    Bytes::from(out)
+}
+
+pub(crate) fn model(dialect: Dialect, id: &str) -> Bytes {
+    let mut out = String::new();
+    model_object(&mut out, dialect, id);
+    Bytes::from(out)
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/// `(type, code)` as each provider labels an error status.
+fn error_labels(dialect: Dialect, status: StatusCode) -> (&'static str, Option<&'static str>) {
+    let code = status.as_u16();
+    match dialect {
+        Dialect::OpenAi => match code {
+            401 => ("invalid_request_error", Some("invalid_api_key")),
+            403 => (
+                "invalid_request_error",
+                Some("unsupported_country_region_territory"),
+            ),
+            404 => ("invalid_request_error", Some("model_not_found")),
+            429 => ("requests", Some("rate_limit_exceeded")),
+            400..=499 => ("invalid_request_error", None),
+            _ => ("server_error", None),
+        },
+        Dialect::Anthropic => match code {
+            401 => ("authentication_error", None),
+            402 => ("billing_error", None),
+            403 => ("permission_error", None),
+            404 => ("not_found_error", None),
+            413 => ("request_too_large", None),
+            429 => ("rate_limit_error", None),
+            504 => ("timeout_error", None),
+            503 | 529 => ("overloaded_error", None),
+            400..=499 => ("invalid_request_error", None),
+            _ => ("api_error", None),
+        },
+    }
+}
+
+/// The message a fault-injected error carries.
+pub(crate) fn injected_message(dialect: Dialect, status: StatusCode) -> String {
+    let what = match status.as_u16() {
+        429 => "Rate limit reached",
+        503 | 529 if dialect == Dialect::Anthropic => "Overloaded",
+        503 | 529 => "The server is overloaded or not ready yet",
+        500 => "The server had an error while processing your request",
+        _ => status.canonical_reason().unwrap_or("Error"),
+    };
+    format!("{what} (injected by levee mock: HTTP {})", status.as_u16())
+}
+
+/// An error body in the dialect's own shape. `param` and `code` only appear
+/// in OpenAI bodies; `code` overrides the default for the status.
+pub(crate) fn error(
+    dialect: Dialect,
+    status: StatusCode,
+    message: &str,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Bytes {
+    let (kind, default_code) = error_labels(dialect, status);
+    let mut out = String::with_capacity(160 + message.len());
+    match dialect {
+        Dialect::OpenAi => {
+            out.push_str(r#"{"error":{"message":"#);
+            json_str(&mut out, message);
+            let _ = write!(out, r#","type":"{kind}","param":"#);
+            match param {
+                Some(p) => json_str(&mut out, p),
+                None => out.push_str("null"),
+            }
+            out.push_str(r#","code":"#);
+            match code.or(default_code) {
+                Some(c) => json_str(&mut out, c),
+                None => out.push_str("null"),
+            }
+            out.push_str("}}");
+        }
+        Dialect::Anthropic => {
+            let _ = write!(
+                out,
+                r#"{{"type":"error","error":{{"type":"{kind}","message":"#
+            );
+            json_str(&mut out, message);
+            out.push_str("}}");
+        }
+    }
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(pieces: usize) -> Reply<'static> {
+        Reply {
+            model: "m\"x",
+            id: 7,
+            created: 1,
+            prompt_tokens: 5,
+            pieces,
+        }
+    }
+
+    fn json(b: &[u8]) -> serde_json::Value {
+        serde_json::from_slice(b).unwrap()
+    }
+
+    #[test]
+    fn all_json_bodies_parse() {
+        let r = reply(8);
+        let c = json(&chat_completion(&r));
+        assert_eq!(c["model"], "m\"x");
+        assert_eq!(c["usage"]["total_tokens"], 13);
+        assert_eq!(
+            c["choices"][0]["message"]["content"],
+            "This is a mock response from Levee."
+        );
+        let m = json(&anthropic_message(&reply(3)));
+        assert_eq!(m["stop_reason"], "max_tokens");
+        assert_eq!(m["content"][0]["text"], "This is a");
+        let e = json(&embeddings(
+            "e",
+            3,
+            &EmbeddingsAsk {
+                inputs: 2,
+                dimensions: 4,
+                base64: false,
+            },
+        ));
+        assert_eq!(e["data"][1]["embedding"].as_array().unwrap().len(), 4);
+        let resp = json(&response(&r));
+        assert_eq!(resp["output"][0]["content"][0]["type"], "output_text");
+        json(&models(Dialect::OpenAi));
+        json(&models(Dialect::Anthropic));
+        json(&model(Dialect::Anthropic, "x"));
+        let err = json(&error(
+            Dialect::OpenAi,
+            StatusCode::BAD_REQUEST,
+            "bad",
+            Some("messages"),
+            None,
+        ));
+        assert_eq!(err["error"]["param"], "messages");
+        assert_eq!(err["error"]["type"], "invalid_request_error");
+        let err = json(&error(
+            Dialect::Anthropic,
+            StatusCode::from_u16(529).unwrap(),
+            "o",
+            None,
+            None,
+        ));
+        assert_eq!(err["error"]["type"], "overloaded_error");
+    }
+
+    #[test]
+    fn streams_are_sse() {
+        let r = reply(8);
+        let chunks = chat_completion_stream(&r, true);
+        assert_eq!(chunks.last().unwrap().as_ref(), b"data: [DONE]\n\n");
+        for c in &chunks[..chunks.len() - 1] {
+            let s = std::str::from_utf8(c).unwrap();
+            let body = s
+                .strip_prefix("data: ")
+                .unwrap()
+                .strip_suffix("\n\n")
+                .unwrap();
+            json(body.as_bytes());
+        }
+        let usage = &chunks[chunks.len() - 2];
+        assert!(std::str::from_utf8(usage)
+            .unwrap()
+            .contains("\"choices\":[],\"usage\":{"));
+        for c in anthropic_message_stream(&r)
+            .iter()
+            .chain(&response_stream(&r))
+        {
+            let s = std::str::from_utf8(c).unwrap();
+            let (ev, data) = s.split_once('\n').unwrap();
+            assert!(ev.starts_with("event: "));
+            let v = json(data.strip_prefix("data: ").unwrap().trim_end().as_bytes());
+            assert_eq!(v["type"], ev.trim_start_matches("event: "));
+        }
+    }
+
+    #[test]
+    fn base64_matches_known_vectors() {
+        for (input, want) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+        ] {
+            let mut out = String::new();
+            base64_into(&mut out, input);
+            assert_eq!(out, want);
+        }
+    }
+}
