@@ -2,6 +2,7 @@
 //! over to the library crate that does the work.
 
 mod check;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the gateway (no --config: in front of a built-in mock provider).
+    Serve(serve::ServeArgs),
     /// Run a fault-injecting mock provider (OpenAI and Anthropic wire formats).
     Mock(levee_mock::MockArgs),
     /// Replay an incident in virtual time through the real policy code.
@@ -29,6 +32,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Mock(args) => levee_mock::run_cli(args),
         Command::Simulate(args) => levee_sim::run_cli(args),
         Command::Check(args) => check::run(args),

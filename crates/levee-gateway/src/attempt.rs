@@ -1,0 +1,107 @@
+//! The bridge between the policy core and the gateway's shared state: the
+//! core's [`Dependencies`] over locked per-provider state and per-target
+//! budgets, and a finisher that records an attempt's outcome exactly once —
+//! or gives its permit back if the request is dropped first.
+
+use crate::shared::Shared;
+use levee_policy::{Class, Dependencies, Outcome, Permit, Refusal, RequestState};
+use std::sync::Arc;
+
+/// [`Dependencies`] for one route of a running gateway.
+pub struct GatewayDeps<'a> {
+    pub shared: &'a Shared,
+    pub route: usize,
+}
+
+impl GatewayDeps<'_> {
+    fn provider(&self, t: usize) -> &crate::upstream::ProviderRuntime {
+        let p = self.shared.config.routes[self.route].targets[t].provider;
+        &self.shared.providers[p]
+    }
+}
+
+impl Dependencies for GatewayDeps<'_> {
+    fn check(&self, t: usize, now: levee_policy::Instant) -> Result<(), Refusal> {
+        self.provider(t).lock().check(now)
+    }
+    fn admit(&mut self, t: usize, now: levee_policy::Instant) -> Result<Permit, Refusal> {
+        self.provider(t).lock().admit(now)
+    }
+    fn finish(&mut self, t: usize, now: levee_policy::Instant, permit: Permit, class: Class) {
+        self.provider(t).lock().finish(now, permit, class)
+    }
+    fn withdraw(&mut self, t: usize, now: levee_policy::Instant) -> bool {
+        let ok = self.shared.routes[self.route].budget(t).try_withdraw(now);
+        if !ok {
+            self.shared
+                .metrics
+                .budget_exhausted
+                .get_or_create(&crate::metrics::ProviderLabel {
+                    provider: self.provider(t).name.clone(),
+                })
+                .inc();
+        }
+        ok
+    }
+    fn deposit(&mut self, t: usize, now: levee_policy::Instant) {
+        self.shared.routes[self.route].budget(t).deposit(now)
+    }
+}
+
+/// Owns a request's policy state while an attempt may be in flight. Dropping
+/// it (the caller left, the handler was cancelled) gives the attempt's permit
+/// back, so no provider slot is ever leaked.
+pub struct AttemptFinisher {
+    pub shared: Arc<Shared>,
+    pub route: usize,
+    pub req: RequestState,
+}
+
+impl AttemptFinisher {
+    /// Records the in-flight attempt's outcome; returns its class.
+    pub fn record(&mut self, outcome: Outcome) -> Class {
+        let shared = Arc::clone(&self.shared);
+        let now = shared.clock.now();
+        let policy = &shared.config.routes[self.route].policy;
+        let mut deps = GatewayDeps {
+            shared: &shared,
+            route: self.route,
+        };
+        policy.record(&mut self.req, &mut deps, now, outcome)
+    }
+
+    /// Records the outcome of a committed stream's attempt and consumes self.
+    pub fn finish(mut self, outcome: Outcome, committed: bool) {
+        if committed {
+            self.req.commit();
+        }
+        let class = self.record(outcome);
+        if matches!(outcome, Outcome::FailedAfterFirstByte) {
+            let t = self.req.target();
+            let p = self.shared.config.routes[self.route].targets[t].provider;
+            self.shared
+                .metrics
+                .streams_failed
+                .get_or_create(&crate::metrics::ProviderLabel {
+                    provider: self.shared.providers[p].name.clone(),
+                })
+                .inc();
+        }
+        let _ = class;
+    }
+}
+
+impl Drop for AttemptFinisher {
+    fn drop(&mut self) {
+        if self.req.has_in_flight() {
+            let shared = Arc::clone(&self.shared);
+            let now = shared.clock.now();
+            let policy = &shared.config.routes[self.route].policy;
+            let mut deps = GatewayDeps {
+                shared: &shared,
+                route: self.route,
+            };
+            policy.abandon(&mut self.req, &mut deps, now);
+        }
+    }
+}

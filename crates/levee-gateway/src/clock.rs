@@ -1,0 +1,53 @@
+//! The gateway's one clock: every read of time goes through here.
+//!
+//! It reads tokio's clock, so tests that pause tokio time control it, and
+//! converts to the policy core's [`levee_policy::Instant`].
+
+use std::time::Duration;
+
+/// Monotonic time since the gateway started, plus the wall clock for headers.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    origin: tokio::time::Instant,
+}
+
+impl Clock {
+    /// A clock whose origin is now.
+    #[allow(clippy::disallowed_methods)] // the one place the gateway reads the clock
+    pub fn new() -> Self {
+        Clock {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Now, on the policy core's timeline.
+    #[allow(clippy::disallowed_methods)]
+    pub fn now(&self) -> levee_policy::Instant {
+        levee_policy::Instant::from_duration(tokio::time::Instant::now() - self.origin)
+    }
+
+    /// The tokio instant of a policy instant (for sleeping until it).
+    pub fn to_tokio(&self, t: levee_policy::Instant) -> tokio::time::Instant {
+        self.origin + t.since_origin()
+    }
+
+    /// Wall-clock unix milliseconds (for `x-deadline-ms` and HTTP dates).
+    #[allow(clippy::disallowed_methods)]
+    pub fn unix_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    }
+
+    /// Time elapsed since `t`.
+    pub fn since(&self, t: levee_policy::Instant) -> Duration {
+        self.now().saturating_since(t)
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}

@@ -1,0 +1,123 @@
+//! Levee's gateway: the thin driver that puts the policy core on the network.
+//!
+//! It accepts OpenAI- and Anthropic-dialect requests (hyper 1.x server),
+//! routes them by model and path, resolves each request's deadline, and then
+//! loops on the core's planner — dispatching attempts through a pooled hyper
+//! client (rustls for https), sleeping through backoff waits, relaying
+//! streams — until it can answer. It re-implements no retry rule: whether,
+//! when and where to send is always the planner's decision. It is not a
+//! translator between dialects, a cache, or a load balancer across replicas.
+#![forbid(unsafe_code)]
+
+pub mod attempt;
+pub mod clock;
+pub mod dialect;
+pub mod handler;
+pub mod idempotency;
+pub mod inspect;
+pub mod metrics;
+pub mod respond;
+pub mod server;
+pub mod shared;
+pub mod stream;
+pub mod upstream;
+
+use levee_config::Config;
+use shared::{SetupError, Shared};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    #[error("cannot listen on {addr}: {source}; is another process using it? (`listen:` / `admin.listen:` in the config)")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A gateway whose listeners are bound; [`Running::shutdown`] stops it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    public: tokio::task::JoinHandle<()>,
+    admin: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting, waits for in-flight requests (up to the grace period).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.public.await;
+        let _ = self.admin.await;
+    }
+
+    /// Waits until the gateway stops on its own (after `stop_on` fired).
+    pub async fn wait(self) {
+        let _ = self.public.await;
+        let _ = self.stop.send(true);
+        let _ = self.admin.await;
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| GatewayError::Bind { addr, source })
+}
+
+/// Binds the config's listeners and serves in background tasks. The gateway
+/// also stops when `stop_on` resolves (a signal, in the binary).
+pub async fn spawn(
+    config: Config,
+    seed: u64,
+    stop_on: impl Future<Output = ()> + Send + 'static,
+) -> Result<Running, GatewayError> {
+    let public = bind(config.listen).await?;
+    let admin = bind(config.admin_listen).await?;
+    let addr = public.local_addr().map_err(|source| GatewayError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let admin_addr = admin.local_addr().map_err(|source| GatewayError::Bind {
+        addr: config.admin_listen,
+        source,
+    })?;
+    let shared = Arc::new(Shared::new(config, seed)?);
+    let (stop, rx) = watch::channel(false);
+    let mut rx_public = rx.clone();
+    let mut rx_admin = rx;
+    let public_task = tokio::spawn(server::serve_public(
+        public,
+        Arc::clone(&shared),
+        async move {
+            tokio::select! {
+                _ = stop_on => {}
+                _ = rx_public.wait_for(|s| *s) => {}
+            }
+        },
+    ));
+    let admin_task = tokio::spawn(server::serve_admin(
+        admin,
+        Arc::clone(&shared),
+        async move {
+            let _ = rx_admin.wait_for(|s| *s).await;
+        },
+    ));
+    Ok(Running {
+        addr,
+        admin_addr,
+        shared,
+        stop,
+        public: public_task,
+        admin: admin_task,
+    })
+}

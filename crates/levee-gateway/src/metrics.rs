@@ -1,0 +1,221 @@
+//! The gateway's metrics, named as in DESIGN.md, encoded as Prometheus text.
+//!
+//! The four that carry the picture (seed 000): added latency (handler time
+//! minus upstream time), attempts per logical request (the amplification
+//! factor, as a histogram because a mean of 1.02 hides a tail of nines),
+//! deadline remaining at dispatch, and what was rejected and why.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteOutcome {
+    pub route: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderResult {
+    pub provider: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabel {
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteReason {
+    pub route: String,
+    pub reason: String,
+}
+
+/// Every metric the gateway exports.
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests: Family<RouteOutcome, Counter>,
+    pub upstream_attempts: Family<ProviderResult, Counter>,
+    pub attempts_per_request: Histogram,
+    pub added_latency: Histogram,
+    pub deadline_remaining_at_dispatch: Histogram,
+    pub budget_exhausted: Family<ProviderLabel, Counter>,
+    pub rejected: Family<ReasonLabel, Counter>,
+    pub circuit_state: Family<ProviderLabel, Gauge>,
+    pub in_flight: Family<ProviderLabel, Gauge>,
+    pub caller_retries: Counter,
+    pub upstream_connect: Histogram,
+    pub time_to_first_byte: Histogram,
+    pub streams_failed: Family<ProviderLabel, Counter>,
+    pub fallbacks: Family<RouteReason, Counter>,
+    pub replayed: Counter,
+}
+
+impl Metrics {
+    /// Registers everything.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RouteOutcome, Counter>::default();
+        registry.register(
+            "levee_requests",
+            "Logical requests by route and outcome (success or the x-levee-reason)",
+            requests.clone(),
+        );
+        let upstream_attempts = Family::<ProviderResult, Counter>::default();
+        registry.register(
+            "levee_upstream_attempts",
+            "Attempts sent upstream, by provider and result",
+            upstream_attempts.clone(),
+        );
+        let attempts_per_request = Histogram::new([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 27.0]);
+        registry.register(
+            "levee_attempts_per_request",
+            "Upstream attempts per logical request: the amplification factor",
+            attempts_per_request.clone(),
+        );
+        let added_latency = Histogram::new(exponential_buckets(0.000_01, 2.0, 20));
+        registry.register(
+            "levee_added_latency_seconds",
+            "Handler time minus time in upstream attempts and backoff waits: the gateway's own cost",
+            added_latency.clone(),
+        );
+        let deadline_remaining_at_dispatch = Histogram::new(exponential_buckets(0.01, 2.0, 16));
+        registry.register(
+            "levee_deadline_remaining_at_dispatch_seconds",
+            "Caller deadline left when an attempt is dispatched",
+            deadline_remaining_at_dispatch.clone(),
+        );
+        let budget_exhausted = Family::<ProviderLabel, Counter>::default();
+        registry.register(
+            "levee_retry_budget_exhausted",
+            "Retries refused because the target's retry budget was empty",
+            budget_exhausted.clone(),
+        );
+        let rejected = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "levee_rejected",
+            "Requests Levee answered itself, by reason",
+            rejected.clone(),
+        );
+        let circuit_state = Family::<ProviderLabel, Gauge>::default();
+        registry.register(
+            "levee_circuit_state",
+            "Circuit breaker state: 0 closed, 1 open, 2 half-open",
+            circuit_state.clone(),
+        );
+        let in_flight = Family::<ProviderLabel, Gauge>::default();
+        registry.register(
+            "levee_in_flight",
+            "Upstream attempts in flight",
+            in_flight.clone(),
+        );
+        let caller_retries = Counter::default();
+        registry.register(
+            "levee_caller_retries",
+            "Requests that a caller layer retried (x-stainless-retry-count > 0 or a repeated idempotency key)",
+            caller_retries.clone(),
+        );
+        let upstream_connect = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
+        registry.register(
+            "levee_upstream_connect_seconds",
+            "Time to obtain a new upstream connection (connect plus TLS)",
+            upstream_connect.clone(),
+        );
+        let time_to_first_byte = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "levee_time_to_first_byte_seconds",
+            "Time from request arrival to the first body byte sent to the caller",
+            time_to_first_byte.clone(),
+        );
+        let streams_failed = Family::<ProviderLabel, Counter>::default();
+        registry.register(
+            "levee_streams_failed",
+            "Streams ended by an upstream failure after the first byte",
+            streams_failed.clone(),
+        );
+        let fallbacks = Family::<RouteReason, Counter>::default();
+        registry.register(
+            "levee_fallbacks",
+            "Attempts sent to a later target, by route and why",
+            fallbacks.clone(),
+        );
+        let replayed = Counter::default();
+        registry.register(
+            "levee_idempotency_replayed",
+            "Responses answered from the idempotency store",
+            replayed.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            upstream_attempts,
+            attempts_per_request,
+            added_latency,
+            deadline_remaining_at_dispatch,
+            budget_exhausted,
+            rejected,
+            circuit_state,
+            in_flight,
+            caller_retries,
+            upstream_connect,
+            time_to_first_byte,
+            streams_failed,
+            fallbacks,
+            replayed,
+        }
+    }
+
+    /// Counts one finished logical request.
+    pub fn request(&self, route: &str, outcome: &str) {
+        self.requests
+            .get_or_create(&RouteOutcome {
+                route: route.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one upstream attempt's result.
+    pub fn attempt(&self, provider: &str, result: &str) {
+        self.upstream_attempts
+            .get_or_create(&ProviderResult {
+                provider: provider.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a rejection.
+    pub fn reject(&self, reason: &str) {
+        self.rejected
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

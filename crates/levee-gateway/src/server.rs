@@ -1,0 +1,130 @@
+//! Accepting connections: the public listener (one hyper HTTP/1 connection
+//! task per client, header-size and header-read-time limits) and the admin
+//! listener (`/metrics`, `/healthz`, `/readyz`), with graceful shutdown.
+
+use crate::handler::handle;
+use crate::respond::{full, Body};
+use crate::shared::Shared;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Serves the gateway on `listener` until `shutdown` resolves, then lets
+/// in-flight requests finish for up to the configured grace period.
+pub async fn serve_public(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    let limits = shared.config.limits;
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _peer)) = accepted else {
+                    // Out of file descriptors or similar: back off briefly, keep serving.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let shared = Arc::clone(&shared);
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let shared = Arc::clone(&shared);
+                    async move { Ok::<_, Infallible>(handle(shared, req).await) }
+                });
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    tracing::info!(target: "levee", grace_s = shared.config.shutdown_grace.as_secs_f64(), "shutting down: no new connections; letting in-flight requests finish");
+    if tokio::time::timeout(shared.config.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(target: "levee", "shutdown grace period over: closing remaining connections");
+    }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` until `shutdown` resolves.
+pub async fn serve_admin(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = Arc::clone(&shared);
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let shared = Arc::clone(&shared);
+                    async move { Ok::<_, Infallible>(admin(&shared, &req)) }
+                });
+                tokio::spawn(async move {
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+}
+
+fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
+    let (status, ctype, body) = match req.uri().path() {
+        "/metrics" => {
+            shared.refresh_gauges();
+            (
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                shared.metrics.encode(),
+            )
+        }
+        "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+        "/readyz" => {
+            if shared.shutting_down.load(Ordering::SeqCst) {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "shutting down\n".to_string(),
+                )
+            } else {
+                (StatusCode::OK, "text/plain", "ready\n".to_string())
+            }
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /metrics, /healthz, /readyz\n".to_string(),
+        ),
+    };
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
+}

@@ -1,0 +1,136 @@
+//! State shared by every request of a running gateway: the validated config,
+//! per-provider runtime (client + policy state), per-route budgets and
+//! bulkheads, metrics, the clock.
+
+use crate::clock::Clock;
+use crate::idempotency::IdempotencyStore;
+use crate::metrics::Metrics;
+use crate::upstream::{ProviderRuntime, UpstreamError};
+use levee_config::{CallerKey, Config};
+use levee_policy::{ConcurrencyLimiter, RetryBudget};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One route at run time.
+#[derive(Debug)]
+pub struct RouteRuntime {
+    budgets: Vec<Mutex<RetryBudget>>,
+    pub bulkhead: Arc<ConcurrencyLimiter>,
+}
+
+impl RouteRuntime {
+    /// Target `t`'s retry budget.
+    pub fn budget(&self, t: usize) -> MutexGuard<'_, RetryBudget> {
+        self.budgets[t].lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Everything a request handler needs.
+pub struct Shared {
+    pub config: Config,
+    pub clock: Clock,
+    pub metrics: Metrics,
+    pub providers: Vec<ProviderRuntime>,
+    pub routes: Vec<RouteRuntime>,
+    /// sha256 digests of accepted caller keys (empty: no caller auth).
+    pub keys: Vec<[u8; 32]>,
+    pub idempotency: Arc<IdempotencyStore>,
+    pub shutting_down: AtomicBool,
+    seed: u64,
+    counter: AtomicU64,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error("caller key `{name}`: environment variable `{var}` is not set")]
+    MissingCallerKey { name: String, var: String },
+}
+
+impl Shared {
+    /// Builds the runtime from a validated config. `seed` seeds the per-request RNGs.
+    pub fn new(config: Config, seed: u64) -> Result<Self, SetupError> {
+        let clock = Clock::new();
+        let metrics = Metrics::new();
+        let providers = config
+            .providers
+            .iter()
+            .map(|p| ProviderRuntime::new(p, metrics.upstream_connect.clone(), clock))
+            .collect::<Result<Vec<_>, _>>()?;
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| RouteRuntime {
+                budgets: r
+                    .targets
+                    .iter()
+                    .map(|_| Mutex::new(r.budget.new_budget()))
+                    .collect(),
+                bulkhead: ConcurrencyLimiter::new(r.max_in_flight),
+            })
+            .collect();
+        let mut keys = Vec::new();
+        for k in &config.keys {
+            match k {
+                CallerKey::Sha256 { hex, .. } => {
+                    let mut d = [0u8; 32];
+                    for (i, b) in d.iter_mut().enumerate() {
+                        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16)
+                            .unwrap_or(0);
+                    }
+                    keys.push(d);
+                }
+                CallerKey::Env { name, var } => {
+                    let v = std::env::var(var).map_err(|_| SetupError::MissingCallerKey {
+                        name: name.clone(),
+                        var: var.clone(),
+                    })?;
+                    keys.push(Sha256::digest(v.as_bytes()).into());
+                }
+            }
+        }
+        let idempotency = Arc::new(IdempotencyStore::new(
+            config.idempotency.ttl,
+            config.idempotency.max_entries,
+        ));
+        Ok(Shared {
+            config,
+            clock,
+            metrics,
+            providers,
+            routes,
+            keys,
+            idempotency,
+            shutting_down: AtomicBool::new(false),
+            seed,
+            counter: AtomicU64::new(0),
+        })
+    }
+
+    /// A fresh RNG for one request (seeded, reproducible for a given seed and order).
+    pub fn rng(&self) -> SmallRng {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        SmallRng::seed_from_u64(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// Refreshes the gauges that are read at scrape time.
+    pub fn refresh_gauges(&self) {
+        let now = self.clock.now();
+        for p in &self.providers {
+            let (state, in_flight) = {
+                let s = p.lock();
+                (s.breaker_state(now) as i64, i64::from(s.in_flight()))
+            };
+            let label = crate::metrics::ProviderLabel {
+                provider: p.name.clone(),
+            };
+            self.metrics.circuit_state.get_or_create(&label).set(state);
+            self.metrics.in_flight.get_or_create(&label).set(in_flight);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! Talking to providers: one pooled hyper client per provider (rustls with
+//! bundled web-PKI roots for https), outbound request building, and timing of
+//! new connections for `levee_upstream_connect_seconds`.
+
+use crate::clock::Clock;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Uri};
+use http_body_util::Full;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use levee_config::{Api, Provider};
+use levee_policy::ProviderState;
+use prometheus_client::metrics::histogram::Histogram;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// A connector that records how long each new connection took.
+#[derive(Clone, Debug)]
+pub struct Timed<C> {
+    inner: C,
+    hist: Histogram,
+    clock: Clock,
+}
+
+impl<C> tower_service::Service<Uri> for Timed<C>
+where
+    C: tower_service::Service<Uri> + Send + 'static,
+    C::Future: Send + 'static,
+{
+    type Response = C::Response;
+    type Error = C::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<C::Response, C::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let start = self.clock.now();
+        let fut = self.inner.call(uri);
+        let hist = self.hist.clone();
+        let clock = self.clock;
+        Box::pin(async move {
+            let r = fut.await;
+            hist.observe(clock.since(start).as_secs_f64());
+            r
+        })
+    }
+}
+
+/// The client type used for every provider.
+pub type UpstreamClient = Client<Timed<hyper_rustls::HttpsConnector<HttpConnector>>, Full<Bytes>>;
+
+/// Why a provider could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("provider `{provider}`: environment variable `{var}` (api_key_env) is not set; export it or remove `api_key_env`")]
+    MissingKey { provider: String, var: String },
+    #[error("provider `{provider}`: the key in `{var}` is not a valid header value")]
+    BadKey { provider: String, var: String },
+}
+
+/// One provider at run time.
+#[derive(Debug)]
+pub struct ProviderRuntime {
+    pub name: String,
+    pub api: Api,
+    scheme_authority: String,
+    base_path: String,
+    auth: Option<(HeaderName, HeaderValue)>,
+    pub client: UpstreamClient,
+    pub state: Mutex<ProviderState>,
+}
+
+impl ProviderRuntime {
+    /// Builds the client and reads the key from the environment.
+    pub fn new(p: &Provider, connect_hist: Histogram, clock: Clock) -> Result<Self, UpstreamError> {
+        let auth = match &p.api_key_env {
+            None => None,
+            Some(var) => {
+                let key = std::env::var(var).map_err(|_| UpstreamError::MissingKey {
+                    provider: p.name.clone(),
+                    var: var.clone(),
+                })?;
+                let (name, value) = match p.api {
+                    Api::Anthropic => (HeaderName::from_static("x-api-key"), key),
+                    Api::OpenAi => (header::AUTHORIZATION, format!("Bearer {key}")),
+                };
+                let mut v = HeaderValue::from_str(&value).map_err(|_| UpstreamError::BadKey {
+                    provider: p.name.clone(),
+                    var: var.clone(),
+                })?;
+                v.set_sensitive(true);
+                Some((name, v))
+            }
+        };
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(p.connect_timeout));
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(1024)
+            .build(Timed {
+                inner: https,
+                hist: connect_hist,
+                clock,
+            });
+        let scheme = p.base_url.scheme_str().unwrap_or("http");
+        let authority = p
+            .base_url
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .unwrap_or_default();
+        Ok(ProviderRuntime {
+            name: p.name.clone(),
+            api: p.api,
+            scheme_authority: format!("{scheme}://{authority}"),
+            base_path: p.base_url.path().trim_end_matches('/').to_string(),
+            auth,
+            client,
+            state: Mutex::new(p.new_state()),
+        })
+    }
+
+    /// The upstream URI for an inbound path (`/v1/...`), joined to the base
+    /// URL's path without doubling a `/v1`.
+    pub fn uri_for(&self, path_and_query: &str) -> Option<Uri> {
+        let tail = if self.base_path.ends_with("/v1") && path_and_query.starts_with("/v1/") {
+            &path_and_query[3..]
+        } else {
+            path_and_query
+        };
+        format!("{}{}{}", self.scheme_authority, self.base_path, tail)
+            .parse()
+            .ok()
+    }
+
+    /// Locks the provider's policy state (a poisoned lock is still usable:
+    /// the state is plain counters).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, ProviderState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Headers never forwarded upstream: hop-by-hop, the caller's credentials,
+/// and the ones Levee sets itself.
+fn is_dropped(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "host"
+            | "authorization"
+            | "x-api-key"
+            | "proxy-authorization"
+            | "connection"
+            | "keep-alive"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "proxy-connection"
+            | "content-length"
+            | "accept-encoding"
+            | "expect"
+            | "x-timeout-ms"
+            | "x-deadline-ms"
+            | "idempotency-key"
+    )
+}
+
+/// Builds one attempt's request.
+pub fn build_request(
+    provider: &ProviderRuntime,
+    inbound: &HeaderMap,
+    uri: Uri,
+    body: Bytes,
+    timeout: Duration,
+    idempotency_key: &HeaderValue,
+) -> Request<Full<Bytes>> {
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = uri;
+    let h = req.headers_mut();
+    // Names listed in the caller's `Connection` header are hop-by-hop too.
+    let listed: Vec<String> = inbound
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .collect();
+    for (name, value) in inbound {
+        if !is_dropped(name) && !listed.iter().any(|l| l == name.as_str()) {
+            h.append(name.clone(), value.clone());
+        }
+    }
+    if let Some((n, v)) = &provider.auth {
+        h.insert(n.clone(), v.clone());
+    }
+    if provider.api == Api::Anthropic && !h.contains_key("anthropic-version") {
+        h.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+    }
+    if !h.contains_key(header::CONTENT_TYPE) {
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    h.insert(
+        "x-timeout-ms",
+        HeaderValue::from(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+    );
+    h.insert("idempotency-key", idempotency_key.clone());
+    req
+}

@@ -1,0 +1,148 @@
+//! `levee serve`: load the config (or use the built-in mock provider), start
+//! the gateway, stop cleanly on SIGTERM/SIGINT.
+
+use levee_config::Config;
+use std::path::PathBuf;
+
+/// Flags of `levee serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Config file (YAML). Without one, every model is routed to a built-in mock provider.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override the config's `listen` address.
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Override the config's `admin.listen` address.
+    #[arg(long)]
+    pub admin: Option<std::net::SocketAddr>,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// Seed for the per-request jitter RNGs (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// How log lines look.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LEVEE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => b.init(),
+        LogFormat::Json => b.json().flatten_event(true).init(),
+    }
+}
+
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            std::future::pending::<()>().await;
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[allow(clippy::disallowed_methods)] // the default seed is the only clock read here
+fn default_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5eed)
+}
+
+/// Runs the gateway until a signal; returns the exit code.
+pub fn run(args: ServeArgs) -> i32 {
+    init_logging(args.log_format);
+    let mut config = match &args.config {
+        Some(path) => match Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("levee: {e}");
+                return 1;
+            }
+        },
+        None => match Config::parse("") {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("levee: {e}");
+                return 1;
+            }
+        },
+    };
+    if let Some(l) = args.listen {
+        config.listen = l;
+    }
+    if let Some(a) = args.admin {
+        config.admin_listen = a;
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("levee: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let seed = args.seed.unwrap_or_else(default_seed);
+    rt.block_on(async move {
+        let mut mock = None;
+        if config.builtin_mock {
+            match levee_mock::spawn(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), levee_mock::MockOptions::default()).await {
+                Ok(m) => {
+                    tracing::warn!(
+                        target: "levee",
+                        mock = %m.local_addr(),
+                        "no providers configured: routing every model to the built-in mock provider (try `curl -s localhost:8080/v1/chat/completions -d '{{\"model\":\"demo\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'`)"
+                    );
+                    config.set_builtin_mock_addr(m.local_addr());
+                    mock = Some(m);
+                }
+                Err(e) => {
+                    eprintln!("levee: cannot start the built-in mock provider: {e}");
+                    return 1;
+                }
+            }
+        }
+        let running = match levee_gateway::spawn(config, seed, signal()).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("levee: {e}");
+                return 1;
+            }
+        };
+        tracing::info!(target: "levee", listen = %running.addr, admin = %running.admin_addr, "levee gateway listening");
+        running.wait().await;
+        if let Some(m) = mock {
+            m.shutdown().await;
+        }
+        tracing::info!(target: "levee", "stopped");
+        0
+    })
+}
