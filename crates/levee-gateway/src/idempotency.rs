@@ -270,7 +270,7 @@ mod tests {
         let Begin::Lead(lease) = s.begin([1; 32], "k", [9; 32], t) else {
             panic!()
         };
-        let Begin::Follow(mut rx) = s.begin([1; 32], "k", [9; 32], t) else {
+        let Begin::Follow(rx) = s.begin([1; 32], "k", [9; 32], t) else {
             panic!()
         };
         drop(lease);

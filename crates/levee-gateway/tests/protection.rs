@@ -1,0 +1,208 @@
+//! Load shedding, the breaker, fallback, idempotency and streams.
+
+mod support;
+use std::time::{Duration, Instant};
+use support::*;
+
+const WATCHDOG: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn a_full_route_sheds_at_once_instead_of_queueing() {
+    let env =
+        std::sync::Arc::new(one("faults:\n  - { stall: true }\n", "    max_in_flight: 1\n").await);
+    let e2 = env.clone();
+    let held = tokio::spawn(async move {
+        e2.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "3000")])
+            .await
+    });
+    // Wait until the first request holds the slot at the provider.
+    watchdog(WATCHDOG, async {
+        while env.stats(0).in_flight < 1 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let t = Instant::now();
+    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert!(t.elapsed() < Duration::from_millis(500));
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-levee-reason"), "shed");
+    assert_eq!(r.header("retry-after"), "1");
+    let _ = held.await;
+    let m = env.metrics().await;
+    assert_eq!(
+        metric(&m, "levee_rejected_total", &["reason=\"shed\""]),
+        1.0
+    );
+    if let Ok(env) = std::sync::Arc::try_unwrap(env) {
+        env.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn the_breaker_opens_on_provider_faults_and_fails_fast() {
+    let env = start(
+        &["faults:\n  - { status: 500 }\n"],
+        "providers:\n  p: { api: openai, base_url: \"{mock0}\", circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 30s } }\nroutes:\n  - targets: [p]\n",
+    )
+    .await;
+    for _ in 0..4 {
+        assert_eq!(
+            env.post("/v1/chat/completions", CHAT, &[]).await.status,
+            500
+        );
+    }
+    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-levee-reason"), "circuit_open");
+    assert!(!r.header("retry-after").is_empty());
+    assert_eq!(env.stats(0).requests_total, 4);
+    let m = env.metrics().await;
+    assert_eq!(metric(&m, "levee_circuit_state", &["provider=\"p\""]), 1.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn the_breaker_ignores_deterministic_400s() {
+    let env = start(
+        &["faults:\n  - { status: 400 }\n"],
+        "providers:\n  p: { api: openai, base_url: \"{mock0}\", circuit_breaker: { min_requests: 2 } }\nroutes:\n  - targets: [p]\n",
+    )
+    .await;
+    for _ in 0..6 {
+        assert_eq!(
+            env.post("/v1/chat/completions", CHAT, &[]).await.status,
+            400
+        );
+    }
+    assert_eq!(env.stats(0).requests_total, 6);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_primary_falls_back_to_the_backup_with_its_model() {
+    let env = start(
+        &["faults:\n  - { status: 503 }\n", "faults: []"],
+        "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - match: { model_prefix: \"x/\" }\n    targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, model: backup-model, expected_attempt_ms: 1000 }\n    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n",
+    )
+    .await;
+    let body = r#"{"model":"x/primary","messages":[{"role":"user","content":"hi"}]}"#;
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", body, &[("idempotency-key", "k1")]),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-levee-target"), "b");
+    assert_eq!(r.header("x-levee-attempts"), "3");
+    assert_eq!(r.json()["model"], "backup-model");
+    assert_eq!(
+        env.stats(0).by_model.get("primary"),
+        Some(&2),
+        "prefix stripped for a"
+    );
+    assert_eq!(
+        env.stats(1).idempotency_keys.get("k1"),
+        Some(&1),
+        "same key on the fallback"
+    );
+    let m = env.metrics().await;
+    assert_eq!(metric(&m, "levee_fallbacks_total", &[]), 1.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn the_same_idempotency_key_runs_once_and_is_replayed() {
+    let env = one("faults:\n  - { latency: 300ms }\n", "").await;
+    let h = [("idempotency-key", "once")];
+    let (a, b) = tokio::join!(
+        env.post("/v1/chat/completions", CHAT, &h),
+        env.post("/v1/chat/completions", CHAT, &h)
+    );
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(a.body, b.body, "both callers get the same answer");
+    let c = env.post("/v1/chat/completions", CHAT, &h).await;
+    assert_eq!(c.header("x-levee-replayed"), "true");
+    assert_eq!(c.body, a.body);
+    assert_eq!(env.stats(0).requests_total, 1, "nothing ran twice");
+    let d = env.post("/v1/chat/completions", MESSAGES, &h).await;
+    assert_eq!(d.status, 422, "same key, different body");
+    let other = env
+        .post(
+            "/v1/chat/completions",
+            CHAT,
+            &[
+                ("idempotency-key", "once"),
+                ("authorization", "Bearer other-caller"),
+            ],
+        )
+        .await;
+    assert_ne!(
+        other.header("x-levee-replayed"),
+        "true",
+        "another caller never gets this caller's answer"
+    );
+    let m = env.metrics().await;
+    assert!(metric(&m, "levee_caller_retries_total", &[]) >= 2.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_request_releases_its_idempotency_key() {
+    let env = one("faults:\n  - { status: 400, to: 200ms }\n", "").await;
+    let h = [("idempotency-key", "retry-me")];
+    assert_eq!(env.post("/v1/chat/completions", CHAT, &h).await.status, 400);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let r = env.post("/v1/chat/completions", CHAT, &h).await;
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("x-levee-replayed"), "true");
+    assert_eq!(env.stats(0).requests_total, 2);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn streams_pass_through_in_both_dialects() {
+    let env = one("faults: []", "").await;
+    let r = env.post("/v1/chat/completions", CHAT_STREAM, &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").starts_with("text/event-stream"));
+    assert!(
+        r.text().trim_end().ends_with("data: [DONE]"),
+        "{}",
+        r.text()
+    );
+    let body = r#"{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = env.post("/v1/messages", body, &[]).await;
+    assert!(r.text().contains("event: message_stop"), "{}", r.text());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_the_first_byte_ends_with_an_error_event_and_is_never_restarted() {
+    let env = one("faults:\n  - { cut_stream_after: 2 }\n", "").await;
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT_STREAM, &[])).await;
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    assert!(text.contains("\"error\""), "{text}");
+    assert!(!text.contains("[DONE]"));
+    assert_eq!(env.stats(0).requests_total, 1, "no restart");
+    let body = r#"{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = env.post("/v1/messages", body, &[]).await;
+    assert!(r.text().contains("event: error"), "{}", r.text());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_before_its_first_byte_is_retried() {
+    let env = one(
+        "faults:\n  - { status: 503, to: 100ms }\n",
+        "    retry: { backoff: { base_ms: 150, max_ms: 200, jitter: none } }\n",
+    )
+    .await;
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT_STREAM, &[])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-levee-attempts"), "2");
+    assert!(r.text().contains("[DONE]"));
+    env.stop().await;
+}

@@ -1,0 +1,219 @@
+//! Retries settled in one layer, against a real mock provider.
+
+mod support;
+use std::time::{Duration, Instant};
+use support::*;
+
+const WATCHDOG: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn success_passes_through_with_attempts_target_and_timeout_header() {
+    let env = one("faults: []", "").await;
+    let r = env
+        .post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-levee-attempts"), "1");
+    assert_eq!(r.header("x-levee-target"), "p");
+    assert_eq!(r.json()["model"], "m");
+    let s = env.stats(0);
+    assert_eq!(s.requests_total, 1);
+    let seen = s
+        .timeout_ms_seen
+        .min
+        .expect("x-timeout-ms reached the provider");
+    assert!(seen <= 20_000 && seen > 19_000, "{seen}");
+    assert_eq!(s.idempotency_keys.len(), 1, "a generated idempotency key");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn deterministic_400_is_answered_after_one_attempt_with_the_providers_body() {
+    let env = one("faults:\n  - { status: 400 }\n", "").await;
+    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.header("x-should-retry"), "false");
+    assert_eq!(r.header("x-levee-attempts"), "1");
+    assert!(
+        r.json()["error"].is_object(),
+        "provider's own error shape: {}",
+        r.text()
+    );
+    assert_eq!(env.stats(0).requests_total, 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_503_window_is_retried_up_to_max_attempts_with_one_idempotency_key() {
+    let env = one(
+        "faults:\n  - { status: 503 }\n",
+        "    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 5 } }\n",
+    )
+    .await;
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("idempotency-key", "abc")]),
+    )
+    .await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-should-retry"), "false");
+    assert_eq!(r.header("x-levee-reason"), "upstream_error");
+    assert_eq!(r.header("x-levee-attempts"), "3");
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("upstream_error"));
+    let s = env.stats(0);
+    assert_eq!(s.requests_total, 3);
+    assert_eq!(
+        s.idempotency_keys.get("abc"),
+        Some(&3),
+        "{:?}",
+        s.idempotency_keys
+    );
+    let m = env.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "levee_upstream_attempts_total",
+            &["result=\"http_5xx\""]
+        ),
+        3.0
+    );
+    assert_eq!(metric(&m, "levee_attempts_per_request_sum", &[]), 3.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn an_empty_budget_stops_retries_and_says_budget_exhausted() {
+    let env = one(
+        "faults:\n  - { status: 503 }\n",
+        "    retry: { max_attempts: 3, budget: { ratio: 0.1, min_per_second: 0 } }\n",
+    )
+    .await;
+    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-levee-reason"), "budget_exhausted");
+    assert_eq!(env.stats(0).requests_total, 1);
+    let m = env.metrics().await;
+    assert_eq!(metric(&m, "levee_retry_budget_exhausted_total", &[]), 1.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
+    // A long deadline (20 s) and a longer Retry-After (30 s): code that waits
+    // trips the watchdog; code that gives up answers at once.
+    let env = one("faults:\n  - { status: 503, retry_after: 30 }\n", "").await;
+    let t = Instant::now();
+    let r = watchdog(
+        Duration::from_secs(5),
+        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
+    )
+    .await;
+    assert!(t.elapsed() < Duration::from_secs(3));
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
+    assert_eq!(r.header("retry-after"), "30");
+    assert_eq!(env.stats(0).requests_total, 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_when_the_deadline_holds_it() {
+    let env = one(
+        "faults:\n  - { status: 429, retry_after_ms: 400, to: 150ms }\n",
+        "    retry: { on: [429, 503] }\n",
+    )
+    .await;
+    let t = Instant::now();
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "waited {:?}",
+        t.elapsed()
+    );
+    assert_eq!(r.header("x-levee-attempts"), "2");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_and_expired_deadlines_never_reach_the_provider() {
+    let env = one("faults: []", "").await;
+    let r = env
+        .post("/v1/chat/completions", CHAT, &[("x-deadline-ms", "abc")])
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("x-deadline-ms"), "{}", r.text());
+    let r = env
+        .post("/v1/messages", MESSAGES, &[("x-timeout-ms", "-5")])
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["type"],
+        "error",
+        "Anthropic dialect on /v1/messages"
+    );
+    let r = env
+        .post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "0")])
+        .await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
+    assert_eq!(r.header("x-levee-attempts"), "0");
+    assert_eq!(env.stats(0).requests_total, 0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_answered_in_dialect_without_touching_a_provider() {
+    let env = one("faults: []", "").await;
+    for (path, body, status) in [
+        ("/v1/chat/completions", "{not json", 400),
+        ("/v1/chat/completions", r#"{"messages":[]}"#, 400),
+        ("/v1/nope", CHAT, 404),
+        ("/../../etc/passwd", CHAT, 404),
+    ] {
+        let r = env.post(path, body, &[]).await;
+        assert_eq!(r.status, status, "{path} {body}");
+        assert_eq!(r.header("x-should-retry"), "false");
+        assert!(r.json()["error"].is_object(), "{}", r.text());
+    }
+    assert_eq!(env.stats(0).requests_total, 0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_timeout_cut_short_by_the_callers_deadline_is_not_retried() {
+    // The attempt's timeout is the caller's 1 s, far below expected_attempt_ms:
+    // when it times out nothing can follow and the breaker is not told.
+    let env = one(
+        "faults:\n  - { stall: true }\n",
+        "    expected_attempt_ms: 30000\n",
+    )
+    .await;
+    let t = Instant::now();
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "1000")]),
+    )
+    .await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(env.stats(0).requests_total, 1);
+    let m = env.metrics().await;
+    assert_eq!(
+        metric(&m, "levee_upstream_attempts_total", &["deadline_cut"]),
+        1.0
+    );
+    env.stop().await;
+}

@@ -1,0 +1,154 @@
+//! Test harness: a real `levee mock` and a real gateway on 127.0.0.1 ephemeral
+//! ports, a plain hyper client, and the mock's stats as the oracle.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use levee_config::Config;
+use levee_mock::{MockHandle, MockOptions};
+use std::time::Duration;
+
+pub struct Env {
+    pub mocks: Vec<MockHandle>,
+    pub gw: levee_gateway::Running,
+    pub client: Client<HttpConnector, Full<Bytes>>,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub async fn mock(faults: &str) -> MockHandle {
+    let faults = levee_mock::parse_faults(faults).expect("test faults parse");
+    levee_mock::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        MockOptions {
+            faults,
+            seed: 7,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("mock starts")
+}
+
+/// Starts mocks (one per fault document) and a gateway whose config is
+/// `config` with `{mock0}`, `{mock1}`… replaced by the mocks' URLs.
+pub async fn start(faults: &[&str], config: &str) -> Env {
+    let mut mocks = Vec::new();
+    for f in faults {
+        mocks.push(mock(f).await);
+    }
+    let mut text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 5s\n{config}"
+    );
+    for (i, m) in mocks.iter().enumerate() {
+        text = text.replace(&format!("{{mock{i}}}"), &m.url());
+    }
+    let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+    let gw = levee_gateway::spawn(config, 42, std::future::pending())
+        .await
+        .expect("gateway starts");
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    Env { mocks, gw, client }
+}
+
+/// One provider (the mock) and one route with the given extra route YAML.
+pub async fn one(faults: &str, route_extra: &str) -> Env {
+    let config = format!(
+        "providers:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n{route_extra}"
+    );
+    start(&[faults], &config).await
+}
+
+pub const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+pub const CHAT_STREAM: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+pub const MESSAGES: &str =
+    r#"{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
+
+impl Env {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.gw.addr, path)
+    }
+
+    pub async fn post(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
+        let mut b = http::Request::post(self.url(path)).header("content-type", "application/json");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(Full::new(Bytes::from(body.to_string()))).unwrap();
+        let resp = self.client.request(req).await.expect("gateway answers");
+        let (parts, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    pub fn stats(&self, i: usize) -> levee_mock::Stats {
+        self.mocks[i].stats()
+    }
+
+    pub async fn metrics(&self) -> String {
+        let req = http::Request::get(format!("http://{}/metrics", self.gw.admin_addr))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = self.client.request(req).await.expect("admin answers");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8_lossy(&body).into_owned()
+    }
+
+    pub async fn stop(self) {
+        self.gw.shutdown().await;
+        for m in self.mocks {
+            m.shutdown().await;
+        }
+    }
+}
+
+/// Fails the test fast if `fut` takes longer than `limit` (a watchdog, not a deadline).
+pub async fn watchdog<T>(limit: Duration, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .expect("watchdog: took too long")
+}
+
+/// Sum of a metric's samples whose line contains all `parts`.
+pub fn metric(text: &str, name: &str, parts: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.starts_with(name)
+                && (l[name.len()..].starts_with('{') || l[name.len()..].starts_with(' '))
+        })
+        .filter(|l| parts.iter().all(|p| l.contains(p)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
