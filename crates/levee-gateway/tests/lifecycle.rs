@@ -1,0 +1,129 @@
+//! Cancellation, shutdown, and secrets.
+
+mod support;
+use std::time::{Duration, Instant};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const WATCHDOG: Duration = Duration::from_secs(20);
+
+fn raw_request(body: &str, extra: &str) -> String {
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra}\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test]
+async fn a_caller_that_leaves_drops_the_upstream_request_at_once() {
+    let env = one("faults:\n  - { stall: true }\n", "").await;
+    let mut s = tokio::net::TcpStream::connect(env.gw.addr).await.unwrap();
+    s.write_all(raw_request(CHAT, "x-timeout-ms: 60000\r\n").as_bytes())
+        .await
+        .unwrap();
+    watchdog(WATCHDOG, async {
+        while env.stats(0).in_flight < 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let left = Instant::now();
+    drop(s);
+    watchdog(WATCHDOG, async {
+        while env.stats(0).client_closed < 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let took = left.elapsed();
+    assert!(
+        took < Duration::from_millis(200),
+        "upstream dropped {took:?} after the caller left"
+    );
+    assert_eq!(
+        env.stats(0).requests_total,
+        1,
+        "no attempt after the caller left"
+    );
+    // The provider slot was given back.
+    let m = env.metrics().await;
+    assert_eq!(metric(&m, "levee_in_flight", &["provider=\"p\""]), 0.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_requests_finish() {
+    let env = one("faults:\n  - { latency: 600ms }\n", "").await;
+    let client = env.client.clone();
+    let url = env.url("/v1/chat/completions");
+    let inflight = tokio::spawn(async move {
+        let req = http::Request::post(url)
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(CHAT)))
+            .unwrap();
+        client.request(req).await.map(|r| r.status().as_u16())
+    });
+    watchdog(WATCHDOG, async {
+        while env.stats(0).in_flight < 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let support::Env { mocks, gw, .. } = env;
+    let stopping = tokio::spawn(gw.shutdown());
+    let status = watchdog(WATCHDOG, inflight).await.unwrap();
+    assert_eq!(
+        status.ok(),
+        Some(200),
+        "the in-flight request was not cut off"
+    );
+    watchdog(WATCHDOG, stopping).await.unwrap();
+    for m in mocks {
+        m.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn provider_keys_never_appear_in_answers_metrics_or_logs() {
+    std::env::set_var("LEVEE_TEST_SECRET_KEY", "sk-very-secret-4242");
+    let env = start(
+        &["faults:\n  - { status: 503 }\n"],
+        "providers:\n  p: { api: openai, base_url: \"{mock0}\", api_key_env: LEVEE_TEST_SECRET_KEY }\nroutes:\n  - targets: [p]\n    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
+    )
+    .await;
+    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert!(!r.text().contains("very-secret"));
+    assert!(!format!("{:?}", r.headers).contains("very-secret"));
+    assert!(!env.metrics().await.contains("very-secret"));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn slow_and_oversized_clients_get_a_clear_answer() {
+    let env = one("faults: []", "").await;
+    // 1,000 headers: refused with a 431, not a panic.
+    let mut s = tokio::net::TcpStream::connect(env.gw.addr).await.unwrap();
+    let many: String = (0..1000).map(|i| format!("x-h{i}: v\r\n")).collect();
+    s.write_all(raw_request(CHAT, &many).as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 256];
+    let n = watchdog(WATCHDOG, s.read(&mut buf)).await.unwrap_or(0);
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(n == 0 || head.starts_with("HTTP/1.1 431"), "{head}");
+    // A body over the limit: 413 in dialect.
+    let big = format!(
+        r#"{{"model":"m","pad":"{}"}}"#,
+        "x".repeat(11 * 1024 * 1024)
+    );
+    let r = env.post("/v1/chat/completions", &big, &[]).await;
+    assert_eq!(r.status, 413);
+    assert!(r.json()["error"].is_object());
+    // Still serving.
+    assert_eq!(
+        env.post("/v1/chat/completions", CHAT, &[]).await.status,
+        200
+    );
+    assert_eq!(env.stats(0).requests_total, 1);
+    env.stop().await;
+}
