@@ -112,8 +112,11 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     });
     let service = service_fn(move |req| handle(Arc::clone(&shared), Arc::clone(&reset), req));
     // Errors here are the client going away or a deliberate reset/cut.
+    // No header-read timeout: idle keep-alive connections stay open until the
+    // client closes them, so a gateway's pool never races an idle close.
     let _ = http1::Builder::new()
         .timer(TokioTimer::new())
+        .header_read_timeout(None)
         .keep_alive(true)
         .serve_connection(io, service)
         .await;

@@ -331,4 +331,14 @@ mod tests {
         let line = serde_json::to_string(&entry).unwrap();
         assert_eq!(Tape::parse(&line).unwrap().entries(), &[entry]);
     }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let doc = include_str!("../TAPE.md");
+        let start = doc.find("```jsonl\n").unwrap() + "```jsonl\n".len();
+        let end = start + doc[start..].find("```").unwrap();
+        let tape = Tape::parse(&doc[start..end]).unwrap();
+        assert_eq!(tape.len(), 5);
+        assert!(tape.entries()[3].reset);
+    }
 }

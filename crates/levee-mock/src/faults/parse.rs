@@ -815,4 +815,11 @@ mod tests {
         assert_eq!(e.line(), Some(3), "{e}");
         assert!(e.message().contains("`from` must be a duration"), "{e}");
     }
+
+    #[test]
+    fn key_names_match_their_variants() {
+        for name in FAULT_KEYS {
+            assert_eq!(Key::parse(name).map(Key::name), Some(*name));
+        }
+    }
 }
