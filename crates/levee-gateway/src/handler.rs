@@ -492,6 +492,8 @@ async fn deliver(
             Some(t) => attempt_deadline.min(shared.clock.to_tokio(shared.clock.now()) + t),
             None => attempt_deadline,
         };
+        // Hold the head until the first whole event: the commit point.
+        let mut framer = crate::sse::EventFramer::new();
         let first = loop {
             match tokio::time::timeout_at(first_deadline, body.frame()).await {
                 Err(_) => return Delivered::Failed(Outcome::Timeout, "timeout", lease),
@@ -500,8 +502,9 @@ async fn deliver(
                 }
                 Ok(Some(Ok(frame))) => {
                     if let Ok(d) = frame.into_data() {
-                        if !d.is_empty() {
-                            break d;
+                        let whole = framer.push(&d);
+                        if !whole.is_empty() {
+                            break whole;
                         }
                     }
                 }
@@ -545,6 +548,7 @@ async fn deliver(
         };
         let relay = RelayBody::new(
             first,
+            framer,
             body,
             route.stream_idle_timeout,
             ctx.dialect,

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod respond;
 pub mod server;
 pub mod shared;
+pub mod sse;
 pub mod stream;
 pub mod upstream;
 

@@ -5,6 +5,7 @@
 use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;
 use crate::dialect::Dialect;
+use crate::sse::EventFramer;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
 use hyper::body::Incoming;
@@ -24,6 +25,7 @@ pub struct RelayBody {
     stall: Pin<Box<Sleep>>,
     dialect: Dialect,
     done: bool,
+    framer: EventFramer,
     clock: Clock,
     finisher: Option<AttemptFinisher>,
 }
@@ -32,6 +34,7 @@ impl RelayBody {
     /// `first` is the chunk already read (the commit point).
     pub fn new(
         first: Bytes,
+        framer: EventFramer,
         upstream: Incoming,
         idle: Duration,
         dialect: Dialect,
@@ -46,6 +49,7 @@ impl RelayBody {
             stall: Box::pin(tokio::time::sleep_until(clock.to_tokio(clock.now()) + idle)),
             dialect,
             done: false,
+            framer,
             finisher: Some(finisher),
         }
     }
@@ -79,12 +83,13 @@ impl HttpBody for RelayBody {
             match Pin::new(&mut this.upstream).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Ok(data) = frame.into_data() {
-                        if data.is_empty() {
-                            continue;
-                        }
                         let deadline = this.clock.to_tokio(this.clock.now()) + this.idle;
                         this.stall.as_mut().reset(deadline);
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                        let whole = this.framer.push(&data);
+                        if whole.is_empty() {
+                            continue;
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(whole))));
                     }
                     // Trailers: SSE has none worth relaying.
                 }
