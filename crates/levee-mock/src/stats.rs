@@ -70,8 +70,8 @@ pub(crate) const PATHS: [&str; 6] = [
     "other",
 ];
 
-/// Statuses above this share the last slot (never produced by the mock itself).
-const STATUS_SLOTS: usize = 600;
+/// One counter per possible HTTP status (100–999).
+const STATUS_SLOTS: usize = 1000;
 
 #[derive(Clone, Copy)]
 pub(crate) enum FaultKind {
