@@ -9,6 +9,7 @@ use crate::attempt::{AttemptFinisher, GatewayDeps};
 use crate::dialect::Dialect;
 use crate::idempotency::{Begin, Lease, Stored};
 use crate::inspect::{inspect, rewrite_model};
+use crate::record::TapeLine;
 use crate::respond::{copy_headers, error_headers, full, levee_error, Body};
 use crate::shared::Shared;
 use crate::stream::RelayBody;
@@ -447,6 +448,24 @@ async fn run(
                     }
                 };
                 outside += shared.clock.since(now);
+                if shared.recorder.is_some() {
+                    let mut line = TapeLine {
+                        delay_ms: ms(shared.clock.since(now)),
+                        ..TapeLine::default()
+                    };
+                    match outcome {
+                        Outcome::Timeout => line.stall = true,
+                        Outcome::Status { status, .. } => {
+                            line.status = status;
+                            if let Some(e) = &last_error {
+                                line.headers = TapeLine::headers_from(&e.headers);
+                                line.body = Some(TapeLine::body_from(&e.body));
+                            }
+                        }
+                        _ => line.reset = true,
+                    }
+                    tape(&ctx, model_sent(&ctx, fin.req.target()), line);
+                }
                 let class = fin.record(outcome);
                 let label = if class == Class::NotProviderFault && label == "timeout" {
                     "deadline_cut"
@@ -546,15 +565,24 @@ async fn deliver(
                 levee_policy::RequestState::new(levee_policy::Instant::ZERO),
             ),
         };
-        let relay = RelayBody::new(
+        let recording = shared.recorder.is_some().then(|| {
+            let mut line = TapeLine {
+                status: parts.status.as_u16(),
+                headers: TapeLine::headers_from(&parts.headers),
+                delay_ms: ms(shared.clock.since(started)),
+                ..TapeLine::default()
+            };
+            fill_tape(ctx, model_sent(ctx, target), &mut line);
+            line
+        });
+        let start = crate::stream::RelayStart {
             first,
             framer,
-            body,
-            route.stream_idle_timeout,
-            ctx.dialect,
-            shared.clock,
-            finisher,
-        );
+            idle: route.stream_idle_timeout,
+            dialect: ctx.dialect,
+            clock: shared.clock,
+        };
+        let relay = RelayBody::new(start, body, finisher, recording);
         let mut out = Response::new(http_body_util::BodyExt::boxed_unsync(relay));
         *out.status_mut() = parts.status;
         copy_headers(&parts.headers, out.headers_mut());
@@ -597,6 +625,16 @@ async fn deliver(
     shared.metrics.added_latency.observe(added.as_secs_f64());
     shared.metrics.request(&route.name, "success");
     log_summary(ctx, fin, "success", None, added, None);
+    if shared.recorder.is_some() {
+        let line = TapeLine {
+            status,
+            headers: TapeLine::headers_from(&parts.headers),
+            body: Some(TapeLine::body_from(&bytes)),
+            delay_ms: ms(shared.clock.since(started)),
+            ..TapeLine::default()
+        };
+        tape(ctx, model_sent(ctx, target), line);
+    }
     let mut out = Response::new(full(bytes.clone()));
     *out.status_mut() = parts.status;
     copy_headers(&parts.headers, out.headers_mut());
@@ -788,5 +826,29 @@ async fn read_limited(
         Err(_) => Err(true),
         Ok(Err(_)) => Err(false),
         Ok(Ok(c)) => Ok(c.to_bytes()),
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn model_sent(ctx: &Ctx, target: usize) -> String {
+    ctx.shared.config.routes[ctx.route]
+        .rewrite_model(target, &ctx.model)
+        .to_string()
+}
+
+fn fill_tape(ctx: &Ctx, model: String, line: &mut TapeLine) {
+    line.path = Some(ctx.path_and_query.clone());
+    line.model = Some(model);
+    line.at_ms = Some(ms(ctx.shared.clock.now().since_origin()));
+}
+
+/// Writes one exchange to the `--record` tape.
+fn tape(ctx: &Ctx, model: String, mut line: TapeLine) {
+    if let Some(r) = &ctx.shared.recorder {
+        fill_tape(ctx, model, &mut line);
+        r.record(&line);
     }
 }

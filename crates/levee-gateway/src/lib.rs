@@ -16,6 +16,7 @@ pub mod handler;
 pub mod idempotency;
 pub mod inspect;
 pub mod metrics;
+pub mod record;
 pub mod respond;
 pub mod server;
 pub mod shared;
@@ -36,6 +37,11 @@ use tokio::sync::watch;
 pub enum GatewayError {
     #[error(transparent)]
     Setup(#[from] SetupError),
+    #[error("cannot write the tape {path}: {source}")]
+    Record {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("cannot listen on {addr}: {source}; is another process using it? (`listen:` / `admin.listen:` in the config)")]
     Bind {
         addr: SocketAddr,
@@ -75,6 +81,15 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
         .map_err(|source| GatewayError::Bind { addr, source })
 }
 
+/// How to run beyond the config.
+#[derive(Debug, Default, Clone)]
+pub struct Options {
+    /// Seed for the per-request jitter RNGs.
+    pub seed: u64,
+    /// Write every upstream exchange to this tape (`levee mock --replay` format).
+    pub record: Option<std::path::PathBuf>,
+}
+
 /// Binds the config's listeners and serves in background tasks. The gateway
 /// also stops when `stop_on` resolves (a signal, in the binary).
 pub async fn spawn(
@@ -82,6 +97,27 @@ pub async fn spawn(
     seed: u64,
     stop_on: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Running, GatewayError> {
+    spawn_with(config, Options { seed, record: None }, stop_on).await
+}
+
+/// [`spawn`] with all options.
+pub async fn spawn_with(
+    config: Config,
+    opts: Options,
+    stop_on: impl Future<Output = ()> + Send + 'static,
+) -> Result<Running, GatewayError> {
+    let seed = opts.seed;
+    let recorder = match &opts.record {
+        Some(path) => {
+            Some(
+                record::Recorder::open(path).map_err(|source| GatewayError::Record {
+                    path: path.display().to_string(),
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
     let public = bind(config.listen).await?;
     let admin = bind(config.admin_listen).await?;
     let addr = public.local_addr().map_err(|source| GatewayError::Bind {
@@ -92,7 +128,9 @@ pub async fn spawn(
         addr: config.admin_listen,
         source,
     })?;
-    let shared = Arc::new(Shared::new(config, seed)?);
+    let mut shared = Shared::new(config, seed)?;
+    shared.recorder = recorder;
+    let shared = Arc::new(shared);
     let (stop, rx) = watch::channel(false);
     let mut rx_public = rx.clone();
     let mut rx_admin = rx;

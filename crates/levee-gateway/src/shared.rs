@@ -39,6 +39,8 @@ pub struct Shared {
     pub keys: Vec<[u8; 32]>,
     pub idempotency: Arc<IdempotencyStore>,
     pub shutting_down: AtomicBool,
+    /// `--record`: where upstream exchanges are written.
+    pub recorder: Option<crate::record::Recorder>,
     seed: u64,
     counter: AtomicU64,
 }
@@ -107,6 +109,7 @@ impl Shared {
             keys,
             idempotency,
             shutting_down: AtomicBool::new(false),
+            recorder: None,
             seed,
             counter: AtomicU64::new(0),
         })

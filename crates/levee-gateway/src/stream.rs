@@ -5,6 +5,7 @@
 use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;
 use crate::dialect::Dialect;
+use crate::record::TapeLine;
 use crate::sse::EventFramer;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
@@ -17,6 +18,16 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Sleep;
 
+/// What the relay starts from: the first whole event(s) already read (the
+/// commit point), the framer holding any partial tail, and the stream's settings.
+pub struct RelayStart {
+    pub first: Bytes,
+    pub framer: EventFramer,
+    pub idle: Duration,
+    pub dialect: Dialect,
+    pub clock: Clock,
+}
+
 /// The body of a committed stream.
 pub struct RelayBody {
     first: Option<Bytes>,
@@ -28,19 +39,29 @@ pub struct RelayBody {
     framer: EventFramer,
     clock: Clock,
     finisher: Option<AttemptFinisher>,
+    /// `--record`: the exchange so far, chunks appended as relayed.
+    tape: Option<TapeLine>,
 }
 
 impl RelayBody {
-    /// `first` is the chunk already read (the commit point).
+    /// Starts relaying after the commit point.
     pub fn new(
-        first: Bytes,
-        framer: EventFramer,
+        start: RelayStart,
         upstream: Incoming,
-        idle: Duration,
-        dialect: Dialect,
-        clock: Clock,
         finisher: AttemptFinisher,
+        tape: Option<TapeLine>,
     ) -> Self {
+        let RelayStart {
+            first,
+            framer,
+            idle,
+            dialect,
+            clock,
+        } = start;
+        let tape = tape.map(|mut t| {
+            t.chunks = Some(vec![String::from_utf8_lossy(&first).into_owned()]);
+            t
+        });
         RelayBody {
             clock,
             first: Some(first),
@@ -51,11 +72,23 @@ impl RelayBody {
             done: false,
             framer,
             finisher: Some(finisher),
+            tape,
+        }
+    }
+
+    /// Writes the relayed exchange to the `--record` tape.
+    fn write_tape(&mut self, cut: bool) {
+        if let (Some(mut line), Some(f)) = (self.tape.take(), self.finisher.as_ref()) {
+            line.cut = cut;
+            if let Some(r) = &f.shared.recorder {
+                r.record(&line);
+            }
         }
     }
 
     fn fail(&mut self, why: &str) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.done = true;
+        self.write_tape(true);
         if let Some(f) = self.finisher.take() {
             f.finish(Outcome::FailedAfterFirstByte, true);
         }
@@ -89,6 +122,9 @@ impl HttpBody for RelayBody {
                         if whole.is_empty() {
                             continue;
                         }
+                        if let Some(chunks) = this.tape.as_mut().and_then(|t| t.chunks.as_mut()) {
+                            chunks.push(String::from_utf8_lossy(&whole).into_owned());
+                        }
                         return Poll::Ready(Some(Ok(Frame::data(whole))));
                     }
                     // Trailers: SSE has none worth relaying.
@@ -96,6 +132,13 @@ impl HttpBody for RelayBody {
                 Poll::Ready(Some(Err(_))) => return this.fail("broke off"),
                 Poll::Ready(None) => {
                     this.done = true;
+                    let tail = this.framer.flush();
+                    if let Some(chunks) = this.tape.as_mut().and_then(|t| t.chunks.as_mut()) {
+                        if !tail.is_empty() {
+                            chunks.push(String::from_utf8_lossy(&tail).into_owned());
+                        }
+                    }
+                    this.write_tape(false);
                     if let Some(f) = this.finisher.take() {
                         f.finish(
                             Outcome::Status {

@@ -1,7 +1,7 @@
 //! Cancellation, shutdown, and secrets.
 
 mod support;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -27,7 +27,7 @@ async fn a_caller_that_leaves_drops_the_upstream_request_at_once() {
         }
     })
     .await;
-    let left = Instant::now();
+    let left = stopwatch();
     drop(s);
     watchdog(WATCHDOG, async {
         while env.stats(0).client_closed < 1 {
@@ -125,5 +125,81 @@ async fn slow_and_oversized_clients_get_a_clear_answer() {
         200
     );
     assert_eq!(env.stats(0).requests_total, 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn record_writes_a_tape_that_levee_mock_replays() {
+    let mock = support::mock("faults:\n  - { status: 503, retry_after: 0, to: 300ms }\n").await;
+    let tape_path = std::env::temp_dir().join(format!("levee-tape-{}.jsonl", std::process::id()));
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n",
+        mock.url()
+    );
+    let config = levee_config::Config::parse(&text).unwrap();
+    let opts = levee_gateway::Options {
+        seed: 1,
+        record: Some(tape_path.clone()),
+    };
+    let gw = levee_gateway::spawn_with(config, opts, std::future::pending())
+        .await
+        .unwrap();
+    let env = support::Env {
+        mocks: vec![mock],
+        gw,
+        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http(),
+    };
+    assert_eq!(
+        env.post("/v1/chat/completions", CHAT, &[]).await.status,
+        503
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(
+        env.post("/v1/chat/completions", CHAT, &[]).await.status,
+        200
+    );
+    assert_eq!(
+        env.post("/v1/chat/completions", CHAT_STREAM, &[])
+            .await
+            .status,
+        200
+    );
+    let text = watchdog(WATCHDOG, async {
+        loop {
+            let t = std::fs::read_to_string(&tape_path).unwrap_or_default();
+            if t.lines().count() >= 3 {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let tape = levee_mock::Tape::parse(&text).expect("the mock reads the gateway's tape");
+    let statuses: Vec<u16> = tape.entries().iter().map(|e| e.status).collect();
+    assert_eq!(statuses, [503, 200, 200]);
+    assert!(tape.entries()[2]
+        .chunks
+        .as_ref()
+        .is_some_and(|c| c.len() > 2));
+    // Replay the bad day: the same answers, in order, for free.
+    let replay = levee_mock::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        levee_mock::MockOptions {
+            replay: Some(tape),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let client = &env.client;
+    for want in [503u16, 200] {
+        let req = http::Request::post(format!("{}/v1/chat/completions", replay.url()))
+            .body(http_body_util::Full::new(bytes::Bytes::from(CHAT)))
+            .unwrap();
+        assert_eq!(client.request(req).await.unwrap().status().as_u16(), want);
+    }
+    replay.shutdown().await;
+    let _ = std::fs::remove_file(&tape_path);
     env.stop().await;
 }

@@ -1,7 +1,7 @@
 //! Retries settled in one layer, against a real mock provider.
 
 mod support;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::*;
 
 const WATCHDOG: Duration = Duration::from_secs(20);
@@ -105,7 +105,7 @@ async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
     // A long deadline (20 s) and a longer Retry-After (30 s): code that waits
     // trips the watchdog; code that gives up answers at once.
     let env = one("faults:\n  - { status: 503, retry_after: 30 }\n", "").await;
-    let t = Instant::now();
+    let t = stopwatch();
     let r = watchdog(
         Duration::from_secs(5),
         env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
@@ -126,7 +126,7 @@ async fn retry_after_is_honoured_when_the_deadline_holds_it() {
         "    retry: { on: [429, 503] }\n",
     )
     .await;
-    let t = Instant::now();
+    let t = stopwatch();
     let r = watchdog(
         WATCHDOG,
         env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
@@ -196,7 +196,7 @@ async fn a_timeout_cut_short_by_the_callers_deadline_is_not_retried() {
         "    expected_attempt_ms: 30000\n",
     )
     .await;
-    let t = Instant::now();
+    let t = stopwatch();
     let r = watchdog(
         WATCHDOG,
         env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "1000")]),

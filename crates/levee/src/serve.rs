@@ -22,6 +22,9 @@ pub struct ServeArgs {
     /// Seed for the per-request jitter RNGs (default: from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Write every upstream exchange to this JSONL tape (replay it with `levee mock --replay`).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
 }
 
 /// How log lines look.
@@ -130,7 +133,11 @@ pub fn run(args: ServeArgs) -> i32 {
                 }
             }
         }
-        let running = match levee_gateway::spawn(config, seed, signal()).await {
+        let opts = levee_gateway::Options {
+            seed,
+            record: args.record.clone(),
+        };
+        let running = match levee_gateway::spawn_with(config, opts, signal()).await {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("levee: {e}");
