@@ -375,11 +375,15 @@ async fn run(
                     &ctx.idem,
                 );
                 let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
-                let result = tokio::time::timeout_at(
-                    attempt_deadline,
-                    provider.client.request(upstream_req),
-                )
-                .await;
+                // A stream must show its first event within first_byte_timeout
+                // of dispatch; until then a failure can still be retried.
+                let head_deadline = match (ctx.stream, route.first_byte_timeout) {
+                    (true, Some(t)) => attempt_deadline.min(shared.clock.to_tokio(now + t)),
+                    _ => attempt_deadline,
+                };
+                let result =
+                    tokio::time::timeout_at(head_deadline, provider.client.request(upstream_req))
+                        .await;
                 let (outcome, label) = match result {
                     Err(_) => (Outcome::Timeout, "timeout"),
                     Ok(Err(_)) => (Outcome::ConnectError, "connect_error"),
@@ -508,7 +512,7 @@ async fn deliver(
     let provider_name = shared.providers[provider_ix].name.clone();
     if ctx.stream && is_sse {
         let first_deadline = match route.first_byte_timeout {
-            Some(t) => attempt_deadline.min(shared.clock.to_tokio(shared.clock.now()) + t),
+            Some(t) => attempt_deadline.min(shared.clock.to_tokio(started + t)),
             None => attempt_deadline,
         };
         // Hold the head until the first whole event: the commit point.

@@ -206,3 +206,100 @@ async fn a_stream_that_fails_before_its_first_byte_is_retried() {
     assert!(r.text().contains("[DONE]"));
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_stream_with_no_first_event_in_time_falls_back_before_committing() {
+    // The primary never answers; first_byte_timeout (300 ms) lets the backup
+    // answer well inside the caller's 20 s deadline.
+    let env = start(
+        &["faults:\n  - { stall: true }\n", "faults: []"],
+        "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n    retry: { max_attempts: 1 }\n    first_byte_timeout: 300ms\n",
+    )
+    .await;
+    let t = stopwatch();
+    let r = watchdog(
+        Duration::from_secs(5),
+        env.post(
+            "/v1/chat/completions",
+            CHAT_STREAM,
+            &[("x-timeout-ms", "20000")],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-levee-target"), "b");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(r.text().contains("[DONE]"));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_that_stalls_after_its_first_byte_ends_with_an_error_event() {
+    let env = one(
+        "faults:\n  - { chunk_delay: 2s }\n",
+        "    stream_idle_timeout: 200ms\n",
+    )
+    .await;
+    let t = stopwatch();
+    let r = watchdog(
+        Duration::from_secs(10),
+        env.post(
+            "/v1/chat/completions",
+            CHAT_STREAM,
+            &[("x-timeout-ms", "60000")],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let text = r.text();
+    assert!(text.contains("stalled"), "{text}");
+    assert!(!text.contains("[DONE]"));
+    assert_eq!(env.stats(0).requests_total, 1, "never restarted");
+    let m = env.metrics().await;
+    assert_eq!(metric(&m, "levee_streams_failed_total", &[]), 1.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn callers_with_short_deadlines_leave_no_orphaned_work_behind() {
+    // Slow and flaky provider, callers with 300 ms deadlines: every request the
+    // provider sees carries a positive x-timeout-ms, nothing arrives after the
+    // callers are gone, and nothing is left running there.
+    let env = std::sync::Arc::new(
+        one(
+            "faults:\n  - { status: 503, probability: 0.5 }\n  - { latency: { p50: 150ms, p99: 600ms } }\n",
+            "    expected_attempt_ms: 100\n    retry: { max_attempts: 3, budget: { ratio: 1.0, min_per_second: 1000 }, backoff: { base_ms: 10, max_ms: 50 } }\n",
+        )
+        .await,
+    );
+    let mut calls = Vec::new();
+    for _ in 0..60 {
+        let e = env.clone();
+        calls.push(tokio::spawn(async move {
+            let t = stopwatch();
+            let r = e
+                .post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "300")])
+                .await;
+            (r.status, t.elapsed())
+        }));
+    }
+    for c in calls {
+        let (status, took) = watchdog(Duration::from_secs(10), c).await.unwrap();
+        assert!(
+            took < Duration::from_millis(300 + 150),
+            "answered after {took:?} (status {status})"
+        );
+    }
+    let after = env.stats(0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = env.stats(0);
+    assert_eq!(
+        later.requests_total, after.requests_total,
+        "no attempt after the callers left"
+    );
+    assert_eq!(later.in_flight, 0, "nothing left running at the provider");
+    assert_eq!(later.timeout_ms_seen.count, later.requests_total);
+    assert!(later.timeout_ms_seen.min.unwrap_or(0) > 0);
+    assert!(later.timeout_ms_seen.max.unwrap_or(u64::MAX) <= 300);
+}
