@@ -27,6 +27,8 @@ enum Command {
     Simulate(levee_sim::SimulateArgs),
     /// Validate a config; print each route's retry schedule and the caller census.
     Check(check::CheckArgs),
+    /// Live fault drill: open-loop load through a gateway while the mock fails on cue.
+    Drill(levee_drill::DrillArgs),
 }
 
 fn main() {
@@ -36,6 +38,7 @@ fn main() {
         Command::Mock(args) => levee_mock::run_cli(args),
         Command::Simulate(args) => levee_sim::run_cli(args),
         Command::Check(args) => check::run(args),
+        Command::Drill(args) => levee_drill::run_cli(args),
     };
     std::process::exit(code);
 }

@@ -1,0 +1,387 @@
+//! Flags of `levee drill`, checked and turned into a [`Plan`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::error::DrillError;
+use crate::target::{self, Target};
+
+/// Most requests one drill may send (rate × duration).
+pub const MAX_REQUESTS: u64 = 1_000_000;
+/// Highest `--rate`.
+pub const MAX_RATE: f64 = 10_000.0;
+/// Longest `--duration`.
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+/// Longest `--timeout-ms`.
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+
+/// Flags of `levee drill`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DrillArgs {
+    /// Base URL of the running gateway (`levee serve`); loopback only.
+    #[arg(long, value_name = "URL")]
+    pub gateway: String,
+    /// Base URL of the `levee mock` behind it; its faults are set at start
+    /// (`POST /_mock/faults`) and its stats polled every 100 ms. Loopback only.
+    #[arg(long, value_name = "URL")]
+    pub mock: String,
+    /// Logical requests started per second, open loop: each starts on schedule
+    /// whether or not earlier ones were answered.
+    #[arg(long, default_value_t = 400.0, value_name = "PER_SECOND")]
+    pub rate: f64,
+    /// How long requests keep starting (`90s`, `500ms`, `2m`).
+    #[arg(long, default_value = "90s", value_name = "DURATION")]
+    pub duration: String,
+    /// One mock fault as `key=value,...` (e.g. `status=503,retry_after=2,from=20s,to=50s`;
+    /// `latency.p50=200ms` nests). Windows count from the drill's start. Repeatable.
+    #[arg(long = "fault", value_name = "K=V,...")]
+    pub faults: Vec<String>,
+    /// Print exactly one JSON object (the report) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw upstream requests/s over time, fault window shaded, as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Deadline each request carries as `x-timeout-ms`; an answer counts as on
+    /// time when it arrives within this plus 50 ms.
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    pub timeout_ms: u64,
+    /// Seed for `--arrivals poisson` (same seed, same schedule).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub seed: u64,
+    /// Arrival schedule: evenly spaced, or a Poisson process of the same mean rate.
+    #[arg(long, value_enum, default_value_t = Arrivals::Even)]
+    pub arrivals: Arrivals,
+    /// The `model` each chat completion asks for (picks the gateway's route).
+    #[arg(long, default_value = "drill", value_name = "MODEL")]
+    pub model: String,
+}
+
+/// How request start times are spaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Arrivals {
+    Even,
+    Poisson,
+}
+
+/// A checked drill: what to send where, for how long.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub gateway: Target,
+    pub mock: Target,
+    pub rate: f64,
+    pub duration: Duration,
+    /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
+    pub fault_doc: Value,
+    /// From the earliest fault's `from` to the latest fault's `to` (the run's
+    /// end for a fault without `to`); `None` without faults.
+    pub fault_window: Option<(Duration, Duration)>,
+    pub timeout: Duration,
+    pub seed: u64,
+    pub arrivals: Arrivals,
+    pub model: String,
+    pub json: bool,
+    pub plot: Option<PathBuf>,
+    /// The `--fault` flags as given, for the human report.
+    pub fault_text: Vec<String>,
+}
+
+/// Parses `<number><unit>` with unit `h`, `m`, `s`, `ms` (the mock's grammar).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|i| *i > 0)?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let unit_secs = match unit.trim() {
+        "h" => 3600.0,
+        "m" | "min" => 60.0,
+        "s" => 1.0,
+        "ms" => 1e-3,
+        _ => return None,
+    };
+    let secs = value * unit_secs;
+    if !secs.is_finite() || !(0.0..=604_800.0).contains(&secs) {
+        return None;
+    }
+    Some(Duration::from_secs_f64(secs))
+}
+
+fn scalar(text: &str) -> Value {
+    let t = text.trim();
+    match t {
+        "true" => return Value::Bool(true),
+        "false" => return Value::Bool(false),
+        _ => {}
+    }
+    if let Ok(n) = t.parse::<u64>() {
+        return Value::from(n);
+    }
+    if let Ok(x) = t.parse::<f64>() {
+        if x.is_finite() && t.contains('.') {
+            return Value::from(x);
+        }
+    }
+    Value::String(t.to_owned())
+}
+
+/// Turns `status=503,retry_after=2,from=20s,to=50s` into the JSON object of
+/// one fault. Numbers and booleans become JSON numbers and booleans; dotted
+/// keys nest (`latency.p50=200ms`). The mock validates the meaning.
+pub fn parse_fault(text: &str) -> Result<Map<String, Value>, DrillError> {
+    let bad = |reason: String| DrillError::Flag {
+        flag: "fault",
+        value: text.to_owned(),
+        reason,
+    };
+    let mut fault = Map::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(bad(format!(
+                "`{pair}` is not key=value (e.g. status=503,retry_after=2,from=20s,to=50s)"
+            )));
+        };
+        let path: Vec<&str> = key.trim().split('.').map(str::trim).collect();
+        if path.iter().any(|k| k.is_empty()) {
+            return Err(bad(format!("`{pair}` has an empty key")));
+        }
+        let (last, parents) = match path.split_last() {
+            Some(split) => split,
+            None => return Err(bad(format!("`{pair}` has an empty key"))),
+        };
+        let mut node = &mut fault;
+        for parent in parents {
+            let entry = node
+                .entry((*parent).to_owned())
+                .or_insert_with(|| Value::Object(Map::new()));
+            node = match entry {
+                Value::Object(m) => m,
+                _ => return Err(bad(format!("`{key}`: `{parent}` already has a value"))),
+            };
+        }
+        if node.contains_key(*last) {
+            return Err(bad(format!("`{key}` is given twice")));
+        }
+        node.insert((*last).to_owned(), scalar(value));
+    }
+    if fault.is_empty() {
+        return Err(bad(
+            "empty fault (e.g. status=503,retry_after=2,from=20s,to=50s)".to_owned(),
+        ));
+    }
+    Ok(fault)
+}
+
+fn window_edge(
+    fault: &Map<String, Value>,
+    key: &str,
+    text: &str,
+) -> Result<Option<Duration>, DrillError> {
+    match fault.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => parse_duration(s).map(Some).ok_or_else(|| DrillError::Flag {
+            flag: "fault",
+            value: text.to_owned(),
+            reason: format!("`{key}={s}` must be a duration like 20s or 150ms"),
+        }),
+        Some(other) => Err(DrillError::Flag {
+            flag: "fault",
+            value: text.to_owned(),
+            reason: format!("`{key}={other}` must be a duration with a unit, like 20s"),
+        }),
+    }
+}
+
+impl DrillArgs {
+    /// Checks every flag; the error names the flag and says what is allowed.
+    pub fn plan(&self) -> Result<Plan, DrillError> {
+        let flag = |flag: &'static str, value: String, reason: &str| DrillError::Flag {
+            flag,
+            value,
+            reason: reason.to_owned(),
+        };
+        let gateway = target::parse("gateway", &self.gateway)?;
+        let mock = target::parse("mock", &self.mock)?;
+        if !(self.rate.is_finite() && self.rate > 0.0 && self.rate <= MAX_RATE) {
+            return Err(flag(
+                "rate",
+                self.rate.to_string(),
+                &format!("must be above 0 and at most {MAX_RATE} requests per second"),
+            ));
+        }
+        let duration = parse_duration(&self.duration)
+            .filter(|d| !d.is_zero() && *d <= MAX_DURATION)
+            .ok_or_else(|| {
+                flag(
+                    "duration",
+                    self.duration.clone(),
+                    "must be a duration above 0 and at most 1h, like 90s or 500ms",
+                )
+            })?;
+        let total = (self.rate * duration.as_secs_f64()).ceil();
+        if total > MAX_REQUESTS as f64 {
+            return Err(flag(
+                "rate",
+                self.rate.to_string(),
+                &format!(
+                    "rate × duration is {total} requests; a drill sends at most {MAX_REQUESTS} \
+                     (lower --rate or --duration)"
+                ),
+            ));
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > MAX_TIMEOUT_MS {
+            return Err(flag(
+                "timeout-ms",
+                self.timeout_ms.to_string(),
+                &format!("must be between 1 and {MAX_TIMEOUT_MS}"),
+            ));
+        }
+        let mut faults = Vec::new();
+        let mut window: Option<(Duration, Duration)> = None;
+        for text in &self.faults {
+            let fault = parse_fault(text)?;
+            let from = window_edge(&fault, "from", text)?.unwrap_or(Duration::ZERO);
+            let to = window_edge(&fault, "to", text)?
+                .unwrap_or(duration)
+                .min(duration);
+            if to < from {
+                return Err(flag("fault", text.clone(), "`to` is before `from`"));
+            }
+            window = Some(match window {
+                None => (from, to),
+                Some((a, b)) => (a.min(from), b.max(to)),
+            });
+            faults.push(Value::Object(fault));
+        }
+        Ok(Plan {
+            gateway,
+            mock,
+            rate: self.rate,
+            duration,
+            fault_doc: serde_json::json!({ "faults": faults }),
+            fault_window: window,
+            timeout: Duration::from_millis(self.timeout_ms),
+            seed: self.seed,
+            arrivals: self.arrivals,
+            model: self.model.clone(),
+            json: self.json,
+            plot: self.plot.clone(),
+            fault_text: self.faults.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(faults: &[&str]) -> DrillArgs {
+        DrillArgs {
+            gateway: "http://127.0.0.1:8080".into(),
+            mock: "http://127.0.0.1:9100".into(),
+            rate: 400.0,
+            duration: "90s".into(),
+            faults: faults.iter().map(|s| s.to_string()).collect(),
+            json: false,
+            plot: None,
+            timeout_ms: 10_000,
+            seed: 0,
+            arrivals: Arrivals::Even,
+            model: "drill".into(),
+        }
+    }
+
+    #[test]
+    fn the_seed_fault_becomes_the_mocks_document() {
+        let plan = args(&["status=503,retry_after=2,from=20s,to=50s"])
+            .plan()
+            .map_err(|e| e.to_string());
+        let plan = plan.as_ref().expect("plan");
+        assert_eq!(
+            plan.fault_doc,
+            serde_json::json!({"faults":[{"status":503,"retry_after":2,"from":"20s","to":"50s"}]})
+        );
+        assert_eq!(
+            plan.fault_window,
+            Some((Duration::from_secs(20), Duration::from_secs(50)))
+        );
+    }
+
+    #[test]
+    fn faults_nest_union_and_default_to_the_whole_run() {
+        let plan = args(&[
+            "latency.p50=200ms,latency.p99=1.5s",
+            "status=429, retry_after_ms=1500, from=5s",
+            "reset=true,probability=0.05,to=30s",
+        ])
+        .plan()
+        .map_err(|e| e.to_string());
+        let plan = plan.as_ref().expect("plan");
+        assert_eq!(
+            plan.fault_doc["faults"][0],
+            serde_json::json!({"latency":{"p50":"200ms","p99":"1.5s"}})
+        );
+        assert_eq!(plan.fault_doc["faults"][1]["retry_after_ms"], 1500);
+        assert_eq!(plan.fault_doc["faults"][2]["reset"], true);
+        assert_eq!(plan.fault_doc["faults"][2]["probability"], 0.05);
+        assert_eq!(
+            plan.fault_window,
+            Some((Duration::ZERO, Duration::from_secs(90)))
+        );
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag() {
+        for (faults, needle) in [
+            (vec!["status"], "key=value"),
+            (vec!["=3"], "empty key"),
+            (vec!["status=503,status=500"], "twice"),
+            (vec!["from=soon"], "duration"),
+            (vec!["from=20"], "unit"),
+            (vec!["from=20s,to=10s"], "before"),
+            (vec!["latency=1,latency.p50=2ms"], "already"),
+        ] {
+            let e = args(&faults).plan().expect_err(needle).to_string();
+            assert!(e.contains("--fault") && e.contains(needle), "{e}");
+        }
+        let mut a = args(&[]);
+        a.rate = 0.0;
+        assert!(a.plan().is_err());
+        a.rate = 10_000.0;
+        a.duration = "2h".into();
+        assert!(a
+            .plan()
+            .expect_err("too long")
+            .to_string()
+            .contains("--duration"));
+        a.duration = "200s".into();
+        assert!(a
+            .plan()
+            .expect_err("too many")
+            .to_string()
+            .contains("at most"));
+        let mut a = args(&[]);
+        a.timeout_ms = 0;
+        assert!(a.plan().is_err());
+        let mut a = args(&[]);
+        a.gateway = "http://10.1.2.3:8080".into();
+        assert!(a
+            .plan()
+            .expect_err("remote")
+            .to_string()
+            .contains("loopback"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("90"), None);
+        assert_eq!(parse_duration("-1s"), None);
+    }
+}

@@ -1,0 +1,480 @@
+//! The live part: set the faults, start requests on schedule (open loop),
+//! poll the mock's stats, wait for stragglers, clear the faults.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, USER_AGENT};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{mpsc, watch};
+
+use crate::args::{Arrivals, Plan};
+use crate::clock;
+use crate::error::DrillError;
+
+/// How long past its deadline the drill waits for a request's answer before
+/// counting it unanswered.
+pub const STRAGGLER_MARGIN: Duration = Duration::from_secs(2);
+/// How often the mock's stats are read.
+pub const POLL_EVERY: Duration = Duration::from_millis(100);
+/// Timeout of one control request to the mock.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(2);
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// What happened to one logical request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// When it was sent, since the drill's start.
+    pub sent: Duration,
+    /// How late it was sent relative to its schedule.
+    pub lag: Duration,
+    /// Time to the complete answer; `None` when unanswered.
+    pub latency: Option<Duration>,
+    /// `success`, the gateway's `x-levee-reason`, `http_<status>` (an error
+    /// without a reason), `connection_error`, or `unanswered`.
+    pub kind: String,
+    /// The `x-levee-attempts` header, when present and a number.
+    pub attempts: Option<u32>,
+}
+
+/// One reading of the mock's `requests_total`, since the drill's start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub at: Duration,
+    /// Provider requests since the drill started (the mock's counter minus
+    /// its value at the start).
+    pub upstream: u64,
+}
+
+/// Everything the live run measured.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    pub records: Vec<Record>,
+    pub samples: Vec<Sample>,
+    /// Stats polls that failed (missing points in the series).
+    pub poll_failures: u64,
+    /// Whether clearing the faults at the end failed (the mock keeps them).
+    pub clear_failed: Option<String>,
+}
+
+fn client() -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(CONTROL_TIMEOUT));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(http)
+}
+
+async fn control(
+    client: &HttpClient,
+    method: Method,
+    url: &str,
+    body: Bytes,
+) -> Result<(StatusCode, Bytes), String> {
+    let req = Request::builder()
+        .method(method)
+        .uri(url)
+        .header(CONTENT_TYPE, "application/json")
+        .header(USER_AGENT, "levee-drill")
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((status, body))
+    };
+    tokio::time::timeout(CONTROL_TIMEOUT, fut)
+        .await
+        .map_err(|_| format!("no answer within {CONTROL_TIMEOUT:?}"))?
+}
+
+async fn upstream_total(client: &HttpClient, plan: &Plan) -> Result<u64, String> {
+    let url = plan.mock.url("/_mock/stats");
+    let (status, body) = control(client, Method::GET, &url, Bytes::new()).await?;
+    if !status.is_success() {
+        return Err(format!("GET /_mock/stats answered {status}"));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| format!("stats are not JSON: {e}"))?;
+    v.get("requests_total")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| "stats have no numeric `requests_total` (is this `levee mock`?)".to_owned())
+}
+
+async fn set_faults(
+    client: &HttpClient,
+    plan: &Plan,
+    doc: &serde_json::Value,
+) -> Result<(), DrillError> {
+    let url = plan.mock.url("/_mock/faults");
+    let text = doc.to_string();
+    let (status, body) = control(client, Method::POST, &url, Bytes::from(text.clone()))
+        .await
+        .map_err(|reason| DrillError::MockUnreachable {
+            url: url.clone(),
+            reason,
+        })?;
+    if status.is_success() {
+        return Ok(());
+    }
+    let reason = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("status {status}: {}", String::from_utf8_lossy(&body)));
+    Err(DrillError::FaultRejected { doc: text, reason })
+}
+
+/// The start offsets of every request, in order. Bounded by the plan's
+/// duration and [`crate::args::MAX_REQUESTS`].
+pub fn schedule(plan: &Plan) -> Vec<Duration> {
+    let end = plan.duration.as_secs_f64();
+    let cap = crate::args::MAX_REQUESTS as usize;
+    match plan.arrivals {
+        Arrivals::Even => {
+            let n = ((plan.rate * end).ceil() as usize).min(cap);
+            (0..n)
+                .map(|i| Duration::from_secs_f64(i as f64 / plan.rate))
+                .filter(|d| d.as_secs_f64() < end)
+                .collect()
+        }
+        Arrivals::Poisson => {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(plan.seed);
+            let mut t = 0.0f64;
+            let mut out = Vec::new();
+            while out.len() < cap {
+                let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+                t += -u.ln() / plan.rate;
+                if t >= end {
+                    break;
+                }
+                out.push(Duration::from_secs_f64(t));
+            }
+            out
+        }
+    }
+}
+
+fn classify(status: StatusCode, headers: &http::HeaderMap) -> String {
+    if status.is_success() {
+        return "success".to_owned();
+    }
+    match headers.get("x-levee-reason").and_then(|v| v.to_str().ok()) {
+        Some(r) if !r.is_empty() && r.len() <= 64 => r.to_owned(),
+        _ => format!("http_{}", status.as_u16()),
+    }
+}
+
+async fn one_request(
+    client: HttpClient,
+    url: Arc<str>,
+    body: Bytes,
+    timeout_ms: Arc<str>,
+    patience: Duration,
+) -> (Option<Duration>, String, Option<u32>) {
+    let sent = clock::now();
+    let req = match Request::post(&*url)
+        .header(CONTENT_TYPE, "application/json")
+        .header(USER_AGENT, "levee-drill")
+        .header("x-timeout-ms", &*timeout_ms)
+        .body(Full::new(body))
+    {
+        Ok(r) => r,
+        Err(_) => return (Some(Duration::ZERO), "request_error".to_owned(), None),
+    };
+    let answer = async {
+        let resp = match client.request(req).await {
+            Ok(r) => r,
+            Err(_) => return ("connection_error".to_owned(), None),
+        };
+        let kind = classify(resp.status(), resp.headers());
+        let attempts = resp
+            .headers()
+            .get("x-levee-attempts")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        match resp.into_body().collect().await {
+            Ok(_) => (kind, attempts),
+            Err(_) => ("body_error".to_owned(), attempts),
+        }
+    };
+    match tokio::time::timeout(patience, answer).await {
+        Ok((kind, attempts)) => (Some(clock::now().duration_since(sent)), kind, attempts),
+        Err(_) => (None, "unanswered".to_owned(), None),
+    }
+}
+
+/// Progress counters shared with the progress printer.
+#[derive(Default)]
+struct Progress {
+    sent: AtomicU64,
+    answered: AtomicU64,
+    upstream: AtomicU64,
+}
+
+/// Runs the drill against live servers and returns the raw measurements.
+pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
+    let client = client();
+    // Preflight: both servers answer before any fault is set.
+    let stats_url = plan.mock.url("/_mock/stats");
+    let before =
+        upstream_total(&client, plan)
+            .await
+            .map_err(|reason| DrillError::MockUnreachable {
+                url: stats_url.clone(),
+                reason,
+            })?;
+    match tokio::time::timeout(
+        CONTROL_TIMEOUT,
+        tokio::net::TcpStream::connect(plan.gateway.addr),
+    )
+    .await
+    {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return Err(DrillError::GatewayUnreachable {
+                addr: plan.gateway.base.clone(),
+                reason: e.to_string(),
+            })
+        }
+        Err(_) => {
+            return Err(DrillError::GatewayUnreachable {
+                addr: plan.gateway.base.clone(),
+                reason: format!("no connection within {CONTROL_TIMEOUT:?}"),
+            })
+        }
+    }
+
+    let offsets = schedule(plan);
+    // The fault windows count from this POST: it is the drill's time zero.
+    set_faults(&client, plan, &plan.fault_doc).await?;
+    let t0 = clock::now();
+
+    let counters = Arc::new(Progress::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let poller = tokio::spawn(poll(
+        client.clone(),
+        plan.clone(),
+        t0,
+        before,
+        stop_rx.clone(),
+        counters.clone(),
+    ));
+    let printer = progress.then(|| {
+        tokio::spawn(print_progress(
+            t0,
+            offsets.len() as u64,
+            counters.clone(),
+            stop_rx.clone(),
+        ))
+    });
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
+    let collector = {
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            let mut records = Vec::new();
+            while let Some(r) = rx.recv().await {
+                counters.answered.fetch_add(1, Relaxed);
+                records.push(r);
+            }
+            records
+        })
+    };
+
+    let url: Arc<str> = plan.gateway.url("/v1/chat/completions").into();
+    let timeout_ms: Arc<str> = plan.timeout.as_millis().to_string().into();
+    let patience = plan.timeout + STRAGGLER_MARGIN;
+    for (i, offset) in offsets.iter().enumerate() {
+        let due = t0 + *offset;
+        clock::sleep_until(due).await;
+        let body = serde_json::json!({
+            "model": plan.model,
+            "max_tokens": 16,
+            "messages": [{ "role": "user", "content": format!("levee drill request {i}") }],
+        });
+        let body = Bytes::from(body.to_string());
+        let (client, url, timeout_ms, tx) =
+            (client.clone(), url.clone(), timeout_ms.clone(), tx.clone());
+        counters.sent.fetch_add(1, Relaxed);
+        tokio::spawn(async move {
+            let now = clock::now();
+            let (sent, lag) = (now.duration_since(t0), now.duration_since(due));
+            let (latency, kind, attempts) =
+                one_request(client, url, body, timeout_ms, patience).await;
+            let _ = tx.send(Record {
+                sent,
+                lag,
+                latency,
+                kind,
+                attempts,
+            });
+        });
+    }
+    drop(tx);
+    // Every task ends within its patience; this bound only guards the drill.
+    let records = match tokio::time::timeout(patience + Duration::from_secs(5), collector).await {
+        Ok(Ok(r)) => r,
+        _ => Vec::new(),
+    };
+    // A last look at the mock once everything is answered.
+    tokio::time::sleep(POLL_EVERY).await;
+    let _ = stop_tx.send(true);
+    let (samples, poll_failures) = poller.await.unwrap_or_default();
+    if let Some(p) = printer {
+        let _ = p.await;
+    }
+    let clear_failed = set_faults(&client, plan, &serde_json::json!({ "faults": [] }))
+        .await
+        .err()
+        .map(|e| e.to_string());
+    let mut records = records;
+    // Tasks that never reported (only if the guard above fired) are unanswered.
+    let missing = offsets.len().saturating_sub(records.len());
+    records.extend((0..missing).map(|_| Record {
+        sent: Duration::ZERO,
+        lag: Duration::ZERO,
+        latency: None,
+        kind: "unanswered".to_owned(),
+        attempts: None,
+    }));
+    Ok(Measured {
+        records,
+        samples,
+        poll_failures,
+        clear_failed,
+    })
+}
+
+async fn poll(
+    client: HttpClient,
+    plan: Plan,
+    t0: Instant,
+    before: u64,
+    mut stop: watch::Receiver<bool>,
+    counters: Arc<Progress>,
+) -> (Vec<Sample>, u64) {
+    let mut samples = vec![Sample {
+        at: Duration::ZERO,
+        upstream: 0,
+    }];
+    let mut failures = 0;
+    // Bounded: the run plus every straggler's patience plus slack.
+    let limit = plan.duration + plan.timeout + STRAGGLER_MARGIN + Duration::from_secs(10);
+    let mut tick = tokio::time::interval(POLL_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let last = *stop.borrow();
+        let at = clock::now().duration_since(t0);
+        match upstream_total(&client, &plan).await {
+            Ok(total) => {
+                let upstream = total.saturating_sub(before);
+                counters.upstream.store(upstream, Relaxed);
+                samples.push(Sample { at, upstream });
+            }
+            Err(_) => failures += 1,
+        }
+        if last || at > limit {
+            break;
+        }
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => {}
+        }
+    }
+    (samples, failures)
+}
+
+async fn print_progress(
+    t0: Instant,
+    total: u64,
+    counters: Arc<Progress>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last_upstream = 0;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => break,
+        }
+        let up = counters.upstream.load(Relaxed);
+        eprint!(
+            "\r  {:6.1} s  sent {}/{}  answered {}  upstream {}/s     ",
+            clock::now().duration_since(t0).as_secs_f64(),
+            counters.sent.load(Relaxed),
+            total,
+            counters.answered.load(Relaxed),
+            up.saturating_sub(last_upstream),
+        );
+        last_upstream = up;
+    }
+    eprintln!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::DrillArgs;
+
+    fn plan(arrivals: Arrivals) -> Plan {
+        DrillArgs {
+            gateway: "http://127.0.0.1:1".into(),
+            mock: "http://127.0.0.1:2".into(),
+            rate: 100.0,
+            duration: "4s".into(),
+            faults: vec![],
+            json: true,
+            plot: None,
+            timeout_ms: 1000,
+            seed: 9,
+            arrivals,
+            model: "m".into(),
+        }
+        .plan()
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn even_schedule_is_exact_and_poisson_is_seeded_with_the_same_mean() {
+        let even = schedule(&plan(Arrivals::Even));
+        assert_eq!(even.len(), 400);
+        assert_eq!(even[1], Duration::from_millis(10));
+        let a = schedule(&plan(Arrivals::Poisson));
+        let b = schedule(&plan(Arrivals::Poisson));
+        assert_eq!(a, b);
+        assert!((320..480).contains(&a.len()), "{}", a.len());
+        assert!(a.windows(2).all(|w| w[0] <= w[1]));
+        assert!(a.iter().all(|d| *d < Duration::from_secs(4)));
+    }
+
+    #[test]
+    fn outcome_kinds() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(classify(StatusCode::OK, &h), "success");
+        assert_eq!(classify(StatusCode::BAD_GATEWAY, &h), "http_502");
+        h.insert(
+            "x-levee-reason",
+            http::HeaderValue::from_static("circuit_open"),
+        );
+        assert_eq!(
+            classify(StatusCode::SERVICE_UNAVAILABLE, &h),
+            "circuit_open"
+        );
+    }
+}

@@ -1,0 +1,464 @@
+//! From raw measurements to the report: the JSON object DESIGN.md fixes (plus
+//! additive fields) and the human summary.
+//!
+//! Definitions (the same as `levee simulate`'s where they overlap):
+//! - *upstream rps at t*: provider requests the mock counted in `[t − 1 s, t]`,
+//!   read from its `requests_total` polled every 100 ms (linear between polls);
+//! - *baseline*: mean upstream requests/s before the first fault, skipping the
+//!   first fifth of that stretch (at most 30 s) as warm-up; without a fault,
+//!   over the whole run after that warm-up; with a fault from the first second,
+//!   the offered rate (one attempt per request);
+//! - *peak*: the highest upstream rps at any 100 ms step from the fault's start
+//!   to the end of the run (without a fault, from 1 s to the end);
+//! - *recovery*: whole seconds from the end of the fault window to the start of
+//!   the first 1 s bucket (buckets counted from the fault's end) from which
+//!   every bucket until requests stop starting is healthy — upstream count
+//!   within max(10 %, 4 √n, 2) of the baseline's per second, and the share of
+//!   requests answered in that bucket that succeeded within 5 points of the
+//!   baseline's. `null` when it never recovered, or the fault lasts to the end;
+//! - *on time*: answered within its deadline (`--timeout-ms`) plus 50 ms;
+//! - *unanswered*: no complete answer by deadline + 2 s (then abandoned).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::args::Plan;
+use crate::load::{Measured, Sample, POLL_EVERY};
+
+/// Answers this much past the deadline still count as on time.
+pub const ON_TIME_MARGIN: Duration = Duration::from_millis(50);
+
+/// Upstream attempts per logical request, from `x-levee-attempts`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Attempts {
+    pub mean: f64,
+    pub max: u32,
+    /// Attempts → logical requests that made that many (answers without the
+    /// header are not counted here).
+    pub histogram: BTreeMap<u32, u64>,
+}
+
+/// Latency of answered requests, in milliseconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// The drill's result. The first eight fields are DESIGN.md's object, in its
+/// order; the rest are additive.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub logical_requests: u64,
+    /// Answered requests by kind: `success`, the gateway's `x-levee-reason`,
+    /// `http_<status>` without a reason, `connection_error`, `body_error`.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Provider requests the mock counted during the drill.
+    pub upstream_requests: u64,
+    pub attempts_per_request: Attempts,
+    pub baseline_upstream_rps: f64,
+    pub peak_upstream_rps: f64,
+    pub recovery_seconds_after_fault: Option<f64>,
+    pub unanswered: u64,
+    /// `peak_upstream_rps / baseline_upstream_rps`.
+    pub amplification_peak: f64,
+    pub rate: f64,
+    pub duration_seconds: f64,
+    /// `[from, to]` in seconds since the start, when a fault was set.
+    pub fault_window_seconds: Option<[f64; 2]>,
+    pub deadline_ms: u64,
+    /// Answered within the deadline plus 50 ms.
+    pub answered_on_time: u64,
+    /// Answered, but later than the deadline plus 50 ms.
+    pub answered_late: u64,
+    pub latency_ms: Latency,
+    /// Worst delay between a request's scheduled and actual start (the load
+    /// generator falling behind would show here).
+    pub start_lag_ms_max: f64,
+    /// Stats polls that failed (gaps in the upstream series).
+    pub stats_poll_failures: u64,
+    /// Upstream rps at each 100 ms step, for the plot (not in the JSON).
+    #[serde(skip)]
+    pub series: Vec<(f64, f64)>,
+    /// Logical requests started per second at each 100 ms step (not in the JSON).
+    #[serde(skip)]
+    pub offered: Vec<(f64, f64)>,
+    #[serde(skip)]
+    pub fault_text: Vec<String>,
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
+
+/// The mock's count at `t`, linear between polls, clamped at the ends.
+fn upstream_at(samples: &[Sample], t: f64) -> f64 {
+    let i = samples.partition_point(|s| s.at.as_secs_f64() <= t);
+    match (
+        i.checked_sub(1).and_then(|j| samples.get(j)),
+        samples.get(i),
+    ) {
+        (Some(a), Some(b)) => {
+            let (ta, tb) = (a.at.as_secs_f64(), b.at.as_secs_f64());
+            let (ua, ub) = (a.upstream as f64, b.upstream as f64);
+            if tb > ta {
+                ua + (ub - ua) * (t - ta) / (tb - ta)
+            } else {
+                ub
+            }
+        }
+        (Some(a), None) => a.upstream as f64,
+        (None, Some(b)) => b.upstream as f64,
+        (None, None) => 0.0,
+    }
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Summarises a drill.
+pub fn summarise(plan: &Plan, m: &Measured) -> Report {
+    let d = plan.duration.as_secs_f64();
+    let deadline = plan.timeout + ON_TIME_MARGIN;
+    let mut outcomes = BTreeMap::new();
+    let mut histogram = BTreeMap::new();
+    let (mut unanswered, mut on_time, mut late) = (0u64, 0u64, 0u64);
+    let mut latencies = Vec::with_capacity(m.records.len());
+    let mut lag_max = Duration::ZERO;
+    for r in &m.records {
+        lag_max = lag_max.max(r.lag);
+        let Some(lat) = r.latency else {
+            unanswered += 1;
+            continue;
+        };
+        *outcomes.entry(r.kind.clone()).or_insert(0u64) += 1;
+        if let Some(a) = r.attempts {
+            *histogram.entry(a).or_insert(0u64) += 1;
+        }
+        if lat <= deadline {
+            on_time += 1;
+        } else {
+            late += 1;
+        }
+        latencies.push(lat.as_secs_f64() * 1000.0);
+    }
+    latencies.sort_by(f64::total_cmp);
+    let counted: u64 = histogram.values().sum();
+    let attempts_sum: u64 = histogram.iter().map(|(a, n)| u64::from(*a) * n).sum();
+    let attempts = Attempts {
+        mean: if counted == 0 {
+            0.0
+        } else {
+            round(attempts_sum as f64 / counted as f64, 4)
+        },
+        max: histogram.keys().next_back().copied().unwrap_or(0),
+        histogram,
+    };
+
+    let samples = &m.samples;
+    let rps = |t: f64| upstream_at(samples, t) - upstream_at(samples, t - 1.0);
+    let step = POLL_EVERY.as_secs_f64();
+    let last = samples.last().map_or(d, |s| s.at.as_secs_f64());
+    let steps = (last / step).floor() as usize;
+    let series: Vec<(f64, f64)> = (10..=steps)
+        .map(|k| {
+            let t = k as f64 * step;
+            (t, rps(t))
+        })
+        .collect();
+    let mut starts: Vec<f64> = m.records.iter().map(|r| r.sent.as_secs_f64()).collect();
+    starts.sort_by(f64::total_cmp);
+    let offered: Vec<(f64, f64)> = (10..=steps)
+        .map(|k| {
+            let t = k as f64 * step;
+            let n = starts.partition_point(|s| *s <= t) - starts.partition_point(|s| *s <= t - 1.0);
+            (t, n as f64)
+        })
+        .collect();
+
+    let window = plan
+        .fault_window
+        .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
+    let (b0, b1) = match window {
+        Some((f0, _)) => ((f0 / 5.0).min(30.0), f0),
+        None => ((d / 5.0).min(30.0), d),
+    };
+    let baseline = if b1 - b0 >= 0.8 {
+        (upstream_at(samples, b1) - upstream_at(samples, b0)) / (b1 - b0)
+    } else {
+        plan.rate
+    };
+    // Success share of what was answered in [a, b).
+    let success_in = |a: f64, b: f64| -> (u64, u64) {
+        let mut done = 0;
+        let mut ok = 0;
+        for r in &m.records {
+            if let Some(lat) = r.latency {
+                let at = (r.sent + lat).as_secs_f64();
+                if at >= a && at < b {
+                    done += 1;
+                    if r.kind == "success" {
+                        ok += 1;
+                    }
+                }
+            }
+        }
+        (done, ok)
+    };
+    let (bd, bo) = success_in(b0, b1);
+    let base_success = if bd == 0 { 1.0 } else { bo as f64 / bd as f64 };
+
+    let peak_from = window.map_or(1.0, |(f0, _)| f0);
+    let peak = series
+        .iter()
+        .filter(|(t, _)| *t > peak_from && *t <= d + 1e-9)
+        .map(|(_, r)| *r)
+        .fold(0.0f64, f64::max);
+
+    let recovery = window.and_then(|(_, f1)| {
+        let buckets = ((d - f1) + 1e-9).floor() as usize;
+        if buckets == 0 {
+            return None;
+        }
+        let tol = (0.1 * baseline).max(4.0 * baseline.sqrt()).max(2.0);
+        let healthy = |k: usize| {
+            let a = f1 + k as f64;
+            let up = upstream_at(samples, a + 1.0) - upstream_at(samples, a);
+            let (done, ok) = success_in(a, a + 1.0);
+            let ok_share = done == 0 || ok as f64 / done as f64 >= base_success - 0.05;
+            (up - baseline).abs() <= tol && ok_share
+        };
+        match (0..buckets).rev().find(|&k| !healthy(k)) {
+            None => Some(0.0),
+            Some(k) if k + 1 < buckets => Some((k + 1) as f64),
+            Some(_) => None,
+        }
+    });
+
+    Report {
+        logical_requests: m.records.len() as u64,
+        outcomes,
+        upstream_requests: samples.last().map_or(0, |s| s.upstream),
+        attempts_per_request: attempts,
+        baseline_upstream_rps: round(baseline, 1),
+        peak_upstream_rps: round(peak, 1),
+        recovery_seconds_after_fault: recovery,
+        unanswered,
+        amplification_peak: if baseline > 0.0 {
+            round(peak / baseline, 3)
+        } else {
+            0.0
+        },
+        rate: plan.rate,
+        duration_seconds: round(d, 3),
+        fault_window_seconds: window.map(|(a, b)| [round(a, 3), round(b, 3)]),
+        deadline_ms: plan.timeout.as_millis() as u64,
+        answered_on_time: on_time,
+        answered_late: late,
+        latency_ms: Latency {
+            p50: round(percentile(&latencies, 0.5), 2),
+            p99: round(percentile(&latencies, 0.99), 2),
+            max: round(latencies.last().copied().unwrap_or(0.0), 2),
+        },
+        start_lag_ms_max: round(lag_max.as_secs_f64() * 1000.0, 2),
+        stats_poll_failures: m.poll_failures,
+        series,
+        offered,
+        fault_text: plan.fault_text.clone(),
+    }
+}
+
+impl Report {
+    /// The human summary printed without `--json`.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let fault = match self.fault_window_seconds {
+            Some([a, b]) => format!("fault {a} s – {b} s ({})", self.fault_text.join("; ")),
+            None => "no fault".to_owned(),
+        };
+        let _ = writeln!(
+            s,
+            "levee drill: {} logical requests at {}/s over {} s, {fault}",
+            self.logical_requests, self.rate, self.duration_seconds
+        );
+        let outcomes: Vec<String> = self
+            .outcomes
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(s, "  outcomes            {}", outcomes.join(", "));
+        let _ = writeln!(
+            s,
+            "  upstream requests   {} ({} attempts per logical request on average, at most {})",
+            self.upstream_requests, self.attempts_per_request.mean, self.attempts_per_request.max
+        );
+        let hist: Vec<String> = self
+            .attempts_per_request
+            .histogram
+            .iter()
+            .map(|(a, n)| format!("{a}: {n}"))
+            .collect();
+        let _ = writeln!(s, "  attempts histogram  {}", hist.join("  "));
+        let _ = writeln!(
+            s,
+            "  upstream rps        baseline {}, peak {} ({} × baseline)",
+            self.baseline_upstream_rps, self.peak_upstream_rps, self.amplification_peak
+        );
+        let recovery = match (self.fault_window_seconds, self.recovery_seconds_after_fault) {
+            (None, _) => "no fault window".to_owned(),
+            (Some(_), Some(r)) => format!("{r} s after the fault ended"),
+            (Some(_), None) => "not recovered before requests stopped".to_owned(),
+        };
+        let _ = writeln!(s, "  recovery            {recovery}");
+        let _ = writeln!(
+            s,
+            "  answers             {} within deadline + 50 ms ({} ms), {} late, {} unanswered",
+            self.answered_on_time, self.deadline_ms, self.answered_late, self.unanswered
+        );
+        let _ = writeln!(
+            s,
+            "  latency             p50 {} ms, p99 {} ms, max {} ms (start lag max {} ms)",
+            self.latency_ms.p50, self.latency_ms.p99, self.latency_ms.max, self.start_lag_ms_max
+        );
+        s
+    }
+
+    /// Whether the drill met its own promises: nothing unanswered, nothing late.
+    pub fn ok(&self) -> bool {
+        self.unanswered == 0 && self.answered_late == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{Arrivals, DrillArgs};
+    use crate::load::Record;
+
+    fn plan() -> Plan {
+        DrillArgs {
+            gateway: "http://127.0.0.1:1".into(),
+            mock: "http://127.0.0.1:2".into(),
+            rate: 100.0,
+            duration: "10s".into(),
+            faults: vec!["status=503,from=4s,to=6s".into()],
+            json: true,
+            plot: None,
+            timeout_ms: 1000,
+            seed: 0,
+            arrivals: Arrivals::Even,
+            model: "m".into(),
+        }
+        .plan()
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// 100 rps of upstream, `extra` more per second in [4, 5), failures in
+    /// [4, 6) and, when `slow`, too much upstream in [7, 8).
+    fn measured(extra: u64, slow: bool) -> Measured {
+        let mut samples = Vec::new();
+        let mut total = 0u64;
+        for k in 0..=120u64 {
+            let t = k as f64 / 10.0;
+            samples.push(Sample {
+                at: Duration::from_millis(k * 100),
+                upstream: total,
+            });
+            let mut per = if t < 10.0 { 10 } else { 0 };
+            if (4.0..5.0).contains(&t) {
+                per += extra / 10;
+            }
+            if slow && (7.0..8.0).contains(&t) {
+                per += 5;
+            }
+            total += per;
+        }
+        let records = (0..1000u64)
+            .map(|i| {
+                let sent = Duration::from_millis(i * 10);
+                let bad = (4000..6000).contains(&(i * 10));
+                Record {
+                    sent,
+                    lag: Duration::from_micros(100),
+                    latency: Some(Duration::from_millis(if i == 7 { 1100 } else { 3 })),
+                    kind: if bad { "circuit_open" } else { "success" }.to_owned(),
+                    attempts: Some(if bad {
+                        0
+                    } else if i % 10 == 0 {
+                        2
+                    } else {
+                        1
+                    }),
+                }
+            })
+            .chain(std::iter::once(Record {
+                sent: Duration::from_secs(9),
+                lag: Duration::ZERO,
+                latency: None,
+                kind: "unanswered".into(),
+                attempts: None,
+            }))
+            .collect();
+        Measured {
+            records,
+            samples,
+            poll_failures: 0,
+            clear_failed: None,
+        }
+    }
+
+    #[test]
+    fn numbers_follow_the_documented_definitions() {
+        let r = summarise(&plan(), &measured(20, false));
+        assert_eq!(r.logical_requests, 1001);
+        assert_eq!(r.unanswered, 1);
+        assert_eq!(r.outcomes["success"], 800);
+        assert_eq!(r.outcomes["circuit_open"], 200);
+        assert_eq!(r.answered_late, 1, "1100 ms > 1000 + 50 ms");
+        assert_eq!(r.answered_on_time, 999);
+        assert_eq!(r.attempts_per_request.max, 2);
+        assert_eq!(r.attempts_per_request.histogram[&0], 200);
+        assert_eq!(r.upstream_requests, 1020);
+        assert!((r.baseline_upstream_rps - 100.0).abs() < 0.01, "{r:?}");
+        assert!((r.peak_upstream_rps - 120.0).abs() < 0.5, "{r:?}");
+        assert_eq!(r.recovery_seconds_after_fault, Some(0.0));
+        assert!(!r.ok());
+        let json = serde_json::to_value(&r).unwrap_or_default();
+        for key in [
+            "logical_requests",
+            "outcomes",
+            "upstream_requests",
+            "attempts_per_request",
+            "baseline_upstream_rps",
+            "peak_upstream_rps",
+            "recovery_seconds_after_fault",
+            "unanswered",
+        ] {
+            assert!(json.get(key).is_some(), "{key} missing: {json}");
+        }
+        assert_eq!(json["attempts_per_request"]["histogram"]["2"], 80);
+        assert!(json.get("series").is_none());
+    }
+
+    #[test]
+    fn recovery_waits_for_the_last_unhealthy_second() {
+        let r = summarise(&plan(), &measured(0, true));
+        // [7, 8) carries 150 rps against a 100 baseline: healthy from 8 s.
+        assert_eq!(r.recovery_seconds_after_fault, Some(2.0));
+        assert!(
+            r.human().contains("2 s after the fault ended"),
+            "{}",
+            r.human()
+        );
+    }
+}

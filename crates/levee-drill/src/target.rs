@@ -1,0 +1,154 @@
+//! Base URLs of the gateway and the mock, and the loopback-only rule: the
+//! drill sends load to 127.0.0.0/8, `localhost` or `[::1]` and nowhere else.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+use crate::error::DrillError;
+
+/// A validated `http://` base URL whose host is a loopback address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The resolved loopback address requests go to.
+    pub addr: SocketAddr,
+    /// `http://ADDR`, without a trailing slash.
+    pub base: String,
+}
+
+impl Target {
+    /// `base` + `path` (`path` starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// Parses `--gateway` / `--mock`: `http://HOST:PORT` with HOST one of
+/// 127.0.0.0/8, `localhost` (every address it resolves to must be loopback)
+/// or `[::1]`. Any other host is refused, whatever it resolves to.
+pub fn parse(flag: &'static str, text: &str) -> Result<Target, DrillError> {
+    let bad = |reason: &str| DrillError::Flag {
+        flag,
+        value: text.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let uri: http::Uri = text
+        .trim()
+        .parse()
+        .map_err(|_| bad("not a URL like http://127.0.0.1:8080"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(_) => {
+            return Err(bad(
+                "only http:// is supported (the drill talks to loopback)",
+            ))
+        }
+        None => return Err(bad("give a URL with a scheme, like http://127.0.0.1:8080")),
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(bad(
+            "give the base URL without a path (the drill adds /v1/chat/completions or /_mock/...)",
+        ));
+    }
+    let Some(host) = uri.host() else {
+        return Err(bad("the URL has no host"));
+    };
+    let port = uri
+        .port_u16()
+        .ok_or_else(|| bad("give the port explicitly, like http://127.0.0.1:8080"))?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addr = if let Ok(ip) = bare.parse::<IpAddr>() {
+        if !is_loopback(ip) {
+            return Err(DrillError::NotLoopback {
+                flag,
+                url: text.to_owned(),
+                host: host.to_owned(),
+            });
+        }
+        SocketAddr::new(ip, port)
+    } else if bare.eq_ignore_ascii_case("localhost") {
+        let addrs: Vec<SocketAddr> = (bare, port)
+            .to_socket_addrs()
+            .map_err(|e| bad(&format!("cannot resolve localhost: {e}")))?
+            .collect();
+        if let Some(odd) = addrs.iter().find(|a| !is_loopback(a.ip())) {
+            return Err(DrillError::NotLoopback {
+                flag,
+                url: text.to_owned(),
+                host: format!("localhost (resolves to {})", odd.ip()),
+            });
+        }
+        // Prefer IPv4: servers here bind 127.0.0.1 by default.
+        addrs
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or(addrs.first())
+            .copied()
+            .ok_or_else(|| bad("localhost resolves to no address"))?
+    } else {
+        return Err(DrillError::NotLoopback {
+            flag,
+            url: text.to_owned(),
+            host: host.to_owned(),
+        });
+    };
+    Ok(Target {
+        addr,
+        base: format!("http://{addr}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_are_accepted() {
+        assert_eq!(
+            parse("gateway", "http://127.0.0.1:8080")
+                .map(|t| t.base)
+                .ok(),
+            Some("http://127.0.0.1:8080".to_owned())
+        );
+        assert!(parse("gateway", "http://127.9.8.7:1/").is_ok());
+        assert_eq!(
+            parse("mock", "http://[::1]:9100").map(|t| t.base).ok(),
+            Some("http://[::1]:9100".to_owned())
+        );
+        let t = parse("mock", "http://localhost:9100");
+        assert!(t.as_ref().is_ok_and(|t| t.addr.ip().is_loopback()), "{t:?}");
+    }
+
+    #[test]
+    fn anything_else_is_refused_with_a_reason() {
+        for url in [
+            "http://10.0.0.1:8080",
+            "http://192.168.1.2:80",
+            "http://8.8.8.8:80",
+            "http://example.com:80",
+            "http://[::ffff:10.0.0.1]:80",
+            "http://0.0.0.0:80",
+        ] {
+            let e = parse("gateway", url).expect_err(url);
+            assert!(matches!(e, DrillError::NotLoopback { .. }), "{url}: {e}");
+            assert!(e.to_string().contains("loopback"), "{e}");
+        }
+        for url in [
+            "https://127.0.0.1:8080",
+            "127.0.0.1:8080",
+            "http://127.0.0.1",
+            "http://127.0.0.1:8080/v1",
+            "not a url",
+        ] {
+            let e = parse("gateway", url).expect_err(url);
+            assert!(matches!(e, DrillError::Flag { .. }), "{url}: {e}");
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! A short live drill against a real `levee mock` and a real gateway (both
+//! in-process, on 127.0.0.1 ephemeral ports): 4 s at 100 requests/s with a
+//! 503 window from 1 s to 3 s. The gateway's retry budget must keep the
+//! provider's load near the baseline, and every request must be answered
+//! within its deadline plus 50 ms.
+
+use std::time::Duration;
+
+use levee_drill::{Arrivals, DrillArgs, DrillError};
+
+/// Retries allowed per second whatever the budget holds (route config below).
+const MIN_PER_SECOND: f64 = 5.0;
+
+/// Seed 000's route (budget 0.1 with 5/s, 3 attempts, its breaker but open
+/// for 1 s instead of 5 s to fit a 4 s drill), with `expected_attempt_ms`
+/// sized for a mock that answers at once so a retry after `retry-after: 1`
+/// fits in the drill's 2 s deadline.
+fn config(mock: &str) -> levee_config::Config {
+    let text = format!(
+        "listen: 127.0.0.1:0
+admin: {{ listen: 127.0.0.1:0 }}
+providers:
+  p: {{ api: openai, base_url: \"{mock}\" }}
+routes:
+  - targets: [p]
+    expected_attempt_ms: 200
+    deadline: {{ default: 30s, max: 120s }}
+    retry:
+      max_attempts: 3
+      on: [502, 503, 504, connect_error]
+      backoff: {{ base_ms: 250, multiplier: 2, jitter: full }}
+      budget: {{ ratio: 0.1, min_per_second: {MIN_PER_SECOND} }}
+      respect_retry_after: true
+    circuit_breaker: {{ error_ratio: 0.5, window: 10s, open_for: 1s }}
+"
+    );
+    match levee_config::Config::parse(&text) {
+        Ok(c) => c,
+        Err(e) => panic!("drill test config: {e}\n{text}"),
+    }
+}
+
+fn args(gateway: String, mock: String, faults: &[&str]) -> DrillArgs {
+    DrillArgs {
+        gateway,
+        mock,
+        rate: 100.0,
+        duration: "4s".into(),
+        faults: faults.iter().map(|f| f.to_string()).collect(),
+        json: true,
+        plot: None,
+        timeout_ms: 2000,
+        seed: 1,
+        arrivals: Arrivals::Even,
+        model: "drill".into(),
+    }
+}
+
+/// Status of one chat completion sent straight to the mock (raw HTTP/1.1).
+async fn direct_status(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    text.split_whitespace().nth(1).unwrap_or("").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_drill_keeps_the_provider_near_baseline_and_answers_everyone_in_time() {
+    let mock = levee_mock::spawn(
+        "127.0.0.1:0".parse().expect("addr"),
+        levee_mock::MockOptions::default(),
+    )
+    .await
+    .expect("mock starts");
+    let gw = levee_gateway::spawn(config(&mock.url()), 7, std::future::pending())
+        .await
+        .expect("gateway starts");
+
+    let dir = std::env::temp_dir().join(format!("levee-drill-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let svg = dir.join("drill.svg");
+    let mut a = args(
+        format!("http://{}", gw.addr),
+        mock.url(),
+        &["status=503,retry_after=1,from=1s,to=3s"],
+    );
+    a.plot = Some(svg.clone());
+    let plan = a.plan().expect("plan");
+    // Watchdog only: 4 s of load plus at most 2 s + 2 s of stragglers.
+    let report = tokio::time::timeout(Duration::from_secs(30), levee_drill::run(&plan, false))
+        .await
+        .expect("the drill ends by itself")
+        .expect("the drill runs");
+    let json = serde_json::to_value(&report).expect("json");
+    eprintln!("{json}");
+
+    assert_eq!(report.logical_requests, 400, "{json}");
+    assert_eq!(report.unanswered, 0, "{json}");
+    assert_eq!(
+        report.answered_late, 0,
+        "every answer within deadline + 50 ms: {json}"
+    );
+    assert_eq!(report.outcomes.values().sum::<u64>(), 400, "{json}");
+    assert!(
+        report.outcomes.get("success").copied().unwrap_or(0) >= 90,
+        "{json}"
+    );
+    assert!(
+        report.outcomes.keys().any(|k| k != "success"),
+        "the fault window shows in the outcomes: {json}"
+    );
+    assert!(
+        (report.baseline_upstream_rps - 100.0).abs() <= 10.0,
+        "baseline ≈ offered load: {json}"
+    );
+    let bound = 1.15 * report.baseline_upstream_rps + MIN_PER_SECOND;
+    assert!(
+        report.peak_upstream_rps <= bound,
+        "peak {} > 1.15 × baseline + {MIN_PER_SECOND} = {bound}: {json}",
+        report.peak_upstream_rps
+    );
+    assert!(report.attempts_per_request.max <= 3, "{json}");
+    // The mock's count and the gateway's attempt headers agree.
+    let attempts: u64 = report
+        .attempts_per_request
+        .histogram
+        .iter()
+        .map(|(a, n)| u64::from(*a) * n)
+        .sum();
+    assert_eq!(attempts, report.upstream_requests, "{json}");
+    assert_eq!(report.upstream_requests, mock.stats().requests_total);
+    // The drill clears the faults it set: the mock answers 200 again at once.
+    assert_eq!(
+        direct_status(mock.local_addr()).await,
+        "200",
+        "faults cleared"
+    );
+    let svg_text = std::fs::read_to_string(&svg).expect("plot written");
+    assert!(svg_text.starts_with("<svg") && svg_text.contains("fault window"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    gw.shutdown().await;
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_the_mock_refuses_and_dead_targets_stop_the_drill_before_any_load() {
+    let mock = levee_mock::spawn(
+        "127.0.0.1:0".parse().expect("addr"),
+        levee_mock::MockOptions::default(),
+    )
+    .await
+    .expect("mock starts");
+    let gw = levee_gateway::spawn(config(&mock.url()), 7, std::future::pending())
+        .await
+        .expect("gateway starts");
+
+    let plan = args(
+        format!("http://{}", gw.addr),
+        mock.url(),
+        &["status=503,from=never"],
+    )
+    .plan();
+    assert!(matches!(plan, Err(DrillError::Flag { .. })));
+
+    let plan = args(
+        format!("http://{}", gw.addr),
+        mock.url(),
+        &["status=503,retry_after=soon"],
+    )
+    .plan()
+    .expect("the drill leaves validation of fault keys to the mock");
+    let e = levee_drill::run(&plan, false)
+        .await
+        .expect_err("refused fault");
+    assert!(matches!(e, DrillError::FaultRejected { .. }), "{e}");
+    assert_eq!(e.exit_code(), 2);
+    assert!(e.to_string().contains("retry_after"), "{e}");
+
+    // A port nobody listens on: bind, learn the port, close.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = free.local_addr().expect("addr");
+    drop(free);
+    let plan = args(format!("http://{dead}"), mock.url(), &[])
+        .plan()
+        .expect("plan");
+    let e = levee_drill::run(&plan, false)
+        .await
+        .expect_err("no gateway");
+    assert!(matches!(e, DrillError::GatewayUnreachable { .. }), "{e}");
+    let plan = args(format!("http://{}", gw.addr), format!("http://{dead}"), &[])
+        .plan()
+        .expect("plan");
+    let e = levee_drill::run(&plan, false).await.expect_err("no mock");
+    assert!(matches!(e, DrillError::MockUnreachable { .. }), "{e}");
+    assert_eq!(mock.stats().requests_total, 0, "no load was sent");
+
+    gw.shutdown().await;
+    mock.shutdown().await;
+}
