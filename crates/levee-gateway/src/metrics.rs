@@ -204,13 +204,100 @@ impl Metrics {
             .inc();
     }
 
-    /// Prometheus text exposition.
+    /// Prometheus text exposition (format 0.0.4, which every scraper and
+    /// `promtool check metrics` accept).
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
-            out.clear();
+        let mut om = String::new();
+        if prometheus_client::encoding::text::encode(&mut om, &self.registry).is_err() {
+            om.clear();
         }
-        out
+        openmetrics_to_prometheus(&om)
+    }
+}
+
+/// prometheus-client writes OpenMetrics, where a counter family `x` has
+/// samples `x_total`; the classic text format wants the family named `x_total`
+/// too, and has no `# EOF` or `# UNIT` lines.
+pub fn openmetrics_to_prometheus(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = line
+            .strip_prefix("# HELP ")
+            .map(|r| ("# HELP ", r))
+            .or_else(|| line.strip_prefix("# TYPE ").map(|r| ("# TYPE ", r)));
+        if let Some((kind, rest)) = meta {
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            if counters.contains(name) {
+                out.push_str(kind);
+                out.push_str(name);
+                out.push_str("_total ");
+                out.push_str(tail);
+                out.push('\n');
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_named_with_total_and_eof_is_dropped() {
+        let m = Metrics::new();
+        m.request("r", "success");
+        let text = m.encode();
+        assert!(
+            text.contains("# TYPE levee_requests_total counter"),
+            "{text}"
+        );
+        assert!(text.contains("levee_requests_total{route=\"r\",outcome=\"success\"} 1"));
+        assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn promtool_accepts_the_exposition() {
+        let Ok(mut child) = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            assert!(
+                std::env::var_os("LEVEE_REQUIRE_PROMTOOL").is_none(),
+                "promtool is required (scripts/test installs it) but was not found"
+            );
+            eprintln!("promtool not installed: skipping its check (scripts/test installs it)");
+            return;
+        };
+        let m = Metrics::new();
+        m.request("r", "success");
+        m.attempt("p", "success");
+        m.reject("shed");
+        m.caller_retries.inc();
+        m.added_latency.observe(0.0001);
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            stdin.write_all(m.encode().as_bytes()).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "promtool: {said}");
+        assert!(said.trim().is_empty(), "promtool: {said}");
     }
 }
 

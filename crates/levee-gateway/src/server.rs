@@ -100,7 +100,7 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
             shared.refresh_gauges();
             (
                 StatusCode::OK,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                "text/plain; version=0.0.4; charset=utf-8",
                 shared.metrics.encode(),
             )
         }
