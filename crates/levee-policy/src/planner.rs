@@ -231,6 +231,9 @@ pub struct RequestState {
     pending: Option<Pending>,
     /// Why the last try to go on was refused, for the final answer.
     blocked: Option<(Reason, Option<Duration>)>,
+    /// The driver could not send the last dispatch (see [`RoutePolicy::refuse`]):
+    /// go on from the target after this one.
+    refused: Option<usize>,
 }
 
 impl RequestState {
@@ -246,6 +249,7 @@ impl RequestState {
             last: None,
             pending: None,
             blocked: None,
+            refused: None,
         }
     }
 
@@ -371,6 +375,9 @@ impl RoutePolicy {
             self.abandon(req, deps, now);
         }
         let remaining = req.deadline.saturating_since(now);
+        if let Some(t) = req.refused.take() {
+            return self.fall_back(req, deps, now, rng, t + 1);
+        }
         if let Some(p) = req.pending {
             if now < p.at {
                 return Decision::Wait { until: p.at };
@@ -624,6 +631,38 @@ impl RoutePolicy {
             outcome,
         });
         class
+    }
+
+    /// The driver could not send the attempt it was told to dispatch: a check
+    /// outside the core (a shared, cross-replica allowance) refused it. The
+    /// attempt does not count, its permit is given back, the provider is
+    /// treated as throttled until the refusal lifts, and the next
+    /// [`decide`](Self::decide) falls back to a later target or fails with
+    /// the refusal's reason.
+    pub fn refuse<D: Dependencies>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        refusal: Refusal,
+    ) {
+        let Some(f) = req.in_flight.take() else {
+            return;
+        };
+        let wait = refusal.retry_after(now);
+        deps.finish(
+            f.target,
+            now,
+            f.permit,
+            Class::Throttled {
+                retryable: false,
+                wait,
+            },
+        );
+        req.attempts = req.attempts.saturating_sub(1);
+        req.attempts_on_target = req.attempts_on_target.saturating_sub(1);
+        req.blocked = Some(refusal_reason(refusal, now));
+        req.refused = Some(f.target);
     }
 
     /// Gives back an in-flight attempt's permit without learning anything

@@ -421,3 +421,56 @@ proptest! {
         prop_assert!(!req.has_in_flight());
     }
 }
+
+#[test]
+fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
+    let p = RoutePolicy::new(
+        &[secs(1), secs(1)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(2);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let t0 = Instant::from_millis(10_000);
+    let mut req = RequestState::new(t0 + secs(30));
+    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
+        panic!()
+    };
+    assert_eq!(d.target, 0);
+    p.refuse(
+        &mut req,
+        &mut w.deps(),
+        t0,
+        levee_policy::Refusal::RateLimited {
+            until: t0 + secs(2),
+        },
+    );
+    assert_eq!(req.attempts(), 0, "a refused dispatch is not an attempt");
+    assert_eq!(w.providers[0].in_flight(), 0);
+    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
+        panic!()
+    };
+    assert_eq!((d.target, d.kind, d.attempt), (1, AttemptKind::Fallback, 1));
+    p.refuse(
+        &mut req,
+        &mut w.deps(),
+        t0,
+        levee_policy::Refusal::RateLimited {
+            until: t0 + secs(2),
+        },
+    );
+    let Decision::Fail(f) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
+        panic!()
+    };
+    assert_eq!((f.status, f.reason), (429, Reason::RateLimited));
+    assert_eq!(f.retry_after, Some(secs(2)));
+    // Until the refusal lifts, the next request does not even try.
+    let mut next = RequestState::new(t0 + secs(30));
+    assert!(matches!(
+        p.decide(&mut next, &mut w.deps(), t0 + secs(1), &mut rng),
+        Decision::Fail(_)
+    ));
+}
