@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod duration;
-mod locate;
+pub mod locate;
 pub mod raw;
 
 use levee_policy::admission::Gcra;

@@ -1,0 +1,228 @@
+//! The Levee hop: a thin driver around `levee_policy::RoutePolicy`, the same
+//! decision function the gateway calls. Nothing here decides whether, when or
+//! where to retry; it only does what the gateway's driver does with a
+//! [`Decision`] — on virtual time.
+//!
+//! - routing: `Config::route_for`, the gateway's own lookup;
+//! - the deadline: `DeadlinePolicy::resolve` on the caller's `x-timeout-ms`;
+//! - the route bulkhead: `ConcurrencyLimiter`, shed with 503 at once;
+//! - per provider: a `ProviderState` built by `Provider::new_state` (breaker,
+//!   throttle, allowance, in-flight cap); per route target: a `RetryBudget`;
+//! - every error answered carries `x-should-retry: false`.
+
+use crate::engine::{ns, Call, Engine, Ev, Hop, Kind, Parent};
+use crate::layers::Reply;
+use crate::scenario::LeveeGateway;
+use crate::slab::Ref;
+use levee_policy::{
+    ConcurrencyLimiter, DeadlineHeaders, Decision, Deps, Instant, Outcome, ProviderState,
+    RequestState, RetryBudget,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Levee's runtime state in one run: what the gateway keeps per process.
+#[derive(Debug)]
+pub(crate) struct LeveeRt<'a> {
+    gw: &'a LeveeGateway,
+    states: Vec<ProviderState>,
+    /// Per route: the config provider index of each target.
+    target_provider: Vec<Vec<usize>>,
+    /// Per route, per target.
+    budgets: Vec<Vec<RetryBudget>>,
+    limiters: Vec<Arc<ConcurrencyLimiter>>,
+    /// Failures by `x-levee-reason`.
+    pub(crate) reasons: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl<'a> LeveeRt<'a> {
+    pub(crate) fn new(gw: &'a LeveeGateway) -> Self {
+        let c = &gw.config;
+        LeveeRt {
+            gw,
+            states: c.providers.iter().map(|p| p.new_state()).collect(),
+            target_provider: c
+                .routes
+                .iter()
+                .map(|r| r.targets.iter().map(|t| t.provider).collect())
+                .collect(),
+            budgets: c
+                .routes
+                .iter()
+                .map(|r| r.targets.iter().map(|_| r.budget.new_budget()).collect())
+                .collect(),
+            limiters: c
+                .routes
+                .iter()
+                .map(|r| ConcurrencyLimiter::new(r.max_in_flight))
+                .collect(),
+            reasons: Default::default(),
+        }
+    }
+}
+
+fn no_retry(status: u16, retry_after: Option<Duration>) -> Reply {
+    Reply::Status {
+        status,
+        retry_after,
+        no_retry: true,
+    }
+}
+
+impl Engine<'_> {
+    pub(crate) fn levee_begin(&mut self, r: Ref) {
+        let Some(lv) = self.levee.as_ref() else {
+            return;
+        };
+        let Some(c) = self.calls.get(r) else { return };
+        let s = &self.sc.streams[self.stream_of(c.req) as usize];
+        let config = &lv.gw.config;
+        let Some(route) = config.route_for(&s.path, &s.model) else {
+            self.count_reason("no_route");
+            return self.finish(r, no_retry(404, None));
+        };
+        let Some(guard) = lv.limiters[route].try_acquire() else {
+            self.count_reason("shed");
+            return self.finish(r, no_retry(503, Some(Duration::from_secs(1))));
+        };
+        let now = Instant::from_nanos(self.now);
+        let timeout_ms = c
+            .deadline
+            .map(|d| (d.saturating_sub(self.now) / 1_000_000).to_string());
+        let headers = DeadlineHeaders {
+            timeout_ms: timeout_ms.as_deref().map(str::as_bytes),
+            ..Default::default()
+        };
+        // A number Levee itself wrote cannot be malformed; fall back to the default anyway.
+        let deadline = config.routes[route]
+            .deadline
+            .resolve(headers, now, 0)
+            .unwrap_or(now + config.routes[route].deadline.default_deadline());
+        if let Some(Call {
+            kind:
+                Kind::Levee {
+                    route: rt,
+                    st,
+                    guard: g,
+                },
+            ..
+        }) = self.calls.get_mut(r)
+        {
+            *rt = route as u16;
+            **st = RequestState::new(deadline);
+            *g = Some(guard);
+        }
+        self.levee_drive(r);
+    }
+
+    /// Asks the policy what to do next and does it.
+    pub(crate) fn levee_drive(&mut self, r: Ref) {
+        let now = Instant::from_nanos(self.now);
+        let Engine {
+            calls, levee, rng, ..
+        } = self;
+        let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
+            return;
+        };
+        let Kind::Levee { route, st, .. } = &mut c.kind else {
+            return;
+        };
+        let route = *route as usize;
+        let gw: &LeveeGateway = lv.gw;
+        let mut deps = Deps {
+            providers: &mut lv.states,
+            target_provider: &lv.target_provider[route],
+            budgets: &mut lv.budgets[route],
+        };
+        let decision = gw.config.routes[route]
+            .policy
+            .decide(st, &mut deps, now, rng);
+        let req = c.req;
+        match decision {
+            Decision::Dispatch(d) => {
+                c.attempt = d.attempt;
+                let cfg_route = &gw.config.routes[route];
+                let sim = gw.sim_provider[cfg_route.targets[d.target].provider] as u16;
+                let sc = self.sc;
+                let s = &sc.streams[self.stream_of(req) as usize];
+                let model = cfg_route.rewrite_model(d.target, &s.model);
+                let job = self.alloc(Hop::Provider(sim), Parent::Call(r), req, None);
+                if let Some(c) = self.calls.get_mut(r) {
+                    c.child = Some(job);
+                }
+                self.schedule(self.now + ns(d.timeout), Ev::Timeout(r, d.attempt));
+                self.job_begin(job, sim, model);
+            }
+            Decision::Wait { until } => self.schedule(until.as_nanos(), Ev::Step(r)),
+            Decision::Fail(f) => {
+                self.count_reason(f.reason.as_str());
+                self.finish(r, no_retry(f.status, f.retry_after));
+            }
+        }
+    }
+
+    /// An attempt came back (or timed out): record it, then go on.
+    pub(crate) fn levee_reply(&mut self, r: Ref, reply: Reply) {
+        let now = Instant::from_nanos(self.now);
+        let Engine { calls, levee, .. } = self;
+        let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
+            return;
+        };
+        c.child = None;
+        let Kind::Levee { route, st, .. } = &mut c.kind else {
+            return;
+        };
+        let route = *route as usize;
+        let policy = &lv.gw.config.routes[route].policy;
+        let mut deps = Deps {
+            providers: &mut lv.states,
+            target_provider: &lv.target_provider[route],
+            budgets: &mut lv.budgets[route],
+        };
+        let outcome = match reply {
+            Reply::Status {
+                status,
+                retry_after,
+                ..
+            } => Outcome::Status {
+                status,
+                retry_after,
+            },
+            Reply::TimedOut => Outcome::Timeout,
+        };
+        let class = policy.record(st, &mut deps, now, outcome);
+        if class == levee_policy::classify::Class::Success {
+            self.finish(r, reply);
+        } else {
+            self.levee_drive(r);
+        }
+    }
+
+    /// The caller left: give back the in-flight attempt's permit. The guard
+    /// is dropped with the call.
+    pub(crate) fn levee_cancel(&mut self, r: Ref) {
+        let now = Instant::from_nanos(self.now);
+        let Engine { calls, levee, .. } = self;
+        let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
+            return;
+        };
+        let Kind::Levee { route, st, .. } = &mut c.kind else {
+            return;
+        };
+        let route = *route as usize;
+        let mut deps = Deps {
+            providers: &mut lv.states,
+            target_provider: &lv.target_provider[route],
+            budgets: &mut lv.budgets[route],
+        };
+        lv.gw.config.routes[route]
+            .policy
+            .abandon(st, &mut deps, now);
+    }
+
+    fn count_reason(&mut self, reason: &'static str) {
+        if let Some(lv) = self.levee.as_mut() {
+            *lv.reasons.entry(reason).or_insert(0) += 1;
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Turning a run's counts into the numbers a person compares: the JSON object
+//! of DESIGN.md and a table.
+//!
+//! Definitions (in the bucket width of the scenario's `resolution`):
+//! - *baseline*: mean upstream requests/s before the first fault (skipping the
+//!   first fifth of that stretch, at most 30 s, as warm-up);
+//! - *peak*: the busiest bucket, in requests/s;
+//! - *recovery*: seconds from the end of the last fault window to the first
+//!   bucket from which every bucket until arrivals stop is healthy — upstream
+//!   rate within max(10 %, 4 √n, 2) of the baseline count and the share of
+//!   requests answered successfully within 5 points of the baseline's. `null`
+//!   when it never recovered (or there is no fault window that ends).
+
+use crate::metrics::Metrics;
+use crate::scenario::Scenario;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// One variant's result. Serialises to the object DESIGN.md fixes, plus
+/// `endpoints` when the scenario has more than one stream.
+#[derive(Clone, Debug, Serialize)]
+pub struct VariantReport {
+    pub name: String,
+    pub baseline_upstream_rps: f64,
+    pub peak_upstream_rps: f64,
+    pub amplification_peak: f64,
+    pub attempts_per_request_mean: f64,
+    pub attempts_per_request_max: u32,
+    pub success_ratio: f64,
+    pub recovery_seconds_after_fault: Option<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<EndpointReport>,
+    #[serde(skip)]
+    pub detail: Detail,
+}
+
+/// Per stream (endpoint), over the measurement window (the fault window, or
+/// the whole run without one).
+#[derive(Clone, Debug, Serialize)]
+pub struct EndpointReport {
+    pub name: String,
+    pub requests: u64,
+    pub success_ratio: f64,
+    pub attempts_per_request_mean: f64,
+    pub upstream_per_minute: f64,
+    pub rate_limited_per_minute: f64,
+    /// Mean workers of the caller pool held by this stream (Little's law, measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers_busy_mean: Option<f64>,
+}
+
+/// What is not in the JSON: the time series and counters behind the numbers.
+#[derive(Clone, Debug, Default)]
+pub struct Detail {
+    pub resolution: Duration,
+    /// Upstream attempts per bucket.
+    pub upstream: Vec<u32>,
+    /// Logical requests answered per bucket, and how many of them successfully.
+    pub completed: Vec<u32>,
+    pub succeeded: Vec<u32>,
+    pub requests: u64,
+    pub unfinished: u64,
+    /// `attempts_histogram[n]`: logical requests that made n upstream attempts.
+    pub attempts_histogram: Vec<u64>,
+    pub provider_peak_queue: usize,
+    pub pool_peak_queue: usize,
+    /// Levee's failures by `x-levee-reason`.
+    pub levee_reasons: BTreeMap<String, u64>,
+    pub events: u64,
+}
+
+impl Detail {
+    /// Upstream requests/s per bucket.
+    pub fn upstream_rps(&self) -> impl Iterator<Item = f64> + '_ {
+        let w = self.resolution.as_secs_f64();
+        self.upstream.iter().map(move |&n| f64::from(n) / w)
+    }
+}
+
+/// A whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    #[serde(skip)]
+    pub scenario: String,
+    /// First fault start, last fault end (seconds).
+    #[serde(skip)]
+    pub fault: Option<(f64, f64)>,
+    #[serde(skip)]
+    pub duration: Duration,
+    pub variants: Vec<VariantReport>,
+}
+
+impl Report {
+    /// A variant by name.
+    pub fn variant(&self, name: &str) -> Option<&VariantReport> {
+        self.variants.iter().find(|v| v.name == name)
+    }
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
+
+/// Summarises one variant's metrics.
+pub(crate) fn summarise(
+    sc: &Scenario,
+    name: &str,
+    m: Metrics,
+    reasons: BTreeMap<String, u64>,
+) -> VariantReport {
+    let res = sc.resolution.as_secs_f64();
+    let res_ns = m.res_ns;
+    let arrivals_end = ((sc.duration.as_nanos() as u64) / res_ns) as usize;
+    let fault = sc.fault_span();
+    let (b0, b1) = match fault {
+        Some((f0, _)) if (f0.as_nanos() as u64) / res_ns >= 2 => {
+            let end = ((f0.as_nanos() as u64) / res_ns) as usize;
+            let warm = (end / 5).min((30.0 / res).ceil() as usize);
+            (warm, end)
+        }
+        _ => {
+            let end = arrivals_end.max(1);
+            ((end / 5).min((30.0 / res).ceil() as usize), end)
+        }
+    };
+    let b1 = b1.min(m.upstream.len()).max(b0 + 1).min(m.upstream.len());
+    let span = (b1 - b0).max(1) as f64;
+    let base_count: f64 = m.upstream[b0..b1]
+        .iter()
+        .map(|&n| f64::from(n))
+        .sum::<f64>()
+        / span;
+    let base_completed: u64 = m.completed[b0..b1].iter().map(|&n| u64::from(n)).sum();
+    let base_succeeded: u64 = m.succeeded[b0..b1].iter().map(|&n| u64::from(n)).sum();
+    let base_success = if base_completed == 0 {
+        1.0
+    } else {
+        base_succeeded as f64 / base_completed as f64
+    };
+    let baseline = base_count / res;
+    let peak = m.upstream.iter().copied().max().unwrap_or(0) as f64 / res;
+
+    let recovery = fault.and_then(|(_, f1)| {
+        if f1 >= sc.duration {
+            return None;
+        }
+        let start = ((f1.as_nanos() as u64).div_ceil(res_ns)) as usize;
+        let tol = (0.1 * base_count).max(4.0 * base_count.sqrt()).max(2.0);
+        let healthy = |i: usize| {
+            let up = f64::from(m.upstream[i]);
+            let done = m.completed[i];
+            let ok =
+                done == 0 || f64::from(m.succeeded[i]) / f64::from(done) >= base_success - 0.05;
+            (up - base_count).abs() <= tol && ok
+        };
+        let end = arrivals_end.min(m.upstream.len());
+        if start >= end {
+            return None;
+        }
+        // The last unhealthy bucket decides.
+        match (start..end).rev().find(|&i| !healthy(i)) {
+            None => Some(0.0),
+            Some(i) if i + 1 < end => Some(((i + 1) as f64 * res - f1.as_secs_f64()).max(0.0)),
+            Some(_) => None,
+        }
+    });
+
+    let requests: u64 = m.streams.iter().map(|s| s.requests).sum();
+    let successes: u64 = m.streams.iter().map(|s| s.successes).sum();
+    let unfinished: u64 = m.streams.iter().map(|s| s.unfinished).sum();
+    let (n, total) = m
+        .hist
+        .iter()
+        .enumerate()
+        .fold((0u64, 0u64), |(n, t), (a, &c)| (n + c, t + a as u64 * c));
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let minutes = m.window_len().as_secs_f64() / 60.0;
+    let endpoints = if sc.streams.len() > 1 {
+        sc.streams
+            .iter()
+            .zip(&m.streams)
+            .map(|(s, st)| EndpointReport {
+                name: s.name.clone(),
+                requests: st.requests,
+                success_ratio: round(ratio(st.successes, st.requests), 4),
+                attempts_per_request_mean: round(ratio(st.upstream_total, st.requests), 3),
+                upstream_per_minute: round(st.upstream_window as f64 / minutes, 1),
+                rate_limited_per_minute: round(st.rate_limited_window as f64 / minutes, 1),
+                workers_busy_mean: m.has_pool.then(|| {
+                    round(
+                        st.held_ns_window as f64 / m.window_len().as_nanos() as f64,
+                        2,
+                    )
+                }),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    VariantReport {
+        name: name.to_string(),
+        baseline_upstream_rps: round(baseline, 1),
+        peak_upstream_rps: round(peak, 1),
+        amplification_peak: round(if baseline > 0.0 { peak / baseline } else { 0.0 }, 2),
+        attempts_per_request_mean: round(ratio(total, n), 3),
+        attempts_per_request_max: m.attempts_max,
+        success_ratio: round(ratio(successes, requests), 4),
+        recovery_seconds_after_fault: recovery.map(|r| round(r, 1)),
+        endpoints,
+        detail: Detail {
+            resolution: sc.resolution,
+            upstream: m.upstream,
+            completed: m.completed,
+            succeeded: m.succeeded,
+            requests,
+            unfinished,
+            attempts_histogram: m.hist,
+            provider_peak_queue: m.provider_peak_queue,
+            pool_peak_queue: m.pool_peak_queue,
+            levee_reasons: reasons,
+            events: m.events,
+        },
+    }
+}
+
+/// The human table.
+pub fn table(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "scenario: {}", r.scenario);
+    match r.fault {
+        Some((a, b)) => {
+            let _ = writeln!(
+                out,
+                "fault window: {a:.0}s – {b:.0}s of {:.0}s",
+                r.duration.as_secs_f64()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "no fault window that ends ({:.0}s)",
+                r.duration.as_secs_f64()
+            );
+        }
+    }
+    let _ = writeln!(out);
+    let head = [
+        "variant",
+        "baseline/s",
+        "peak/s",
+        "amplif.",
+        "att/req",
+        "att max",
+        "success",
+        "recovery",
+    ];
+    let rows: Vec<[String; 8]> = r
+        .variants
+        .iter()
+        .map(|v| {
+            [
+                v.name.clone(),
+                format!("{:.0}", v.baseline_upstream_rps),
+                format!("{:.0}", v.peak_upstream_rps),
+                format!("{:.2}x", v.amplification_peak),
+                format!("{:.2}", v.attempts_per_request_mean),
+                v.attempts_per_request_max.to_string(),
+                format!("{:.1}%", v.success_ratio * 100.0),
+                match v.recovery_seconds_after_fault {
+                    Some(s) => format!("{s:.1}s"),
+                    None if r.fault.is_some() => "not recovered".to_string(),
+                    None => "-".to_string(),
+                },
+            ]
+        })
+        .collect();
+    write_table(&mut out, &head, &rows);
+    for v in &r.variants {
+        if v.endpoints.is_empty() && v.detail.levee_reasons.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\n{}:", v.name);
+        if !v.endpoints.is_empty() {
+            let head = [
+                "  endpoint",
+                "requests",
+                "success",
+                "att/req",
+                "upstream/min",
+                "429/min",
+                "workers",
+            ];
+            let rows: Vec<[String; 7]> = v
+                .endpoints
+                .iter()
+                .map(|e| {
+                    [
+                        format!("  {}", e.name),
+                        e.requests.to_string(),
+                        format!("{:.1}%", e.success_ratio * 100.0),
+                        format!("{:.2}", e.attempts_per_request_mean),
+                        format!("{:.0}", e.upstream_per_minute),
+                        format!("{:.0}", e.rate_limited_per_minute),
+                        e.workers_busy_mean
+                            .map(|w| format!("{w:.1}"))
+                            .unwrap_or_else(|| "-".into()),
+                    ]
+                })
+                .collect();
+            write_table(&mut out, &head, &rows);
+        }
+        if !v.detail.levee_reasons.is_empty() {
+            let reasons: Vec<String> = v
+                .detail
+                .levee_reasons
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(out, "  levee failures by reason: {}", reasons.join(", "));
+        }
+    }
+    out
+}
+
+fn write_table<const N: usize>(out: &mut String, head: &[&str; N], rows: &[[String; N]]) {
+    let mut w = [0usize; N];
+    for (i, h) in head.iter().enumerate() {
+        w[i] = h.chars().count();
+    }
+    for row in rows {
+        for (i, c) in row.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let pad = w[i] - c.chars().count();
+                if i == 0 {
+                    format!("{c}{}", " ".repeat(pad))
+                } else {
+                    format!("{}{c}", " ".repeat(pad))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    let _ = writeln!(out, "{}", line(head.to_vec()));
+    for row in rows {
+        let _ = writeln!(out, "{}", line(row.iter().map(String::as_str).collect()));
+    }
+}

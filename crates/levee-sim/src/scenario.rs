@@ -1,0 +1,737 @@
+//! The scenario file: what the user writes (serde, unknown keys refused) and
+//! the typed, validated [`Scenario`] the engine runs.
+//!
+//! A scenario describes the world once — traffic, the provider — and then a
+//! list of variants, each a different stack of retry layers in front of that
+//! same world, so their results can be compared side by side. A variant's
+//! gateway is either a naive retry layer or a Levee config block (`providers:`
+//! and `routes:` exactly as in `levee.yaml`), resolved by `levee-config`, so
+//! the simulated gateway runs the policy a real config would.
+
+use crate::arrivals::{Process, Shape, Stream};
+use crate::error::SimError;
+use crate::layers::{Layer, RetryRule};
+use crate::provider::{Fault, ProviderModel, RateLimit};
+use crate::Dist;
+use levee_config::duration::Dur;
+use levee_config::locate::{locate, Seg};
+use levee_config::raw::{RawBackoff, RawConfig, RawOn};
+use levee_config::{Config, ConfigError};
+use levee_policy::backoff::{Backoff, Jitter};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+// ---------------------------------------------------------------- raw (stage one)
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: Option<String>,
+    #[allow(dead_code)]
+    description: Option<String>,
+    duration: Dur,
+    resolution: Option<Dur>,
+    drain: Option<Dur>,
+    arrivals: Vec<RawStream>,
+    providers: BTreeMap<String, RawProviderModel>,
+    variants: Vec<RawVariant>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStream {
+    name: String,
+    rate: Option<f64>,
+    per_minute: Option<f64>,
+    trace: Option<String>,
+    burst: Option<u64>,
+    at: Option<Dur>,
+    process: Option<String>,
+    from: Option<Dur>,
+    to: Option<Dur>,
+    model: Option<String>,
+    path: Option<String>,
+    provider: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawDist {
+    Fixed(Dur),
+    Shape(RawDistShape),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDistShape {
+    p50: Option<Dur>,
+    p99: Option<Dur>,
+    min: Option<Dur>,
+    max: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProviderModel {
+    workers: u32,
+    queue: Option<u32>,
+    latency: RawDist,
+    overload: Option<RawOverload>,
+    reject_latency: Option<Dur>,
+    rate_limit: Option<RawRate>,
+    #[serde(default)]
+    faults: Vec<RawFault>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOverload {
+    status: u16,
+    retry_after: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRate {
+    requests_per_minute: u32,
+    burst: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFault {
+    status: u16,
+    retry_after: Option<Dur>,
+    from: Option<Dur>,
+    to: Option<Dur>,
+    rate: Option<f64>,
+    model: Option<String>,
+    latency: Option<RawDist>,
+    occupies_worker: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVariant {
+    name: String,
+    #[serde(default)]
+    callers: Vec<RawLayer>,
+    gateway: Option<RawGateway>,
+}
+
+/// `naive:` or `levee:` (exactly one).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGateway {
+    naive: Option<RawLayer>,
+    levee: Option<Box<RawConfig>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLayer {
+    name: Option<String>,
+    attempts: u32,
+    backoff: Option<RawBackoff>,
+    timeout: Option<Dur>,
+    retry_on: Option<Vec<RawOn>>,
+    honours_should_retry: Option<bool>,
+    honours_retry_after: Option<bool>,
+    workers: Option<u32>,
+    stops_when_caller_leaves: Option<bool>,
+    sends_timeout: Option<bool>,
+}
+
+// ---------------------------------------------------------------- typed (stage two)
+
+/// A validated scenario.
+#[derive(Debug)]
+pub struct Scenario {
+    pub name: String,
+    /// How long traffic arrives.
+    pub duration: Duration,
+    /// Width of one bucket of the time series (peak rps is measured per bucket).
+    pub resolution: Duration,
+    /// How long after `duration` in-flight work may still finish.
+    pub drain: Duration,
+    pub streams: Vec<Stream>,
+    pub providers: Vec<ProviderModel>,
+    pub variants: Vec<Variant>,
+}
+
+/// One stack of retry layers in front of the scenario's world.
+#[derive(Debug)]
+pub struct Variant {
+    pub name: String,
+    /// Outermost first; a naive gateway is the last one.
+    pub layers: Vec<Layer>,
+    pub levee: Option<Box<LeveeGateway>>,
+}
+
+/// A Levee gateway: a config resolved by `levee-config`, and which simulated
+/// provider each config provider stands for.
+#[derive(Debug)]
+pub struct LeveeGateway {
+    pub config: Config,
+    /// `config.providers[i]` is simulated by `providers[sim_provider[i]]`.
+    pub sim_provider: Vec<usize>,
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file (traces are read relative to it).
+    pub fn load(path: &Path) -> Result<Scenario, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Scenario::parse(&text, path.parent())
+    }
+
+    /// Parses and validates scenario text; `base` is where traces are looked up.
+    pub fn parse(text: &str, base: Option<&Path>) -> Result<Scenario, SimError> {
+        let raw: RawScenario = serde_norway::from_str(text).map_err(|e| {
+            let msg = e.to_string();
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            SimError::at(e.location().map(|l| l.line()), msg)
+        })?;
+        resolve(raw, text, base)
+    }
+
+    /// The fault windows' span: (first start, last end); `None` without
+    /// faults or when one never ends.
+    pub fn fault_span(&self) -> Option<(Duration, Duration)> {
+        let faults = self.providers.iter().flat_map(|p| p.faults.iter());
+        let mut span: Option<(Duration, Duration)> = None;
+        for f in faults {
+            let to = f.to?;
+            span = Some(match span {
+                None => (f.from, to),
+                Some((a, b)) => (a.min(f.from), b.max(to)),
+            });
+        }
+        span
+    }
+}
+
+fn resolve(raw: RawScenario, text: &str, base: Option<&Path>) -> Result<Scenario, SimError> {
+    use Seg::*;
+    let at = |path: &[Seg<'_>], msg: String| SimError::at(locate(text, path), msg);
+    let duration = raw.duration.0;
+    if duration.is_zero() || duration > Duration::from_secs(7 * 24 * 3600) {
+        return Err(at(
+            &[Key("duration")],
+            "`duration` must be between 1ms and 7 days".into(),
+        ));
+    }
+    let resolution = raw
+        .resolution
+        .map(|d| d.0)
+        .unwrap_or(Duration::from_secs(1));
+    if resolution < Duration::from_millis(10) || resolution > duration {
+        return Err(at(
+            &[Key("resolution")],
+            "`resolution` must be at least 10ms and at most `duration`".into(),
+        ));
+    }
+    let drain = raw.drain.map(|d| d.0).unwrap_or(Duration::from_secs(120));
+
+    if raw.providers.is_empty() {
+        return Err(at(
+            &[Key("providers")],
+            "list at least one provider model under `providers:`".into(),
+        ));
+    }
+    let names: Vec<&String> = raw.providers.keys().collect();
+    let mut providers = Vec::new();
+    for (name, p) in &raw.providers {
+        providers.push(resolve_provider(name, p, text)?);
+    }
+    let find_provider = |n: Option<&str>, path: &[Seg<'_>]| -> Result<usize, SimError> {
+        match n {
+            Some(n) => names.iter().position(|x| x.as_str() == n).ok_or_else(|| {
+                at(
+                    path,
+                    format!(
+                        "`{n}` is not a provider of this scenario (known: {})",
+                        join(&names)
+                    ),
+                )
+            }),
+            None if names.len() == 1 => Ok(0),
+            None => Err(at(
+                path,
+                format!(
+                    "this scenario has several providers: name one with `provider:` (known: {})",
+                    join(&names)
+                ),
+            )),
+        }
+    };
+
+    if raw.arrivals.is_empty() {
+        return Err(at(
+            &[Key("arrivals")],
+            "list at least one stream under `arrivals:`".into(),
+        ));
+    }
+    let mut streams = Vec::new();
+    for (i, s) in raw.arrivals.iter().enumerate() {
+        let path = [Key("arrivals"), Index(i)];
+        let provider = find_provider(s.provider.as_deref(), &path)?;
+        streams.push(resolve_stream(s, i, text, base, duration, provider)?);
+    }
+
+    if raw.variants.is_empty() {
+        return Err(at(
+            &[Key("variants")],
+            "list at least one variant under `variants:`".into(),
+        ));
+    }
+    let mut variants = Vec::new();
+    for (i, v) in raw.variants.into_iter().enumerate() {
+        let mut layers = Vec::new();
+        for (j, l) in v.callers.iter().enumerate() {
+            let path = [Key("variants"), Index(i), Key("callers"), Index(j)];
+            layers.push(resolve_layer(
+                l,
+                &format!("caller {}", j + 1),
+                false,
+                text,
+                &path,
+            )?);
+        }
+        let mut levee = None;
+        match v.gateway.map(|g| (g.naive, g.levee)) {
+            None => {}
+            Some((Some(l), None)) => {
+                let path = [Key("variants"), Index(i), Key("gateway"), Key("naive")];
+                layers.push(resolve_layer(&l, "gateway", true, text, &path)?);
+            }
+            Some((None, Some(cfg))) => {
+                levee = Some(Box::new(resolve_levee(*cfg, i, text, &names)?));
+            }
+            Some(_) => {
+                return Err(at(
+                    &[Key("variants"), Index(i), Key("gateway")],
+                    format!(
+                        "variant `{}`: `gateway` takes exactly one of `naive:` (a retry layer) or `levee:` (a Levee config block); leave it out to call the provider directly",
+                        v.name
+                    ),
+                ))
+            }
+        }
+        variants.push(Variant {
+            name: v.name,
+            layers,
+            levee,
+        });
+    }
+    Ok(Scenario {
+        name: raw.name.unwrap_or_else(|| "scenario".to_string()),
+        duration,
+        resolution,
+        drain,
+        streams,
+        providers,
+        variants,
+    })
+}
+
+fn join(names: &[&String]) -> String {
+    names
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn dist(d: &RawDist) -> Result<Dist, String> {
+    match d {
+        RawDist::Fixed(d) => Ok(Dist::fixed(d.0)),
+        RawDist::Shape(s) => Dist::from_keys(
+            s.p50.map(|d| d.0),
+            s.p99.map(|d| d.0),
+            s.min.map(|d| d.0),
+            s.max.map(|d| d.0),
+        )
+        .map_err(|e| e.to_string()),
+    }
+}
+
+fn resolve_provider(
+    name: &str,
+    p: &RawProviderModel,
+    text: &str,
+) -> Result<ProviderModel, SimError> {
+    use Seg::*;
+    let at = |key: &[Seg<'_>], msg: String| {
+        let mut path = vec![Key("providers"), Key(name)];
+        path.extend_from_slice(key);
+        SimError::at(locate(text, &path), format!("provider `{name}`: {msg}"))
+    };
+    if p.workers == 0 {
+        return Err(at(&[Key("workers")], "`workers` must be at least 1".into()));
+    }
+    let latency = dist(&p.latency).map_err(|m| at(&[Key("latency")], m))?;
+    let overload_status = p.overload.as_ref().map(|o| o.status).unwrap_or(503);
+    if !(400..=599).contains(&overload_status) {
+        return Err(at(
+            &[Key("overload")],
+            "`overload.status` must be an error status such as 503 or 529".into(),
+        ));
+    }
+    let rate_limit = match &p.rate_limit {
+        None => None,
+        Some(r) => {
+            if r.requests_per_minute == 0 || r.burst == Some(0) {
+                return Err(at(
+                    &[Key("rate_limit")],
+                    "`requests_per_minute` and `burst` must be at least 1".into(),
+                ));
+            }
+            Some(RateLimit {
+                per_second: f64::from(r.requests_per_minute) / 60.0,
+                burst: f64::from(r.burst.unwrap_or((r.requests_per_minute / 60).max(1))),
+            })
+        }
+    };
+    let mut faults = Vec::new();
+    for (i, f) in p.faults.iter().enumerate() {
+        let fat = |msg: &str| at(&[Key("faults"), Index(i)], msg.to_string());
+        if !(400..=599).contains(&f.status) {
+            return Err(fat("`status` must be an error status (400–599)"));
+        }
+        let rate = f.rate.unwrap_or(1.0);
+        if !rate.is_finite() || !(0.0..=1.0).contains(&rate) {
+            return Err(fat(
+                "`rate` is the share of requests that get the fault: a number from 0 to 1",
+            ));
+        }
+        let from = f.from.map(|d| d.0).unwrap_or(Duration::ZERO);
+        let to = f.to.map(|d| d.0);
+        if to.is_some_and(|t| t <= from) {
+            return Err(fat("`to` must be after `from`"));
+        }
+        let latency = match &f.latency {
+            Some(d) => dist(d).map_err(|m| fat(&m))?,
+            None => Dist::fixed(Duration::from_millis(20)),
+        };
+        faults.push(Fault {
+            status: f.status,
+            retry_after: f.retry_after.map(|d| d.0),
+            from,
+            to,
+            rate,
+            model: f.model.clone(),
+            latency,
+            occupies_worker: f.occupies_worker.unwrap_or(false),
+        });
+    }
+    Ok(ProviderModel {
+        name: name.to_string(),
+        workers: p.workers,
+        queue: p.queue.unwrap_or(0),
+        latency,
+        overload_status,
+        overload_retry_after: p.overload.as_ref().and_then(|o| o.retry_after.map(|d| d.0)),
+        reject_latency: p
+            .reject_latency
+            .map(|d| d.0)
+            .unwrap_or(Duration::from_millis(5)),
+        rate_limit,
+        faults,
+    })
+}
+
+fn resolve_stream(
+    s: &RawStream,
+    i: usize,
+    text: &str,
+    base: Option<&Path>,
+    duration: Duration,
+    provider: usize,
+) -> Result<Stream, SimError> {
+    use Seg::*;
+    let at = |msg: String| {
+        SimError::at(
+            locate(text, &[Key("arrivals"), Index(i)]),
+            format!("stream `{}`: {msg}", s.name),
+        )
+    };
+    let given = [
+        s.rate.is_some(),
+        s.per_minute.is_some(),
+        s.trace.is_some(),
+        s.burst.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if given != 1 {
+        return Err(at(
+            "give exactly one of `rate` (per second), `per_minute`, `trace` (a CSV of `t_seconds,rate`) or `burst` (a count at `at`)".into(),
+        ));
+    }
+    let check_rate = |r: f64| {
+        if r.is_finite() && (0.0..=1e6).contains(&r) {
+            Ok(r)
+        } else {
+            Err(at(format!(
+                "a rate must be a number from 0 to 1,000,000 per second (got {r})"
+            )))
+        }
+    };
+    let shape = if let Some(r) = s.rate {
+        Shape::Rate(vec![(Duration::ZERO, check_rate(r)?)])
+    } else if let Some(m) = s.per_minute {
+        Shape::Rate(vec![(Duration::ZERO, check_rate(m / 60.0)?)])
+    } else if let Some(t) = &s.trace {
+        let path = match base {
+            Some(b) => b.join(t),
+            None => Path::new(t).to_path_buf(),
+        };
+        Shape::Rate(crate::arrivals::read_trace(&path)?)
+    } else {
+        let count = s.burst.unwrap_or(0);
+        if count > 10_000_000 {
+            return Err(at("`burst` is at most 10,000,000 requests".into()));
+        }
+        Shape::Burst {
+            count,
+            at: s.at.map(|d| d.0).unwrap_or(Duration::ZERO),
+        }
+    };
+    let process = match s.process.as_deref() {
+        None | Some("constant") => Process::Constant,
+        Some("poisson") => Process::Poisson,
+        Some(other) => {
+            return Err(at(format!(
+                "`process` must be `constant` or `poisson` (got `{other}`)"
+            )))
+        }
+    };
+    let from = s.from.map(|d| d.0).unwrap_or(Duration::ZERO);
+    let to = s.to.map(|d| d.0).unwrap_or(duration).min(duration);
+    if to < from {
+        return Err(at("`to` must not be before `from`".into()));
+    }
+    Ok(Stream {
+        name: s.name.clone(),
+        shape,
+        process,
+        from,
+        to,
+        model: s.model.clone().unwrap_or_else(|| "model".to_string()),
+        path: s
+            .path
+            .clone()
+            .unwrap_or_else(|| "/v1/chat/completions".to_string()),
+        provider,
+    })
+}
+
+fn resolve_layer(
+    l: &RawLayer,
+    default_name: &str,
+    gateway: bool,
+    text: &str,
+    path: &[Seg<'_>],
+) -> Result<Layer, SimError> {
+    use Seg::*;
+    let name = l.name.clone().unwrap_or_else(|| default_name.to_string());
+    let at = |key: Option<&'static str>, msg: String| {
+        let mut p = path.to_vec();
+        if let Some(k) = key {
+            p.push(Key(k));
+        }
+        SimError::at(locate(text, &p), format!("layer `{name}`: {msg}"))
+    };
+    if !(1..=100).contains(&l.attempts) {
+        return Err(at(
+            Some("attempts"),
+            "`attempts` counts the first try too: 1 to 100".into(),
+        ));
+    }
+    let backoff = match &l.backoff {
+        None => Backoff::exponential(500, 2.0, 8000, Jitter::Full),
+        Some(b) => {
+            let jitter: Jitter = b.jitter.as_deref().unwrap_or("none").parse().map_err(
+                |e: levee_policy::backoff::BackoffError| at(Some("backoff"), e.to_string()),
+            )?;
+            match &b.schedule_ms {
+                Some(s) => Backoff::schedule(s, jitter),
+                None => {
+                    let base = b.base_ms.unwrap_or(500);
+                    Backoff::exponential(
+                        base,
+                        b.multiplier.unwrap_or(2.0),
+                        b.max_ms.unwrap_or(60_000.max(base)),
+                        jitter,
+                    )
+                }
+            }
+        }
+    }
+    .map_err(|e| at(Some("backoff"), e.to_string()))?;
+    let retry = match &l.retry_on {
+        None => RetryRule::sdk_default(),
+        Some(on) => RetryRule::parse(on).map_err(|m| at(Some("retry_on"), m))?,
+    };
+    if l.workers == Some(0) {
+        return Err(at(Some("workers"), "`workers` must be at least 1".into()));
+    }
+    if l.timeout.is_some_and(|t| t.0.is_zero()) {
+        return Err(at(Some("timeout"), "`timeout` must be positive".into()));
+    }
+    Ok(Layer {
+        name,
+        attempts: l.attempts,
+        backoff,
+        timeout: l.timeout.map(|d| d.0),
+        retry,
+        honours_should_retry: l.honours_should_retry.unwrap_or(false),
+        honours_retry_after: l.honours_retry_after.unwrap_or(false),
+        workers: l.workers,
+        stops_when_caller_leaves: l.stops_when_caller_leaves.unwrap_or(false),
+        sends_timeout: l.sends_timeout.unwrap_or(true),
+        gateway,
+    })
+}
+
+/// Resolves a variant's `gateway: { levee: … }` block through `levee-config`.
+/// Validation errors are located inside the block and shifted to file lines.
+fn resolve_levee(
+    raw: RawConfig,
+    variant: usize,
+    text: &str,
+    sim_names: &[&String],
+) -> Result<LeveeGateway, SimError> {
+    use Seg::*;
+    let key_line = locate(
+        text,
+        &[
+            Key("variants"),
+            Index(variant),
+            Key("gateway"),
+            Key("levee"),
+        ],
+    );
+    let (block, offset) = match key_line {
+        Some(line) => sub_block(text, line),
+        None => (String::new(), 0),
+    };
+    let config = Config::from_raw(raw, &block).map_err(|e| match e {
+        ConfigError::AtLine { line, message } => SimError::AtLine {
+            line: line + offset,
+            message: format!("levee config: {message}"),
+        },
+        other => SimError::at(key_line, format!("levee {other}")),
+    })?;
+    let mut sim_provider = Vec::new();
+    for p in &config.providers {
+        let i = if sim_names.len() == 1 {
+            0
+        } else {
+            sim_names
+                .iter()
+                .position(|n| n.as_str() == p.name)
+                .ok_or_else(|| {
+                    SimError::at(
+                        key_line,
+                        format!(
+                            "levee provider `{}` has no simulated provider of the same name (known: {})",
+                            p.name,
+                            join(sim_names)
+                        ),
+                    )
+                })?
+        };
+        sim_provider.push(i);
+    }
+    Ok(LeveeGateway {
+        config,
+        sim_provider,
+    })
+}
+
+/// The indented block under the key on 1-based `line`, dedented, and the
+/// number of lines before it (so a line inside the block plus that number is
+/// the file's line).
+fn sub_block(text: &str, line: usize) -> (String, usize) {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(key) = lines.get(line - 1) else {
+        return (String::new(), 0);
+    };
+    let key_indent = key.len() - key.trim_start().len();
+    let mut out = Vec::new();
+    for l in &lines[line..] {
+        let t = l.trim_start();
+        let ind = l.len() - t.len();
+        if !t.is_empty() && !t.starts_with('#') && ind <= key_indent {
+            break;
+        }
+        out.push(*l);
+    }
+    let min = out
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let body: Vec<&str> = out
+        .iter()
+        .map(|l| if l.len() >= min { &l[min..] } else { "" })
+        .collect();
+    (body.join("\n"), line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "\
+duration: 10s
+arrivals:
+  - { name: chat, rate: 10 }
+providers:
+  p: { workers: 10, latency: 100ms }
+variants:
+  - name: direct
+";
+
+    #[test]
+    fn a_minimal_scenario_loads() {
+        let s = Scenario::parse(MINIMAL, None).unwrap();
+        assert_eq!(s.variants.len(), 1);
+        assert_eq!(s.streams[0].provider, 0);
+        assert!(s.fault_span().is_none());
+    }
+
+    #[test]
+    fn unknown_keys_name_their_line() {
+        let bad = MINIMAL.replace("  p: { workers: 10,", "  p: { wrokers: 10,");
+        let e = Scenario::parse(&bad, None).unwrap_err().to_string();
+        assert!(e.contains("line 5"), "{e}");
+        assert!(e.contains("wrokers"), "{e}");
+    }
+
+    #[test]
+    fn validation_errors_name_their_line() {
+        let bad = MINIMAL.replace("rate: 10", "rate: 10, per_minute: 5");
+        let e = Scenario::parse(&bad, None).unwrap_err().to_string();
+        assert!(e.starts_with("scenario line 3:"), "{e}");
+        assert!(e.contains("exactly one of"), "{e}");
+    }
+
+    #[test]
+    fn levee_config_errors_are_shifted_to_file_lines() {
+        let text = format!(
+            "{MINIMAL}  - name: levee\n    gateway:\n      levee:\n        routes:\n          - retry:\n              max_attempts: 0\n"
+        );
+        let e = Scenario::parse(&text, None).unwrap_err().to_string();
+        assert!(e.starts_with("scenario line 13:"), "{e}");
+        assert!(e.contains("max_attempts"), "{e}");
+    }
+}
