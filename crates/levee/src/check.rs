@@ -1,14 +1,287 @@
-//! `levee check`: validate a config, print each route's retry schedule and the caller census.
+//! `levee check`: validate a config, print each route's retry schedule and the
+//! caller census — which callers' deadlines let a retry (or the fallback)
+//! start at all (seed 004: a deadline-aware retry that never runs because the
+//! callers' deadlines are too short).
+//!
+//! Every number comes from `levee_policy::RoutePolicy::schedule` and
+//! `census`, the code the gateway decides with: derived, not restated here.
+
+use levee_config::raw::RawCaller;
+use levee_config::{Caller, Config, Route};
+use levee_policy::AttemptKind;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Flags of `levee check`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     /// Config file.
     #[arg(long)]
-    pub config: std::path::PathBuf,
+    pub config: PathBuf,
+    /// YAML list of callers `[{ name, deadline }]`, instead of the config's `callers:`.
+    #[arg(long, value_name = "FILE")]
+    pub callers: Option<PathBuf>,
+    /// Exit 1 when a caller can neither retry nor fall back on some route.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// Why `--callers` could not be read.
+#[derive(Debug, thiserror::Error)]
+enum CallersError {
+    #[error("cannot read callers file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("callers file {path} line {line}: {message} (write a list like `- {{ name: queue-worker, deadline: 40s }}`)")]
+    AtLine {
+        path: String,
+        line: usize,
+        message: String,
+    },
+    #[error("callers file {path}: {message} (write a list like `- {{ name: queue-worker, deadline: 40s }}`)")]
+    General { path: String, message: String },
+}
+
+fn load_callers(path: &Path) -> Result<Vec<Caller>, CallersError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| CallersError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let raw: Vec<RawCaller> = serde_norway::from_str(&text).map_err(|e| {
+        let msg = e.to_string();
+        let message = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        match e.location() {
+            Some(l) => CallersError::AtLine {
+                path: shown.clone(),
+                line: l.line(),
+                message,
+            },
+            None => CallersError::General {
+                path: shown.clone(),
+                message,
+            },
+        }
+    })?;
+    Ok(raw
+        .into_iter()
+        .map(|c| Caller {
+            name: c.name,
+            deadline: c.deadline.0,
+        })
+        .collect())
 }
 
 /// Runs `levee check`; returns the exit code.
-pub fn run(_args: CheckArgs) -> i32 {
+pub fn run(args: CheckArgs) -> i32 {
+    let config = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("levee check: {}: {e}", args.config.display());
+            return 1;
+        }
+    };
+    let callers = match &args.callers {
+        Some(p) => match load_callers(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("levee check: {e}");
+                return 1;
+            }
+        },
+        None => config.callers.clone(),
+    };
+    let (text, stranded) = render(&config, &args.config, &callers);
+    print!("{text}");
+    if args.strict && !stranded.is_empty() {
+        for (caller, route) in &stranded {
+            eprintln!(
+                "levee check --strict: caller `{caller}` can neither retry nor fall back on route `{route}`: lengthen its deadline or shorten the route's schedule"
+            );
+        }
+        return 1;
+    }
     0
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s == s.trunc() {
+        format!("{s:.0}s")
+    } else if (s * 100.0).fract().abs() < 1e-9 {
+        format!("{s:.2}s")
+    } else {
+        format!("{s:.3}s")
+    }
+}
+
+fn kind(k: AttemptKind) -> &'static str {
+    match k {
+        AttemptKind::First => "first",
+        AttemptKind::Retry => "retry",
+        AttemptKind::Fallback => "fallback",
+    }
+}
+
+fn target_name(config: &Config, route: &Route, t: usize) -> String {
+    let target = &route.targets[t];
+    let provider = &config.providers[target.provider].name;
+    match &target.model {
+        Some(m) => format!("{provider} ({m})"),
+        None => provider.clone(),
+    }
+}
+
+/// The report, and every (caller, route) pair that can neither retry nor fall back.
+fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(String, String)>) {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: valid — {} provider(s), {} route(s), {} caller(s)",
+        path.display(),
+        config.providers.len(),
+        config.routes.len(),
+        callers.len()
+    );
+    for route in &config.routes {
+        let _ = writeln!(out, "\nroute `{}`", route.name);
+        let expected: Vec<String> = route
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(t, x)| {
+                format!(
+                    "{} expected_attempt {}",
+                    target_name(config, route, t),
+                    secs(x.expected_attempt)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  targets: {}", expected.join("; "));
+        let _ = writeln!(
+            out,
+            "  deadline: default {}, max {}",
+            secs(route.deadline.default_deadline()),
+            secs(route.deadline.max())
+        );
+        let rows: Vec<Vec<String>> = route
+            .policy
+            .schedule()
+            .iter()
+            .map(|s| {
+                vec![
+                    s.attempt.to_string(),
+                    target_name(config, route, s.target),
+                    kind(s.kind).to_string(),
+                    if s.wait.is_zero() {
+                        "-".to_string()
+                    } else {
+                        secs(s.wait)
+                    },
+                    match s.kind {
+                        AttemptKind::Fallback => "after a failure".to_string(),
+                        _ => secs(s.start_after),
+                    },
+                    secs(s.needs_remaining),
+                    secs(s.needs_deadline),
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            &[
+                "attempt",
+                "target",
+                "kind",
+                "wait (max)",
+                "earliest start",
+                "needs remaining",
+                "needs deadline",
+            ],
+            &rows,
+        );
+    }
+
+    let mut stranded = Vec::new();
+    let _ = writeln!(out, "\ncaller census");
+    if callers.is_empty() {
+        let _ = writeln!(
+            out,
+            "  no callers listed: add `callers:` to the config or pass --callers FILE"
+        );
+        return (out, stranded);
+    }
+    let mut rows = Vec::new();
+    for c in callers {
+        for route in &config.routes {
+            let deadline = c.deadline.min(route.deadline.max());
+            let row = route.policy.census(deadline);
+            let fallback = match row.fallback_reachable {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            if !row.retry_can_start && row.fallback_reachable != Some(true) {
+                stranded.push((c.name.clone(), route.name.clone()));
+            }
+            let mut warning = String::new();
+            if deadline < c.deadline {
+                let _ = write!(warning, "clamped to the route's max {}. ", secs(deadline));
+            }
+            if row.shorter_than_expected_attempt {
+                let _ = write!(
+                    warning,
+                    "deadline < expected_attempt_ms ({}): slow answers become failures with no fallback",
+                    secs(route.targets[0].expected_attempt)
+                );
+            }
+            rows.push(vec![
+                c.name.clone(),
+                secs(c.deadline),
+                route.name.clone(),
+                row.attempts_can_start.to_string(),
+                if row.retry_can_start { "yes" } else { "no" }.to_string(),
+                fallback.to_string(),
+                warning.trim().to_string(),
+            ]);
+        }
+    }
+    table(
+        &mut out,
+        &[
+            "caller",
+            "deadline",
+            "route",
+            "attempts can start",
+            "retry can start?",
+            "fallback reachable?",
+            "warning",
+        ],
+        &rows,
+    );
+    (out, stranded)
+}
+
+fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c}{}", " ".repeat(w[i] - c.chars().count())))
+            .collect();
+        format!("  {}", s.join("  ").trim_end())
+    };
+    let _ = writeln!(out, "{}", line(head.to_vec()));
+    for r in rows {
+        let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
+    }
 }

@@ -1,0 +1,157 @@
+//! `levee check` as a user runs it: the real binary, real files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Seed 004: waits of 7 s then 11 s, a primary answering within 35 s and a
+/// backup within 30 s.
+const SEED_004: &str = r#"providers:
+  primary: { api: anthropic, base_url: https://api.anthropic.com }
+  backup: { api: openai, base_url: https://api.openai.com }
+routes:
+  - match: { model_prefix: "claude/" }
+    targets:
+      - { provider: primary, expected_attempt_ms: 35000 }
+      - { provider: backup, model: gpt-4.1, expected_attempt_ms: 30000 }
+    deadline: { default: 30s, max: 300s }
+    retry:
+      max_attempts: 3
+      on: [429, 529]
+      backoff: { schedule_ms: [7000, 11000], jitter: none }
+callers:
+  - { name: interactive request, deadline: 100s }
+  - { name: background job, deadline: 200s }
+  - { name: queue worker, deadline: 40s }
+  - { name: batch job, deadline: 22s }
+"#;
+
+fn file(name: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("levee-check-{}-{name}", std::process::id()));
+    std::fs::write(&p, text).expect("write temp file");
+    p
+}
+
+fn check(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_levee"))
+        .arg("check")
+        .args(args)
+        .output()
+        .expect("run levee")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The census row of `caller`, split into columns.
+fn census_row(out: &str, caller: &str) -> Vec<String> {
+    let census = out.split("caller census").nth(1).expect("a census section");
+    let line = census
+        .lines()
+        .find(|l| l.trim_start().starts_with(caller))
+        .unwrap_or_else(|| panic!("no row for {caller} in:\n{out}"));
+    line.trim()
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn seed_004_census_says_which_callers_can_retry_and_fall_back() {
+    let cfg = file("seed004.yaml", SEED_004);
+    let o = check(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    // (caller, deadline, retry can start?, fallback reachable?) — the seed's table.
+    for (caller, deadline, retry, fallback) in [
+        ("interactive request", "100s", "yes", "yes"),
+        ("background job", "200s", "yes", "yes"),
+        ("queue worker", "40s", "no", "yes"),
+        ("batch job", "22s", "no", "no"),
+    ] {
+        let row = census_row(&out, caller);
+        assert_eq!(row[1], deadline, "{row:?}");
+        assert_eq!(row[4], retry, "{caller}: {row:?}");
+        assert_eq!(row[5], fallback, "{caller}: {row:?}");
+    }
+    // The deadline shorter than the primary's expected attempt is flagged, and only it.
+    assert!(census_row(&out, "batch job")[6].contains("expected_attempt_ms (35s)"));
+    assert_eq!(census_row(&out, "queue worker").len(), 6);
+}
+
+#[test]
+fn seed_004_schedule_derives_72_seconds_for_the_first_retry() {
+    let cfg = file("seed004-schedule.yaml", SEED_004);
+    let out = stdout(&check(&["--config", cfg.to_str().unwrap()]));
+    let row = |n: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(n))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    // wait 7 s + primary 35 s + backup reserve 30 s + 50 ms margin.
+    assert!(row("2 ").contains("retry 7s 7s 72.05s 72.05s"), "{out}");
+    assert!(row("3 ").contains("retry 11s 18s 76.05s 83.05s"), "{out}");
+    assert!(row("4 ").contains("fallback"), "{out}");
+    assert!(row("4 ").contains("30.05s"), "{out}");
+}
+
+#[test]
+fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
+    let cfg = file("seed004-strict.yaml", SEED_004);
+    let o = check(&["--config", cfg.to_str().unwrap(), "--strict"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("`batch job`"), "{err}");
+    assert!(!err.contains("queue worker"), "the fallback still serves it: {err}");
+
+    // Without the batch job, every caller can at least fall back.
+    let callers = file(
+        "callers.yaml",
+        "- { name: interactive request, deadline: 100s }\n- { name: queue worker, deadline: 40s }\n",
+    );
+    let o = check(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--callers",
+        callers.to_str().unwrap(),
+        "--strict",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!stdout(&o).contains("batch job"));
+}
+
+#[test]
+fn an_invalid_config_exits_1_naming_the_line() {
+    let cfg = file(
+        "invalid.yaml",
+        "routes:\n  - match: { model_prefix: \"a/\" }\n    retry:\n      max_attempts: 0\n",
+    );
+    let o = check(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("config line 4"), "{err}");
+    assert!(err.contains("max_attempts"), "{err}");
+    assert!(stdout(&o).is_empty());
+}
+
+#[test]
+fn a_malformed_callers_file_exits_1_naming_the_line() {
+    let cfg = file("seed004-callers.yaml", SEED_004);
+    let callers = file(
+        "bad-callers.yaml",
+        "- { name: ok, deadline: 10s }\n- { name: typo, deadlien: 10s }\n",
+    );
+    let o = check(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--callers",
+        callers.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("deadlien"), "{err}");
+}
