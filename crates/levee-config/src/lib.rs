@@ -98,6 +98,16 @@ impl Default for BreakerSettings {
 impl Provider {
     /// Fresh runtime state for this provider.
     pub fn new_state(&self) -> ProviderState {
+        self.state_with(true)
+    }
+
+    /// Fresh runtime state without the local allowance (it is enforced
+    /// elsewhere, e.g. shared across replicas).
+    pub fn new_state_without_allowance(&self) -> ProviderState {
+        self.state_with(false)
+    }
+
+    fn state_with(&self, allowance: bool) -> ProviderState {
         let b = self.breaker;
         let breaker = CircuitBreaker::new(
             b.error_ratio,
@@ -109,6 +119,7 @@ impl Provider {
         .unwrap_or_else(|_| CircuitBreaker::default_policy());
         let allowance = self
             .rate_limit
+            .filter(|_| allowance)
             .and_then(|(rpm, burst)| Gcra::per_minute(rpm, burst).ok());
         ProviderState::new(breaker, allowance, self.max_in_flight)
     }
@@ -372,12 +383,14 @@ impl Config {
             let api = match p.api.as_str() {
                 "anthropic" => Api::Anthropic,
                 "openai" => Api::OpenAi,
-                other => return Err(at(
-                    "api",
-                    format!(
+                other => {
+                    return Err(at(
+                        "api",
+                        format!(
                         "provider `{name}`: `api` must be `anthropic` or `openai` (got `{other}`)"
                     ),
-                )),
+                    ))
+                }
             };
             let base_url: http::Uri = p
                 .base_url

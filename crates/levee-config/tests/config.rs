@@ -129,7 +129,11 @@ fn empty_config_routes_everything_to_the_builtin_mock() {
 
 #[test]
 fn the_shipped_example_config_is_valid() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../levee.example.yaml")).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../levee.example.yaml"
+    ))
+    .unwrap();
     let c = Config::parse(&text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.providers.len(), 2);
     assert_eq!(c.routes[0].targets.len(), 2);

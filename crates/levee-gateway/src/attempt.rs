@@ -70,6 +70,18 @@ impl AttemptFinisher {
         policy.record(&mut self.req, &mut deps, now, outcome)
     }
 
+    /// The dispatched attempt could not be sent (a shared allowance refused it).
+    pub fn refuse(&mut self, refusal: Refusal) {
+        let shared = Arc::clone(&self.shared);
+        let now = shared.clock.now();
+        let policy = &shared.config.routes[self.route].policy;
+        let mut deps = GatewayDeps {
+            shared: &shared,
+            route: self.route,
+        };
+        policy.refuse(&mut self.req, &mut deps, now, refusal);
+    }
+
     /// Records the outcome of a committed stream's attempt and consumes self.
     pub fn finish(mut self, outcome: Outcome, committed: bool) {
         if committed {

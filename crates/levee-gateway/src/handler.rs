@@ -7,7 +7,7 @@
 
 use crate::attempt::{AttemptFinisher, GatewayDeps};
 use crate::dialect::Dialect;
-use crate::idempotency::{Begin, Lease, Stored};
+use crate::idempotency::{Claim, Claimed, Follow, Stored};
 use crate::inspect::{inspect, rewrite_model};
 use crate::record::TapeLine;
 use crate::respond::{copy_headers, error_headers, full, levee_error, Body};
@@ -181,10 +181,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok())
         .is_some_and(|n| n > 0);
-    let repeated = key_header
-        .as_deref()
-        .is_some_and(|k| shared.idempotency.seen(caller, k, arrived));
-    if sdk_retry || repeated {
+    if sdk_retry {
         shared.metrics.caller_retries.inc();
     }
 
@@ -208,18 +205,26 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     let mut lease = None;
     if let Some(k) = key_header.as_deref() {
         let body_hash: [u8; 32] = Sha256::digest(&body).into();
+        let mut counted = sdk_retry;
         loop {
-            match shared
+            let claimed = shared
                 .idempotency
-                .begin(caller, k, body_hash, shared.clock.now())
-            {
-                Begin::Lead(l) => {
+                .claim(caller, k, body_hash, shared.clock.now())
+                .await;
+            if !counted && !matches!(claimed, Claimed::Lead(_) | Claimed::Untracked) {
+                // A repeated key: a caller layer is still retrying.
+                shared.metrics.caller_retries.inc();
+                counted = true;
+            }
+            let until = shared.clock.to_tokio(deadline);
+            match claimed {
+                Claimed::Lead(l) => {
                     lease = Some(l);
                     break;
                 }
-                Begin::Untracked => break,
-                Begin::Replay(stored) => return replay(&shared, &route.name, &stored),
-                Begin::Conflict => {
+                Claimed::Untracked => break,
+                Claimed::Replay(stored) => return replay(&shared, &route.name, &stored),
+                Claimed::Conflict => {
                     shared.metrics.reject("bad_request");
                     return levee_error(
                         dialect,
@@ -230,20 +235,31 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
                         None,
                     );
                 }
-                Begin::Follow(mut rx) => {
-                    let until = shared.clock.to_tokio(deadline);
-                    match tokio::time::timeout_at(until, rx.wait_for(|v| v.is_some())).await {
-                        Ok(Ok(v)) => {
-                            if let Some(stored) = v.clone() {
-                                return replay(&shared, &route.name, &stored);
+                Claimed::Follow(follow) => {
+                    let waited = match follow {
+                        Follow::Local(mut rx) => {
+                            match tokio::time::timeout_at(until, rx.wait_for(|v| v.is_some())).await
+                            {
+                                Ok(Ok(v)) => match v.clone() {
+                                    Some(stored) => return replay(&shared, &route.name, &stored),
+                                    None => true,
+                                },
+                                // The leader gave up without an answer: try to lead.
+                                Ok(Err(_)) => true,
+                                Err(_) => false,
                             }
                         }
-                        // The leader gave up without an answer: try to lead.
-                        Ok(Err(_)) => continue,
-                        Err(_) => {
-                            shared.metrics.request(&route.name, "deadline_exceeded");
-                            return levee_error(dialect, 504, "deadline_exceeded", "levee: deadline passed while waiting for an earlier request with the same idempotency-key", 0, None);
+                        // Another replica leads: look again shortly.
+                        Follow::Poll => {
+                            let next = shared.clock.to_tokio(shared.clock.now())
+                                + Duration::from_millis(20);
+                            tokio::time::sleep_until(next.min(until)).await;
+                            next < until
                         }
+                    };
+                    if !waited {
+                        shared.metrics.request(&route.name, "deadline_exceeded");
+                        return levee_error(dialect, 504, "deadline_exceeded", "levee: deadline passed while waiting for an earlier request with the same idempotency-key", 0, None);
                     }
                 }
             }
@@ -301,7 +317,7 @@ struct LastError {
 async fn run(
     ctx: Ctx,
     deadline: levee_policy::Instant,
-    mut lease: Option<Lease>,
+    mut lease: Option<Claim>,
 ) -> Response<Body> {
     let shared = Arc::clone(&ctx.shared);
     let route = &shared.config.routes[ctx.route];
@@ -340,6 +356,14 @@ async fn run(
             Decision::Dispatch(d) => {
                 let target = &route.targets[d.target];
                 let provider = &shared.providers[target.provider];
+                // A shared (cross-replica) allowance is checked here, outside
+                // the core: it needs a Redis round trip.
+                if let (Some(rate), Some(redis)) = (&provider.shared_rate, &shared.redis) {
+                    if let Err(wait) = rate.check(redis, &provider.name, now).await {
+                        fin.refuse(levee_policy::Refusal::RateLimited { until: now + wait });
+                        continue;
+                    }
+                }
                 if d.kind == AttemptKind::Fallback || (d.kind == AttemptKind::First && d.target > 0)
                 {
                     let reason = if d.kind == AttemptKind::First {
@@ -485,7 +509,7 @@ async fn run(
 
 enum Delivered {
     Done(Response<Body>),
-    Failed(Outcome, &'static str, Option<Lease>),
+    Failed(Outcome, &'static str, Option<Claim>),
 }
 
 /// A 2xx head arrived: buffer a plain answer, or hold a stream's head until
@@ -497,7 +521,7 @@ async fn deliver(
     attempt_deadline: tokio::time::Instant,
     outside: &mut Duration,
     started: levee_policy::Instant,
-    lease: Option<Lease>,
+    lease: Option<Claim>,
 ) -> Delivered {
     let shared = &ctx.shared;
     let route = &shared.config.routes[ctx.route];
@@ -653,7 +677,8 @@ async fn deliver(
                 body: bytes,
             },
             shared.clock.now(),
-        );
+        )
+        .await;
     }
     Delivered::Done(out)
 }

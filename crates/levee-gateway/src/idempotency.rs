@@ -9,8 +9,14 @@
 //! retry runs again instead of finding it stuck "in progress" (seed 004).
 //! Bounded: at most `max_entries`; expired entries are evicted first, and when
 //! the store is full of live entries a new key simply is not stored.
+//!
+//! Where keys live is an [`IdempotencyBackend`]: [`MemoryBackend`] (the
+//! default, one process) or [`RedisBackend`] (shared by replicas, falling back
+//! to the local store when Redis is unavailable).
 
+use crate::state::{RedisState, RemoteBegin};
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use levee_policy::Instant;
 use std::collections::{HashMap, VecDeque};
@@ -220,6 +226,174 @@ impl Drop for Lease {
             }
         }
         // Followers see the sender close with no answer and run themselves.
+    }
+}
+
+/// Where idempotency keys live.
+pub trait IdempotencyBackend: Send + Sync {
+    /// Starts a request with `key` from `caller` whose body hashes to `body_hash`.
+    fn claim<'a>(
+        &'a self,
+        caller: [u8; 32],
+        key: &'a str,
+        body_hash: [u8; 32],
+        now: Instant,
+    ) -> BoxFuture<'a, Claimed>;
+}
+
+/// What to do with a request that carries a key.
+#[derive(Debug)]
+pub enum Claimed {
+    /// Run it; hand the result to the claim.
+    Lead(Claim),
+    /// Another request with this key is running: wait for its result.
+    Follow(Follow),
+    /// Already answered: replay.
+    Replay(Arc<Stored>),
+    /// Same key, different body.
+    Conflict,
+    /// Not deduplicated (store full).
+    Untracked,
+}
+
+/// How a follower learns the leader's result.
+#[derive(Debug)]
+pub enum Follow {
+    /// Same process: woken when the leader finishes (or gives up).
+    Local(watch::Receiver<Option<Arc<Stored>>>),
+    /// Another replica leads: ask again shortly.
+    Poll,
+}
+
+/// The leader's hold on a key; dropping it without completing releases the key.
+#[derive(Debug)]
+pub enum Claim {
+    Local(Lease),
+    Remote(RemoteLease),
+}
+
+impl Claim {
+    /// Stores a successful answer for replay and wakes the followers.
+    pub async fn complete(self, stored: Stored, now: Instant) {
+        match self {
+            Claim::Local(l) => l.complete(stored, now),
+            Claim::Remote(r) => r.complete(stored).await,
+        }
+    }
+}
+
+/// The in-process backend.
+#[derive(Debug)]
+pub struct MemoryBackend(pub Arc<IdempotencyStore>);
+
+fn from_local(b: Begin) -> Claimed {
+    match b {
+        Begin::Lead(l) => Claimed::Lead(Claim::Local(l)),
+        Begin::Follow(rx) => Claimed::Follow(Follow::Local(rx)),
+        Begin::Replay(s) => Claimed::Replay(s),
+        Begin::Conflict => Claimed::Conflict,
+        Begin::Untracked => Claimed::Untracked,
+    }
+}
+
+impl IdempotencyBackend for MemoryBackend {
+    fn claim<'a>(
+        &'a self,
+        caller: [u8; 32],
+        key: &'a str,
+        body_hash: [u8; 32],
+        now: Instant,
+    ) -> BoxFuture<'a, Claimed> {
+        let b = self.0.begin(caller, key, body_hash, now);
+        Box::pin(std::future::ready(from_local(b)))
+    }
+}
+
+/// Keys in Redis, shared by every replica; the local store when Redis is down.
+#[derive(Debug)]
+pub struct RedisBackend {
+    pub redis: Arc<RedisState>,
+    pub local: Arc<IdempotencyStore>,
+    pub ttl: Duration,
+}
+
+impl IdempotencyBackend for RedisBackend {
+    fn claim<'a>(
+        &'a self,
+        caller: [u8; 32],
+        key: &'a str,
+        body_hash: [u8; 32],
+        now: Instant,
+    ) -> BoxFuture<'a, Claimed> {
+        Box::pin(async move {
+            let id = uuid::Uuid::now_v7().to_string();
+            match self.redis.begin(&caller, key, &body_hash, &id).await {
+                None => from_local(self.local.begin(caller, key, body_hash, now)),
+                Some(RemoteBegin::Lead) => {
+                    let redis = Arc::clone(&self.redis);
+                    let (k, lease) = (key.to_string(), id.clone());
+                    let renew = tokio::spawn(async move {
+                        loop {
+                            tokio::time::sleep(crate::state::LEASE / 3).await;
+                            redis.renew(&caller, &k, &lease).await;
+                        }
+                    });
+                    Claimed::Lead(Claim::Remote(RemoteLease {
+                        redis: Arc::clone(&self.redis),
+                        caller,
+                        key: key.to_string(),
+                        id,
+                        ttl: self.ttl,
+                        renew,
+                        done: false,
+                    }))
+                }
+                Some(RemoteBegin::Follow) => Claimed::Follow(Follow::Poll),
+                Some(RemoteBegin::Conflict) => Claimed::Conflict,
+                Some(RemoteBegin::Done(s)) => Claimed::Replay(Arc::new(s)),
+            }
+        })
+    }
+}
+
+/// A key held in Redis, its lease renewed while the request runs.
+#[derive(Debug)]
+pub struct RemoteLease {
+    redis: Arc<RedisState>,
+    caller: [u8; 32],
+    key: String,
+    id: String,
+    ttl: Duration,
+    renew: tokio::task::JoinHandle<()>,
+    done: bool,
+}
+
+impl RemoteLease {
+    async fn complete(mut self, stored: Stored) {
+        self.done = true;
+        self.renew.abort();
+        self.redis
+            .complete(&self.caller, &self.key, &self.id, &stored, self.ttl)
+            .await;
+    }
+}
+
+impl Drop for RemoteLease {
+    fn drop(&mut self) {
+        self.renew.abort();
+        if !self.done {
+            // Release on a fresh task: the request that held it may be gone
+            // (seed 004: cleanup after a timeout must still happen).
+            let (redis, caller, key, id) = (
+                Arc::clone(&self.redis),
+                self.caller,
+                std::mem::take(&mut self.key),
+                std::mem::take(&mut self.id),
+            );
+            if let Ok(h) = tokio::runtime::Handle::try_current() {
+                h.spawn(async move { redis.release(&caller, &key, &id).await });
+            }
+        }
     }
 }
 

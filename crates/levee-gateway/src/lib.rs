@@ -21,6 +21,7 @@ pub mod respond;
 pub mod server;
 pub mod shared;
 pub mod sse;
+pub mod state;
 pub mod stream;
 pub mod upstream;
 

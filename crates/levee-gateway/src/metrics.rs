@@ -30,6 +30,11 @@ pub struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WhatLabel {
+    pub what: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderLabel {
     pub provider: String,
 }
@@ -59,6 +64,7 @@ pub struct Metrics {
     pub streams_failed: Family<ProviderLabel, Counter>,
     pub fallbacks: Family<RouteReason, Counter>,
     pub replayed: Counter,
+    pub state_fallbacks: Family<WhatLabel, Counter>,
 }
 
 impl Metrics {
@@ -155,7 +161,14 @@ impl Metrics {
             "Responses answered from the idempotency store",
             replayed.clone(),
         );
+        let state_fallbacks = Family::<WhatLabel, Counter>::default();
+        registry.register(
+            "levee_state_fallback",
+            "Shared-state operations served locally because Redis was slow or down",
+            state_fallbacks.clone(),
+        );
         Metrics {
+            state_fallbacks,
             registry,
             requests,
             upstream_attempts,

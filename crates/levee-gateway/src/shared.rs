@@ -3,9 +3,11 @@
 //! bulkheads, metrics, the clock.
 
 use crate::clock::Clock;
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::{IdempotencyBackend, IdempotencyStore, MemoryBackend, RedisBackend};
 use crate::metrics::Metrics;
+use crate::state::{RedisSetupError, RedisState};
 use crate::upstream::{ProviderRuntime, UpstreamError};
+use levee_config::StateBackend;
 use levee_config::{CallerKey, Config};
 use levee_policy::{ConcurrencyLimiter, RetryBudget};
 use rand::rngs::SmallRng;
@@ -37,7 +39,9 @@ pub struct Shared {
     pub routes: Vec<RouteRuntime>,
     /// sha256 digests of accepted caller keys (empty: no caller auth).
     pub keys: Vec<[u8; 32]>,
-    pub idempotency: Arc<IdempotencyStore>,
+    pub idempotency: Box<dyn IdempotencyBackend>,
+    /// Set with `state: { backend: redis }`.
+    pub redis: Option<Arc<RedisState>>,
     pub shutting_down: AtomicBool,
     /// `--record`: where upstream exchanges are written.
     pub recorder: Option<crate::record::Recorder>,
@@ -50,6 +54,8 @@ pub struct Shared {
 pub enum SetupError {
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    #[error(transparent)]
+    Redis(#[from] RedisSetupError),
     #[error("caller key `{name}`: environment variable `{var}` is not set")]
     MissingCallerKey { name: String, var: String },
 }
@@ -59,10 +65,27 @@ impl Shared {
     pub fn new(config: Config, seed: u64) -> Result<Self, SetupError> {
         let clock = Clock::new();
         let metrics = Metrics::new();
+        let redis = match &config.state {
+            StateBackend::Memory => None,
+            StateBackend::Redis {
+                url,
+                key_prefix,
+                replicas,
+                timeout,
+            } => Some(Arc::new(RedisState::new(
+                url,
+                key_prefix,
+                *replicas,
+                *timeout,
+                clock,
+                metrics.state_fallbacks.clone(),
+            )?)),
+        };
+        let replicas = redis.as_ref().map(|r| r.replicas);
         let providers = config
             .providers
             .iter()
-            .map(|p| ProviderRuntime::new(p, metrics.upstream_connect.clone(), clock))
+            .map(|p| ProviderRuntime::new(p, metrics.upstream_connect.clone(), clock, replicas))
             .collect::<Result<Vec<_>, _>>()?;
         let routes = config
             .routes
@@ -96,10 +119,18 @@ impl Shared {
                 }
             }
         }
-        let idempotency = Arc::new(IdempotencyStore::new(
+        let local = Arc::new(IdempotencyStore::new(
             config.idempotency.ttl,
             config.idempotency.max_entries,
         ));
+        let idempotency: Box<dyn IdempotencyBackend> = match &redis {
+            None => Box::new(MemoryBackend(local)),
+            Some(r) => Box::new(RedisBackend {
+                redis: Arc::clone(r),
+                local,
+                ttl: config.idempotency.ttl,
+            }),
+        };
         Ok(Shared {
             config,
             clock,
@@ -108,6 +139,7 @@ impl Shared {
             routes,
             keys,
             idempotency,
+            redis,
             shutting_down: AtomicBool::new(false),
             recorder: None,
             seed,

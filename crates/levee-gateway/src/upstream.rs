@@ -65,9 +65,39 @@ pub enum UpstreamError {
     BadKey { provider: String, var: String },
 }
 
+/// A provider's allowance shared by replicas (Redis), with the local
+/// limiter at 1/N of the rate used while Redis is unavailable.
+#[derive(Debug)]
+pub struct SharedRate {
+    rpm: u32,
+    burst: u32,
+    local: Mutex<levee_policy::Gcra>,
+}
+
+impl SharedRate {
+    /// One request of the allowance, or how long until one conforms.
+    pub async fn check(
+        &self,
+        redis: &crate::state::RedisState,
+        provider: &str,
+        now: levee_policy::Instant,
+    ) -> Result<(), Duration> {
+        if let Some(r) = redis.allowance(provider, self.rpm, self.burst).await {
+            return r;
+        }
+        self.local
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .check(now)
+            .map_err(|until| until.saturating_since(now))
+    }
+}
+
 /// One provider at run time.
 #[derive(Debug)]
 pub struct ProviderRuntime {
+    /// Set when the allowance is shared across replicas.
+    pub shared_rate: Option<SharedRate>,
     pub name: String,
     pub api: Api,
     scheme_authority: String,
@@ -79,7 +109,12 @@ pub struct ProviderRuntime {
 
 impl ProviderRuntime {
     /// Builds the client and reads the key from the environment.
-    pub fn new(p: &Provider, connect_hist: Histogram, clock: Clock) -> Result<Self, UpstreamError> {
+    pub fn new(
+        p: &Provider,
+        connect_hist: Histogram,
+        clock: Clock,
+        replicas: Option<u32>,
+    ) -> Result<Self, UpstreamError> {
         let auth = match &p.api_key_env {
             None => None,
             Some(var) => {
@@ -122,14 +157,37 @@ impl ProviderRuntime {
             .authority()
             .map(|a| a.as_str().to_string())
             .unwrap_or_default();
+        let shared_rate = match (replicas, p.rate_limit) {
+            (Some(n), Some((rpm, burst))) => Some(SharedRate {
+                rpm,
+                burst,
+                local: Mutex::new(
+                    levee_policy::Gcra::per_minute(
+                        (rpm / n.max(1)).max(1),
+                        (burst / n.max(1)).max(1),
+                    )
+                    .map_err(|_| UpstreamError::BadKey {
+                        provider: p.name.clone(),
+                        var: "rate_limit".into(),
+                    })?,
+                ),
+            }),
+            _ => None,
+        };
+        let state = if shared_rate.is_some() {
+            p.new_state_without_allowance()
+        } else {
+            p.new_state()
+        };
         Ok(ProviderRuntime {
+            shared_rate,
             name: p.name.clone(),
             api: p.api,
             scheme_authority: format!("{scheme}://{authority}"),
             base_path: p.base_url.path().trim_end_matches('/').to_string(),
             auth,
             client,
-            state: Mutex::new(p.new_state()),
+            state: Mutex::new(state),
         })
     }
 
