@@ -68,7 +68,7 @@ impl Stream {
     pub fn next_after<R: Rng + ?Sized>(
         &self,
         mut t: Duration,
-        start: bool,
+        mut start: bool,
         rng: &mut R,
     ) -> Option<Duration> {
         let Shape::Rate(steps) = &self.shape else {
@@ -87,6 +87,7 @@ impl Stream {
                 .min(self.to);
             if rate <= 0.0 {
                 t = boundary;
+                start = true;
                 continue;
             }
             let gap = match self.process {
@@ -101,8 +102,10 @@ impl Stream {
             if next < boundary {
                 return Some(next);
             }
-            // The rate changes before the next arrival: memoryless, so restart there.
+            // The rate changes before the next arrival: memoryless, so restart
+            // there (a constant process starts its new spacing at the step).
             t = boundary;
+            start = true;
         }
     }
 }

@@ -1,0 +1,306 @@
+//! The shipped scenarios reproduce the seeds' shapes. Each run is seeded, so
+//! the numbers are the same on every machine; the bounds are the seeds'
+//! claims, not the last run's output.
+
+use levee_sim::{simulate, Report, Scenario, VariantReport, DEFAULT_SEED};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+fn scenario(name: &str) -> Scenario {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(name);
+    Scenario::load(&p).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Each shipped scenario runs once per test binary, shared by its tests.
+fn run(name: &str) -> &'static Report {
+    static RUNS: OnceLock<Mutex<HashMap<String, &'static Report>>> = OnceLock::new();
+    let runs = RUNS.get_or_init(Default::default);
+    let mut runs = runs.lock().unwrap_or_else(|e| e.into_inner());
+    runs.entry(name.to_string())
+        .or_insert_with(|| Box::leak(Box::new(simulate(&scenario(name), DEFAULT_SEED))))
+}
+
+fn variant<'a>(r: &'a Report, name: &str) -> &'a VariantReport {
+    r.variant(name)
+        .unwrap_or_else(|| panic!("no variant {name}"))
+}
+
+#[test]
+fn two_layer_storm_naive_multiplies_to_3600_and_stays_degraded_after_the_fault() {
+    let r = run("two-layer-storm.yaml");
+    let naive = variant(r, "naive");
+    assert_eq!(naive.baseline_upstream_rps, 400.0);
+    // 400/s × 3 caller attempts × 3 gateway attempts.
+    assert!(
+        (3200.0..=4000.0).contains(&naive.peak_upstream_rps),
+        "{naive:?}"
+    );
+    assert_eq!(naive.attempts_per_request_max, 9);
+    // Metastable: the trigger ended at 90 s; the provider never caught up.
+    assert!(
+        naive.recovery_seconds_after_fault.is_none_or(|s| s > 60.0),
+        "{naive:?}"
+    );
+    assert!(naive.success_ratio < 0.6, "{naive:?}");
+}
+
+#[test]
+fn two_layer_storm_levee_stays_within_its_budget_and_recovers_in_seconds() {
+    let r = run("two-layer-storm.yaml");
+    let levee = variant(r, "levee");
+    let base = levee.baseline_upstream_rps;
+    assert_eq!(base, 400.0);
+    // ratio 0.1 of the last second's successes + min_per_second 5 (+1: the
+    // budget's own rounding, see levee-policy's budget invariant).
+    assert!(
+        levee.peak_upstream_rps <= 1.1 * base + 5.0 + 1.0,
+        "{levee:?}"
+    );
+    let recovery = levee.recovery_seconds_after_fault.expect("levee recovers");
+    assert!(recovery <= 6.0, "{levee:?}");
+    // The fault is 30 s of 300 s: nearly everything outside it succeeds.
+    assert!(levee.success_ratio > 0.85, "{levee:?}");
+    assert!(levee.attempts_per_request_max <= 3);
+    // The breaker is what turned the storm off, and it is Levee's own code
+    // saying so.
+    assert!(
+        levee
+            .detail
+            .levee_reasons
+            .get("circuit_open")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
+}
+
+#[test]
+fn three_layers_of_three_retries_make_27_attempts_and_levee_about_one() {
+    let r = run("three-layers.yaml");
+    let naive = variant(r, "naive");
+    assert_eq!(naive.attempts_per_request_max, 27);
+    assert!(
+        naive.peak_upstream_rps >= 25.0 * naive.baseline_upstream_rps,
+        "{naive:?}"
+    );
+    let levee = variant(r, "levee");
+    assert!(levee.attempts_per_request_mean <= 1.1, "{levee:?}");
+    assert!(levee.attempts_per_request_max <= 3, "{levee:?}");
+    assert!(levee.amplification_peak < 1.3, "{levee:?}");
+}
+
+fn endpoint<'a>(v: &'a VariantReport, prefix: &str) -> &'a levee_sim::EndpointReport {
+    v.endpoints
+        .iter()
+        .find(|e| e.name.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no endpoint {prefix} in {}", v.name))
+}
+
+#[test]
+fn permanent_400_naive_wrapper_spends_the_allowance_and_the_workers_of_healthy_endpoints() {
+    let r = run("permanent-400.yaml");
+    // The allowance alone (a pool too large to fill).
+    let wide = variant(r, "naive, unbounded pool");
+    let broken = endpoint(wide, "draft");
+    // 140/min × 5 attempts.
+    assert!(
+        (630.0..=770.0).contains(&broken.upstream_per_minute),
+        "{broken:?}"
+    );
+    let total: f64 = wide.endpoints.iter().map(|e| e.upstream_per_minute).sum();
+    assert!(total > 2000.0, "{total}");
+    for healthy in ["search", "summarise"] {
+        let e = endpoint(wide, healthy);
+        assert!(e.rate_limited_per_minute > 0.0, "collateral 429s: {e:?}");
+        assert!(e.attempts_per_request_mean > 1.05, "{e:?}");
+    }
+    // Little's law: 2.33/s × 15.2 s ≈ 35 workers wanted by one endpoint.
+    let demand = broken.workers_busy_mean.expect("a pool");
+    assert!((30.0..=42.0).contains(&demand), "{demand}");
+
+    // With the real pool of 24, the healthy endpoints are the ones that fail.
+    let naive = variant(r, "naive");
+    assert!(endpoint(naive, "draft").workers_busy_mean.unwrap_or(0.0) > 20.0);
+    for healthy in ["search", "summarise"] {
+        let e = endpoint(naive, healthy);
+        assert!(e.success_ratio < 0.5, "{e:?}");
+    }
+}
+
+#[test]
+fn permanent_400_through_levee_costs_one_attempt_and_no_collateral_damage() {
+    let r = run("permanent-400.yaml");
+    let levee = variant(r, "levee");
+    let broken = endpoint(levee, "draft");
+    assert!(
+        (120.0..=160.0).contains(&broken.upstream_per_minute),
+        "{broken:?}"
+    );
+    assert!(broken.workers_busy_mean.unwrap_or(99.0) < 1.0, "{broken:?}");
+    for healthy in ["search", "summarise"] {
+        let e = endpoint(levee, healthy);
+        assert!(e.success_ratio > 0.999, "{e:?}");
+        assert_eq!(e.rate_limited_per_minute, 0.0, "{e:?}");
+        assert_eq!(e.attempts_per_request_mean, 1.0, "{e:?}");
+    }
+    assert_eq!(levee.attempts_per_request_max, 1);
+}
+
+/// Busiest 100 ms over the mean 100 ms, from 1 s to 60 s (after the common
+/// first burst).
+fn waviness(v: &VariantReport) -> f64 {
+    let b = &v.detail.upstream[10..600];
+    let max = f64::from(*b.iter().max().unwrap_or(&0));
+    let mean = b.iter().map(|&n| f64::from(n)).sum::<f64>() / b.len() as f64;
+    max / mean
+}
+
+#[test]
+fn synchronized_429s_come_back_in_waves_on_a_fixed_schedule_and_spread_with_full_jitter() {
+    let r = run("synchronized-429.yaml");
+    let fixed = variant(r, "fixed schedule");
+    let jitter = variant(r, "full jitter");
+    assert!(
+        waviness(fixed) > 2.0 * waviness(jitter),
+        "fixed {} vs jitter {}",
+        waviness(fixed),
+        waviness(jitter)
+    );
+    // Waves waste attempts on 429s and exhaust more jobs' attempts.
+    assert!(fixed.attempts_per_request_mean > jitter.attempts_per_request_mean);
+    assert!(fixed.success_ratio < jitter.success_ratio);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_numbers() {
+    let sc = scenario("three-layers.yaml");
+    let a = serde_json::to_string(&simulate(&sc, 11)).unwrap();
+    let b = serde_json::to_string(&simulate(&sc, 11)).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn json_has_exactly_the_design_fields_and_endpoints_only_with_several_streams() {
+    let fields = [
+        "name",
+        "baseline_upstream_rps",
+        "peak_upstream_rps",
+        "amplification_peak",
+        "attempts_per_request_mean",
+        "attempts_per_request_max",
+        "success_ratio",
+        "recovery_seconds_after_fault",
+    ];
+    let v = serde_json::to_value(run("three-layers.yaml")).unwrap();
+    let obj = v.as_object().unwrap();
+    assert_eq!(obj.keys().collect::<Vec<_>>(), ["variants"]);
+    for variant in v["variants"].as_array().unwrap() {
+        let mut keys: Vec<&str> = variant
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        let mut want = fields.to_vec();
+        want.sort_unstable();
+        assert_eq!(keys, want);
+    }
+    let v = serde_json::to_value(run("permanent-400.yaml")).unwrap();
+    assert!(v["variants"][0]["endpoints"].is_array());
+    assert!(v["variants"][0]["recovery_seconds_after_fault"].is_null());
+}
+
+#[test]
+fn the_plot_is_an_svg_with_a_line_per_variant_the_fault_window_and_labelled_axes() {
+    let r = run("three-layers.yaml");
+    let out = std::env::temp_dir().join(format!("levee-sim-plot-{}.svg", std::process::id()));
+    levee_sim::write_svg(r, &out).unwrap();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..100.min(svg.len())]);
+    assert!(svg.contains("upstream requests per second"));
+    assert!(svg.contains("time since start (s)"));
+    assert!(svg.contains("fault window"));
+    for v in &r.variants {
+        assert!(svg.contains(&format!(">{}<", v.name)) || svg.contains(&v.name));
+    }
+    assert!(svg.matches("<polyline").count() >= r.variants.len());
+}
+
+/// A small world failing every request with `status`, behind a Levee route
+/// with `retry` and a caller whose attempts carry `timeout`.
+fn levee_world(status: u16, timeout: &str, retry: &str) -> Report {
+    let text = format!(
+        r#"
+duration: 20s
+arrivals:
+  - {{ name: s, rate: 50, model: "p/m" }}
+providers:
+  p:
+    workers: 100
+    latency: 50ms
+    faults:
+      - {{ status: {status}, latency: 10ms }}
+variants:
+  - name: levee
+    callers:
+      - {{ name: caller, attempts: 1, timeout: {timeout} }}
+    gateway:
+      levee:
+        routes:
+          - match: {{ model_prefix: "p/" }}
+            expected_attempt_ms: 2000
+            retry: {retry}
+"#
+    );
+    let sc = Scenario::parse(&text, None).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    simulate(&sc, DEFAULT_SEED)
+}
+
+#[test]
+fn the_levee_hop_never_retries_a_deterministic_400() {
+    let r = &levee_world(400, "30s", "{ max_attempts: 5, backoff: { base_ms: 10 }, budget: { ratio: 10, min_per_second: 1000 } }");
+    assert_eq!(variant(r, "levee").attempts_per_request_max, 1);
+    let r = &levee_world(503, "30s", "{ max_attempts: 5, backoff: { base_ms: 10 }, budget: { ratio: 10, min_per_second: 1000 } }");
+    assert_eq!(variant(r, "levee").attempts_per_request_max, 5);
+}
+
+#[test]
+fn the_levee_hop_starts_no_retry_the_callers_deadline_cannot_hold() {
+    // A retry needs wait + expected_attempt (2 s) + margin; the caller sends 1.5 s.
+    let r = &levee_world(503, "1500ms", "{ max_attempts: 5, backoff: { base_ms: 10 }, budget: { ratio: 10, min_per_second: 1000 } }");
+    let v = variant(r, "levee");
+    assert_eq!(v.attempts_per_request_max, 1);
+    assert!(
+        v.detail
+            .levee_reasons
+            .get("deadline_exceeded")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
+}
+
+#[test]
+fn the_levee_hop_spends_the_retry_budget_from_the_config() {
+    // Every attempt fails: no successes fund retries, so only min_per_second flows.
+    let r = &levee_world(
+        503,
+        "30s",
+        "{ max_attempts: 3, backoff: { base_ms: 10 }, budget: { ratio: 0.1, min_per_second: 5 } }",
+    );
+    let v = variant(r, "levee");
+    let retries_per_s = (v.attempts_per_request_mean - 1.0) * 50.0;
+    assert!(retries_per_s <= 5.5, "{v:?}");
+    assert!(
+        v.detail
+            .levee_reasons
+            .get("budget_exhausted")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
+}
