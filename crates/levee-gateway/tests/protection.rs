@@ -303,3 +303,110 @@ async fn callers_with_short_deadlines_leave_no_orphaned_work_behind() {
     assert!(later.timeout_ms_seen.min.unwrap_or(0) > 0);
     assert!(later.timeout_ms_seen.max.unwrap_or(u64::MAX) <= 300);
 }
+
+#[tokio::test]
+async fn gateway_keys_turn_away_unknown_callers_in_their_dialect() {
+    // sha256("caller-secret")
+    let env = start(
+        &["faults: []"],
+        "keys:\n  - { name: svc, sha256: \"ef463420edc797e78fe3cdfcaddb67f822b4482788cb1009d0467eea8694736f\" }\nproviders:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets: [p]\n",
+    )
+    .await;
+    let r = env.post("/v1/messages", MESSAGES, &[]).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["type"], "error");
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            CHAT,
+            &[("authorization", "Bearer wrong")],
+        )
+        .await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    assert_eq!(env.stats(0).requests_total, 0);
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            CHAT,
+            &[("authorization", "Bearer caller-secret")],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let r = env
+        .post("/v1/messages", MESSAGES, &[("x-api-key", "caller-secret")])
+        .await;
+    assert_eq!(r.status, 200);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn the_per_minute_allowance_is_spent_per_attempt_and_refuses_before_sending() {
+    let env = start(
+        &["faults:\n  - { status: 503 }\n"],
+        "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { requests_per_minute: 60, burst: 3 } }\nroutes:\n  - targets: [p]\n    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 2 } }\n",
+    )
+    .await;
+    // One request, three attempts: the whole burst.
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    assert_eq!(r.header("x-levee-attempts"), "3");
+    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("x-levee-reason"), "rate_limited");
+    assert!(!r.header("retry-after").is_empty());
+    assert_eq!(
+        env.stats(0).requests_total,
+        3,
+        "the refused request never reached the provider"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_4xx_that_is_not_the_providers_json_error_is_labelled_as_such() {
+    // A proxy in between answering with an HTML page (seed 003).
+    let tape = levee_mock::Tape::parse(
+        r#"{"status":400,"headers":{"content-type":"text/html"},"body":"<html><body>400 Bad Request</body></html>"}"#,
+    )
+    .unwrap();
+    let mock = levee_mock::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        levee_mock::MockOptions {
+            replay: Some(tape),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
+        mock.url()
+    );
+    let gw = levee_gateway::spawn(
+        levee_config::Config::parse(&text).unwrap(),
+        1,
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    let env = Env {
+        mocks: vec![mock],
+        gw,
+        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http(),
+    };
+    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.header("x-levee-attempts"), "1");
+    let m = env.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "levee_upstream_attempts_total",
+            &["http_4xx_foreign_body"]
+        ),
+        1.0
+    );
+    env.stop().await;
+}

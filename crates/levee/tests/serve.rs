@@ -1,0 +1,125 @@
+//! The real binary: `levee serve` stops cleanly on SIGTERM without cutting
+//! off a request in flight.
+#![allow(clippy::disallowed_methods)] // black-box timing of real processes
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((status, out))
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < limit,
+            "watchdog: condition not reached in {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigterm_lets_the_request_in_flight_finish_then_exits_zero() {
+    let bin = env!("CARGO_BIN_EXE_levee");
+    let dir = std::env::temp_dir().join(format!("levee-serve-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let faults = dir.join("faults.yaml");
+    std::fs::write(&faults, "faults:\n  - { latency: 800ms }\n").unwrap();
+    let mut mock = Command::new(bin)
+        .args(["mock", "--listen", "127.0.0.1:0", "--faults"])
+        .arg(&faults)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(mock.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mock = Proc(mock);
+    let mock_addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let config = dir.join("levee.yaml");
+    std::fs::write(
+        &config,
+        format!("providers:\n  p: {{ api: openai, base_url: \"http://{mock_addr}\" }}\nroutes:\n  - targets: [p]\n"),
+    )
+    .unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let addr = format!("127.0.0.1:{port}");
+    let gw = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", &addr, "--admin", &format!("127.0.0.1:{admin}")])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut gw = Proc(gw);
+    wait_until(Duration::from_secs(10), || {
+        http(&format!("127.0.0.1:{admin}"), "GET", "/healthz", "").is_ok_and(|(s, _)| s == 200)
+    });
+    let a = addr.clone();
+    let inflight = std::thread::spawn(move || {
+        http(
+            &a,
+            "POST",
+            "/v1/chat/completions",
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+        )
+    });
+    wait_until(Duration::from_secs(10), || {
+        http(&mock_addr, "GET", "/_mock/stats", "")
+            .is_ok_and(|(_, b)| b.contains("\"in_flight\":1"))
+    });
+    let pid = gw.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let (status, body) = inflight.join().unwrap().unwrap();
+    assert_eq!(status, 200, "the in-flight request was cut off: {body}");
+    let t = Instant::now();
+    let code = loop {
+        if let Some(s) = gw.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(code.code(), Some(0));
+    assert!(TcpStream::connect(&addr).is_err(), "no longer accepting");
+    drop(mock);
+    let _ = std::fs::remove_dir_all(&dir);
+}
