@@ -263,6 +263,12 @@ pub fn openmetrics_to_prometheus(om: &str) -> String {
     out
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,11 +317,5 @@ mod tests {
             + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "promtool: {said}");
         assert!(said.trim().is_empty(), "promtool: {said}");
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics::new()
     }
 }
