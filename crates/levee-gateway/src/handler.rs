@@ -185,7 +185,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         shared.metrics.caller_retries.inc();
     }
 
-    let Some(_bulkhead) = shared.routes[route_ix].bulkhead.try_acquire() else {
+    let Some(bulkhead) = shared.routes[route_ix].bulkhead.try_acquire() else {
         shared.metrics.reject("shed");
         shared.metrics.request(&route.name, "shed");
         return levee_error(
@@ -276,6 +276,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
 
     let ctx = Ctx {
         shared: Arc::clone(&shared),
+        bulkhead: std::sync::Mutex::new(Some(bulkhead)),
         route: route_ix,
         dialect,
         parts_headers: parts.headers,
@@ -295,6 +296,8 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
 
 struct Ctx {
     shared: Arc<Shared>,
+    /// The route bulkhead slot; a committed stream carries it until it ends.
+    bulkhead: std::sync::Mutex<Option<levee_policy::ConcurrencyGuard>>,
     route: usize,
     dialect: Dialect,
     parts_headers: HeaderMap,
@@ -584,7 +587,12 @@ async fn deliver(
             total.saturating_sub(*outside),
             None,
         );
-        drop(lease); // streams are not stored for replay
+        // A stream is not stored for replay, but its key stays held (and its
+        // bulkhead slot taken) until the stream ends.
+        let holds = crate::stream::Holds {
+            _bulkhead: ctx.bulkhead.lock().ok().and_then(|mut g| g.take()),
+            _lease: lease,
+        };
         let finisher = AttemptFinisher {
             shared: Arc::clone(shared),
             route: ctx.route,
@@ -610,7 +618,7 @@ async fn deliver(
             dialect: ctx.dialect,
             clock: shared.clock,
         };
-        let relay = RelayBody::new(start, body, finisher, recording);
+        let relay = RelayBody::new(start, body, finisher, recording, holds);
         let mut out = Response::new(http_body_util::BodyExt::boxed_unsync(relay));
         *out.status_mut() = parts.status;
         copy_headers(&parts.headers, out.headers_mut());

@@ -41,6 +41,14 @@ pub struct RelayBody {
     finisher: Option<AttemptFinisher>,
     /// `--record`: the exchange so far, chunks appended as relayed.
     tape: Option<TapeLine>,
+    _holds: Holds,
+}
+
+/// What a committed stream keeps until it ends: its route bulkhead slot and
+/// its idempotency key.
+pub struct Holds {
+    pub _bulkhead: Option<levee_policy::ConcurrencyGuard>,
+    pub _lease: Option<crate::idempotency::Claim>,
 }
 
 impl RelayBody {
@@ -50,6 +58,7 @@ impl RelayBody {
         upstream: Incoming,
         finisher: AttemptFinisher,
         tape: Option<TapeLine>,
+        holds: Holds,
     ) -> Self {
         let RelayStart {
             first,
@@ -73,6 +82,7 @@ impl RelayBody {
             framer,
             finisher: Some(finisher),
             tape,
+            _holds: holds,
         }
     }
 

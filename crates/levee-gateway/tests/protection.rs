@@ -410,3 +410,33 @@ async fn a_4xx_that_is_not_the_providers_json_error_is_labelled_as_such() {
     );
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_stream_holds_its_route_slot_until_it_ends() {
+    let env = std::sync::Arc::new(
+        one(
+            "faults:\n  - { chunk_delay: 100ms }\n",
+            "    max_in_flight: 1\n",
+        )
+        .await,
+    );
+    let e2 = env.clone();
+    let stream =
+        tokio::spawn(async move { e2.post("/v1/chat/completions", CHAT_STREAM, &[]).await });
+    watchdog(WATCHDOG, async {
+        while env.stats(0).in_flight < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // Past the commit point, the stream is still running: the slot is taken.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert_eq!(r.header("x-levee-reason"), "shed");
+    let done = watchdog(WATCHDOG, stream).await.unwrap();
+    assert!(done.text().contains("[DONE]"));
+    assert_eq!(
+        env.post("/v1/chat/completions", CHAT, &[]).await.status,
+        200
+    );
+}
