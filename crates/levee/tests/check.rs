@@ -62,7 +62,12 @@ fn census_row(out: &str, caller: &str) -> Vec<String> {
 fn seed_004_census_says_which_callers_can_retry_and_fall_back() {
     let cfg = file("seed004.yaml", SEED_004);
     let o = check(&["--config", cfg.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let out = stdout(&o);
     // (caller, deadline, retry can start?, fallback reachable?) — the seed's table.
     for (caller, deadline, retry, fallback) in [
@@ -105,7 +110,10 @@ fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("`batch job`"), "{err}");
-    assert!(!err.contains("queue worker"), "the fallback still serves it: {err}");
+    assert!(
+        !err.contains("queue worker"),
+        "the fallback still serves it: {err}"
+    );
 
     // Without the batch job, every caller can at least fall back.
     let callers = file(
@@ -119,7 +127,12 @@ fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
         callers.to_str().unwrap(),
         "--strict",
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(!stdout(&o).contains("batch job"));
 }
 
