@@ -92,13 +92,13 @@ impl Stream {
             }
             let gap = match self.process {
                 Process::Constant if start => Duration::ZERO,
-                Process::Constant => Duration::from_secs_f64(1.0 / rate),
+                Process::Constant => secs(1.0 / rate),
                 Process::Poisson => {
                     let u: f64 = 1.0 - rng.gen::<f64>();
-                    Duration::from_secs_f64(-u.ln() / rate)
+                    secs(-u.ln() / rate)
                 }
             };
-            let next = t + gap;
+            let next = t.saturating_add(gap);
             if next < boundary {
                 return Some(next);
             }
@@ -108,6 +108,11 @@ impl Stream {
             start = true;
         }
     }
+}
+
+/// Seconds as a duration, saturating (a vanishing rate means "never").
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
 }
 
 /// Reads a `t_seconds,rate` CSV (a header line is allowed; `#` comments too).
@@ -142,7 +147,7 @@ pub fn read_trace(path: &Path) -> Result<Vec<(Duration, f64)>, SimError> {
         if !t.is_finite() || t < 0.0 || !r.is_finite() || r < 0.0 {
             return Err(err("times and rates must be non-negative numbers"));
         }
-        let t = Duration::from_secs_f64(t);
+        let t = secs(t);
         if steps.last().is_some_and(|(prev, _)| *prev >= t) {
             return Err(err("times must increase from one row to the next"));
         }

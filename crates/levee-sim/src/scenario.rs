@@ -236,6 +236,15 @@ fn resolve(raw: RawScenario, text: &str, base: Option<&Path>) -> Result<Scenario
         ));
     }
     let drain = raw.drain.map(|d| d.0).unwrap_or(Duration::from_secs(120));
+    if drain > Duration::from_secs(24 * 3600) {
+        return Err(at(&[Key("drain")], "`drain` is at most 24h".into()));
+    }
+    if (duration + drain).as_nanos() / resolution.as_nanos() > 5_000_000 {
+        return Err(at(
+            &[Key("resolution")],
+            "`resolution` is too fine for `duration` + `drain`: at most 5,000,000 buckets; use a coarser resolution".into(),
+        ));
+    }
 
     if raw.providers.is_empty() {
         return Err(at(
