@@ -1,0 +1,66 @@
+//! Request-body inspection (model and stream flag) and the model rewrite a
+//! route target applies before the body goes upstream.
+//!
+//! Properties, for any body `inspect` accepts:
+//! - `rewrite_model` yields a JSON object whose `model` is the new name;
+//! - inspecting the rewritten body gives the new model and the same stream
+//!   flag (what was routed is what the provider sees);
+//! - rewriting to the same name returns the body unchanged.
+//!
+//! Known gateway bug (bench/fuzz-results.md, "inspect/rewrite divergence"):
+//! `inspect` skips fields other than `model`/`stream` without validating them,
+//! so it accepts bodies `serde_json::Value` rejects (invalid UTF-8 or lone
+//! surrogates in another string, a number like `1e400`, nesting deeper than
+//! 128) and `rewrite_model` then forwards them with the model NOT rewritten.
+//! This target asserts the property and so fails on such bodies. To keep
+//! exploring past it until the gateway is fixed, run with
+//! `LEVEE_FUZZ_ALLOW_UNPARSEABLE=1`, which skips bodies `serde_json::Value`
+//! itself rejects.
+#![no_main]
+
+use bytes::Bytes;
+use levee_gateway::inspect::{inspect, rewrite_model, Inspected};
+use libfuzzer_sys::fuzz_target;
+
+const TO: &str = "levee-fuzz/rewritten";
+
+fn allow_unparseable() -> bool {
+    static ALLOW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOW.get_or_init(|| std::env::var_os("LEVEE_FUZZ_ALLOW_UNPARSEABLE").is_some())
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(Inspected { model, stream }) = inspect(data) else {
+        return;
+    };
+    assert!(!model.is_empty());
+    if allow_unparseable() && serde_json::from_slice::<serde_json::Value>(data).is_err() {
+        return;
+    }
+    let body = Bytes::copy_from_slice(data);
+    assert_eq!(rewrite_model(&body, &model, &model), body);
+
+    let out = rewrite_model(&body, &model, TO);
+    let v: serde_json::Value = match serde_json::from_slice(&out) {
+        Ok(v) => v,
+        Err(e) => panic!(
+            "rewritten body is not JSON ({e}): {:?}",
+            String::from_utf8_lossy(&out)
+        ),
+    };
+    assert_eq!(
+        v.get("model").and_then(|m| m.as_str()),
+        Some(TO),
+        "model not rewritten: {:?}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(
+        inspect(&out),
+        Ok(Inspected {
+            model: TO.to_string(),
+            stream
+        }),
+        "the rewritten body routes differently: {:?}",
+        String::from_utf8_lossy(&out)
+    );
+});
