@@ -55,9 +55,11 @@ pub fn locate(text: &str, path: &[Seg<'_>]) -> Option<usize> {
                 hi = (lo..hi)
                     .find(|&j| is_content(lines[j]) && indent(lines[j]) < ind.max(1))
                     .unwrap_or(hi);
-                if lines[i].trim_start().trim_start_matches("- ").len() > k.len() + 1 {
-                    // `key: value` or `key: [a, b]` on one line.
-                    let rest = lines[i].trim_start().trim_start_matches("- ")[k.len() + 1..].trim();
+                // `key: value` or `key: [a, b]` on one line. Trimmed exactly as
+                // `has_key` trims, so the slice starts right after `key:` (the
+                // fuzzer found a panic when Unicode whitespace came before it).
+                let t = lines[i].trim_start().trim_start_matches("- ").trim_start();
+                if let Some(rest) = t.get(k.len() + 1..).map(str::trim) {
                     if !rest.is_empty() && !rest.starts_with('#') {
                         hi = lo;
                     }
