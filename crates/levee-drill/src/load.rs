@@ -43,6 +43,9 @@ pub struct Record {
     pub kind: String,
     /// The `x-levee-attempts` header, when present and a number.
     pub attempts: Option<u32>,
+    /// What the client saw when there was no HTTP answer (`connection_error`,
+    /// `body_error`): the error and its causes.
+    pub error: Option<String>,
 }
 
 /// One reading of the mock's `requests_total`, since the drill's start.
@@ -65,12 +68,21 @@ pub struct Measured {
     pub clear_failed: Option<String>,
 }
 
-fn client() -> HttpClient {
+/// Idle pooled connections are dropped after this: below the gateway's own
+/// idle close (its 10 s `header_read_timeout`), so the drill never reuses a
+/// connection the server is closing at that moment. That race is a client
+/// artefact, not an outcome of the gateway's retry policy.
+const POOL_IDLE: Duration = Duration::from_secs(4);
+
+/// The control client (mock stats and faults) gives up connecting after
+/// [`CONTROL_TIMEOUT`]; the load client has no connect timeout of its own:
+/// a slow connect is part of the latency each request's deadline bounds.
+fn new_client(connect_timeout: Option<Duration>) -> HttpClient {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    http.set_connect_timeout(Some(CONTROL_TIMEOUT));
+    http.set_connect_timeout(connect_timeout);
     Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_idle_timeout(POOL_IDLE)
         .build(http)
 }
 
@@ -179,13 +191,31 @@ fn classify(status: StatusCode, headers: &http::HeaderMap) -> String {
     }
 }
 
+/// An error and its chain of causes, on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    // Bounded: error chains are short, but never trust a cycle.
+    for _ in 0..8 {
+        let Some(c) = cause else { break };
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// One logical request's answer: latency (`None` when unanswered), kind,
+/// attempts, error detail.
+type Answer = (Option<Duration>, String, Option<u32>, Option<String>);
+
 async fn one_request(
     client: HttpClient,
     url: Arc<str>,
     body: Bytes,
     timeout_ms: Arc<str>,
     patience: Duration,
-) -> (Option<Duration>, String, Option<u32>) {
+) -> Answer {
     let sent = clock::now();
     let req = match Request::post(&*url)
         .header(CONTENT_TYPE, "application/json")
@@ -194,12 +224,20 @@ async fn one_request(
         .body(Full::new(body))
     {
         Ok(r) => r,
-        Err(_) => return (Some(Duration::ZERO), "request_error".to_owned(), None),
+        Err(e) => {
+            let detail = Some(chain(&e));
+            return (
+                Some(Duration::ZERO),
+                "request_error".to_owned(),
+                None,
+                detail,
+            );
+        }
     };
     let answer = async {
         let resp = match client.request(req).await {
             Ok(r) => r,
-            Err(_) => return ("connection_error".to_owned(), None),
+            Err(e) => return ("connection_error".to_owned(), None, Some(chain(&e))),
         };
         let kind = classify(resp.status(), resp.headers());
         let attempts = resp
@@ -208,13 +246,16 @@ async fn one_request(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u32>().ok());
         match resp.into_body().collect().await {
-            Ok(_) => (kind, attempts),
-            Err(_) => ("body_error".to_owned(), attempts),
+            Ok(_) => (kind, attempts, None),
+            Err(e) => ("body_error".to_owned(), attempts, Some(chain(&e))),
         }
     };
     match tokio::time::timeout(patience, answer).await {
-        Ok((kind, attempts)) => (Some(clock::now().duration_since(sent)), kind, attempts),
-        Err(_) => (None, "unanswered".to_owned(), None),
+        Ok((kind, attempts, error)) => {
+            let latency = Some(clock::now().duration_since(sent));
+            (latency, kind, attempts, error)
+        }
+        Err(_) => (None, "unanswered".to_owned(), None, None),
     }
 }
 
@@ -228,7 +269,8 @@ struct Progress {
 
 /// Runs the drill against live servers and returns the raw measurements.
 pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
-    let client = client();
+    let client = new_client(Some(CONTROL_TIMEOUT));
+    let load_client = new_client(None);
     // Preflight: both servers answer before any fault is set.
     let stats_url = plan.mock.url("/_mock/stats");
     let before =
@@ -308,13 +350,17 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
             "messages": [{ "role": "user", "content": format!("levee drill request {i}") }],
         });
         let body = Bytes::from(body.to_string());
-        let (client, url, timeout_ms, tx) =
-            (client.clone(), url.clone(), timeout_ms.clone(), tx.clone());
+        let (client, url, timeout_ms, tx) = (
+            load_client.clone(),
+            url.clone(),
+            timeout_ms.clone(),
+            tx.clone(),
+        );
         counters.sent.fetch_add(1, Relaxed);
         tokio::spawn(async move {
             let now = clock::now();
             let (sent, lag) = (now.duration_since(t0), now.duration_since(due));
-            let (latency, kind, attempts) =
+            let (latency, kind, attempts, error) =
                 one_request(client, url, body, timeout_ms, patience).await;
             let _ = tx.send(Record {
                 sent,
@@ -322,6 +368,7 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
                 latency,
                 kind,
                 attempts,
+                error,
             });
         });
     }
@@ -351,6 +398,7 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
         latency: None,
         kind: "unanswered".to_owned(),
         attempts: None,
+        error: None,
     }));
     Ok(Measured {
         records,

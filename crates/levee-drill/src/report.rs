@@ -81,6 +81,9 @@ pub struct Report {
     pub start_lag_ms_max: f64,
     /// Stats polls that failed (gaps in the upstream series).
     pub stats_poll_failures: u64,
+    /// Distinct client-side errors (no HTTP answer), with counts; at most 5.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub client_errors: BTreeMap<String, u64>,
     /// Upstream rps at each 100 ms step, for the plot (not in the JSON).
     #[serde(skip)]
     pub series: Vec<(f64, f64)>,
@@ -135,8 +138,14 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
     let (mut unanswered, mut on_time, mut late) = (0u64, 0u64, 0u64);
     let mut latencies = Vec::with_capacity(m.records.len());
     let mut lag_max = Duration::ZERO;
+    let mut client_errors = BTreeMap::new();
     for r in &m.records {
         lag_max = lag_max.max(r.lag);
+        if let Some(e) = &r.error {
+            if client_errors.len() < 5 || client_errors.contains_key(e) {
+                *client_errors.entry(e.clone()).or_insert(0u64) += 1;
+            }
+        }
         let Some(lat) = r.latency else {
             unanswered += 1;
             continue;
@@ -272,6 +281,7 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         },
         start_lag_ms_max: round(lag_max.as_secs_f64() * 1000.0, 2),
         stats_poll_failures: m.poll_failures,
+        client_errors,
         series,
         offered,
         fault_text: plan.fault_text.clone(),
@@ -330,6 +340,9 @@ impl Report {
             "  latency             p50 {} ms, p99 {} ms, max {} ms (start lag max {} ms)",
             self.latency_ms.p50, self.latency_ms.p99, self.latency_ms.max, self.start_lag_ms_max
         );
+        for (e, n) in &self.client_errors {
+            let _ = writeln!(s, "  client error        {n} × {e}");
+        }
         s
     }
 
@@ -399,6 +412,7 @@ mod tests {
                     } else {
                         1
                     }),
+                    error: None,
                 }
             })
             .chain(std::iter::once(Record {
@@ -407,6 +421,7 @@ mod tests {
                 latency: None,
                 kind: "unanswered".into(),
                 attempts: None,
+                error: None,
             }))
             .collect();
         Measured {

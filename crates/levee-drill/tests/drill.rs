@@ -111,6 +111,10 @@ async fn a_short_drill_keeps_the_provider_near_baseline_and_answers_everyone_in_
     );
     assert_eq!(report.outcomes.values().sum::<u64>(), 400, "{json}");
     assert!(
+        report.client_errors.is_empty(),
+        "every request got an HTTP answer: {json}"
+    );
+    assert!(
         report.outcomes.get("success").copied().unwrap_or(0) >= 90,
         "{json}"
     );

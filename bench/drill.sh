@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Seed 000's fault-injection exercise, live: `levee drill` at 400 rps for 90 s
+# through a release gateway whose route is seed 000's (retry budget 0.1 with
+# 5/s, 3 attempts, breaker 0.5 / 10 s / open 5 s), in front of `levee mock`
+# answering 503 with `retry-after: 2` from 20 s to 50 s.
+#
+#   bench/drill.sh [RATE] [DURATION]        # default 400 90s
+#
+# Environment: LEVEE_BIN (skip the release build and use this binary),
+# TIMEOUT_MS (the callers' deadline, default 30000: the route's default).
+# Writes bench/drill.json (the report) and bench/drill.svg (upstream rps), and
+# stops both servers whatever happens. Loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RATE="${1:-400}"
+DURATION="${2:-90s}"
+TIMEOUT_MS="${TIMEOUT_MS:-30000}"
+
+if [ -z "${LEVEE_BIN:-}" ]; then
+  cargo build --release -p levee >&2
+  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
+fi
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# wait_for FILE REGEX: the first match in FILE, within 20 s.
+wait_for() {
+  for _ in $(seq 1 400); do
+    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
+    sleep 0.05
+  done
+  echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
+}
+
+"$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 0 2>"$work/mock.log" &
+pids+=($!)
+mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
+
+cat >"$work/levee.yaml" <<EOF
+listen: 127.0.0.1:0
+admin: { listen: 127.0.0.1:0 }
+providers:
+  anthropic: { api: openai, base_url: "http://$mock" }
+# Seed 000's routes block, unchanged. Its model prefix picks the provider named
+# "anthropic": here the mock, speaking the OpenAI dialect the drill sends.
+routes:
+  - match: { model_prefix: "anthropic/" }
+    retry:
+      max_attempts: 3
+      on: [502, 503, 504, connect_error]
+      backoff: { base_ms: 250, multiplier: 2, jitter: full }
+      budget: { ratio: 0.1, min_per_second: 5 }
+      respect_retry_after: true
+    circuit_breaker:
+      error_ratio: 0.5
+      window: 10s
+      open_for: 5s
+EOF
+"$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json --seed 42 2>"$work/gateway.log" &
+pids+=($!)
+line="$(wait_for "$work/gateway.log" '\{.*"levee gateway listening".*\}')"
+gateway="$(jq -r .listen <<<"$line")"
+admin="$(jq -r .admin <<<"$line")"
+curl -fsS "http://$admin/healthz" >/dev/null
+
+echo "mock http://$mock, gateway http://$gateway (admin $admin); drill $RATE rps for $DURATION" >&2
+set +e
+"$LEVEE_BIN" drill --gateway "http://$gateway" --mock "http://$mock" \
+  --rate "$RATE" --duration "$DURATION" --timeout-ms "$TIMEOUT_MS" \
+  --model anthropic/claude-drill \
+  --fault 'status=503,retry_after=2,from=20s,to=50s' \
+  --json --plot bench/drill.svg >bench/drill.json
+code=$?
+set -e
+jq . bench/drill.json
+echo "--- gateway metrics after the drill" >&2
+curl -fsS "http://$admin/metrics" |
+  grep -E '^levee_(requests_total|upstream_attempts_total|caller_retries_total|retry_budget_exhausted_total|rejected_total)' >&2 || true
+echo "--- mock stats" >&2
+curl -fsS "http://$mock/_mock/stats" | jq -c '{requests_total, by_status, max_in_flight, client_closed}' >&2
+exit "$code"
