@@ -35,7 +35,8 @@ pub struct DrillArgs {
     #[arg(long, default_value = "90s", value_name = "DURATION")]
     pub duration: String,
     /// One mock fault as `key=value,...` (e.g. `status=503,retry_after=2,from=20s,to=50s`;
-    /// `latency.p50=200ms` nests). Windows count from the drill's start. Repeatable.
+    /// `latency.p50=200ms` nests). Windows count from the drill's start; the
+    /// report's fault window spans the faults that have `from` or `to`. Repeatable.
     #[arg(long = "fault", value_name = "K=V,...")]
     pub faults: Vec<String>,
     /// Print exactly one JSON object (the report) on stdout.
@@ -75,8 +76,9 @@ pub struct Plan {
     pub duration: Duration,
     /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
     pub fault_doc: Value,
-    /// From the earliest fault's `from` to the latest fault's `to` (the run's
-    /// end for a fault without `to`); `None` without faults.
+    /// From the earliest `from` to the latest `to` among faults that have
+    /// either (a missing `from` is the start, a missing `to` the run's end);
+    /// the whole run when no fault has either; `None` without faults.
     pub fault_window: Option<(Duration, Duration)>,
     pub timeout: Duration,
     pub seed: u64,
@@ -243,18 +245,27 @@ impl DrillArgs {
         let mut window: Option<(Duration, Duration)> = None;
         for text in &self.faults {
             let fault = parse_fault(text)?;
-            let from = window_edge(&fault, "from", text)?.unwrap_or(Duration::ZERO);
-            let to = window_edge(&fault, "to", text)?
-                .unwrap_or(duration)
-                .min(duration);
-            if to < from {
-                return Err(flag("fault", text.clone(), "`to` is before `from`"));
+            let from = window_edge(&fault, "from", text)?;
+            let to = window_edge(&fault, "to", text)?;
+            if let (Some(a), Some(b)) = (from, to) {
+                if b < a {
+                    return Err(flag("fault", text.clone(), "`to` is before `from`"));
+                }
             }
-            window = Some(match window {
-                None => (from, to),
-                Some((a, b)) => (a.min(from), b.max(to)),
-            });
+            // Only faults with `from` or `to` shape the window; the others are
+            // background conditions (say, latency) for the whole run.
+            if from.is_some() || to.is_some() {
+                let from = from.unwrap_or(Duration::ZERO).min(duration);
+                let to = to.unwrap_or(duration).min(duration);
+                window = Some(match window {
+                    None => (from, to),
+                    Some((a, b)) => (a.min(from), b.max(to)),
+                });
+            }
             faults.push(Value::Object(fault));
+        }
+        if window.is_none() && !faults.is_empty() {
+            window = Some((Duration::ZERO, duration));
         }
         Ok(Plan {
             gateway,
@@ -329,6 +340,18 @@ mod tests {
         assert_eq!(plan.fault_doc["faults"][2]["probability"], 0.05);
         assert_eq!(
             plan.fault_window,
+            Some((Duration::ZERO, Duration::from_secs(90))),
+            "from 0 (no `from` on the reset fault) to the end (no `to` on the 429)"
+        );
+        let plan = args(&["latency.p50=200ms", "status=503,from=20s,to=50s"]).plan();
+        assert_eq!(
+            plan.map(|p| p.fault_window).ok().flatten(),
+            Some((Duration::from_secs(20), Duration::from_secs(50))),
+            "a background fault does not widen the window"
+        );
+        let plan = args(&["latency.p50=200ms"]).plan();
+        assert_eq!(
+            plan.map(|p| p.fault_window).ok().flatten(),
             Some((Duration::ZERO, Duration::from_secs(90)))
         );
     }

@@ -100,13 +100,13 @@ async fn control(
         .body(Full::new(body))
         .map_err(|e| e.to_string())?;
     let fut = async {
-        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let resp = client.request(req).await.map_err(|e| chain(&e))?;
         let status = resp.status();
         let body = resp
             .into_body()
             .collect()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| chain(&e))?
             .to_bytes();
         Ok((status, body))
     };
