@@ -220,12 +220,10 @@ def test_429_retry_after_is_waited_out_when_the_deadline_allows(d, gateway, mock
 
 
 # Which header carries an SDK's `timeout=` differs: the Anthropic SDK sends
-# `x-stainless-timeout` (seconds) for a per-call `timeout=`, which Levee reads;
-# the OpenAI SDK (3.57.0) only sends `x-stainless-read-timeout`, and the
-# Anthropic SDK sends `x-stainless-timeout: NOT_GIVEN` for a client-level
-# `timeout=`, neither of which Levee reads yet. Until it does, the two tests
-# below cover the Anthropic per-call case only (reported to the gateway's owner).
-@pytest.mark.parametrize("d", [AnthropicDialect()], ids=lambda d: d.name)
+# `x-stainless-timeout` (seconds) for a per-call `timeout=` and `NOT_GIVEN` for
+# a client-level one; the OpenAI SDK (3.57.0) only sends
+# `x-stainless-read-timeout`. Levee reads the first of the two that is a number.
+@both
 def test_429_with_a_short_sdk_timeout_fails_fast(d, gateway, mock):
     mock.set_faults({"status": 429, "retry_after": 5})
     t = time.monotonic()
@@ -242,7 +240,7 @@ def test_429_with_a_short_sdk_timeout_fails_fast(d, gateway, mock):
     assert mock.stats()["requests_total"] == 1
 
 
-@pytest.mark.parametrize("d", [AnthropicDialect()], ids=lambda d: d.name)
+@both
 def test_the_deadline_an_sdk_timeout_implies_reaches_the_provider(d, gateway, mock):
     d.check_plain(d.create(gateway, timeout=5.0))
     seen = mock.stats()["timeout_ms_seen"]

@@ -691,7 +691,9 @@ fn resolve_route(
                 .unwrap_or("");
             let provider = match find(guess) {
                 Some(p) => p,
-                None if builtin_mock => 0,
+                // The built-in mock, or a route with no model prefix (the
+                // default route of a config without `routes:`): the first provider.
+                None if builtin_mock || matcher.model_prefix.is_none() => 0,
                 None => {
                     return Err(at(
                         &[],

@@ -139,3 +139,12 @@ fn the_shipped_example_config_is_valid() {
     assert_eq!(c.routes[0].targets.len(), 2);
     assert_eq!(c.callers.len(), 4);
 }
+
+#[test]
+fn providers_without_routes_send_every_model_to_the_first_provider() {
+    let c = Config::parse("providers:\n  p: { api: openai, base_url: \"http://127.0.0.1:9\" }\n")
+        .unwrap();
+    assert_eq!(c.routes.len(), 1);
+    assert_eq!(c.providers[c.routes[0].targets[0].provider].name, "p");
+    assert_eq!(c.route_for("/v1/chat/completions", "anything"), Some(0));
+}

@@ -150,10 +150,22 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     let route = &shared.config.routes[route_ix];
     let arrived = shared.clock.now();
     let h = &parts.headers;
+    // The SDK's own patience, for non-streaming calls: the Anthropic SDK sends
+    // `x-stainless-timeout` (or `NOT_GIVEN`), the OpenAI SDK only
+    // `x-stainless-read-timeout`. The first that is a number wins.
     let patience = if inspected.stream {
         None
     } else {
-        h.get("x-stainless-timeout").map(|v| v.as_bytes())
+        ["x-stainless-timeout", "x-stainless-read-timeout"]
+            .iter()
+            .filter_map(|n| h.get(*n))
+            .map(|v| v.as_bytes())
+            .find(|v| {
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<f64>().ok())
+                    .is_some_and(|x| x.is_finite() && x > 0.0)
+            })
     };
     let deadline = match route.deadline.resolve(
         DeadlineHeaders {

@@ -217,3 +217,21 @@ async fn a_timeout_cut_short_by_the_callers_deadline_is_not_retried() {
     );
     env.stop().await;
 }
+
+#[tokio::test]
+async fn an_sdks_read_timeout_is_the_callers_patience_for_plain_calls() {
+    let env = one("faults: []", "").await;
+    // The OpenAI SDK sends only x-stainless-read-timeout; Anthropic's may say NOT_GIVEN.
+    env.post(
+        "/v1/chat/completions",
+        CHAT,
+        &[
+            ("x-stainless-timeout", "NOT_GIVEN"),
+            ("x-stainless-read-timeout", "5.0"),
+        ],
+    )
+    .await;
+    let seen = env.stats(0).timeout_ms_seen.min.unwrap_or(0);
+    assert!((4000..=5000).contains(&seen), "{seen}");
+    env.stop().await;
+}
