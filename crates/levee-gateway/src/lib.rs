@@ -12,6 +12,7 @@
 pub mod attempt;
 pub mod clock;
 pub mod dialect;
+mod drive;
 pub mod handler;
 pub mod idempotency;
 pub mod inspect;
