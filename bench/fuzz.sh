@@ -21,7 +21,7 @@
 # rustc accepts `-Zsanitizer=address` (no build-std; std is not instrumented).
 #
 # Corpora grow in fuzz/corpus/TARGET (gitignored), seeded from the committed
-# fuzz/seeds/TARGET; crashes land in fuzz/artifacts/TARGET (gitignored); the
+# fuzz/seeds/TARGET, with the libFuzzer dictionary fuzz/dicts/TARGET.dict; crashes land in fuzz/artifacts/TARGET (gitignored); the
 # libFuzzer log of each run is fuzz/target/fuzz-logs/TARGET.log.
 # Exits 1 if any target crashed, printing the artifact paths and a reproducer.
 set -uo pipefail
@@ -69,9 +69,13 @@ for t in $TARGETS; do
     touch "$marker"
     echo "[fuzz] $t: ${SECS}s (log: ${log#"$ROOT"/})"
     # -timeout: an input taking over 10 s is reported as a hang (a crash).
+    extra=()
+    if [ -f "fuzz/dicts/$t.dict" ]; then
+        extra+=("-dict=fuzz/dicts/$t.dict")
+    fi
     cargo fuzz run --sanitizer "$SANITIZER" "$t" "$corpus" "fuzz/seeds/$t" -- \
         -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 >"$log" 2>&1 &
+        -print_final_stats=1 "${extra[@]}" >"$log" 2>&1 &
     pid=$!
     # Progress: the latest libFuzzer status line every 15 s; bounded by the
     # run's own -max_total_time (plus a generous grace for start-up).
