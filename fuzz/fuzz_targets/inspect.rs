@@ -12,7 +12,7 @@
 //!    them, so it accepts bodies `serde_json::Value` rejects (invalid UTF-8 or
 //!    a lone surrogate in another string, a number like `1e400`, nesting
 //!    deeper than 128), and `rewrite_model` then forwards them with the model
-//!    NOT rewritten (minimal: `{"model":"e","\xa0":0}`).
+//!    NOT rewritten (minimal: `{"model":"e","x":"\xa0"}`).
 //! 2. `inspect` accepts a JSON array as the body (serde maps a sequence onto
 //!    the struct's fields in order: `["m", true]` is model `m`, streaming),
 //!    which `rewrite_model` cannot rewrite (minimal: `["a"]`).
