@@ -219,6 +219,8 @@ pub struct Limits {
     pub max_body_bytes: u64,
     pub max_header_bytes: usize,
     pub header_read_timeout: Duration,
+    /// Longest a client may take to send its body once the headers are in.
+    pub body_read_timeout: Duration,
 }
 
 /// Idempotency store settings.
@@ -360,6 +362,12 @@ impl Config {
                 .and_then(|l| l.header_read_timeout)
                 .map(|d| d.0)
                 .unwrap_or(Duration::from_secs(10)),
+            body_read_timeout: raw
+                .limits
+                .as_ref()
+                .and_then(|l| l.body_read_timeout)
+                .map(|d| d.0)
+                .unwrap_or(Duration::from_secs(30)),
         };
 
         let builtin_mock = raw.providers.is_empty();
@@ -575,6 +583,7 @@ fn unreachable_default() -> Config {
             max_body_bytes: 10 << 20,
             max_header_bytes: 64 << 10,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
         },
         providers: vec![],
         routes: vec![],

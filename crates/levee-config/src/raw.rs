@@ -36,6 +36,7 @@ pub struct RawLimits {
     pub max_body_bytes: Option<u64>,
     pub max_header_bytes: Option<u64>,
     pub header_read_timeout: Option<Dur>,
+    pub body_read_timeout: Option<Dur>,
 }
 
 #[derive(Debug, Deserialize)]

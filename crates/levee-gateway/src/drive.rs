@@ -8,7 +8,6 @@
 use crate::attempt::{AttemptFinisher, GatewayDeps};
 use crate::dialect::Dialect;
 use crate::idempotency::{Claim, Stored};
-use crate::inspect::rewrite_model;
 use crate::record::TapeLine;
 use crate::respond::{copy_headers, error_headers, full, levee_error, Body};
 use crate::shared::Shared;
@@ -38,7 +37,9 @@ pub(crate) struct Ctx {
     pub(crate) dialect: Dialect,
     pub(crate) parts_headers: HeaderMap,
     pub(crate) path_and_query: String,
-    pub(crate) body: Bytes,
+    /// The body and URI for each target (model rewritten, prepared at admission).
+    pub(crate) bodies: Vec<Bytes>,
+    pub(crate) uris: Vec<http::Uri>,
     pub(crate) model: String,
     pub(crate) stream: bool,
     pub(crate) idem: HeaderValue,
@@ -123,17 +124,11 @@ pub(crate) async fn run(
                     .metrics
                     .deadline_remaining_at_dispatch
                     .observe(deadline.saturating_since(now).as_secs_f64());
-                let model = route.rewrite_model(d.target, &ctx.model);
-                let body = rewrite_model(&ctx.body, &ctx.model, model);
-                let Some(uri) = provider.uri_for(&ctx.path_and_query) else {
-                    fin.record(Outcome::ConnectError);
-                    continue;
-                };
                 let upstream_req = build_request(
                     provider,
                     &ctx.parts_headers,
-                    uri,
-                    body,
+                    ctx.uris[d.target].clone(),
+                    ctx.bodies[d.target].clone(),
                     d.timeout,
                     &ctx.idem,
                 );
@@ -283,6 +278,9 @@ async fn deliver(
         let first = loop {
             match tokio::time::timeout_at(first_deadline, body.frame()).await {
                 Err(_) => return Delivered::Failed(Outcome::Timeout, "timeout", lease),
+                // The stream ended before a blank line: what it sent is the
+                // answer (a retry would run the generation again).
+                Ok(None) if framer.has_partial() => break framer.flush(),
                 Ok(None) | Ok(Some(Err(_))) => {
                     return Delivered::Failed(Outcome::ConnectError, "connect_error", lease)
                 }

@@ -5,7 +5,7 @@
 use crate::dialect::Dialect;
 use crate::drive::Ctx;
 use crate::idempotency::{Claim, Claimed, Follow, Stored};
-use crate::inspect::inspect;
+use crate::inspect::{inspect, rewrite_model};
 use crate::respond::{full, levee_error, Body};
 use crate::shared::Shared;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
@@ -85,9 +85,24 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     }
     let (parts, incoming) = req.into_parts();
     let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
-    let body = match Limited::new(incoming, limit).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) => {
+    let read = tokio::time::timeout(
+        shared.config.limits.body_read_timeout,
+        Limited::new(incoming, limit).collect(),
+    );
+    let body = match read.await {
+        Err(_) => {
+            shared.metrics.reject("bad_request");
+            return levee_error(
+                dialect,
+                408,
+                "bad_request",
+                "levee: the request body did not arrive within limits.body_read_timeout",
+                0,
+                None,
+            );
+        }
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) => {
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
             {
@@ -169,11 +184,55 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         }
     };
 
+    // What each target will be sent, checked now so that nothing about the
+    // request itself can fail later and be blamed on a provider.
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or(path);
+    let mut bodies = Vec::with_capacity(route.targets.len());
+    let mut uris = Vec::with_capacity(route.targets.len());
+    for (t, target) in route.targets.iter().enumerate() {
+        let to = route.rewrite_model(t, &inspected.model);
+        match rewrite_model(&body, &inspected.model, to) {
+            Ok(b) => bodies.push(b),
+            Err(e) => {
+                shared.metrics.reject("bad_request");
+                return levee_error(dialect, 400, "bad_request", &format!("levee: {e}"), 0, None);
+            }
+        }
+        match shared.providers[target.provider].uri_for(&path_and_query) {
+            Some(u) => uris.push(u),
+            None => {
+                shared.metrics.reject("bad_request");
+                return levee_error(
+                    dialect,
+                    414,
+                    "bad_request",
+                    "levee: the request URI is too long to forward",
+                    0,
+                    None,
+                );
+            }
+        }
+    }
     // Cross-layer accounting: is a caller layer still retrying?
-    let key_header = h
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let key_header = match h.get("idempotency-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(k)) if !k.trim().is_empty() && k.len() <= 256 => Some(k.to_string()),
+        Some(_) => {
+            shared.metrics.reject("bad_request");
+            return levee_error(
+                dialect,
+                400,
+                "bad_request",
+                "levee: header `idempotency-key` must be 1 to 256 visible ASCII characters",
+                0,
+                None,
+            );
+        }
+    };
     let sdk_retry = h
         .get("x-stainless-retry-count")
         .and_then(|v| v.to_str().ok())
@@ -231,12 +290,9 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         route: route_ix,
         dialect,
         parts_headers: parts.headers,
-        path_and_query: parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or(path),
-        body,
+        path_and_query,
+        bodies,
+        uris,
         model: inspected.model,
         stream: inspected.stream,
         idem: idem_value,

@@ -1,6 +1,8 @@
 //! Request inspection: the model and the stream flag, from the JSON body.
-//! The body is parsed once, borrowed; it is re-serialised only when a target
-//! rewrites the model name.
+//! The body is read borrowed, without building a document; it is parsed in
+//! full (and so validated in full) only when a target rewrites the model
+//! name — and a body that cannot be rewritten is refused rather than sent on
+//! with the caller's model name.
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -20,6 +22,8 @@ pub enum InspectError {
     InvalidJson(String),
     #[error("request body has no `model` string")]
     MissingModel,
+    #[error("request body must be a JSON object")]
+    NotAnObject,
 }
 
 #[derive(Deserialize)]
@@ -32,6 +36,10 @@ struct Peek<'a> {
 
 /// Reads `model` and `stream` from a JSON object body.
 pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
+    // serde would read a JSON array into the struct's fields in order.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(InspectError::NotAnObject);
+    }
     let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
         let mut m = e.to_string();
         m.truncate(200);
@@ -47,22 +55,23 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
     })
 }
 
-/// The body with `model` replaced (the original bytes when unchanged).
-pub fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Bytes {
+/// The body with `model` replaced (the original bytes when unchanged). Fails
+/// when the body is not a JSON document `serde_json` can rebuild (invalid
+/// UTF-8 or a lone surrogate in another field, a number out of range, nesting
+/// deeper than 128): such a body is refused, never forwarded unrewritten.
+pub fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Result<Bytes, InspectError> {
     if from == to {
-        return body.clone();
+        return Ok(body.clone());
     }
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(mut v) => {
-            if let Some(obj) = v.as_object_mut() {
-                obj.insert("model".into(), serde_json::Value::String(to.to_string()));
-            }
-            serde_json::to_vec(&v)
-                .map(Bytes::from)
-                .unwrap_or_else(|_| body.clone())
-        }
-        Err(_) => body.clone(),
-    }
+    let invalid = |e: serde_json::Error| {
+        let mut m = e.to_string();
+        m.truncate(200);
+        InspectError::InvalidJson(m)
+    };
+    let mut v: serde_json::Value = serde_json::from_slice(body).map_err(invalid)?;
+    let obj = v.as_object_mut().ok_or(InspectError::NotAnObject)?;
+    obj.insert("model".into(), serde_json::Value::String(to.to_string()));
+    serde_json::to_vec(&v).map(Bytes::from).map_err(invalid)
 }
 
 #[cfg(test)]
@@ -91,7 +100,8 @@ mod tests {
             inspect(b"{nope"),
             Err(InspectError::InvalidJson(_))
         ));
-        assert!(matches!(inspect(b"[1]"), Err(InspectError::InvalidJson(_))));
+        assert_eq!(inspect(b"[1]"), Err(InspectError::NotAnObject));
+        assert_eq!(inspect(br#" ["a", true]"#), Err(InspectError::NotAnObject));
         assert!(matches!(
             inspect(br#"{"model":5}"#),
             Err(InspectError::InvalidJson(_))
@@ -101,10 +111,33 @@ mod tests {
     #[test]
     fn rewrite_keeps_everything_else() {
         let b = Bytes::from_static(br#"{"model":"anthropic/claude","max_tokens":5}"#);
-        let out = rewrite_model(&b, "anthropic/claude", "claude");
+        let out = rewrite_model(&b, "anthropic/claude", "claude").unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["model"], "claude");
         assert_eq!(v["max_tokens"], 5);
-        assert_eq!(rewrite_model(&b, "x", "x"), b);
+        assert_eq!(rewrite_model(&b, "x", "x").unwrap(), b);
+    }
+
+    #[test]
+    fn bodies_that_cannot_be_rewritten_are_refused_not_forwarded() {
+        // Found by the `inspect` fuzz target: accepted by the borrowed peek,
+        // rejected by a full parse.
+        for body in [
+            &br#"{"model":"a","x":1e400}"#[..],
+            br#"{"model":"a","x":"\ud800"}"#,
+            b"{\"model\":\"e\",\"x\":\"\xa0\"}",
+        ] {
+            if inspect(body).is_ok() {
+                let b = Bytes::copy_from_slice(body);
+                assert!(rewrite_model(&b, "a", "z").is_err(), "{body:?}");
+            }
+        }
+        let deep = format!(
+            "{{\"model\":\"a\",\"x\":{}{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let b = Bytes::from(deep);
+        assert!(rewrite_model(&b, "a", "z").is_err());
     }
 }

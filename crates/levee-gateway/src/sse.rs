@@ -1,33 +1,30 @@
 //! Server-sent-event framing for the relay: pass on whole events only.
 //!
-//! Chunks from upstream are forwarded as soon as they complete an event
-//! (`\n\n` or `\r\n\r\n`); only a partial event's tail is held back. That way,
-//! if the upstream breaks off mid-event, the error event Levee appends starts
-//! on a clean boundary and every event the caller parsed was whole.
+//! Chunks from upstream are forwarded as soon as they complete an event — an
+//! empty line, where a line ends with `\r\n`, `\n` or `\r` as the SSE spec
+//! allows — and only a partial event's tail is held back. That way, if the
+//! upstream breaks off mid-event, the error event Levee appends starts on a
+//! clean boundary and every event the caller parsed was whole.
+//!
+//! Scanning is incremental (each byte is looked at once) and the held tail is
+//! capped: an "event" that grows past [`MAX_PENDING`] without ending is passed
+//! on as it is rather than buffered without bound.
 
 use bytes::{Bytes, BytesMut};
 
-/// Splits a byte stream at the last complete SSE event boundary.
+/// The most a partial event may hold back before it is passed on anyway.
+pub const MAX_PENDING: usize = 1 << 20;
+
+/// Splits a byte stream at complete SSE event boundaries.
 #[derive(Debug, Default)]
 pub struct EventFramer {
     pending: BytesMut,
-}
-
-/// The end of the last complete event in `buf`, if any.
-fn last_boundary(buf: &[u8]) -> Option<usize> {
-    let mut i = buf.len();
-    while i >= 2 {
-        if buf[i - 1] == b'\n' {
-            if buf[i - 2] == b'\n' {
-                return Some(i);
-            }
-            if i >= 4 && buf[i - 2] == b'\r' && buf[i - 3] == b'\n' && buf[i - 4] == b'\r' {
-                return Some(i);
-            }
-        }
-        i -= 1;
-    }
-    None
+    /// How far `pending` has been scanned.
+    scanned: usize,
+    /// Where the current line starts in `pending`.
+    line_start: usize,
+    /// End of the last complete event in `pending`.
+    boundary: usize,
 }
 
 impl EventFramer {
@@ -36,31 +33,56 @@ impl EventFramer {
         EventFramer::default()
     }
 
-    /// Adds a chunk; returns the complete events now available (possibly empty).
-    pub fn push(&mut self, chunk: &[u8]) -> Bytes {
-        if self.pending.is_empty() {
-            // Fast path: the common case is one or more whole events per chunk.
-            return match last_boundary(chunk) {
-                Some(end) if end == chunk.len() => Bytes::copy_from_slice(chunk),
-                Some(end) => {
-                    self.pending.extend_from_slice(&chunk[end..]);
-                    Bytes::copy_from_slice(&chunk[..end])
-                }
-                None => {
-                    self.pending.extend_from_slice(chunk);
-                    Bytes::new()
+    /// Scans new bytes for line ends; a line that is empty ends an event.
+    fn scan(&mut self) {
+        let buf = &self.pending;
+        let mut i = self.scanned;
+        while i < buf.len() {
+            let end = match buf[i] {
+                b'\n' => i + 1,
+                b'\r' => match buf.get(i + 1) {
+                    Some(b'\n') => i + 2,
+                    Some(_) => i + 1,
+                    // A trailing `\r` may be half of `\r\n`: decide when more arrives.
+                    None => break,
+                },
+                _ => {
+                    i += 1;
+                    continue;
                 }
             };
+            if i == self.line_start {
+                self.boundary = end;
+            }
+            self.line_start = end;
+            i = end;
         }
+        self.scanned = i;
+    }
+
+    /// Adds a chunk; returns the complete events now available (possibly empty).
+    pub fn push(&mut self, chunk: &[u8]) -> Bytes {
         self.pending.extend_from_slice(chunk);
-        match last_boundary(&self.pending) {
-            Some(end) => self.pending.split_to(end).freeze(),
-            None => Bytes::new(),
+        self.scan();
+        if self.boundary == 0 {
+            if self.pending.len() > MAX_PENDING {
+                return self.flush();
+            }
+            return Bytes::new();
         }
+        let end = self.boundary;
+        let out = self.pending.split_to(end).freeze();
+        self.scanned -= end;
+        self.line_start -= end;
+        self.boundary = 0;
+        out
     }
 
     /// Takes whatever is pending (the stream ended without a final blank line).
     pub fn flush(&mut self) -> Bytes {
+        self.scanned = 0;
+        self.line_start = 0;
+        self.boundary = 0;
         self.pending.split().freeze()
     }
 
@@ -91,15 +113,59 @@ mod tests {
     }
 
     #[test]
-    fn any_split_of_a_stream_yields_the_same_bytes() {
-        let stream = b"event: a\ndata: {\"x\":1}\n\nevent: b\r\ndata: 2\r\n\r\ndata: 3\n\n";
-        for cut in 0..stream.len() {
+    fn every_line_ending_the_spec_allows_ends_an_event() {
+        for stream in [
+            &b"data: a\r\rdata: b\r\r"[..],
+            b"data: a\n\r\ndata: b\r\n\n",
+            b"data: a\r\n\rdata: b\r\r\n",
+        ] {
             let mut f = EventFramer::new();
-            let mut out = Vec::new();
-            out.extend_from_slice(&f.push(&stream[..cut]));
-            out.extend_from_slice(&f.push(&stream[cut..]));
+            let mut out = f.push(stream).to_vec();
+            assert!(
+                out.starts_with(b"data: a"),
+                "the first event passes at once: {stream:?}"
+            );
+            assert!(out.len() >= 9, "{stream:?}");
             out.extend_from_slice(&f.flush());
-            assert_eq!(out, stream, "cut at {cut}");
+            assert_eq!(&out[..], stream);
         }
+        // A trailing CR waits to see whether LF follows.
+        let mut f = EventFramer::new();
+        assert_eq!(&f.push(b"data: a\r\n\r")[..], b"");
+        assert_eq!(&f.push(b"\ndata: b")[..], b"data: a\r\n\r\n");
+    }
+
+    #[test]
+    fn any_split_of_a_stream_yields_the_same_bytes() {
+        let stream =
+            b"event: a\ndata: {\"x\":1}\n\nevent: b\r\ndata: 2\r\n\r\ndata: 3\r\rdata: 4\n\n";
+        for cut in 0..stream.len() {
+            for cut2 in cut..stream.len() {
+                let mut f = EventFramer::new();
+                let mut out = Vec::new();
+                for part in [&stream[..cut], &stream[cut..cut2], &stream[cut2..]] {
+                    let got = f.push(part);
+                    if !got.is_empty() {
+                        let last = got[got.len() - 1];
+                        assert!(last == b'\n' || last == b'\r');
+                    }
+                    out.extend_from_slice(&got);
+                }
+                out.extend_from_slice(&f.flush());
+                assert_eq!(out, stream, "cuts at {cut}, {cut2}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_endless_event_is_passed_on_not_buffered_without_bound() {
+        let mut f = EventFramer::new();
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut out = 0;
+        for _ in 0..40 {
+            out += f.push(&chunk).len();
+        }
+        assert!(out > 0);
+        assert!(f.pending.len() <= MAX_PENDING);
     }
 }

@@ -235,3 +235,95 @@ async fn an_sdks_read_timeout_is_the_callers_patience_for_plain_calls() {
     assert!((4000..=5000).contains(&seen), "{seen}");
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_request_too_long_to_forward_is_refused_without_blaming_the_provider() {
+    let env = start(
+        &["faults: []"],
+        "providers:\n  p: { api: openai, base_url: \"{mock0}\", circuit_breaker: { min_requests: 2 } }\nroutes:\n  - targets: [p]\n",
+    )
+    .await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Short enough for the gateway to accept, too long once the provider's
+    // base URL is put in front of it.
+    let target = format!("/v1/chat/completions?{}", "a".repeat(65_520 - 21));
+    for _ in 0..4 {
+        let mut s = tokio::net::TcpStream::connect(env.gw.addr).await.unwrap();
+        let req = format!(
+            "POST {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{CHAT}",
+            CHAT.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        watchdog(WATCHDOG, s.read_to_end(&mut out)).await.unwrap();
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.starts_with("HTTP/1.1 414"),
+            "{}",
+            &text[..text.len().min(200)]
+        );
+        assert!(text.contains("x-levee-attempts: 0"));
+    }
+    assert_eq!(env.stats(0).requests_total, 0);
+    // The breaker never heard of it: normal callers are served.
+    assert_eq!(
+        env.post("/v1/chat/completions", CHAT, &[]).await.status,
+        200
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn arrays_unrewritable_bodies_and_odd_keys_are_bad_requests() {
+    let env = start(
+        &["faults: []"],
+        "providers:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - match: { model_prefix: \"x/\" }\n    targets: [p]\n",
+    )
+    .await;
+    let r = env
+        .post("/v1/chat/completions", r#"["x/m", true]"#, &[])
+        .await;
+    assert_eq!(r.status, 400);
+    // Accepted by the quick peek, but the prefix cannot be stripped: refused,
+    // never sent on with the caller's model name.
+    let r = env
+        .post("/v1/chat/completions", r#"{"model":"x/m","n":1e400}"#, &[])
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            r#"{"model":"x/m","messages":[]}"#,
+            &[("idempotency-key", "   ")],
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(env.stats(0).requests_total, 0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_that_never_arrives_is_timed_out() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = start(
+        &["faults: []"],
+        "limits: { body_read_timeout: 300ms }\nproviders:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets: [p]\n",
+    )
+    .await;
+    let mut s = tokio::net::TcpStream::connect(env.gw.addr).await.unwrap();
+    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 512];
+    let n = watchdog(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert_eq!(
+        env.post("/v1/chat/completions", CHAT, &[]).await.status,
+        200
+    );
+    assert_eq!(env.stats(0).requests_total, 1);
+    env.stop().await;
+}
