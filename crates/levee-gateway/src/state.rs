@@ -10,9 +10,10 @@
 //! Every Redis call has a small time budget (default 5 ms). When Redis is slow
 //! or down, Levee keeps serving: the allowance falls back to a local limiter at
 //! 1/N of the rate (N = `state.replicas`), idempotency to the local store; a
-//! metric counts each fallback and one warning per minute is logged. After a
-//! failure Redis is skipped for a second (so a dead Redis costs nothing per
-//! request), then tried again: sharing resumes by itself when it returns.
+//! metric counts each fallback and one warning per minute is logged. After
+//! three failures in a row Redis is skipped for a second (so a dead Redis
+//! costs nothing per request), then tried again: sharing resumes by itself
+//! when it returns. A single slow call falls back for that call only.
 
 use crate::clock::Clock;
 use crate::idempotency::Stored;
@@ -100,6 +101,7 @@ pub struct RedisState {
     pub replicas: u32,
     clock: Clock,
     skip_until_ns: AtomicU64,
+    failures_in_a_row: AtomicU64,
     last_warn_ns: AtomicU64,
     fallbacks: Family<crate::metrics::WhatLabel, Counter>,
     gcra: Script,
@@ -153,6 +155,7 @@ impl RedisState {
             replicas: replicas.max(1),
             clock,
             skip_until_ns: AtomicU64::new(0),
+            failures_in_a_row: AtomicU64::new(0),
             last_warn_ns: AtomicU64::new(0),
             fallbacks,
             gcra: Script::new(GCRA),
@@ -169,8 +172,11 @@ impl RedisState {
 
     fn degraded(&self, what: &'static str, why: &str) {
         let now = self.clock.now().as_nanos();
-        self.skip_until_ns
-            .store(now + 1_000_000_000, Ordering::Relaxed);
+        if self.failures_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= 3 {
+            self.failures_in_a_row.store(0, Ordering::Relaxed);
+            self.skip_until_ns
+                .store(now + 1_000_000_000, Ordering::Relaxed);
+        }
         self.fallbacks
             .get_or_create(&crate::metrics::WhatLabel {
                 what: what.to_string(),
@@ -209,7 +215,10 @@ impl RedisState {
         }
         let mut conn = self.conn.clone();
         match tokio::time::timeout(self.timeout, inv.invoke_async::<T>(&mut conn)).await {
-            Ok(Ok(v)) => Some(v),
+            Ok(Ok(v)) => {
+                self.failures_in_a_row.store(0, Ordering::Relaxed);
+                Some(v)
+            }
             Ok(Err(e)) => {
                 self.degraded(what, &e.to_string());
                 None
