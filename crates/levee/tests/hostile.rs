@@ -864,12 +864,30 @@ fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
 }
 
 /// Headers Levee only reads leniently: a non-UTF-8 value there is ignored
-/// (or passed on), and the request is served normally — once.
+/// (or passed on), and the request is served normally — once. The
+/// idempotency key is not lenient: an unusable one is a 400.
 #[test]
 fn non_utf8_values_in_other_headers_are_tolerated_not_fatal() {
     let mock = start_mock();
     let mut gw = start_gateway(&hostile_config(mock.addr), &[], &[]);
-    let hdrs = b"idempotency-key: k\xff\xfe\r\nx-stainless-timeout: \xff\r\nx-note: caf\xe9\r\n";
+    // A key Levee cannot use as one is refused rather than silently dropped
+    // (dropping it would let a retry run twice).
+    let bad_key = exchange(
+        gw.addr,
+        &post(
+            "/v1/chat/completions",
+            CHAT.as_bytes(),
+            b"idempotency-key: k\xff\xfe\r\n",
+        ),
+        STUCK,
+    );
+    check_any("non-UTF-8 idempotency-key", &bad_key);
+    match &bad_key {
+        Answer::Resp(r) => assert_eq!(r.status, 400, "{}", r.text()),
+        Answer::Closed => panic!("closed"),
+    }
+    assert_eq!(mock.requests_total(), 0);
+    let hdrs = b"x-stainless-timeout: \xff\r\nx-note: caf\xe9\r\n";
     let a = exchange(
         gw.addr,
         &post("/v1/chat/completions", CHAT.as_bytes(), hdrs),
