@@ -1,10 +1,13 @@
-//! Human durations in config: `250ms`, `10s`, `1.5s`, `2m`, `1h`.
+//! Human durations: `250ms`, `10s`, `1.5s`, `2m`, `1h` (also `min`, `us`).
+//! The one grammar for every duration Levee reads — config, fault documents,
+//! scenarios, drill flags.
 
 use serde::de::{self, Deserializer, Visitor};
 use std::fmt;
 use std::time::Duration;
 
-/// Parses `250ms`, `10s`, `1.5s`, `2m`, `1h` (a bare number is refused: units matter).
+/// Parses `250ms`, `10s`, `1.5s`, `2m`, `1h`, `5min`, `250us` (a bare number
+/// is refused: units matter). At most a week: anything longer is a typo.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
@@ -14,12 +17,16 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         return None;
     }
     let secs = match unit.trim() {
+        "us" | "µs" => n / 1e6,
         "ms" => n / 1000.0,
         "s" => n,
-        "m" => n * 60.0,
+        "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
         _ => return None,
     };
+    if !(0.0..=604_800.0).contains(&secs) {
+        return None;
+    }
     Duration::try_from_secs_f64(secs).ok()
 }
 

@@ -90,27 +90,7 @@ pub struct Plan {
     pub fault_text: Vec<String>,
 }
 
-/// Parses `<number><unit>` with unit `h`, `m`, `s`, `ms` (the mock's grammar).
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .filter(|i| *i > 0)?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let unit_secs = match unit.trim() {
-        "h" => 3600.0,
-        "m" | "min" => 60.0,
-        "s" => 1.0,
-        "ms" => 1e-3,
-        _ => return None,
-    };
-    let secs = value * unit_secs;
-    if !secs.is_finite() || !(0.0..=604_800.0).contains(&secs) {
-        return None;
-    }
-    Some(Duration::from_secs_f64(secs))
-}
+pub use levee_config::parse_duration;
 
 fn scalar(text: &str) -> Value {
     let t = text.trim();

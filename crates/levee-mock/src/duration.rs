@@ -1,36 +1,12 @@
 //! Human durations as written in fault documents: `20s`, `150ms`, `1.5s`,
-//! `2m`, `1h`, `250us`.
+//! `2m`, `1h`, `250us` — levee-config's grammar, shared by everything Levee reads.
 
-use std::time::Duration;
-
-/// Parses `<number><unit>` with unit `h`, `m`, `s`, `ms` or `us`. Returns
-/// `None` for anything else (no unit, negative, not finite, absurdly large).
-pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .filter(|i| *i > 0)?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let seconds_per_unit = match unit.trim() {
-        "h" => 3600.0,
-        "m" | "min" => 60.0,
-        "s" => 1.0,
-        "ms" => 1e-3,
-        "us" | "µs" => 1e-6,
-        _ => return None,
-    };
-    let secs = value * seconds_per_unit;
-    // A week is far beyond any drill; larger values are typos.
-    if !secs.is_finite() || !(0.0..=604_800.0).contains(&secs) {
-        return None;
-    }
-    Some(Duration::from_secs_f64(secs))
-}
+pub(crate) use levee_config::parse_duration;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn units() {
