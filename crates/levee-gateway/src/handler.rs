@@ -280,7 +280,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         .and_then(|k| HeaderValue::from_str(k).ok())
     {
         Some(v) => v,
-        None => HeaderValue::from_str(&uuid::Uuid::now_v7().to_string())
+        None => HeaderValue::from_str(&shared.uuid_v7().to_string())
             .unwrap_or(HeaderValue::from_static("levee")),
     };
 

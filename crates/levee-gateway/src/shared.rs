@@ -153,6 +153,19 @@ impl Shared {
         SmallRng::seed_from_u64(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
     }
 
+    /// A fresh UUID v7 (unix-ms timestamp + random bits from a seeded RNG):
+    /// unique per logical request without a `getrandom` syscall each time.
+    pub fn uuid_v7(&self) -> uuid::Uuid {
+        use rand::RngCore;
+        let mut bytes = [0u8; 10];
+        self.rng().fill_bytes(&mut bytes);
+        // Replicas started with the same --seed still make different keys.
+        for (b, p) in bytes.iter_mut().zip(std::process::id().to_le_bytes()) {
+            *b ^= p;
+        }
+        uuid::Builder::from_unix_timestamp_millis(self.clock.unix_ms(), &bytes).into_uuid()
+    }
+
     /// Refreshes the gauges that are read at scrape time.
     pub fn refresh_gauges(&self) {
         let now = self.clock.now();
@@ -167,5 +180,19 @@ impl Shared {
             self.metrics.circuit_state.get_or_create(&label).set(state);
             self.metrics.in_flight.get_or_create(&label).set(in_flight);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn generated_idempotency_keys_are_distinct_uuid_v7s() {
+        let shared = Shared::new(levee_config::Config::parse("").unwrap(), 1).unwrap();
+        let a = shared.uuid_v7();
+        let b = shared.uuid_v7();
+        assert_ne!(a, b);
+        assert_eq!(a.get_version_num(), 7);
     }
 }
