@@ -95,6 +95,30 @@ for r in $(seq 1 "$ROUNDS"); do
       END {printf "%-8s %5s %10s %9s %9s %9s\n", n, r, rps, p50, p90, p99}' "$work/$name.$r.out" | tee -a "$work/table"
   done
 done
+
+# Open loop at a fixed rate (oha, if installed by bench/gateway.sh): latency at
+# a load both backends can carry, where a difference is the backend's cost and
+# not queueing. oha repeats one request, so this exercises the per-attempt
+# allowance script (no caller idempotency key).
+if command -v oha >/dev/null 2>&1; then
+  RATE="${RATE:-2000}"
+  echo
+  printf '%-8s %5s %8s %9s %9s %9s   (open loop, %s req/s)\n' backend round req/s p50 p99 p99.9 "$RATE"
+  echo '{"model":"m","messages":[{"role":"user","content":"Say hello."}]}' >"$work/body.json"
+  for r in $(seq 1 "$ROUNDS"); do
+    for name in memory redis; do
+      port="$mem"; [ "$name" = redis ] && port="$red"
+      oha --no-tui --output-format json -z "${SECS}s" -q "$RATE" --latency-correction -c 32 -m POST \
+        -H 'content-type: application/json' -D "$work/body.json" "http://127.0.0.1:$port/v1/chat/completions" 2>/dev/null \
+        | python3 -c '
+import json, sys
+d = json.load(sys.stdin); p = d["latencyPercentiles"]; s = d["summary"]
+us = lambda v: "%.0fus" % ((v or 0) * 1e6)
+print("%-8s %5s %8.0f %9s %9s %9s" % (sys.argv[1], sys.argv[2], s["requestsPerSec"], us(p["p50"]), us(p["p99"]), us(p["p99.9"])))' "$name" "$r"
+    done
+  done
+fi
+
 echo
 fallbacks="$(curl -s "http://127.0.0.1:$red_admin/metrics" | awk '/^levee_state_fallback_total/ {s+=$NF} END {print s+0}')"
 echo "Redis operations that fell back to local state during the runs: $fallbacks (0 means every request used Redis)"
