@@ -17,12 +17,21 @@
 //! anyway. Half-open admits up to `half_open_probes` probes at a time; that
 //! many successes → closed, any fault → open again.
 //!
+//! Once closed again it ramps: it admits at most 1.4× the rate it saw before
+//! it tripped, until a whole `window` passes with nothing refused (or three
+//! windows at most). Callers that ignore `x-should-retry` keep
+//! every user request of the outage in a retry loop, and all of them land the
+//! moment the breaker closes — 7.8× the baseline at 1,000 requests/s behind
+//! three such layers. The ramp spreads that wave out at 1.4× until it is
+//! gone, instead of letting it in at once.
+//!
 //! It counts provider faults only. A deterministic 4xx is the provider working
 //! correctly; a caller's cancellation and an attempt skipped for lack of
 //! deadline say nothing about the provider (seed 004: a few short-deadline
 //! callers must not switch the primary off for everyone); a 429 is the provider
 //! asking us to slow down, handled by "throttled until", not by the breaker.
 
+use crate::admission::Gcra;
 use crate::classify::Class;
 use crate::time::Instant;
 use std::time::Duration;
@@ -92,6 +101,14 @@ enum State {
     },
 }
 
+/// The rate cap after closing, and when it lifts.
+#[derive(Clone, Debug)]
+struct Ramp {
+    cap: Gcra,
+    last_refused: Instant,
+    ends_by: Instant,
+}
+
 /// A per-provider circuit breaker.
 #[derive(Clone, Debug)]
 pub struct CircuitBreaker {
@@ -105,6 +122,10 @@ pub struct CircuitBreaker {
     /// Provider faults since the last success (within one window of each other).
     in_a_row: u32,
     last_fault: Instant,
+    /// Attempts per minute seen over the window when it last tripped from closed.
+    baseline_per_minute: u32,
+    /// After closing: at most 1.4× that rate.
+    ramp: Option<Ramp>,
     state: State,
 }
 
@@ -142,6 +163,8 @@ impl CircuitBreaker {
             buckets: [Bucket::default(); BUCKETS],
             in_a_row: 0,
             last_fault: Instant::ZERO,
+            baseline_per_minute: 0,
+            ramp: None,
             state: State::Closed,
         })
     }
@@ -156,6 +179,13 @@ impl CircuitBreaker {
     }
 
     fn open(&mut self, now: Instant) {
+        if matches!(self.state, State::Closed) {
+            let (ok, faults) = self.totals(now);
+            let window_s = (self.bucket_ns.saturating_mul(BUCKETS as u64) / 1_000_000_000).max(1);
+            let per_minute = u64::from(ok + faults) * 60 / window_s;
+            self.baseline_per_minute = u32::try_from(per_minute).unwrap_or(u32::MAX);
+        }
+        self.ramp = None;
         self.in_a_row = 0;
         self.state = State::Open {
             until: now + self.open_for,
@@ -176,6 +206,8 @@ impl CircuitBreaker {
             buckets: [Bucket::default(); BUCKETS],
             in_a_row: 0,
             last_fault: Instant::ZERO,
+            baseline_per_minute: 0,
+            ramp: None,
             state: State::Closed,
         }
     }
@@ -192,6 +224,7 @@ impl CircuitBreaker {
     /// When an open breaker will next admit a probe (`None` when it would admit now).
     pub fn refusing_until(&self, now: Instant) -> Option<Instant> {
         match self.state {
+            // The ramp is applied (and its refusals seen) in `admit` only.
             State::Closed => None,
             State::Open { until, next_probe } => {
                 (now < until && now < next_probe).then_some(until.min(next_probe))
@@ -226,7 +259,19 @@ impl CircuitBreaker {
             };
         }
         match &mut self.state {
-            State::Closed => Ok(BreakerPermit { probe: false }),
+            State::Closed => {
+                if let Some(r) = &mut self.ramp {
+                    let window = u128::from(self.bucket_ns) * BUCKETS as u128;
+                    let calm = now.saturating_since(r.last_refused).as_nanos() >= window;
+                    if calm || now >= r.ends_by {
+                        self.ramp = None;
+                    } else if let Err(until) = r.cap.check(now) {
+                        r.last_refused = now;
+                        return Err(until);
+                    }
+                }
+                Ok(BreakerPermit { probe: false })
+            }
             State::HalfOpen {
                 in_flight,
                 successes,
@@ -326,7 +371,7 @@ impl CircuitBreaker {
                 } else {
                     *successes += 1;
                     if *successes >= self.probes {
-                        self.close();
+                        self.close(now);
                     }
                 }
             }
@@ -334,7 +379,7 @@ impl CircuitBreaker {
             // back, so half-open now instead of waiting out `open_for`.
             State::Open { .. } if !fault => {
                 if self.probes <= 1 {
-                    self.close();
+                    self.close(now);
                 } else {
                     self.state = State::HalfOpen {
                         in_flight: 0,
@@ -348,7 +393,16 @@ impl CircuitBreaker {
         }
     }
 
-    fn close(&mut self) {
+    fn close(&mut self, now: Instant) {
+        let ramp_per_minute = self.baseline_per_minute.saturating_mul(7) / 5;
+        let window = Duration::from_nanos(self.bucket_ns.saturating_mul(BUCKETS as u64));
+        self.ramp = Gcra::per_minute(ramp_per_minute, (ramp_per_minute / 600).max(1))
+            .ok()
+            .map(|cap| Ramp {
+                cap,
+                last_refused: now,
+                ends_by: now + window * 3,
+            });
         self.state = State::Closed;
         self.in_a_row = 0;
         self.buckets = [Bucket::default(); BUCKETS];
@@ -445,6 +499,39 @@ mod tests {
             }
         }
         assert_eq!(opened_at, Some(19), "20 faults in a row, 20 ms");
+    }
+
+    #[test]
+    fn after_closing_it_admits_at_most_1_4_times_the_old_rate_for_a_window() {
+        let mut b = breaker();
+        // 100/s for 10 s, then an outage.
+        for i in 0..1_000u64 {
+            run(&mut b, Instant::from_millis(i * 10), Class::Success);
+        }
+        let t = Instant::from_millis(10_000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        // Recovery: probes close it.
+        let back = t + Duration::from_secs(1);
+        for _ in 0..3 {
+            assert!(run(&mut b, back, Class::Success));
+        }
+        assert_eq!(b.state(back), BreakerState::Closed);
+        // A wave of 1,000 requests in the next second: about 140 get through.
+        let through = (0..1_000u64)
+            .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
+            .count();
+        assert!((130..=160).contains(&through), "{through}");
+        // While the wave lasts, the cap holds (here: 20 s of it).
+        let held = (1_000..20_000u64)
+            .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
+            .count();
+        assert!(held < 19_000 * 15 / 100, "{held}");
+        // A calm window (nothing refused) lifts it.
+        assert!(run(&mut b, back + Duration::from_secs(20), Class::Success));
+        let later = back + Duration::from_secs(31);
+        assert!((0..1_000).all(|_| run(&mut b, later, Class::Success)));
     }
 
     #[test]

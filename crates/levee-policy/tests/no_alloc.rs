@@ -83,9 +83,9 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let provider = || {
+        let provider = |min_requests| {
             ProviderState::new(
-                CircuitBreaker::new(0.5, secs(10), 20, secs(5), 3).unwrap(),
+                CircuitBreaker::new(0.5, secs(10), min_requests, secs(5), 3).unwrap(),
                 // Tight enough that the allowance refuses now and then.
                 Some(Gcra::per_minute(60_000, 20).unwrap()),
                 // Tight enough that the cap sheds now and then.
@@ -94,7 +94,9 @@ impl World {
         };
         let budget = || RetryBudget::new(0.1, 5.0, secs(1)).unwrap();
         World {
-            providers: [provider(), provider()],
+            // The fallback's breaker is slow to open, so its retries meet
+            // its budget first.
+            providers: [provider(20), provider(400)],
             map: [0, 1],
             budgets: [budget(), budget()],
         }
