@@ -294,9 +294,12 @@ async fn deliver(
                 }
             }
         };
-        // Commit: from here on, no retry.
+        // Commit: from here on, no retry; the stream ends by the caller's deadline.
         *outside += shared.clock.since(started);
         fin.req.commit();
+        let ends_at = shared
+            .clock
+            .to_tokio(fin.req.deadline() - route.policy.margin());
         shared.metrics.attempt(&provider_name, "success");
         let attempts = fin.req.attempts();
         shared
@@ -349,6 +352,7 @@ async fn deliver(
             first,
             framer,
             idle: route.stream_idle_timeout,
+            deadline: ends_at,
             dialect: ctx.dialect,
             clock: shared.clock,
         };
