@@ -21,6 +21,8 @@ enum Fake {
     HugeChunked,
     /// A 200 head whose content-length is already over 64 MiB.
     HugeDeclared,
+    /// A 200 head announcing 1,000 bytes, 12 of them, then nothing more.
+    StalledBody,
 }
 
 /// A hand-written HTTP/1.1 upstream on 127.0.0.1 (the mock cannot break a
@@ -73,10 +75,15 @@ async fn answer(conn: &mut TcpStream, kind: Fake, seen: &AtomicUsize) -> Option<
     seen.fetch_add(1, Ordering::SeqCst);
     let mib = vec![b' '; 1 << 20];
     match kind {
-        Fake::CutBody => {
+        Fake::CutBody | Fake::StalledBody => {
             conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"id\":\"cut\",")
                 .await
                 .ok()?;
+            if matches!(kind, Fake::StalledBody) {
+                conn.flush().await.ok()?;
+                // Hold the connection until the gateway drops it.
+                let _ = conn.read(&mut chunk).await;
+            }
         }
         Fake::HugeChunked => {
             conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -133,7 +140,11 @@ async fn a_plain_answer_that_breaks_off_after_its_2xx_head_is_not_run_again() {
     assert!(r.text().contains("broke off"), "{}", r.text());
     let m = env.metrics().await;
     assert_eq!(
-        metric(&m, "levee_upstream_attempts_total", &["result=\"body_cut\""]),
+        metric(
+            &m,
+            "levee_upstream_attempts_total",
+            &["result=\"body_cut\""]
+        ),
         1.0,
         "{m}"
     );
@@ -145,6 +156,32 @@ async fn a_plain_answer_that_breaks_off_after_its_2xx_head_is_not_run_again() {
         ),
         0.0
     );
+    env.stop().await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_plain_answer_whose_body_stalls_after_its_2xx_head_is_not_sent_to_the_backup() {
+    // The head arrived, so the primary has run the generation: its body is
+    // awaited until the caller's deadline, and the backup is never asked
+    // even though its expected attempt (1 s) fits in the 4 s deadline.
+    let (url, count, task) = fake_upstream(Fake::StalledBody).await;
+    let env = start(
+        &["faults: []"],
+        &format!("providers:\n  a: {{ api: openai, base_url: \"{url}\" }}\n  b: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets:\n      - {{ provider: a, expected_attempt_ms: 1000 }}\n      - {{ provider: b, expected_attempt_ms: 1000 }}\n"),
+    )
+    .await;
+    let t = stopwatch();
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "4000")]),
+    )
+    .await;
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    assert_eq!(env.stats(0).requests_total, 0, "the backup was not asked");
     env.stop().await;
     task.abort();
 }
@@ -189,15 +226,12 @@ async fn a_committed_stream_ends_at_the_callers_deadline_with_an_error_event_in_
     let anthropic = r#"{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
     let deadline = [("x-timeout-ms", "3000")];
     let t = stopwatch();
-    let (o, a) = watchdog(
-        WATCHDOG,
-        async {
-            tokio::join!(
-                env.post("/v1/chat/completions", CHAT_STREAM, &deadline),
-                env.post("/v1/messages", anthropic, &deadline),
-            )
-        },
-    )
+    let (o, a) = watchdog(WATCHDOG, async {
+        tokio::join!(
+            env.post("/v1/chat/completions", CHAT_STREAM, &deadline),
+            env.post("/v1/messages", anthropic, &deadline),
+        )
+    })
     .await;
     let took = t.elapsed();
     assert!(
@@ -244,13 +278,20 @@ async fn a_request_that_made_no_attempt_is_observed_as_zero_attempts() {
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { requests_per_minute: 1, burst: 1 } }\nroutes:\n  - targets: [p]\n",
     )
     .await;
-    assert_eq!(env.post("/v1/chat/completions", CHAT, &[]).await.status, 200);
+    assert_eq!(
+        env.post("/v1/chat/completions", CHAT, &[]).await.status,
+        200
+    );
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
     assert_eq!(r.header("x-levee-attempts"), "0", "{}", r.text());
     assert_eq!(env.stats(0).requests_total, 1);
     let m = env.metrics().await;
     assert_eq!(metric(&m, "levee_attempts_per_request_count", &[]), 2.0);
-    assert_eq!(metric(&m, "levee_attempts_per_request_sum", &[]), 1.0, "{m}");
+    assert_eq!(
+        metric(&m, "levee_attempts_per_request_sum", &[]),
+        1.0,
+        "{m}"
+    );
     assert_eq!(
         metric(&m, "levee_attempts_per_request_bucket", &["le=\"0.0\""]),
         1.0,
