@@ -90,7 +90,7 @@ pub(crate) async fn run(
                 shared
                     .metrics
                     .attempts_per_request
-                    .observe(f64::from(attempts.max(1)));
+                    .observe(f64::from(attempts));
                 return fail(&ctx, &fin, f, last_error, outside, attempts, last_label);
             }
             Decision::Dispatch(d) => {
@@ -140,8 +140,7 @@ pub(crate) async fn run(
                     _ => attempt_deadline,
                 };
                 let result =
-                    tokio::time::timeout_at(head_deadline, provider.client.request(upstream_req))
-                        .await;
+                    tokio::time::timeout_at(head_deadline, provider.send(upstream_req)).await;
                 let (outcome, label) = match result {
                     Err(_) => (Outcome::Timeout, "timeout"),
                     Ok(Err(_)) => (Outcome::ConnectError, "connect_error"),
