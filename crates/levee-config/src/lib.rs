@@ -97,6 +97,9 @@ pub enum InFlightCap {
     None,
 }
 
+/// A route's bulkhead when the config sets none.
+pub const DEFAULT_ROUTE_MAX_IN_FLIGHT: u32 = 1024;
+
 /// The in-flight cap the allowance implies (see [`InFlightCap::Derived`]).
 pub fn derived_max_in_flight(requests_per_minute: u32, burst: u32, expected: Duration) -> u32 {
     let ms = u64::try_from(expected.as_millis()).unwrap_or(u64::MAX);
@@ -884,7 +887,7 @@ fn resolve_route(
         deadline,
         policy,
         budget,
-        max_in_flight: r.max_in_flight.unwrap_or(1024),
+        max_in_flight: r.max_in_flight.unwrap_or(DEFAULT_ROUTE_MAX_IN_FLIGHT),
         retry_after_cap: retry
             .and_then(|r| r.retry_after_cap)
             .map(|d| d.0)
