@@ -284,8 +284,15 @@ async fn deliver(
                 // The stream ended before a blank line: what it sent is the
                 // answer (a retry would run the generation again).
                 Ok(None) if framer.has_partial() => break framer.flush(),
+                // Cut before the commit point: nothing reached the caller, so
+                // it may be retried as a connection failure (`connect_error`
+                // in `retry.on`), but it is not one: labelled as what it is.
                 Ok(None) | Ok(Some(Err(_))) => {
-                    return Delivered::Failed(Outcome::ConnectError, "connect_error", lease)
+                    return Delivered::Failed(
+                        Outcome::ConnectError,
+                        "cut_before_first_event",
+                        lease,
+                    )
                 }
                 Ok(Some(Ok(frame))) => {
                     if let Ok(d) = frame.into_data() {

@@ -316,3 +316,46 @@ async fn every_attempt_observes_the_time_to_obtain_a_connection_pooled_or_new() 
     );
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_stream_cut_after_its_2xx_head_before_any_event_is_labelled_as_such() {
+    let env = one(
+        "faults:\n  - { cut_stream_after: 0 }\n",
+        "    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n",
+    )
+    .await;
+    let r = watchdog(
+        WATCHDOG,
+        env.post(
+            "/v1/chat/completions",
+            CHAT_STREAM,
+            &[("x-timeout-ms", "20000")],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(
+        env.stats(0).requests_total,
+        2,
+        "retryable before the commit point"
+    );
+    let m = env.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "levee_upstream_attempts_total",
+            &["result=\"cut_before_first_event\""]
+        ),
+        2.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "levee_upstream_attempts_total",
+            &["result=\"connect_error\""]
+        ),
+        0.0
+    );
+    env.stop().await;
+}
