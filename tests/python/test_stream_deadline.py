@@ -51,7 +51,7 @@ def test_a_stream_still_running_at_the_deadline_ends_with_the_sdks_own_error(
     with pytest.raises(error) as ei:
         stream(gateway)
     elapsed = time.monotonic() - t
-    assert 2.5 < elapsed < 5.0, f"ended at the deadline, not after the stream ({elapsed:.2f}s)"
+    assert 2.5 < elapsed < 8.0, f"ended at the deadline, not after the stream ({elapsed:.2f}s)"
     e = ei.value
     assert "deadline_exceeded" in str(e)
     body = e.body.get("error", e.body) if isinstance(e.body, dict) else {}

@@ -19,7 +19,8 @@ enum Fake {
     CutBody,
     /// A chunked 200 body that goes on past 64 MiB.
     HugeChunked,
-    /// A 200 head whose content-length is already over 64 MiB.
+    /// A 200 head whose content-length is already over 64 MiB, 1 MiB of it,
+    /// then nothing more: only refusing it unread answers before the deadline.
     HugeDeclared,
     /// A 200 head announcing 1,000 bytes, 12 of them, then nothing more.
     StalledBody,
@@ -102,9 +103,9 @@ async fn answer(conn: &mut TcpStream, kind: Fake, seen: &AtomicUsize) -> Option<
                 80 << 20
             );
             conn.write_all(head.as_bytes()).await.ok()?;
-            for _ in 0..80 {
-                conn.write_all(&mib).await.ok()?;
-            }
+            conn.write_all(&mib).await.ok()?;
+            conn.flush().await.ok()?;
+            let _ = conn.read(&mut chunk).await;
         }
     }
     conn.flush().await.ok()?;
@@ -191,11 +192,13 @@ async fn an_answer_over_the_size_limit_is_fetched_once_and_never_retried() {
     for kind in [Fake::HugeChunked, Fake::HugeDeclared] {
         let (url, count, task) = fake_upstream(kind).await;
         let env = gateway_before(&url).await;
+        let t = stopwatch();
         let r = watchdog(
             WATCHDOG,
             env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
         )
         .await;
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         assert_eq!(count.load(Ordering::SeqCst), 1, "fetched once");
         assert_eq!(r.status, 502, "{}", r.text());
         assert_eq!(r.header("x-levee-reason"), "upstream_error");
@@ -235,7 +238,7 @@ async fn a_committed_stream_ends_at_the_callers_deadline_with_an_error_event_in_
     .await;
     let took = t.elapsed();
     assert!(
-        took < Duration::from_millis(4500),
+        took < Duration::from_secs(7),
         "both streams end by the deadline, not after ~10 s: {took:?}"
     );
     assert_eq!(o.status, 200);
