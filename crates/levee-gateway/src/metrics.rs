@@ -80,7 +80,7 @@ impl Metrics {
         let upstream_attempts = Family::<ProviderResult, Counter>::default();
         registry.register(
             "levee_upstream_attempts",
-            "Attempts sent upstream, by provider and result",
+            "Attempts sent upstream, by provider and result: success, http_4xx, http_4xx_foreign_body, http_5xx, throttled, connect_error, timeout, deadline_cut, cut_before_first_event (a stream's 2xx head, then nothing), body_cut and body_timeout (a plain 2xx whose body broke off or stalled), response_too_large",
             upstream_attempts.clone(),
         );
         // 0: answered without any attempt (shed, rate limited, breaker open).
