@@ -109,7 +109,9 @@ pub fn derived_max_in_flight(requests_per_minute: u32, burst: u32, expected: Dur
     u32::try_from(in_flight.saturating_add(u64::from(burst))).unwrap_or(u32::MAX)
 }
 
-/// Circuit-breaker settings (a [`CircuitBreaker`] is built per provider).
+/// Circuit-breaker settings: every fault domain of a provider (each model it
+/// is sent, and the provider as a whole) gets a [`CircuitBreaker`] built from
+/// them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BreakerSettings {
     pub error_ratio: f64,
@@ -117,6 +119,21 @@ pub struct BreakerSettings {
     pub min_requests: u32,
     pub open_for: Duration,
     pub half_open_probes: u32,
+    pub probe_interval: Duration,
+}
+
+impl BreakerSettings {
+    /// The breaker these settings describe.
+    pub fn build(&self) -> Result<CircuitBreaker, levee_policy::breaker::BreakerError> {
+        CircuitBreaker::new(
+            self.error_ratio,
+            self.window,
+            self.min_requests,
+            self.open_for,
+            self.half_open_probes,
+        )?
+        .with_probe_interval(self.probe_interval)
+    }
 }
 
 impl Default for BreakerSettings {
@@ -127,6 +144,7 @@ impl Default for BreakerSettings {
             min_requests: 20,
             open_for: Duration::from_secs(5),
             half_open_probes: 3,
+            probe_interval: levee_policy::breaker::DEFAULT_PROBE_INTERVAL,
         }
     }
 }
@@ -144,15 +162,11 @@ impl Provider {
     }
 
     fn state_with(&self, allowance: bool) -> ProviderState {
-        let b = self.breaker;
-        let breaker = CircuitBreaker::new(
-            b.error_ratio,
-            b.window,
-            b.min_requests,
-            b.open_for,
-            b.half_open_probes,
-        )
-        .unwrap_or_else(|_| CircuitBreaker::default_policy());
+        // Validated when the config was built.
+        let breaker = self
+            .breaker
+            .build()
+            .unwrap_or_else(|_| CircuitBreaker::default_policy());
         let allowance = self
             .rate_limit
             .filter(|_| allowance)
@@ -508,13 +522,18 @@ impl Config {
                 retry: None,
                 circuit_breaker: None,
                 max_in_flight: None,
+                attempt_timeout: None,
                 first_byte_timeout: None,
                 stream_idle_timeout: None,
             });
         }
         let mut routes = Vec::new();
+        let mut breakers = RouteBreakers {
+            declared: providers.iter().map(|p| p.breaker).collect(),
+            set_by: vec![None; providers.len()],
+        };
         for (i, r) in raw_routes.iter().enumerate() {
-            let route = resolve_route(text, i, r, &mut providers, builtin_mock)?;
+            let route = resolve_route(text, i, r, &mut providers, &mut breakers, builtin_mock)?;
             routes.push(route);
         }
         derive_in_flight_caps(&mut providers, &routes);
@@ -654,15 +673,9 @@ fn breaker_settings(
         min_requests: b.min_requests.unwrap_or(d.min_requests),
         open_for: b.open_for.map(|w| w.0).unwrap_or(d.open_for),
         half_open_probes: b.half_open_probes.unwrap_or(d.half_open_probes),
+        probe_interval: b.probe_interval.map(|w| w.0).unwrap_or(d.probe_interval),
     };
-    CircuitBreaker::new(
-        s.error_ratio,
-        s.window,
-        s.min_requests,
-        s.open_for,
-        s.half_open_probes,
-    )
-    .map_err(|e| e.to_string())?;
+    s.build().map_err(|e| e.to_string())?;
     Ok(s)
 }
 
@@ -690,11 +703,19 @@ fn derive_in_flight_caps(providers: &mut [Provider], routes: &[Route]) {
     }
 }
 
+/// Which route, if any, set each provider's breaker through a route-level
+/// `circuit_breaker` block, and what the provider itself declared.
+struct RouteBreakers {
+    declared: Vec<BreakerSettings>,
+    set_by: Vec<Option<usize>>,
+}
+
 fn resolve_route(
     text: &str,
     i: usize,
     r: &RawRoute,
     providers: &mut [Provider],
+    breakers: &mut RouteBreakers,
     builtin_mock: bool,
 ) -> Result<Route, ConfigError> {
     use Seg::*;
@@ -787,11 +808,29 @@ fn resolve_route(
             });
         }
     }
-    // A route-level breaker block applies to its targets' providers.
+    // A route-level breaker block sets the breakers of its targets'
+    // providers (fields it omits keep the provider's values). Breakers belong
+    // to the provider's fault domains, which every route reaching it shares,
+    // so two routes may not ask for different ones.
     if let Some(b) = &r.circuit_breaker {
-        let s = breaker_settings(Some(b), None).map_err(|m| at(&[Key("circuit_breaker")], m))?;
         for t in &targets {
-            providers[t.provider].breaker = s;
+            let p = t.provider;
+            let s = breaker_settings(Some(b), Some(breakers.declared[p]))
+                .map_err(|m| at(&[Key("circuit_breaker")], m))?;
+            if let Some(j) = breakers.set_by[p] {
+                if j != i && providers[p].breaker != s {
+                    return Err(at(
+                        &[Key("circuit_breaker")],
+                        format!(
+                            "its `circuit_breaker` differs from route {}'s for provider `{}`: a provider's breakers are shared by every route that reaches it, so set them once (on the provider, or the same on each route)",
+                            j + 1,
+                            providers[p].name
+                        ),
+                    ));
+                }
+            }
+            providers[p].breaker = s;
+            breakers.set_by[p] = Some(i);
         }
     }
     let d = r.deadline.as_ref();
@@ -862,7 +901,14 @@ fn resolve_route(
         backoff,
         retry.and_then(|r| r.respect_retry_after).unwrap_or(true),
     )
-    .map_err(|e| at(&[Key("retry"), Key("max_attempts")], e.to_string()))?;
+    .map_err(|e| at(&[Key("retry"), Key("max_attempts")], e.to_string()))?
+    .with_retry_after_cap(
+        retry
+            .and_then(|r| r.retry_after_cap)
+            .map(|d| d.0)
+            .unwrap_or(levee_policy::retry_after::DEFAULT_RETRY_AFTER_CAP),
+    )
+    .with_attempt_timeout(r.attempt_timeout.map(|d| d.0));
     let bud = retry.and_then(|r| r.budget.as_ref());
     let budget = BudgetSettings {
         ratio: bud.and_then(|b| b.ratio).unwrap_or(0.1),

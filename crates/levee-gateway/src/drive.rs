@@ -44,6 +44,8 @@ pub(crate) struct Ctx {
     pub(crate) stream: bool,
     pub(crate) idem: HeaderValue,
     pub(crate) arrived: levee_policy::Instant,
+    /// The caller's SDK says this is its own retry: it spends a retry token.
+    pub(crate) caller_retry: bool,
 }
 
 /// The last upstream error answer, kept to pass on or log once.
@@ -66,7 +68,7 @@ pub(crate) async fn run(
     let mut fin = AttemptFinisher {
         shared: Arc::clone(&shared),
         route: ctx.route,
-        req: levee_policy::RequestState::new(deadline),
+        req: levee_policy::RequestState::new(deadline).caller_retry(ctx.caller_retry),
     };
     let mut outside = Duration::ZERO; // time in upstream attempts and backoff waits
     let mut last_error: Option<LastError> = None;
@@ -77,6 +79,7 @@ pub(crate) async fn run(
             let mut deps = GatewayDeps {
                 shared: &shared,
                 route: ctx.route,
+                model: &ctx.model,
             };
             policy.decide(&mut fin.req, &mut deps, now, &mut rng)
         };
@@ -135,9 +138,11 @@ pub(crate) async fn run(
                 let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
                 // A stream must show its first event within first_byte_timeout
                 // of dispatch; until then a failure can still be retried.
-                let head_deadline = match (ctx.stream, route.first_byte_timeout) {
-                    (true, Some(t)) => attempt_deadline.min(shared.clock.to_tokio(now + t)),
-                    _ => attempt_deadline,
+                // A plain answer's head too: a stalled provider is given up on
+                // while a retry or the backup can still use the time.
+                let head_deadline = match route.first_byte_timeout {
+                    Some(t) => attempt_deadline.min(shared.clock.to_tokio(now + t)),
+                    None => attempt_deadline,
                 };
                 let result =
                     tokio::time::timeout_at(head_deadline, provider.send(upstream_req)).await;

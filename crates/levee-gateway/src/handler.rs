@@ -298,6 +298,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         stream: inspected.stream,
         idem: idem_value,
         arrived,
+        caller_retry: sdk_retry,
     };
     crate::drive::run(ctx, deadline, lease).await
 }

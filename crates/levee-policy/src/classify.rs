@@ -45,10 +45,13 @@ pub enum Class {
     /// 1xx–3xx: done.
     Success,
     /// A provider fault. `retryable` says whether the route's `on:` set lets a
-    /// second attempt try to fix it. Counts against the circuit breaker.
+    /// second attempt try to fix it. Counts against the circuit breaker of the
+    /// model it was sent for; `provider_wide` (no connection could be made)
+    /// also against the provider's own.
     Fault {
         retryable: bool,
         wait: Option<Duration>,
+        provider_wide: bool,
     },
     /// 429: the provider asks us to slow down. Does not open the breaker; sets
     /// the provider's "throttled until" from `wait`.
@@ -76,6 +79,26 @@ impl Class {
                 ..
             }
         )
+    }
+
+    /// The same class with any server-requested wait cut to `cap`.
+    pub fn capped(self, cap: Duration) -> Class {
+        match self {
+            Class::Fault {
+                retryable,
+                wait,
+                provider_wide,
+            } => Class::Fault {
+                retryable,
+                wait: wait.map(|w| w.min(cap)),
+                provider_wide,
+            },
+            Class::Throttled { retryable, wait } => Class::Throttled {
+                retryable,
+                wait: wait.map(|w| w.min(cap)),
+            },
+            c => c,
+        }
     }
 
     /// The server-requested wait, if any.
@@ -166,13 +189,15 @@ pub struct Classifier {
 }
 
 impl Default for Classifier {
-    /// `on: [429, 502, 503, 504, connect_error, timeout]`.
+    /// `on: [429, 502, 503, 504, 529, connect_error, timeout]` (529 is
+    /// Anthropic's "overloaded").
     fn default() -> Self {
         let on = [
             RetryOn::Status(429),
             RetryOn::Status(502),
             RetryOn::Status(503),
             RetryOn::Status(504),
+            RetryOn::Status(529),
             RetryOn::ConnectError,
             RetryOn::Timeout,
         ];
@@ -235,6 +260,7 @@ impl Classifier {
             } if status >= 500 => Class::Fault {
                 retryable: self.status_listed(status),
                 wait: retry_after,
+                provider_wide: false,
             },
             Outcome::Status { status, .. } => {
                 if self.status_listed(status) {
@@ -242,6 +268,7 @@ impl Classifier {
                     Class::Fault {
                         retryable: true,
                         wait: None,
+                        provider_wide: false,
                     }
                 } else {
                     Class::Permanent
@@ -250,14 +277,17 @@ impl Classifier {
             Outcome::ConnectError => Class::Fault {
                 retryable: self.connect_error,
                 wait: None,
+                provider_wide: true,
             },
             Outcome::Timeout => Class::Fault {
                 retryable: self.timeout,
                 wait: None,
+                provider_wide: false,
             },
             Outcome::FailedAfterFirstByte => Class::Fault {
                 retryable: false,
                 wait: None,
+                provider_wide: false,
             },
             Outcome::ResponseTooLarge => Class::Permanent,
             Outcome::CallerCancelled | Outcome::SkippedNoDeadline => Class::NotProviderFault,
@@ -355,7 +385,8 @@ mod tests {
             c.classify(Outcome::FailedAfterFirstByte),
             Class::Fault {
                 retryable: false,
-                wait: None
+                wait: None,
+                provider_wide: false
             }
         );
         // Too large: the provider did its job; the next answer is as large.

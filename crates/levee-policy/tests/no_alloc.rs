@@ -104,6 +104,7 @@ impl World {
         Deps {
             providers: &mut self.providers,
             target_provider: &self.map,
+            target_model: &[],
             budgets: &mut self.budgets,
         }
     }
@@ -127,7 +128,10 @@ fn outcome(i: u64, n: u32, target: usize) -> Outcome {
     // Every 4,000 requests (12 s), the primary answers 503 to everyone for
     // 2,000 requests (6 s): its breaker opens, retries run out of budget,
     // traffic moves to the fallback, probes close the breaker again.
-    if target == 0 && (1000..3000).contains(&(i % 4000)) {
+    // For the first 400 of those, the fallback fails too: its retries run
+    // out of its own budget.
+    let phase = i % 4000;
+    if (1000..3000).contains(&phase) && (target == 0 || phase < 1400) {
         return status(503, None);
     }
     match (i % 40, n) {

@@ -142,6 +142,7 @@ struct RawLayer {
     workers: Option<u32>,
     stops_when_caller_leaves: Option<bool>,
     sends_timeout: Option<bool>,
+    marks_retries: Option<bool>,
 }
 
 // ---------------------------------------------------------------- typed (stage two)
@@ -605,6 +606,7 @@ fn resolve_layer(
         workers: l.workers,
         stops_when_caller_leaves: l.stops_when_caller_leaves.unwrap_or(false),
         sends_timeout: l.sends_timeout.unwrap_or(true),
+        marks_retries: l.marks_retries.unwrap_or(false),
         gateway,
     })
 }
