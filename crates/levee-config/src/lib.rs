@@ -67,10 +67,46 @@ pub struct Provider {
     /// `scheme://authority` plus an optional path prefix (no trailing slash).
     pub base_url: http::Uri,
     pub api_key_env: Option<String>,
+    /// Upstream attempts in flight above which Levee sheds (`u32::MAX`: no
+    /// cap of the provider's own); where it comes from is `max_in_flight_from`.
     pub max_in_flight: u32,
+    pub max_in_flight_from: InFlightCap,
     pub rate_limit: Option<(u32, u32)>,
     pub breaker: BreakerSettings,
     pub connect_timeout: Duration,
+}
+
+/// Where a provider's `max_in_flight` comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFlightCap {
+    /// Written in the config.
+    Configured,
+    /// Not written: what the allowance can have in flight while every attempt
+    /// takes the longest `expected_attempt_ms` of the provider's targets —
+    /// Little's law, rate × time (3,000 a minute for 6 s each is 300) — plus
+    /// the burst. More than that in flight means attempts run longer than
+    /// expected: the provider is slowing down, and shedding is right.
+    Derived {
+        requests_per_minute: u32,
+        burst: u32,
+        expected_attempt: Duration,
+    },
+    /// Neither `max_in_flight` nor `rate_limit`: nothing to size a cap from,
+    /// so the provider has none of its own; the bulkheads (`max_in_flight`)
+    /// of the routes that use it bound what Levee sends it.
+    None,
+}
+
+/// A route's bulkhead when the config sets none.
+pub const DEFAULT_ROUTE_MAX_IN_FLIGHT: u32 = 1024;
+
+/// The in-flight cap the allowance implies (see [`InFlightCap::Derived`]).
+pub fn derived_max_in_flight(requests_per_minute: u32, burst: u32, expected: Duration) -> u32 {
+    let ms = u64::try_from(expected.as_millis()).unwrap_or(u64::MAX);
+    let in_flight = u64::from(requests_per_minute)
+        .saturating_mul(ms)
+        .div_ceil(60_000);
+    u32::try_from(in_flight.saturating_add(u64::from(burst))).unwrap_or(u32::MAX)
 }
 
 /// Circuit-breaker settings: every fault domain of a provider (each model it
@@ -393,6 +429,7 @@ impl Config {
                 base_url: http::Uri::from_static("http://127.0.0.1:9100"),
                 api_key_env: None,
                 max_in_flight: 10_000,
+                max_in_flight_from: InFlightCap::Configured,
                 rate_limit: None,
                 breaker: BreakerSettings::default(),
                 connect_timeout: Duration::from_secs(2),
@@ -452,7 +489,13 @@ impl Config {
                 api,
                 base_url,
                 api_key_env: p.api_key_env.clone(),
-                max_in_flight: p.max_in_flight.unwrap_or(256),
+                // Unset: sized from the allowance once the routes are known.
+                max_in_flight: p.max_in_flight.unwrap_or(u32::MAX),
+                max_in_flight_from: if p.max_in_flight.is_some() {
+                    InFlightCap::Configured
+                } else {
+                    InFlightCap::None
+                },
                 rate_limit: p.rate_limit.as_ref().map(|r| {
                     (
                         r.requests_per_minute,
@@ -493,6 +536,7 @@ impl Config {
             let route = resolve_route(text, i, r, &mut providers, &mut breakers, builtin_mock)?;
             routes.push(route);
         }
+        derive_in_flight_caps(&mut providers, &routes);
 
         let callers = raw
             .callers
@@ -633,6 +677,30 @@ fn breaker_settings(
     };
     s.build().map_err(|e| e.to_string())?;
     Ok(s)
+}
+
+/// Sizes each provider without a written `max_in_flight` from its allowance
+/// and the longest attempt any route expects of it (see [`InFlightCap`]).
+fn derive_in_flight_caps(providers: &mut [Provider], routes: &[Route]) {
+    for (ix, p) in providers.iter_mut().enumerate() {
+        if p.max_in_flight_from != InFlightCap::None {
+            continue;
+        }
+        let longest = routes
+            .iter()
+            .flat_map(|r| &r.targets)
+            .filter(|t| t.provider == ix)
+            .map(|t| t.expected_attempt)
+            .max();
+        if let (Some((rpm, burst)), Some(expected)) = (p.rate_limit, longest) {
+            p.max_in_flight = derived_max_in_flight(rpm, burst, expected);
+            p.max_in_flight_from = InFlightCap::Derived {
+                requests_per_minute: rpm,
+                burst,
+                expected_attempt: expected,
+            };
+        }
+    }
 }
 
 /// Which route, if any, set each provider's breaker through a route-level
@@ -865,7 +933,7 @@ fn resolve_route(
         deadline,
         policy,
         budget,
-        max_in_flight: r.max_in_flight.unwrap_or(1024),
+        max_in_flight: r.max_in_flight.unwrap_or(DEFAULT_ROUTE_MAX_IN_FLIGHT),
         retry_after_cap: retry
             .and_then(|r| r.retry_after_cap)
             .map(|d| d.0)

@@ -93,8 +93,8 @@ pub(crate) async fn run(
                 shared
                     .metrics
                     .attempts_per_request
-                    .observe(f64::from(attempts.max(1)));
-                return fail(&ctx, &fin, f, last_error, outside, attempts);
+                    .observe(f64::from(attempts));
+                return fail(&ctx, &fin, f, last_error, outside, attempts, last_label);
             }
             Decision::Dispatch(d) => {
                 let target = &route.targets[d.target];
@@ -145,8 +145,7 @@ pub(crate) async fn run(
                     None => attempt_deadline,
                 };
                 let result =
-                    tokio::time::timeout_at(head_deadline, provider.client.request(upstream_req))
-                        .await;
+                    tokio::time::timeout_at(head_deadline, provider.send(upstream_req)).await;
                 let (outcome, label) = match result {
                     Err(_) => (Outcome::Timeout, "timeout"),
                     Ok(Err(_)) => (Outcome::ConnectError, "connect_error"),
@@ -166,6 +165,8 @@ pub(crate) async fn run(
                             {
                                 Delivered::Done(r) => return r,
                                 Delivered::Failed(o, l, back) => {
+                                    // The answer describes this attempt, not an earlier error.
+                                    last_error = None;
                                     lease = back;
                                     (o, l)
                                 }
@@ -234,7 +235,9 @@ pub(crate) async fn run(
                     tape(&ctx, model_sent(&ctx, fin.req.target()), line);
                 }
                 let class = fin.record(outcome);
-                let label = if class == Class::NotProviderFault && label == "timeout" {
+                let label = if class == Class::NotProviderFault
+                    && (label == "timeout" || label == "body_timeout")
+                {
                     "deadline_cut"
                 } else {
                     label
@@ -286,8 +289,15 @@ async fn deliver(
                 // The stream ended before a blank line: what it sent is the
                 // answer (a retry would run the generation again).
                 Ok(None) if framer.has_partial() => break framer.flush(),
+                // Cut before the commit point: nothing reached the caller, so
+                // it may be retried as a connection failure (`connect_error`
+                // in `retry.on`), but it is not one: labelled as what it is.
                 Ok(None) | Ok(Some(Err(_))) => {
-                    return Delivered::Failed(Outcome::ConnectError, "connect_error", lease)
+                    return Delivered::Failed(
+                        Outcome::ConnectError,
+                        "cut_before_first_event",
+                        lease,
+                    )
                 }
                 Ok(Some(Ok(frame))) => {
                     if let Ok(d) = frame.into_data() {
@@ -299,9 +309,12 @@ async fn deliver(
                 }
             }
         };
-        // Commit: from here on, no retry.
+        // Commit: from here on, no retry; the stream ends by the caller's deadline.
         *outside += shared.clock.since(started);
         fin.req.commit();
+        let ends_at = shared
+            .clock
+            .to_tokio(fin.req.deadline() - route.policy.margin());
         shared.metrics.attempt(&provider_name, "success");
         let attempts = fin.req.attempts();
         shared
@@ -325,6 +338,7 @@ async fn deliver(
             None,
             total.saturating_sub(*outside),
             None,
+            "success",
         );
         // A stream is not stored for replay, but its key stays held (and its
         // bulkhead slot taken) until the stream ends.
@@ -354,6 +368,7 @@ async fn deliver(
             first,
             framer,
             idle: route.stream_idle_timeout,
+            deadline: ends_at,
             dialect: ctx.dialect,
             clock: shared.clock,
         };
@@ -364,23 +379,29 @@ async fn deliver(
         success_headers(out.headers_mut(), attempts, &provider_name);
         return Delivered::Done(out);
     }
-    let bytes = match read_limited(body, MAX_RESPONSE_BODY, attempt_deadline).await {
+    // A plain answer's 2xx head means the provider has run the generation:
+    // the body is read until the caller's deadline, and a body that fails is
+    // never fetched again (a too-large one would be as large again; a broken
+    // one would run the generation twice). Only the planner's deadline rule
+    // applies to a body that has not arrived by then.
+    let declared = http_body::Body::size_hint(&body).exact();
+    if declared.is_some_and(|n| n > MAX_RESPONSE_BODY as u64) {
+        return Delivered::Failed(Outcome::ResponseTooLarge, "response_too_large", lease);
+    }
+    let body_deadline = shared
+        .clock
+        .to_tokio(fin.req.deadline() - route.policy.margin())
+        .max(attempt_deadline);
+    let bytes = match read_limited(body, MAX_RESPONSE_BODY, body_deadline).await {
         Ok(b) => b,
-        Err(timed_out) => {
-            let o = if timed_out {
-                Outcome::Timeout
-            } else {
-                Outcome::ConnectError
-            };
-            return Delivered::Failed(
-                o,
-                if timed_out {
-                    "timeout"
-                } else {
-                    "connect_error"
-                },
-                lease,
-            );
+        Err(BodyError::TimedOut) => {
+            return Delivered::Failed(Outcome::Timeout, "body_timeout", lease)
+        }
+        Err(BodyError::TooLarge) => {
+            return Delivered::Failed(Outcome::ResponseTooLarge, "response_too_large", lease)
+        }
+        Err(BodyError::Broken) => {
+            return Delivered::Failed(Outcome::FailedAfterFirstByte, "body_cut", lease)
         }
     };
     *outside += shared.clock.since(started);
@@ -399,7 +420,7 @@ async fn deliver(
     let added = total.saturating_sub(*outside);
     shared.metrics.added_latency.observe(added.as_secs_f64());
     shared.metrics.request(&route.name, "success");
-    log_summary(ctx, fin, "success", None, added, None);
+    log_summary(ctx, fin, "success", None, added, None, "success");
     if shared.recorder.is_some() {
         let line = TapeLine {
             status,
@@ -444,6 +465,7 @@ fn fail(
     last_error: Option<LastError>,
     outside: Duration,
     attempts: u32,
+    last_result: &str,
 ) -> Response<Body> {
     let shared = &ctx.shared;
     let route = &shared.config.routes[ctx.route];
@@ -458,7 +480,15 @@ fn fail(
     let provider_said = last_error
         .as_ref()
         .and_then(|e| Dialect::provider_message(&e.body));
-    log_summary(ctx, fin, reason, Some(f.status), added, last_error.as_ref());
+    log_summary(
+        ctx,
+        fin,
+        reason,
+        Some(f.status),
+        added,
+        last_error.as_ref(),
+        last_result,
+    );
     match last_error {
         // A deterministic client error: the provider's own verdict, unchanged.
         Some(e) if f.upstream_status && (400..500).contains(&e.status) && e.status != 429 => {
@@ -479,6 +509,11 @@ fn fail(
                 Reason::RateLimited => msg.push_str("; the provider's request allowance is spent for now"),
                 _ => {}
             }
+            match last_result {
+                "body_cut" => msg.push_str("; the provider's 2xx answer broke off mid-body: it has already run the generation, so Levee does not run it again"),
+                "response_too_large" => msg.push_str(&format!("; the provider's answer is over Levee's {} MiB response limit, and a second attempt would be as large", MAX_RESPONSE_BODY >> 20)),
+                _ => {}
+            }
             if let Some(p) = provider_said {
                 msg.push_str("; provider said: ");
                 msg.push_str(&p);
@@ -495,6 +530,7 @@ fn log_summary(
     status: Option<u16>,
     added: Duration,
     err: Option<&LastError>,
+    last_result: &str,
 ) {
     let shared = &ctx.shared;
     let route = &shared.config.routes[ctx.route];
@@ -516,6 +552,7 @@ fn log_summary(
         target = %target,
         attempts = fin.req.attempts(),
         outcome,
+        last_attempt = last_result,
         status = status.unwrap_or(200),
         added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),
         deadline_left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
@@ -537,15 +574,27 @@ async fn read_capped(body: Incoming, cap: usize, until: tokio::time::Instant) ->
     read_limited(body, cap, until).await.unwrap_or_default()
 }
 
-/// Reads a whole body up to `cap` bytes before `until`. `Err(true)` on timeout.
+/// Why a body could not be read whole.
+#[derive(Debug)]
+enum BodyError {
+    /// Not complete by the given instant.
+    TimedOut,
+    /// Over the cap.
+    TooLarge,
+    /// The connection broke off (or the framing was invalid) mid-body.
+    Broken,
+}
+
+/// Reads a whole body up to `cap` bytes before `until`.
 async fn read_limited(
     body: Incoming,
     cap: usize,
     until: tokio::time::Instant,
-) -> Result<Bytes, bool> {
+) -> Result<Bytes, BodyError> {
     match tokio::time::timeout_at(until, Limited::new(body, cap).collect()).await {
-        Err(_) => Err(true),
-        Ok(Err(_)) => Err(false),
+        Err(_) => Err(BodyError::TimedOut),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Ok(Err(_)) => Err(BodyError::Broken),
         Ok(Ok(c)) => Ok(c.to_bytes()),
     }
 }

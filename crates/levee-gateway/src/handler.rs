@@ -245,6 +245,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     let Some(bulkhead) = shared.routes[route_ix].bulkhead.try_acquire() else {
         shared.metrics.reject("shed");
         shared.metrics.request(&route.name, "shed");
+        shared.metrics.attempts_per_request.observe(0.0);
         return levee_error(
             dialect,
             503,

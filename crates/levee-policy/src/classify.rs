@@ -24,8 +24,14 @@ pub enum Outcome {
     ConnectError,
     /// No response head before the attempt's timeout.
     Timeout,
-    /// The upstream failed after the first body byte had been read.
+    /// The upstream failed after its 2xx head: a committed stream broke off
+    /// or stalled, or a plain answer's body broke off. The provider has
+    /// already run the generation, so it is never run again.
     FailedAfterFirstByte,
+    /// The provider answered 2xx with a body over the gateway's response
+    /// limit. The provider did its job (not a fault), and a second attempt
+    /// would be as large: never retried.
+    ResponseTooLarge,
     /// The caller went away; nothing about the provider was learned.
     CallerCancelled,
     /// The attempt was not made, or was cut, because the caller's deadline
@@ -53,7 +59,8 @@ pub enum Class {
         retryable: bool,
         wait: Option<Duration>,
     },
-    /// A deterministic 4xx: the same bytes get the same answer. Never retried.
+    /// A deterministic 4xx (the same bytes get the same answer), or an answer
+    /// too large to pass on. Never retried; not a provider fault.
     Permanent,
     /// Caller cancelled or deadline skip: says nothing about the provider.
     NotProviderFault,
@@ -282,6 +289,7 @@ impl Classifier {
                 wait: None,
                 provider_wide: false,
             },
+            Outcome::ResponseTooLarge => Class::Permanent,
             Outcome::CallerCancelled | Outcome::SkippedNoDeadline => Class::NotProviderFault,
         }
     }
@@ -367,6 +375,22 @@ mod tests {
         );
         assert_eq!(c.classify(status(200)), Class::Success);
         assert_eq!(c.classify(status(409)), Class::Permanent);
+    }
+
+    #[test]
+    fn failures_after_a_2xx_head_are_never_retried_whatever_on_lists() {
+        let c = Classifier::new(&[RetryOn::Any5xx, RetryOn::ConnectError, RetryOn::Timeout]);
+        // Broke off mid-answer: the provider's fault, but the generation ran.
+        assert_eq!(
+            c.classify(Outcome::FailedAfterFirstByte),
+            Class::Fault {
+                retryable: false,
+                wait: None,
+                provider_wide: false
+            }
+        );
+        // Too large: the provider did its job; the next answer is as large.
+        assert_eq!(c.classify(Outcome::ResponseTooLarge), Class::Permanent);
     }
 
     #[test]
