@@ -151,7 +151,14 @@ pub(crate) async fn run(
                     Ok(Err(_)) => (Outcome::ConnectError, "connect_error"),
                     Ok(Ok(resp)) => {
                         let status = resp.status().as_u16();
-                        if status < 300 {
+                        // The core's classifier says what is an answer (1xx–3xx
+                        // included: a provider's redirect is passed on, never
+                        // retried); the driver only acts on it.
+                        let answer = policy.classifier().classify(Outcome::Status {
+                            status,
+                            retry_after: None,
+                        }) == Class::Success;
+                        if answer {
                             match deliver(
                                 &ctx,
                                 &mut fin,
@@ -172,12 +179,16 @@ pub(crate) async fn run(
                                 }
                             }
                         } else {
+                            // What the provider asked for, uncapped: the core
+                            // applies the route's cap to the request, the model
+                            // and the provider alike.
                             let retry_after = levee_policy::retry_after::parse(
                                 resp.headers().get("retry-after").map(|v| v.as_bytes()),
                                 resp.headers().get("retry-after-ms").map(|v| v.as_bytes()),
                                 shared.clock.unix_ms(),
                                 route.retry_after_cap,
-                            );
+                            )
+                            .map(levee_policy::retry_after::RetryAfter::requested);
                             let headers = resp.headers().clone();
                             let body =
                                 read_capped(resp.into_body(), MAX_ERROR_BODY, attempt_deadline)
@@ -191,27 +202,13 @@ pub(crate) async fn run(
                                 body,
                                 foreign,
                             });
-                            let outcome = match retry_after {
-                                // Longer than we would ever wait: record it as a
-                                // wait the deadline cannot hold.
-                                Some(levee_policy::retry_after::RetryAfter::TooLong(d)) => {
-                                    Outcome::Status {
-                                        status,
-                                        retry_after: Some(d),
-                                    }
-                                }
-                                Some(levee_policy::retry_after::RetryAfter::Wait(d)) => {
-                                    Outcome::Status {
-                                        status,
-                                        retry_after: Some(d),
-                                    }
-                                }
-                                None => Outcome::Status {
+                            (
+                                Outcome::Status {
                                     status,
-                                    retry_after: None,
+                                    retry_after,
                                 },
-                            };
-                            (outcome, label)
+                                label,
+                            )
                         }
                     }
                 };

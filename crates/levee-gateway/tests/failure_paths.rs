@@ -61,7 +61,10 @@ async fn a_dead_primary_with_a_healthy_backup_answers_everyone_before_its_breake
             ok += 1;
         }
     }
-    assert_eq!(ok, 30, "a fallback to a healthy backup spends no retry budget");
+    assert_eq!(
+        ok, 30,
+        "a fallback to a healthy backup spends no retry budget"
+    );
     env.stop().await;
 }
 
@@ -74,13 +77,21 @@ async fn a_429_on_one_model_leaves_the_providers_other_models_alone() {
     .await;
     let r = watchdog(
         WATCHDOG,
-        env.post("/v1/chat/completions", &chat("hot"), &[("x-timeout-ms", "2000")]),
+        env.post(
+            "/v1/chat/completions",
+            &chat("hot"),
+            &[("x-timeout-ms", "2000")],
+        ),
     )
     .await;
     assert_eq!(r.status, 429, "{}", r.text());
     let r = watchdog(
         WATCHDOG,
-        env.post("/v1/chat/completions", &chat("cool"), &[("x-timeout-ms", "2000")]),
+        env.post(
+            "/v1/chat/completions",
+            &chat("cool"),
+            &[("x-timeout-ms", "2000")],
+        ),
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -88,7 +99,11 @@ async fn a_429_on_one_model_leaves_the_providers_other_models_alone() {
     // `hot` itself is still held.
     let r = watchdog(
         WATCHDOG,
-        env.post("/v1/chat/completions", &chat("hot"), &[("x-timeout-ms", "2000")]),
+        env.post(
+            "/v1/chat/completions",
+            &chat("hot"),
+            &[("x-timeout-ms", "2000")],
+        ),
     )
     .await;
     assert_eq!(r.header("x-levee-reason"), "rate_limited");
@@ -110,7 +125,11 @@ async fn a_retry_after_of_a_day_holds_the_model_for_the_cap_only() {
     .await;
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("x-levee-attempts"), "1", "a day is not waited on");
-    assert_eq!(r.header("retry-after"), "30", "the caller hears the capped hold");
+    assert_eq!(
+        r.header("retry-after"),
+        "30",
+        "the caller hears the capped hold"
+    );
     env.stop().await;
 }
 

@@ -131,6 +131,23 @@ pub struct Failure {
     pub retry_after: Option<Duration>,
 }
 
+impl Failure {
+    /// How long a shed caller is told to wait.
+    pub const SHED_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+    /// The answer to a request refused for capacity (a route bulkhead or a
+    /// provider's in-flight cap): 503 at once, never queued, with a short
+    /// `retry-after`. The one definition the gateway and the simulator use.
+    pub const fn shed() -> Failure {
+        Failure {
+            reason: Reason::Shed,
+            status: 503,
+            upstream_status: false,
+            retry_after: Some(Self::SHED_RETRY_AFTER),
+        }
+    }
+}
+
 /// The planner's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -698,7 +715,7 @@ impl RoutePolicy {
         };
         let retry_after = retry_after
             .or(match reason {
-                Reason::Shed => Some(Duration::from_secs(1)),
+                Reason::Shed => Failure::shed().retry_after,
                 _ => None,
             })
             .map(|d| d.min(self.retry_after_cap));

@@ -15,8 +15,7 @@ use crate::layers::Reply;
 use crate::scenario::{LeveeGateway, Scenario};
 use crate::slab::Ref;
 use levee_policy::{
-    ConcurrencyLimiter, DeadlineHeaders, Decision, Deps, Instant, Outcome, ProviderState,
-    RequestState, RetryBudget,
+    ConcurrencyLimiter, Decision, Deps, Instant, Outcome, ProviderState, RequestState, RetryBudget,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,22 +87,18 @@ impl Engine<'_> {
             return self.finish(r, no_retry(404, None));
         };
         let Some(guard) = lv.limiters[route].try_acquire() else {
-            self.count_reason("shed");
-            return self.finish(r, no_retry(503, Some(Duration::from_secs(1))));
+            let shed = levee_policy::Failure::shed();
+            self.count_reason(shed.reason.as_str());
+            return self.finish(r, no_retry(shed.status, shed.retry_after));
         };
         let now = self.policy_now();
-        let timeout_ms = c
+        // What the caller's x-timeout-ms would say, whole milliseconds as on the wire.
+        let remaining = c
             .deadline
-            .map(|d| (d.saturating_sub(self.now) / 1_000_000).to_string());
-        let headers = DeadlineHeaders {
-            timeout_ms: timeout_ms.as_deref().map(str::as_bytes),
-            ..Default::default()
-        };
-        // A number Levee itself wrote cannot be malformed; fall back to the default anyway.
+            .map(|d| Duration::from_millis(d.saturating_sub(self.now) / 1_000_000));
         let deadline = config.routes[route]
             .deadline
-            .resolve(headers, now, 0)
-            .unwrap_or(now + config.routes[route].deadline.default_deadline());
+            .resolve_remaining(remaining, now);
         let caller_retry = self.is_caller_retry(r);
         if let Some(Call {
             kind:
