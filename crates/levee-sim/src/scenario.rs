@@ -410,8 +410,11 @@ fn resolve_provider(
     let mut faults = Vec::new();
     for (i, f) in p.faults.iter().enumerate() {
         let fat = |msg: &str| at(&[Key("faults"), Index(i)], msg.to_string());
-        if !(400..=599).contains(&f.status) {
-            return Err(fat("`status` must be an error status (400–599)"));
+        // 3xx included: a proxy in front of a provider may answer a redirect.
+        if !(300..=599).contains(&f.status) {
+            return Err(fat(
+                "`status` must be a redirect or an error status (300–599)",
+            ));
         }
         let rate = f.rate.unwrap_or(1.0);
         if !rate.is_finite() || !(0.0..=1.0).contains(&rate) {
