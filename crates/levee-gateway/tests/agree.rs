@@ -98,12 +98,8 @@ const NAMES: [&str; 2] = ["p", "b"];
 
 fn levee_providers(case: &Case, url: impl Fn(usize) -> String) -> String {
     let mut out = String::from("providers:\n");
-    for i in 0..case.providers.len() {
-        out += &format!(
-            "  {}: {{ api: openai, base_url: \"{}\" }}\n",
-            NAMES[i],
-            url(i)
-        );
+    for (i, name) in NAMES.iter().enumerate().take(case.providers.len()) {
+        out += &format!("  {name}: {{ api: openai, base_url: \"{}\" }}\n", url(i));
     }
     out
 }
