@@ -904,7 +904,8 @@ fn non_utf8_values_in_other_headers_are_tolerated_not_fatal() {
 // ---------------------------------------------------------------- secrets
 
 /// A one-shot fake provider that records the request it receives and
-/// answers 401 (without echoing anything back).
+/// answers 401 echoing the credential it was sent, as OpenAI does
+/// (`Incorrect API key provided: Bearer sk-…`).
 fn spy_provider() -> (SocketAddr, thread::JoinHandle<Vec<u8>>) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind spy");
     let addr = l.local_addr().expect("spy addr");
@@ -928,7 +929,19 @@ fn spy_provider() -> (SocketAddr, thread::JoinHandle<Vec<u8>>) {
                 Ok(n) => got.extend_from_slice(&chunk[..n]),
             }
         }
-        let body = br#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#;
+        let head = String::from_utf8_lossy(&got).into_owned();
+        let auth = head
+            .lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case("authorization")
+                    .then(|| v.trim().to_string())
+            })
+            .unwrap_or_default();
+        let body = format!(
+            r#"{{"error":{{"message":"Incorrect API key provided: {auth}.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}}}"#
+        );
+        let body = body.as_bytes();
         let resp = format!(
             "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             body.len()
