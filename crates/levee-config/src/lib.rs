@@ -263,14 +263,16 @@ pub enum StateBackend {
 
 /// A Redis URL as it may be shown: the password (and a user name) replaced
 /// by `***`, so no message, log line or `levee check` output carries it.
+/// Conservative on malformed input: everything before the last `@` is hidden.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some(at) = url.rfind('@') else {
         return url.to_string();
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => url.to_string(),
+    match url.split_once("://") {
+        Some((scheme, rest)) if rest.len() > url.len() - at - 1 => {
+            format!("{scheme}://***@{}", &url[at + 1..])
+        }
+        _ => format!("***@{}", &url[at + 1..]),
     }
 }
 
