@@ -28,7 +28,10 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(!model.is_empty());
     let body = Bytes::copy_from_slice(data);
-    assert_eq!(rewrite_model(&body, &model, &model).ok(), Some(body.clone()));
+    assert_eq!(
+        rewrite_model(&body, &model, &model).ok(),
+        Some(body.clone())
+    );
 
     let out = match rewrite_model(&body, &model, TO) {
         Ok(out) => out,

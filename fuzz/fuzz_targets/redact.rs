@@ -36,13 +36,20 @@ fuzz_target!(|data: &[u8]| {
     let occurs = |hay: &[u8], k: &[u8]| hay.windows(k.len()).any(|w| w == k);
     match secrets.scrub(rest) {
         Some(out) => {
-            assert!(long.iter().any(|k| occurs(rest, k)), "changed without a key");
+            assert!(
+                long.iter().any(|k| occurs(rest, k)),
+                "changed without a key"
+            );
             for k in &long {
                 // A replacement can only create a key that overlaps the
                 // marker: one with a bracket, or part of "[redacted]".
                 let overlaps = k.contains(&b'[') || k.contains(&b']') || occurs(b"[redacted]", k);
                 if !overlaps {
-                    assert!(!occurs(&out, k), "a key survived: {:?}", String::from_utf8_lossy(&out));
+                    assert!(
+                        !occurs(&out, k),
+                        "a key survived: {:?}",
+                        String::from_utf8_lossy(&out)
+                    );
                 }
             }
         }
@@ -68,7 +75,10 @@ fuzz_target!(|data: &[u8]| {
                 let kept = shown
                     .strip_prefix(&format!("{scheme}://***@"))
                     .unwrap_or_else(|| panic!("{text:?} shown as {shown:?}"));
-                assert!(tail[at + 1..].ends_with(kept), "{text:?} shown as {shown:?}");
+                assert!(
+                    tail[at + 1..].ends_with(kept),
+                    "{text:?} shown as {shown:?}"
+                );
                 // Errors show the URL redacted, never as given.
                 if shown != text && !text.contains(":password@") {
                     if let Err(e) = check_redis_url(text) {
