@@ -32,7 +32,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     let guard = Arc::clone(&shared);
     guard
         .grace_over
-        .guard(dialect, handle_request(shared, req))
+        .guard(dialect, &guard.metrics, handle_request(shared, req))
         .await
 }
 
@@ -367,7 +367,12 @@ async fn claim_key(
         } else if waited && matches!(claimed, Claimed::Lead(_)) {
             *note = Some(IdemNote::Rerun);
         }
-        if !counted && !matches!(claimed, Claimed::Lead(_) | Claimed::Untracked) {
+        if !counted
+            && !matches!(
+                claimed,
+                Claimed::Lead(_) | Claimed::Untracked | Claimed::Unavailable
+            )
+        {
             // A repeated key: a caller layer is still retrying.
             shared.metrics.caller_retries.inc();
             counted = true;

@@ -47,11 +47,13 @@ impl GraceOver {
     pub async fn guard(
         &self,
         dialect: Dialect,
+        metrics: &crate::metrics::Metrics,
         answer: impl Future<Output = Response<Body>>,
     ) -> Response<Body> {
         let resp = tokio::select! {
             r = answer => r,
             _ = self.wait() => {
+                metrics.reject("shutting_down");
                 return levee_error(
                     dialect,
                     503,
