@@ -17,6 +17,11 @@
 //! and handed to the requests waiting on it, but not stored: a later request
 //! with that key runs again.
 //!
+//! Streams are not stored: they are relayed event by event as generated, and
+//! SDKs retry a stream only before its first event. A request with the key of
+//! a running stream waits for it to end, then runs (its response says
+//! `x-levee-idempotency: rerun`).
+//!
 //! Where keys live is an [`IdempotencyBackend`]: [`MemoryBackend`] (the
 //! default, one process) or [`RedisBackend`] (shared by replicas, falling back
 //! to the local store when Redis is unavailable).
