@@ -263,16 +263,27 @@ pub enum StateBackend {
 
 /// A Redis URL as it may be shown: the password (and a user name) replaced
 /// by `***`, so no message, log line or `levee check` output carries it.
-/// Conservative on malformed input: everything before the last `@` is hidden.
+/// Conservative on malformed input: everything before the last `@` is
+/// hidden, and so are query values (`?password=…`).
 pub fn redact_url(url: &str) -> String {
-    let Some(at) = url.rfind('@') else {
-        return url.to_string();
+    let shown = match url.rfind('@') {
+        None => url.to_string(),
+        Some(at) => match url.split_once("://") {
+            Some((scheme, rest)) if rest.len() > url.len() - at - 1 => {
+                format!("{scheme}://***@{}", &url[at + 1..])
+            }
+            _ => format!("***@{}", &url[at + 1..]),
+        },
     };
-    match url.split_once("://") {
-        Some((scheme, rest)) if rest.len() > url.len() - at - 1 => {
-            format!("{scheme}://***@{}", &url[at + 1..])
+    match shown.split_once('?') {
+        None => shown,
+        Some((base, query)) => {
+            let names: Vec<&str> = query
+                .split('&')
+                .map(|p| p.split_once('=').map_or(p, |(n, _)| n))
+                .collect();
+            format!("{base}?{}=***", names.join("=***&"))
         }
-        _ => format!("***@{}", &url[at + 1..]),
     }
 }
 

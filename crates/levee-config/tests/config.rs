@@ -180,6 +180,10 @@ fn redis_urls_are_validated_and_never_shown_with_their_password() {
         levee_config::redact_url("redis://:pw@h:1/0"),
         "redis://***@h:1/0"
     );
+    assert_eq!(
+        levee_config::redact_url("redis://h:1/0?password=pw&protocol=resp3"),
+        "redis://h:1/0?password=***&protocol=***"
+    );
 }
 
 #[test]
