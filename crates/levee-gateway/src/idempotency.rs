@@ -116,7 +116,7 @@ impl Inner {
             Entry::Done { size, .. } => size,
             Entry::InFlight { .. } => 0,
         };
-        self.bytes -= size;
+        self.bytes = self.bytes.saturating_sub(size);
         if let Some(u) = self.callers.get_mut(&k.0) {
             u.entries = u.entries.saturating_sub(1);
             u.bytes = u.bytes.saturating_sub(size);
