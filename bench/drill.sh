@@ -7,7 +7,9 @@
 #   bench/drill.sh [RATE] [DURATION]        # default 400 90s
 #
 # Environment: LEVEE_BIN (skip the release build and use this binary),
-# TIMEOUT_MS (the callers' deadline, default 30000: the route's default).
+# TIMEOUT_MS (the callers' deadline, default 30000: the route's default),
+# FAULT (the --fault flag, default seed 000's window above), OUT (default
+# bench/drill: writes OUT.json and OUT.svg).
 # Writes bench/drill.json (the report) and bench/drill.svg (upstream rps), and
 # stops both servers whatever happens. Loopback only.
 set -euo pipefail
@@ -16,6 +18,8 @@ cd "$(dirname "$0")/.."
 RATE="${1:-400}"
 DURATION="${2:-90s}"
 TIMEOUT_MS="${TIMEOUT_MS:-30000}"
+FAULT="${FAULT:-status=503,retry_after=2,from=20s,to=50s}"
+OUT="${OUT:-bench/drill}"   # writes $OUT.json and $OUT.svg
 
 if [ -z "${LEVEE_BIN:-}" ]; then
   cargo build --release -p levee >&2
@@ -76,11 +80,11 @@ set +e
 "$LEVEE_BIN" drill --gateway "http://$gateway" --mock "http://$mock" \
   --rate "$RATE" --duration "$DURATION" --timeout-ms "$TIMEOUT_MS" \
   --model anthropic/claude-drill \
-  --fault 'status=503,retry_after=2,from=20s,to=50s' \
-  --json --plot bench/drill.svg >bench/drill.json
+  --fault "$FAULT" \
+  --json --plot "$OUT.svg" >"$OUT.json"
 code=$?
 set -e
-jq . bench/drill.json
+jq . "$OUT.json"
 echo "--- gateway metrics after the drill" >&2
 curl -fsS "http://$admin/metrics" |
   grep -E '^levee_(requests_total|upstream_attempts_total|caller_retries_total|retry_budget_exhausted_total|rejected_total)' >&2 || true

@@ -8,7 +8,8 @@
 #
 # Targets (fuzz/fuzz_targets/): retry_after (retry-after, retry-after-ms and
 # the deadline headers), sse (the relay's event framer), inspect (model
-# extraction and rewrite), config (YAML config loading).
+# extraction, full validation and rewrite), config (YAML config loading),
+# redact (provider-key redaction, tape paths, Redis URLs shown in messages).
 #
 # How this works on stable: libFuzzer's coverage instrumentation is LLVM's
 # SanitizerCoverage, which rustc reaches through stable codegen flags
@@ -35,7 +36,7 @@ case "$SECS" in
 esac
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 2
-TARGETS="${FUZZ_TARGETS:-retry_after sse inspect config}"
+TARGETS="${FUZZ_TARGETS:-retry_after sse inspect config redact}"
 SANITIZER="${FUZZ_SANITIZER:-none}"
 # Own target dir: never fights the main workspace build for its lock.
 export CARGO_TARGET_DIR="$ROOT/fuzz/target"

@@ -7,11 +7,13 @@
 //!   flag (what was routed is what the provider sees);
 //! - rewriting to the same name returns the body unchanged.
 //!
-//! Bodies `inspect` accepts but `rewrite_model` cannot rebuild (invalid UTF-8
-//! or a lone surrogate in another field, a number out of range, deep nesting)
-//! must be refused by `rewrite_model` with an error — the gateway answers 400 —
-//! never returned unrewritten (found by this target; regression inputs in
-//! `fuzz/regressions/inspect/`).
+//! - every body `inspect` accepts can be rewritten: `inspect` validates the
+//!   whole document as strictly as the rewrite parses it, so a body is
+//!   refused (400) the same way on every route. Bodies with invalid UTF-8 or a
+//!   lone surrogate in another field, a number out of range or deep nesting
+//!   were once accepted by `inspect` and forwarded raw on routes without a
+//!   rewrite (found by this target; regression inputs in
+//!   `fuzz/regressions/inspect/`).
 #![no_main]
 
 use bytes::Bytes;
@@ -26,11 +28,17 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(!model.is_empty());
     let body = Bytes::copy_from_slice(data);
-    assert_eq!(rewrite_model(&body, &model, &model).ok(), Some(body.clone()));
+    assert_eq!(
+        rewrite_model(&body, &model, &model).ok(),
+        Some(body.clone())
+    );
 
-    let Ok(out) = rewrite_model(&body, &model, TO) else {
-        // Refused: the gateway answers 400 instead of forwarding it.
-        return;
+    let out = match rewrite_model(&body, &model, TO) {
+        Ok(out) => out,
+        Err(e) => panic!(
+            "inspect accepted a body the rewrite refuses ({e}): {:?}",
+            String::from_utf8_lossy(data)
+        ),
     };
     let v: serde_json::Value = match serde_json::from_slice(&out) {
         Ok(v) => v,

@@ -277,7 +277,25 @@ pub struct Limits {
 #[derive(Clone, Copy, Debug)]
 pub struct IdempotencySettings {
     pub ttl: Duration,
+    /// Most keys held (in flight or answered), shared fairly among callers.
     pub max_entries: usize,
+    /// Most bytes of stored answers, shared fairly among callers; an answer
+    /// larger than a quarter of this is delivered but not stored.
+    pub max_bytes: u64,
+}
+
+/// The default `idempotency.max_bytes`.
+pub const DEFAULT_IDEMPOTENCY_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What a keyed request does when the shared store cannot be consulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnUnavailable {
+    /// Run it on this replica's local store (answered with
+    /// `x-levee-idempotency: local`).
+    #[default]
+    Local,
+    /// Refuse it: 503, `x-levee-reason: state_unavailable`, never sent.
+    Refuse,
 }
 
 /// Where shared state lives.
@@ -289,7 +307,93 @@ pub enum StateBackend {
         key_prefix: String,
         replicas: u32,
         timeout: Duration,
+        on_unavailable: OnUnavailable,
     },
+}
+
+/// A Redis URL as it may be shown: the password (and a user name) replaced
+/// by `***`, so no message, log line or `levee check` output carries it.
+/// Conservative on malformed input: everything before the last `@` is
+/// hidden, and so are query values (`?password=…`).
+pub fn redact_url(url: &str) -> String {
+    let shown = match url.rfind('@') {
+        None => url.to_string(),
+        Some(at) => match url.split_once("://") {
+            Some((scheme, rest)) if rest.len() > url.len() - at - 1 => {
+                format!("{scheme}://***@{}", &url[at + 1..])
+            }
+            _ => format!("***@{}", &url[at + 1..]),
+        },
+    };
+    match shown.split_once('?') {
+        None => shown,
+        Some((base, query)) => {
+            let names: Vec<&str> = query
+                .split('&')
+                .map(|p| p.split_once('=').map_or(p, |(n, _)| n))
+                .collect();
+            format!("{base}?{}=***", names.join("=***&"))
+        }
+    }
+}
+
+/// Checks a `state.url`: `redis://` or `rediss://` with a host, an optional
+/// port and database number, or `redis+unix://` / `unix://` with a path.
+/// Errors show the URL redacted.
+pub fn check_redis_url(url: &str) -> Result<(), String> {
+    let shown = redact_url(url);
+    let bad = |why: &str| {
+        Err(format!(
+            "`state.url` `{shown}` is not a Redis URL like `redis://[:password@]host:6379[/db]`: {why}"
+        ))
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return bad("no `scheme://`");
+    };
+    match scheme {
+        "redis+unix" | "unix" => {
+            if rest.is_empty() {
+                return bad("no socket path");
+            }
+            return Ok(());
+        }
+        "redis" | "rediss" => {}
+        _ => return bad("the scheme must be redis, rediss, redis+unix or unix"),
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let hostport = authority
+        .rfind('@')
+        .map_or(authority, |at| &authority[at + 1..]);
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((h, p)) => (h, p.strip_prefix(':')),
+            None => return bad("unclosed `[` in the host"),
+        }
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'))
+    {
+        return bad("no valid host");
+    }
+    if let Some(p) = port {
+        if p.parse::<u16>().map_or(true, |p| p == 0) {
+            return bad("the port must be a number from 1 to 65535");
+        }
+    }
+    let path = tail.split(['?', '#']).next().unwrap_or("");
+    let db = path.trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u32>().is_err() {
+        return bad("the path must be a database number (`/0`)");
+    }
+    Ok(())
 }
 
 /// A whole, valid configuration.
@@ -586,20 +690,51 @@ impl Config {
                 .as_ref()
                 .and_then(|i| i.max_entries)
                 .unwrap_or(100_000),
+            max_bytes: raw
+                .idempotency
+                .as_ref()
+                .and_then(|i| i.max_bytes)
+                .unwrap_or(DEFAULT_IDEMPOTENCY_MAX_BYTES),
         };
+        if idempotency.max_entries == 0 || idempotency.max_bytes < 1024 {
+            return Err(ConfigError::at(
+                text,
+                &[Key("idempotency")],
+                "`idempotency.max_entries` must be at least 1 and `idempotency.max_bytes` at least 1024",
+            ));
+        }
         let state = match &raw.state {
             None => StateBackend::Memory,
             Some(s) => match s.backend.as_deref().unwrap_or("memory") {
                 "memory" => StateBackend::Memory,
-                "redis" => StateBackend::Redis {
-                    url: s
+                "redis" => {
+                    let url = s
                         .url
                         .clone()
-                        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_string()),
-                    key_prefix: s.key_prefix.clone().unwrap_or_else(|| "levee".to_string()),
-                    replicas: s.replicas.unwrap_or(1).max(1),
-                    timeout: s.timeout.map(|d| d.0).unwrap_or(Duration::from_millis(5)),
-                },
+                        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_string());
+                    check_redis_url(&url)
+                        .map_err(|m| ConfigError::at(text, &[Key("state"), Key("url")], m))?;
+                    let on_unavailable = match s.on_unavailable.as_deref() {
+                        None | Some("local") => OnUnavailable::Local,
+                        Some("refuse") => OnUnavailable::Refuse,
+                        Some(other) => {
+                            return Err(ConfigError::at(
+                                text,
+                                &[Key("state"), Key("on_unavailable")],
+                                format!(
+                                    "`state.on_unavailable` must be `local` or `refuse` (got `{other}`)"
+                                ),
+                            ))
+                        }
+                    };
+                    StateBackend::Redis {
+                        url,
+                        key_prefix: s.key_prefix.clone().unwrap_or_else(|| "levee".to_string()),
+                        replicas: s.replicas.unwrap_or(1).max(1),
+                        timeout: s.timeout.map(|d| d.0).unwrap_or(Duration::from_millis(5)),
+                        on_unavailable,
+                    }
+                }
                 other => {
                     return Err(ConfigError::at(
                         text,
@@ -655,6 +790,7 @@ fn unreachable_default() -> Config {
         idempotency: IdempotencySettings {
             ttl: Duration::from_secs(600),
             max_entries: 100_000,
+            max_bytes: DEFAULT_IDEMPOTENCY_MAX_BYTES,
         },
         state: StateBackend::Memory,
         builtin_mock: true,

@@ -170,6 +170,7 @@ pub struct RawKey {
 pub struct RawIdempotency {
     pub ttl: Option<Dur>,
     pub max_entries: Option<usize>,
+    pub max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -180,4 +181,5 @@ pub struct RawState {
     pub key_prefix: Option<String>,
     pub replicas: Option<u32>,
     pub timeout: Option<Dur>,
+    pub on_unavailable: Option<String>,
 }

@@ -185,3 +185,58 @@ fn two_routes_asking_one_provider_for_different_breakers_are_refused() {
     let same = TWO_ROUTES_ONE_PROVIDER.to_string() + "    circuit_breaker: { open_for: 2s }\n";
     assert!(Config::parse(&same).is_ok());
 }
+
+#[test]
+fn redis_urls_are_validated_and_never_shown_with_their_password() {
+    for good in [
+        "redis://127.0.0.1:6379",
+        "redis://:s3cret@cache.internal:6380/2",
+        "rediss://user:s3cret@[::1]:6379",
+        "redis+unix:///run/redis.sock",
+        "redis://localhost",
+    ] {
+        assert!(levee_config::check_redis_url(good).is_ok(), "{good}");
+    }
+    for bad in [
+        "redis//:s3cret@host:6379",
+        "http://:s3cret@host:6379",
+        "redis://:s3cret@host:notaport",
+        "redis://:s3cret@host:0",
+        "redis://:s3cret@:6379",
+        "redis://:s3cret@host:6379/db",
+        "redis://:s3cret@ho st:6379",
+    ] {
+        let e = levee_config::check_redis_url(bad).expect_err(bad);
+        assert!(!e.contains("s3cret"), "the password is shown: {e}");
+        let text = format!("state: {{ backend: redis, url: \"{bad}\" }}\n");
+        let e = Config::parse(&text).expect_err(bad).to_string();
+        assert!(!e.contains("s3cret"), "the password is shown: {e}");
+        assert!(e.contains("state.url"), "{e}");
+    }
+    assert_eq!(
+        levee_config::redact_url("redis://:pw@h:1/0"),
+        "redis://***@h:1/0"
+    );
+    assert_eq!(
+        levee_config::redact_url("redis://h:1/0?password=pw&protocol=resp3"),
+        "redis://h:1/0?password=***&protocol=***"
+    );
+}
+
+#[test]
+fn idempotency_bytes_and_on_unavailable_are_read_and_checked() {
+    let c = Config::parse(
+        "idempotency: { max_entries: 10, max_bytes: 4096 }\nstate: { backend: redis, on_unavailable: refuse }\n",
+    )
+    .unwrap();
+    assert_eq!(c.idempotency.max_bytes, 4096);
+    assert!(matches!(
+        c.state,
+        levee_config::StateBackend::Redis {
+            on_unavailable: levee_config::OnUnavailable::Refuse,
+            ..
+        }
+    ));
+    assert!(Config::parse("state: { backend: redis, on_unavailable: maybe }\n").is_err());
+    assert!(Config::parse("idempotency: { max_bytes: 10 }\n").is_err());
+}

@@ -189,10 +189,12 @@ pub(crate) async fn run(
                                 route.retry_after_cap,
                             )
                             .map(levee_policy::retry_after::RetryAfter::requested);
-                            let headers = resp.headers().clone();
-                            let body =
+                            let mut headers = resp.headers().clone();
+                            shared.secrets.headers(&mut headers);
+                            let body = shared.secrets.bytes(
                                 read_capped(resp.into_body(), MAX_ERROR_BODY, attempt_deadline)
-                                    .await;
+                                    .await,
+                            );
                             let foreign = (400..500).contains(&status)
                                 && !Dialect::is_provider_error_shape(&body);
                             let label = status_label(status, foreign);
@@ -607,7 +609,7 @@ fn model_sent(ctx: &Ctx, target: usize) -> String {
 }
 
 fn fill_tape(ctx: &Ctx, model: String, line: &mut TapeLine) {
-    line.path = Some(ctx.path_and_query.clone());
+    line.path = Some(crate::record::tape_path(&ctx.path_and_query));
     line.model = Some(model);
     line.at_ms = Some(ms(ctx.shared.clock.now().since_origin()));
 }

@@ -4,7 +4,7 @@
 
 use crate::dialect::Dialect;
 use crate::drive::Ctx;
-use crate::idempotency::{Claim, Claimed, Follow, Stored};
+use crate::idempotency::{Claim, Claimed, Follow, Scope, Stored};
 use crate::inspect::{inspect, rewrite_model};
 use crate::respond::{full, levee_error, Body};
 use crate::shared::Shared;
@@ -24,11 +24,26 @@ const PATHS: [&str; 4] = [
     "/v1/responses",
 ];
 
-/// Handles one inbound request. Never panics, never answers 500 without a reason.
+/// Handles one inbound request. Never panics, never answers 500 without a
+/// reason; when the shutdown grace period ends first, answers 503 (or ends
+/// the stream with an error event) in the caller's dialect.
 pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let dialect = Dialect::from_path(req.uri().path());
+    let guard = Arc::clone(&shared);
+    guard
+        .grace_over
+        .guard(dialect, &guard.metrics, handle_request(shared, req))
+        .await
+}
+
+async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let dialect = Dialect::from_path(&path);
     if req.method() == Method::GET && path == "/v1/models" {
+        // The route names are the deployment's map: as private as the routes.
+        if authenticate(&shared, req.headers()).is_err() {
+            return unauthorized(&shared, dialect);
+        }
         return models(&shared);
     }
     if !PATHS.contains(&path.as_str()) {
@@ -52,17 +67,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     }
     let caller = match authenticate(&shared, req.headers()) {
         Ok(c) => c,
-        Err(()) => {
-            shared.metrics.reject("unauthorized");
-            return levee_error(
-                dialect,
-                401,
-                "bad_request",
-                "levee: missing or invalid API key for this gateway",
-                0,
-                None,
-            );
-        }
+        Err(()) => return unauthorized(&shared, dialect),
     };
     let max_body = shared.config.limits.max_body_bytes;
     if let Some(len) = req
@@ -262,6 +267,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     };
 
     // Idempotency: the caller's key, or one Levee makes for this request.
+    let mut note = None;
     let lease = match key_header.as_deref() {
         None => None,
         Some(k) => {
@@ -272,9 +278,9 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
                 body_hash,
                 counted: sdk_retry,
             };
-            match claim_key(&shared, key, &route.name, dialect, deadline).await {
+            match claim_key(&shared, key, &route.name, dialect, deadline, &mut note).await {
                 Ok(lease) => lease,
-                Err(answer) => return answer,
+                Err(answer) => return noted(&shared, answer, note),
             }
         }
     };
@@ -302,7 +308,34 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         arrived,
         caller_retry: sdk_retry,
     };
-    crate::drive::run(ctx, deadline, lease).await
+    let answer = crate::drive::run(ctx, deadline, lease).await;
+    noted(&shared, answer, note)
+}
+
+/// What `x-levee-idempotency` says about a keyed request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IdemNote {
+    /// The shared store could not be consulted: deduplicated on this replica only.
+    Local,
+    /// An earlier request with the key ended without a stored answer (a
+    /// stream, an answer too large to store, or a failure): this one waited
+    /// for it, then ran.
+    Rerun,
+}
+
+fn noted(shared: &Shared, mut answer: Response<Body>, note: Option<IdemNote>) -> Response<Body> {
+    let value = match note {
+        None => return answer,
+        Some(IdemNote::Local) => {
+            shared.metrics.idempotency_local.inc();
+            "local"
+        }
+        Some(IdemNote::Rerun) => "rerun",
+    };
+    answer
+        .headers_mut()
+        .insert("x-levee-idempotency", HeaderValue::from_static(value));
+    answer
 }
 
 /// A request's idempotency key, ready to claim.
@@ -323,15 +356,27 @@ async fn claim_key(
     route: &str,
     dialect: Dialect,
     deadline: levee_policy::Instant,
+    note: &mut Option<IdemNote>,
 ) -> Result<Option<Claim>, Response<Body>> {
     let mut counted = k.counted;
+    let mut waited = false;
     let until = shared.clock.to_tokio(deadline);
     loop {
-        let claimed = shared
+        let (claimed, scope) = shared
             .idempotency
             .claim(k.caller, k.key, k.body_hash, shared.clock.now())
             .await;
-        if !counted && !matches!(claimed, Claimed::Lead(_) | Claimed::Untracked) {
+        if scope == Scope::Local {
+            *note = Some(IdemNote::Local);
+        } else if waited && matches!(claimed, Claimed::Lead(_)) {
+            *note = Some(IdemNote::Rerun);
+        }
+        if !counted
+            && !matches!(
+                claimed,
+                Claimed::Lead(_) | Claimed::Untracked | Claimed::Unavailable
+            )
+        {
             // A repeated key: a caller layer is still retrying.
             shared.metrics.caller_retries.inc();
             counted = true;
@@ -339,6 +384,19 @@ async fn claim_key(
         let follow = match claimed {
             Claimed::Lead(l) => return Ok(Some(l)),
             Claimed::Untracked => return Ok(None),
+            Claimed::Unavailable => {
+                *note = None;
+                shared.metrics.reject("state_unavailable");
+                shared.metrics.request(route, "state_unavailable");
+                return Err(levee_error(
+                    dialect,
+                    503,
+                    "state_unavailable",
+                    "levee: the shared idempotency store is unavailable and state.on_unavailable is `refuse`: this keyed request was not sent (it could run twice across replicas)",
+                    0,
+                    None,
+                ));
+            }
             Claimed::Replay(stored) => return Err(replay(shared, route, &stored)),
             Claimed::Conflict => {
                 shared.metrics.reject("bad_request");
@@ -353,6 +411,7 @@ async fn claim_key(
             }
             Claimed::Follow(f) => f,
         };
+        waited = true;
         let in_time = match follow {
             Follow::Local(mut rx) => {
                 match tokio::time::timeout_at(until, rx.wait_for(|v| v.is_some())).await {
@@ -413,15 +472,34 @@ fn models(shared: &Shared) -> Response<Body> {
     out
 }
 
+fn unauthorized(shared: &Shared, dialect: Dialect) -> Response<Body> {
+    shared.metrics.reject("unauthorized");
+    levee_error(
+        dialect,
+        401,
+        "bad_request",
+        "levee: missing or invalid API key for this gateway",
+        0,
+        None,
+    )
+}
+
+/// The token of an `authorization` value: the auth scheme is
+/// case-insensitive (`Bearer`, `bearer`, `BEARER`).
+fn bearer_token(v: &[u8]) -> &[u8] {
+    match v.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => v[7..].trim_ascii_start(),
+        _ => v,
+    }
+}
+
 /// The caller's identity for idempotency: its gateway key, else a digest of
 /// the credentials it sent, else anonymous. `Err` when gateway keys are
 /// configured and none matches.
 fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], ()> {
     let presented = h.get("x-api-key").map(|v| v.as_bytes()).or_else(|| {
-        h.get(http::header::AUTHORIZATION).map(|v| {
-            let b = v.as_bytes();
-            b.strip_prefix(b"Bearer ").unwrap_or(b)
-        })
+        h.get(http::header::AUTHORIZATION)
+            .map(|v| bearer_token(v.as_bytes()))
     });
     let digest: Option<[u8; 32]> = presented.map(|p| Sha256::digest(p).into());
     if shared.keys.is_empty() {

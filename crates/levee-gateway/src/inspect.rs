@@ -1,8 +1,9 @@
 //! Request inspection: the model and the stream flag, from the JSON body.
-//! The body is read borrowed, without building a document; it is parsed in
-//! full (and so validated in full) only when a target rewrites the model
-//! name — and a body that cannot be rewritten is refused rather than sent on
-//! with the caller's model name.
+//! The body is read borrowed, without building a document, and validated in
+//! full on every route — invalid UTF-8 or a lone surrogate anywhere, a number
+//! out of range, nesting deeper than 128 — so a body is refused (400) the
+//! same way whether or not a target rewrites the model name, and never
+//! forwarded raw to a provider that would have to make sense of it.
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -45,6 +46,11 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
         m.truncate(200);
         InspectError::InvalidJson(m)
     })?;
+    serde_json::from_slice::<Valid>(body).map_err(|e| {
+        let mut m = e.to_string();
+        m.truncate(200);
+        InspectError::InvalidJson(m)
+    })?;
     let model = peek
         .model
         .filter(|m| !m.is_empty())
@@ -53,6 +59,55 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
         model: model.into_owned(),
         stream: matches!(peek.stream, Some(serde_json::Value::Bool(true))),
     })
+}
+
+/// A JSON value checked as strictly as `serde_json::Value` parses it
+/// (strings decoded, numbers in range, depth limited), without building it.
+struct Valid;
+
+impl<'de> Deserialize<'de> for Valid {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ValidVisitor)
+    }
+}
+
+struct ValidVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ValidVisitor {
+    type Value = Valid;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_unit<E>(self) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_none<E>(self) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Valid, A::Error> {
+        while seq.next_element::<Valid>()?.is_some() {}
+        Ok(Valid)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Valid, A::Error> {
+        while map.next_entry::<Valid, Valid>()?.is_some() {}
+        Ok(Valid)
+    }
 }
 
 /// The body with `model` replaced (the original bytes when unchanged). Fails
@@ -116,6 +171,29 @@ mod tests {
         assert_eq!(v["model"], "claude");
         assert_eq!(v["max_tokens"], 5);
         assert_eq!(rewrite_model(&b, "x", "x").unwrap(), b);
+    }
+
+    #[test]
+    fn bodies_that_cannot_be_parsed_in_full_are_refused_by_inspect() {
+        let deep = format!(
+            "{{\"model\":\"a\",\"x\":{}{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for body in [
+            &br#"{"model":"a","x":1e400}"#[..],
+            br#"{"model":"a","x":"\ud800"}"#,
+            b"{\"model\":\"a\",\"x\":\"\xa0\"}",
+            b"{\"model\":\"a\",\"\xff\":1}",
+            deep.as_bytes(),
+        ] {
+            assert!(
+                matches!(inspect(body), Err(InspectError::InvalidJson(_))),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert!(inspect(br#"{"model":"a","x":[1,2.5,-3,"\u00e9",{"y":null}]}"#).is_ok());
     }
 
     #[test]

@@ -18,9 +18,11 @@ pub mod idempotency;
 pub mod inspect;
 pub mod metrics;
 pub mod record;
+pub mod redact;
 pub mod respond;
 pub mod server;
 pub mod shared;
+pub mod shutdown;
 pub mod sse;
 pub mod state;
 pub mod stream;
@@ -90,6 +92,8 @@ pub struct Options {
     pub seed: u64,
     /// Write every upstream exchange to this tape (`levee mock --replay` format).
     pub record: Option<std::path::PathBuf>,
+    /// The tape's bound in bytes (default [`record::DEFAULT_MAX_BYTES`]).
+    pub record_max_bytes: Option<u64>,
 }
 
 /// Binds the config's listeners and serves in background tasks. The gateway
@@ -99,7 +103,15 @@ pub async fn spawn(
     seed: u64,
     stop_on: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Running, GatewayError> {
-    spawn_with(config, Options { seed, record: None }, stop_on).await
+    spawn_with(
+        config,
+        Options {
+            seed,
+            ..Options::default()
+        },
+        stop_on,
+    )
+    .await
 }
 
 /// [`spawn`] with all options.
@@ -110,14 +122,16 @@ pub async fn spawn_with(
 ) -> Result<Running, GatewayError> {
     let seed = opts.seed;
     let recorder = match &opts.record {
-        Some(path) => {
-            Some(
-                record::Recorder::open(path).map_err(|source| GatewayError::Record {
-                    path: path.display().to_string(),
-                    source,
-                })?,
+        Some(path) => Some(
+            record::Recorder::open(
+                path,
+                opts.record_max_bytes.unwrap_or(record::DEFAULT_MAX_BYTES),
             )
-        }
+            .map_err(|source| GatewayError::Record {
+                path: path.display().to_string(),
+                source,
+            })?,
+        ),
         None => None,
     };
     let public = bind(config.listen).await?;
@@ -131,7 +145,10 @@ pub async fn spawn_with(
         source,
     })?;
     let mut shared = Shared::new(config, seed)?;
-    shared.recorder = recorder;
+    shared.recorder = recorder.map(|mut r| {
+        r.set_secrets(shared.secrets.clone());
+        r
+    });
     let shared = Arc::new(shared);
     let (stop, rx) = watch::channel(false);
     let mut rx_public = rx.clone();

@@ -65,6 +65,7 @@ pub struct Metrics {
     pub fallbacks: Family<RouteReason, Counter>,
     pub replayed: Counter,
     pub state_fallbacks: Family<WhatLabel, Counter>,
+    pub idempotency_local: Counter,
 }
 
 impl Metrics {
@@ -169,8 +170,15 @@ impl Metrics {
             "Shared-state operations served locally because Redis was slow or down",
             state_fallbacks.clone(),
         );
+        let idempotency_local = Counter::default();
+        registry.register(
+            "levee_idempotency_local",
+            "Keyed requests answered without consulting the shared store (not deduplicated across replicas)",
+            idempotency_local.clone(),
+        );
         Metrics {
             state_fallbacks,
+            idempotency_local,
             registry,
             requests,
             upstream_attempts,

@@ -5,7 +5,11 @@
 //! Lines are written by a background thread; the request path only hands over
 //! a string and never waits (when the writer falls behind, lines are dropped
 //! and counted rather than slowing requests down). Request headers — and so
-//! credentials — are never recorded; only the provider's answers are.
+//! credentials — are never recorded; only the provider's answers are, with
+//! the provider keys redacted. A request's query string is recorded by
+//! parameter name only (values may carry tokens). The tape is bounded
+//! (`--record-max-bytes`, default 256 MiB): the line that would pass the
+//! bound is not written, recording stops, and one warning says so.
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -13,8 +17,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
 
 /// One exchange, as a tape line.
 #[derive(Debug, Default, Serialize)]
@@ -75,28 +80,63 @@ impl TapeLine {
     }
 }
 
+/// The tape's default bound in bytes.
+pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+/// A request path for the tape: query parameters keep their names, lose
+/// their values (`/v1/x?key=SECRET&a=1` → `/v1/x?key&a`).
+pub fn tape_path(path_and_query: &str) -> String {
+    match path_and_query.split_once('?') {
+        None => path_and_query.to_string(),
+        Some((path, query)) => {
+            let names: Vec<&str> = query
+                .split('&')
+                .map(|p| p.split_once('=').map_or(p, |(n, _)| n))
+                .collect();
+            format!("{path}?{}", names.join("&"))
+        }
+    }
+}
+
 /// Appends tape lines to a file from a background thread.
 #[derive(Debug)]
 pub struct Recorder {
     tx: SyncSender<String>,
     pub dropped: AtomicU64,
+    /// Set once the tape reached its bound: nothing more is recorded.
+    full: Arc<AtomicBool>,
+    secrets: crate::redact::Secrets,
 }
 
 impl Recorder {
-    /// Opens (creates or truncates) the tape.
-    pub fn open(path: &Path) -> std::io::Result<Recorder> {
+    /// Opens (creates or truncates) the tape, to hold at most `max_bytes`.
+    pub fn open(path: &Path, max_bytes: u64) -> std::io::Result<Recorder> {
         let file = std::fs::File::create(path)?;
         let (tx, rx) = sync_channel::<String>(8192);
+        let full = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&full);
+        let shown = path.display().to_string();
         std::thread::Builder::new()
             .name("levee-record".into())
             .spawn(move || {
                 let mut w = std::io::BufWriter::new(file);
-                while let Ok(line) = rx.recv() {
+                let mut written = 0u64;
+                let mut put = |w: &mut std::io::BufWriter<std::fs::File>, line: String| {
+                    let n = line.len() as u64 + 1;
+                    if written + n > max_bytes {
+                        if !stop.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(target: "levee::record", tape = %shown, max_bytes, "--record: the tape reached its size limit (--record-max-bytes); recording stopped, requests are served as before");
+                        }
+                        return;
+                    }
+                    written += n;
                     let _ = w.write_all(line.as_bytes());
                     let _ = w.write_all(b"\n");
+                };
+                while let Ok(line) = rx.recv() {
+                    put(&mut w, line);
                     while let Ok(more) = rx.try_recv() {
-                        let _ = w.write_all(more.as_bytes());
-                        let _ = w.write_all(b"\n");
+                        put(&mut w, more);
                     }
                     // Flush whenever the queue is empty: the tape stays usable if the process is killed.
                     let _ = w.flush();
@@ -106,16 +146,46 @@ impl Recorder {
         Ok(Recorder {
             tx,
             dropped: AtomicU64::new(0),
+            full,
+            secrets: crate::redact::Secrets::default(),
         })
+    }
+
+    /// Sets the provider keys to redact from every line.
+    pub fn set_secrets(&mut self, secrets: crate::redact::Secrets) {
+        self.secrets = secrets;
+    }
+
+    /// Whether the tape stopped at its bound.
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
     }
 
     /// Hands a line to the writer; never blocks.
     pub fn record(&self, line: &TapeLine) {
+        if self.is_full() {
+            return;
+        }
         let Ok(text) = serde_json::to_string(line) else {
             return;
         };
+        let text = self.secrets.text(text);
         if let Err(TrySendError::Full(_)) = self.tx.try_send(text) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_not_recorded() {
+        assert_eq!(tape_path("/v1/chat/completions"), "/v1/chat/completions");
+        assert_eq!(
+            tape_path("/v1/chat/completions?key=SECRET&api-version=1&flag"),
+            "/v1/chat/completions?key&api-version&flag"
+        );
     }
 }

@@ -27,13 +27,7 @@ pub async fn serve_public(
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
-    let limits = shared.config.limits;
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .keep_alive(true);
+    let builder = connection_builder(&shared.config.limits);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -61,12 +55,40 @@ pub async fn serve_public(
     drop(listener);
     shared.shutting_down.store(true, Ordering::SeqCst);
     tracing::info!(target: "levee", grace_s = shared.config.shutdown_grace.as_secs_f64(), "shutting down: no new connections; letting in-flight requests finish");
-    if tokio::time::timeout(shared.config.shutdown_grace, graceful.shutdown())
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
+    if tokio::time::timeout(shared.config.shutdown_grace, &mut drained)
         .await
         .is_err()
     {
-        tracing::warn!(target: "levee", "shutdown grace period over: closing remaining connections");
+        tracing::warn!(target: "levee", "shutdown grace period over: answering waiting requests 503 and ending streams with an error event");
+        shared.grace_over.fire();
+        // Those last answers are immediate; give them a moment to be written.
+        if tokio::time::timeout(Duration::from_secs(2), &mut drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: "levee", "closing the connections that are still open");
+        }
     }
+    if let Some(redis) = &shared.redis {
+        let n = redis.release_held().await;
+        if n > 0 {
+            tracing::info!(target: "levee", released = n, "released idempotency leases still held in Redis");
+        }
+    }
+}
+
+/// HTTP/1 connection settings for both listeners: the header section must
+/// arrive within `limits.header_read_timeout` and fit `limits.max_header_bytes`.
+fn connection_builder(limits: &levee_config::Limits) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .keep_alive(true);
+    builder
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` until `shutdown` resolves.
@@ -75,18 +97,23 @@ pub async fn serve_admin(
     shared: Arc<Shared>,
     shutdown: impl Future<Output = ()>,
 ) {
+    let builder = connection_builder(&shared.config.limits);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let Ok((stream, _)) = accepted else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
                 let shared = Arc::clone(&shared);
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let shared = Arc::clone(&shared);
                     async move { Ok::<_, Infallible>(admin(&shared, &req)) }
                 });
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
                 tokio::spawn(async move {
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let _ = conn.await;
                 });
             }
             _ = &mut shutdown => break,

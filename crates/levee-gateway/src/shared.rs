@@ -43,8 +43,12 @@ pub struct Shared {
     /// Set with `state: { backend: redis }`.
     pub redis: Option<Arc<RedisState>>,
     pub shutting_down: AtomicBool,
+    /// Set when the shutdown grace period is over.
+    pub grace_over: crate::shutdown::GraceOver,
     /// `--record`: where upstream exchanges are written.
     pub recorder: Option<crate::record::Recorder>,
+    /// The provider keys, redacted from error bodies, logs and tapes.
+    pub secrets: crate::redact::Secrets,
     seed: u64,
     counter: AtomicU64,
 }
@@ -72,6 +76,7 @@ impl Shared {
                 key_prefix,
                 replicas,
                 timeout,
+                ..
             } => Some(Arc::new(RedisState::new(
                 url,
                 key_prefix,
@@ -87,6 +92,8 @@ impl Shared {
             .iter()
             .map(|p| ProviderRuntime::new(p, metrics.upstream_connect.clone(), clock, replicas))
             .collect::<Result<Vec<_>, _>>()?;
+        let secrets =
+            crate::redact::Secrets::new(providers.iter().filter_map(|p| p.secret.as_deref()));
         let routes = config
             .routes
             .iter()
@@ -122,6 +129,7 @@ impl Shared {
         let local = Arc::new(IdempotencyStore::new(
             config.idempotency.ttl,
             config.idempotency.max_entries,
+            config.idempotency.max_bytes,
         ));
         let idempotency: Box<dyn IdempotencyBackend> = match &redis {
             None => Box::new(MemoryBackend(local)),
@@ -129,6 +137,13 @@ impl Shared {
                 redis: Arc::clone(r),
                 local,
                 ttl: config.idempotency.ttl,
+                refuse_unshared: matches!(
+                    config.state,
+                    StateBackend::Redis {
+                        on_unavailable: levee_config::OnUnavailable::Refuse,
+                        ..
+                    }
+                ),
             }),
         };
         Ok(Shared {
@@ -141,7 +156,9 @@ impl Shared {
             idempotency,
             redis,
             shutting_down: AtomicBool::new(false),
+            grace_over: crate::shutdown::GraceOver::default(),
             recorder: None,
+            secrets,
             seed,
             counter: AtomicU64::new(0),
         })

@@ -52,16 +52,44 @@ if not st then
 end
 if redis.call('HGET', k, 'hash') ~= ARGV[1] then return {'conflict'} end
 if st == 'inflight' then return {'follow'} end
+local n = redis.call('HSTRLEN', k, 'body')
+if n > tonumber(ARGV[4]) then
+  return {'big', redis.call('HGET', k, 'status'), redis.call('HGET', k, 'headers'), tostring(n)}
+end
 return {'done', redis.call('HGET', k, 'status'), redis.call('HGET', k, 'headers'), redis.call('HGET', k, 'body')}
 "#;
 
+// KEYS[2] counts the bytes a caller has stored (expiring with its newest
+// answer): an answer over the per-answer limit (ARGV[6]), or one that would
+// take the caller past its share (ARGV[7]), is not stored and the key is freed.
 const COMPLETE: &str = r#"
 local k = KEYS[1]
 if redis.call('HGET', k, 'lease') ~= ARGV[1] then return 0 end
+local size = string.len(ARGV[4]) + string.len(ARGV[3]) + 128
+local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+if size > tonumber(ARGV[6]) or used + size > tonumber(ARGV[7]) then
+  redis.call('DEL', k)
+  return 2
+end
 redis.call('HSET', k, 'state', 'done', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4])
 redis.call('PEXPIRE', k, ARGV[5])
+redis.call('INCRBY', KEYS[2], size)
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return 1
 "#;
+
+/// Answers up to this size come back with the lookup itself; larger ones
+/// are fetched by a second call whose time budget grows with their size.
+const INLINE_BODY: u64 = 64 * 1024;
+
+/// The budget per byte, beyond the base timeout, for writing or reading a
+/// stored answer: 1 ms per 8 KiB (a 6.5 MB answer gets 800 ms more). Writing
+/// a 6.5 MB answer to loopback Redis took 114 ms in a debug build on a loaded
+/// 2-core machine; with 1 ms per 64 KiB it timed out, and the other replica's
+/// lookup, queued behind the write, fell back to running the request again.
+/// Only a lookup that found a large answer waits this long: an unreachable
+/// Redis still fails within the base timeout.
+const BYTES_PER_MS: u64 = 8 * 1024;
 
 const RELEASE: &str = r#"
 local k = KEYS[1]
@@ -109,6 +137,9 @@ pub struct RedisState {
     complete: Script,
     release: Script,
     renew: Script,
+    /// Leases this replica holds in Redis (lease id → caller, key), released
+    /// at shutdown.
+    held: std::sync::Mutex<std::collections::HashMap<String, ([u8; 32], String)>>,
 }
 
 impl std::fmt::Debug for RedisState {
@@ -119,7 +150,7 @@ impl std::fmt::Debug for RedisState {
     }
 }
 
-/// Why the Redis backend could not be set up.
+/// Why the Redis backend could not be set up (the URL shown redacted).
 #[derive(Debug, thiserror::Error)]
 #[error("state.url `{url}` is not a Redis URL like `redis://127.0.0.1:6379`: {source}")]
 pub struct RedisSetupError {
@@ -138,7 +169,7 @@ impl RedisState {
         fallbacks: Family<crate::metrics::WhatLabel, Counter>,
     ) -> Result<Self, RedisSetupError> {
         let err = |source| RedisSetupError {
-            url: url.to_string(),
+            url: levee_config::redact_url(url),
             source,
         };
         let client = redis::Client::open(url).map_err(err)?;
@@ -163,7 +194,43 @@ impl RedisState {
             complete: Script::new(COMPLETE),
             release: Script::new(RELEASE),
             renew: Script::new(RENEW),
+            held: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
+    }
+
+    fn held(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, ([u8; 32], String)>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a lease this replica holds.
+    pub fn hold(&self, lease_id: &str, caller: [u8; 32], key: &str) {
+        self.held()
+            .insert(lease_id.to_string(), (caller, key.to_string()));
+    }
+
+    /// Forgets a lease (completed or released).
+    pub fn unhold(&self, lease_id: &str) {
+        self.held().remove(lease_id);
+    }
+
+    /// Releases every lease still held (at shutdown, so other replicas run
+    /// those keys at once instead of waiting out the lease). Returns how
+    /// many were released.
+    pub async fn release_held(&self) -> usize {
+        let held: Vec<(String, ([u8; 32], String))> = self.held().drain().collect();
+        let mut released = 0;
+        for (id, (caller, key)) in held {
+            let mut inv = self.release.prepare_invoke();
+            inv.key(self.idem_key(&caller, &key)).arg(&id);
+            let mut conn = self.conn.clone();
+            let call = inv.invoke_async::<i64>(&mut conn);
+            if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(500), call).await {
+                released += usize::try_from(n).unwrap_or(0);
+            }
+        }
+        released
     }
 
     fn available(&self) -> bool {
@@ -209,12 +276,22 @@ impl RedisState {
         what: &'static str,
         inv: redis::ScriptInvocation<'_>,
     ) -> Option<T> {
+        self.run_within(what, inv, self.timeout).await
+    }
+
+    /// [`Self::run`] with a given time budget.
+    async fn run_within<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: redis::ScriptInvocation<'_>,
+        budget: Duration,
+    ) -> Option<T> {
         if !self.available() {
             self.skipped(what);
             return None;
         }
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.timeout, inv.invoke_async::<T>(&mut conn)).await {
+        match tokio::time::timeout(budget, inv.invoke_async::<T>(&mut conn)).await {
             Ok(Ok(v)) => {
                 self.failures_in_a_row.store(0, Ordering::Relaxed);
                 Some(v)
@@ -271,11 +348,18 @@ impl RedisState {
         lease_id: &str,
     ) -> Option<RemoteBegin> {
         let mut inv = self.begin.prepare_invoke();
-        inv.key(self.idem_key(caller, key))
+        let k = self.idem_key(caller, key);
+        inv.key(&k)
             .arg(hex(body_hash))
             .arg(lease_id)
-            .arg(u64::try_from(LEASE.as_millis()).unwrap_or(10_000));
-        let parts: Vec<Vec<u8>> = self.run("idempotency", inv).await?;
+            .arg(u64::try_from(LEASE.as_millis()).unwrap_or(10_000))
+            .arg(INLINE_BODY);
+        let mut parts: Vec<Vec<u8>> = self.run("idempotency", inv).await?;
+        if parts.first().map(Vec::as_slice) == Some(b"big") && parts.len() >= 4 {
+            let len: u64 = std::str::from_utf8(&parts[3]).ok()?.parse().ok()?;
+            parts[3] = self.read_body(&k, len).await?;
+            parts[0] = b"done".to_vec();
+        }
         Some(match parts.first().map(Vec::as_slice) {
             Some(b"lead") => RemoteBegin::Lead,
             Some(b"follow") => RemoteBegin::Follow,
@@ -302,7 +386,31 @@ impl RedisState {
         })
     }
 
-    /// Stores the leader's answer for replay (`ttl`).
+    /// A stored answer's body of `len` bytes, within a budget sized by it.
+    async fn read_body(&self, key: &str, len: u64) -> Option<Vec<u8>> {
+        let budget = self.timeout + Duration::from_millis(len / BYTES_PER_MS + 1);
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(key).arg("body");
+        match tokio::time::timeout(budget, cmd.query_async::<Option<Vec<u8>>>(&mut conn)).await {
+            Ok(Ok(body)) => {
+                self.failures_in_a_row.store(0, Ordering::Relaxed);
+                body
+            }
+            Ok(Err(e)) => {
+                self.degraded("idempotency", &e.to_string());
+                None
+            }
+            Err(_) => {
+                self.degraded("idempotency", "timed out reading a stored answer");
+                None
+            }
+        }
+    }
+
+    /// Stores the leader's answer for replay (`ttl`), unless it is over
+    /// `max_bytes` or would take the caller past `max_bytes` stored: then the
+    /// key is freed (a later request runs again).
     pub async fn complete(
         &self,
         caller: &[u8; 32],
@@ -310,6 +418,7 @@ impl RedisState {
         lease_id: &str,
         stored: &Stored,
         ttl: Duration,
+        max_bytes: u64,
     ) {
         let headers: BTreeMap<&str, &str> = stored
             .headers
@@ -317,13 +426,23 @@ impl RedisState {
             .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
             .collect();
         let mut inv = self.complete.prepare_invoke();
+        let mut used = format!("{}:idem-bytes:", self.prefix);
+        for b in &caller[..16] {
+            used.push_str(&format!("{b:02x}"));
+        }
         inv.key(self.idem_key(caller, key))
+            .key(used)
             .arg(lease_id)
             .arg(stored.status)
             .arg(serde_json::to_string(&headers).unwrap_or_else(|_| "{}".into()))
             .arg(stored.body.as_ref())
-            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-        let _: Option<i64> = self.run("idempotency", inv).await;
+            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+            .arg(max_bytes)
+            .arg(max_bytes.saturating_mul(4));
+        // Writing a large answer takes longer than a lookup: size the budget.
+        let len = stored.body.len() as u64;
+        let budget = self.timeout + Duration::from_millis(len / BYTES_PER_MS + 1);
+        let _: Option<i64> = self.run_within("idempotency", inv, budget).await;
     }
 
     /// Drops the leader's in-flight marker (it failed or was cancelled).

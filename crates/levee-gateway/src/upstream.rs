@@ -111,6 +111,8 @@ pub struct ProviderRuntime {
     scheme_authority: String,
     base_path: String,
     auth: Option<(HeaderName, HeaderValue)>,
+    /// The provider key itself, to redact from whatever Levee passes on.
+    pub secret: Option<String>,
     pub client: UpstreamClient,
     pub state: Mutex<ProviderState>,
     connect_hist: Histogram,
@@ -125,6 +127,7 @@ impl ProviderRuntime {
         clock: Clock,
         replicas: Option<u32>,
     ) -> Result<Self, UpstreamError> {
+        let mut secret = None;
         let auth = match &p.api_key_env {
             None => None,
             Some(var) => {
@@ -141,6 +144,7 @@ impl ProviderRuntime {
                     var: var.clone(),
                 })?;
                 v.set_sensitive(true);
+                secret = Some(key_of(&value).to_string());
                 Some((name, v))
             }
         };
@@ -192,6 +196,7 @@ impl ProviderRuntime {
             scheme_authority: format!("{scheme}://{authority}"),
             base_path: p.base_url.path().trim_end_matches('/').to_string(),
             auth,
+            secret,
             client,
             state: Mutex::new(state),
             connect_hist,
@@ -230,29 +235,24 @@ impl ProviderRuntime {
     }
 }
 
-/// Headers never forwarded upstream: hop-by-hop, the caller's credentials,
-/// and the ones Levee sets itself.
-fn is_dropped(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "host"
-            | "authorization"
-            | "x-api-key"
-            | "proxy-authorization"
-            | "connection"
-            | "keep-alive"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-            | "proxy-connection"
-            | "content-length"
-            | "accept-encoding"
-            | "expect"
-            | "x-timeout-ms"
-            | "x-deadline-ms"
-            | "idempotency-key"
-    )
+/// The key inside an auth header value (`Bearer KEY` or `KEY`).
+fn key_of(value: &str) -> &str {
+    value.strip_prefix("Bearer ").unwrap_or(value)
+}
+
+/// The caller headers forwarded upstream: an allow-list, so nothing that
+/// selects an account, a billing project or an identity at the provider
+/// (`openai-organization`, `openai-project`, `cookie`, `api-key`,
+/// `x-goog-api-key`, `forwarded`, `x-forwarded-for`, …) ever travels beside
+/// Levee's own key. Levee sets `authorization`/`x-api-key`, `x-timeout-ms`
+/// and `idempotency-key` itself; framing headers are hyper's.
+pub fn is_forwarded(api: Api, name: &HeaderName) -> bool {
+    match name.as_str() {
+        "content-type" | "accept" | "user-agent" | "traceparent" | "tracestate" => true,
+        "anthropic-version" | "anthropic-beta" => api == Api::Anthropic,
+        "openai-beta" => api == Api::OpenAi,
+        _ => false,
+    }
 }
 
 /// Builds one attempt's request.
@@ -268,7 +268,7 @@ pub fn build_request(
     *req.method_mut() = http::Method::POST;
     *req.uri_mut() = uri;
     let h = req.headers_mut();
-    // Names listed in the caller's `Connection` header are hop-by-hop too.
+    // Names listed in the caller's `Connection` header are hop-by-hop.
     let listed: Vec<String> = inbound
         .get_all(header::CONNECTION)
         .iter()
@@ -277,7 +277,7 @@ pub fn build_request(
         .map(|s| s.trim().to_ascii_lowercase())
         .collect();
     for (name, value) in inbound {
-        if !is_dropped(name) && !listed.iter().any(|l| l == name.as_str()) {
+        if is_forwarded(provider.api, name) && !listed.iter().any(|l| l == name.as_str()) {
             h.append(name.clone(), value.clone());
         }
     }

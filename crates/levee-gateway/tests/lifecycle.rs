@@ -140,6 +140,7 @@ async fn record_writes_a_tape_that_levee_mock_replays() {
     let opts = levee_gateway::Options {
         seed: 1,
         record: Some(tape_path.clone()),
+        ..Default::default()
     };
     let gw = levee_gateway::spawn_with(config, opts, std::future::pending())
         .await

@@ -268,3 +268,203 @@ async fn one_busy_replica_may_use_the_whole_shared_allowance_while_redis_is_up()
     b.shutdown().await;
     a.stop().await;
 }
+
+/// 150 inputs × 4096 dimensions: an embeddings answer of about 6 MB.
+fn big_embeddings() -> String {
+    let inputs: Vec<String> = (0..150).map(|i| format!("\"text {i}\"")).collect();
+    format!(
+        r#"{{"model":"m","dimensions":4096,"input":[{}]}}"#,
+        inputs.join(",")
+    )
+}
+
+async fn post_path(
+    env: &Env,
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> Resp {
+    use http_body_util::BodyExt;
+    let mut b = http::Request::post(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .unwrap();
+    let resp = env.client.request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+#[tokio::test]
+async fn a_large_answer_stored_by_one_replica_is_replayed_by_the_other() {
+    let Some(r) = redis().await else { return };
+    // The default 5 ms budget per Redis call, as in production.
+    let config = format!(
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"big{}\", replicas: 2 }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n",
+        r.port, r.port
+    );
+    let a = start(&["faults: []"], &config).await;
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\n{}",
+        config.replace("{mock0}", &a.mocks[0].url())
+    );
+    let b = levee_gateway::spawn(
+        levee_config::Config::parse(&text).unwrap(),
+        7,
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    let body = big_embeddings();
+    let h = [("idempotency-key", "big-1")];
+    let first = watchdog(
+        WATCHDOG,
+        post_path(&a, a.gw.addr, "/v1/embeddings", &body, &h),
+    )
+    .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert!(first.body.len() > 4_000_000, "{} bytes", first.body.len());
+    let again = watchdog(WATCHDOG, post_path(&a, b.addr, "/v1/embeddings", &body, &h)).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        again.header("x-levee-idempotency"),
+        "",
+        "fell back to the local store"
+    );
+    assert_eq!(again.header("x-levee-replayed"), "true");
+    assert_eq!(again.body, first.body);
+    assert_eq!(a.stats(0).requests_total, 1, "the answer ran twice");
+    b.shutdown().await;
+    a.stop().await;
+}
+
+#[tokio::test]
+async fn without_redis_keyed_requests_say_so_or_are_refused_as_configured() {
+    let Some(r) = redis().await else { return };
+    let port = r.port;
+    drop(r); // Redis is down from the start.
+    let env = start(
+        &["faults: []"],
+        &format!("state: {{ backend: redis, url: \"redis://127.0.0.1:{port}\" }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n"),
+    )
+    .await;
+    let keyed = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("idempotency-key", "k1")]),
+    )
+    .await;
+    assert_eq!(keyed.status, 200);
+    assert_eq!(keyed.header("x-levee-idempotency"), "local");
+    let plain = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    assert_eq!(plain.header("x-levee-idempotency"), "");
+    let m = env.metrics().await;
+    assert_eq!(metric(&m, "levee_idempotency_local_total", &[]), 1.0, "{m}");
+    env.stop().await;
+
+    let env = start(
+        &["faults: []"],
+        &format!("state: {{ backend: redis, url: \"redis://127.0.0.1:{port}\", on_unavailable: refuse }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n"),
+    )
+    .await;
+    let refused = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("idempotency-key", "k2")]),
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.header("x-levee-reason"), "state_unavailable");
+    assert_eq!(refused.header("x-should-retry"), "false");
+    assert!(
+        refused.json()["error"]["message"].is_string(),
+        "{}",
+        refused.text()
+    );
+    let unkeyed = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    assert_eq!(
+        unkeyed.status, 200,
+        "requests without a key are not affected"
+    );
+    assert_eq!(
+        env.stats(0).requests_total,
+        1,
+        "the refused request was never sent"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_releases_the_leases_this_replica_holds_in_redis() {
+    let Some(r) = redis().await else { return };
+    let prefix = format!("lease{}", r.port);
+    let mock = support::mock("faults:\n  - { stall: true }\n").await;
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 200ms\nstate: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 50ms }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n    deadline: {{ default: 60s, max: 60s }}\n",
+        r.port,
+        mock.url()
+    );
+    let gw = levee_gateway::spawn(
+        levee_config::Config::parse(&text).unwrap(),
+        3,
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let req = http::Request::post(format!("http://{}/v1/chat/completions", gw.addr))
+        .header("idempotency-key", "held-1")
+        .body(http_body_util::Full::new(bytes::Bytes::from(CHAT)))
+        .unwrap();
+    let pending = tokio::spawn(client.request(req));
+    watchdog(WATCHDOG, async {
+        while mock.stats().in_flight < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let redis_client = redis::Client::open(format!("redis://127.0.0.1:{}", r.port)).unwrap();
+    let mut conn = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let states = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let pattern = format!("{prefix}:idem:*");
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let mut out = Vec::new();
+            for k in keys {
+                let st: Option<String> = redis::cmd("HGET")
+                    .arg(&k)
+                    .arg("state")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                out.push(st.unwrap_or_default());
+            }
+            out
+        }
+    };
+    assert_eq!(states(&mut conn).await, ["inflight"]);
+    watchdog(WATCHDOG, gw.shutdown()).await;
+    assert_eq!(
+        states(&mut conn).await,
+        Vec::<String>::new(),
+        "the key is still held: another replica would wait out the lease"
+    );
+    pending.abort();
+    mock.shutdown().await;
+}

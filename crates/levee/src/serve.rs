@@ -25,6 +25,9 @@ pub struct ServeArgs {
     /// Write every upstream exchange to this JSONL tape (replay it with `levee mock --replay`).
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// Most bytes the --record tape may hold; recording stops (with a warning) at the limit.
+    #[arg(long, default_value_t = levee_gateway::record::DEFAULT_MAX_BYTES)]
+    pub record_max_bytes: u64,
 }
 
 /// How log lines look.
@@ -136,6 +139,7 @@ pub fn run(args: ServeArgs) -> i32 {
         let opts = levee_gateway::Options {
             seed,
             record: args.record.clone(),
+            record_max_bytes: Some(args.record_max_bytes),
         };
         let running = match levee_gateway::spawn_with(config, opts, signal()).await {
             Ok(r) => r,

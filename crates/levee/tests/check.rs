@@ -199,3 +199,30 @@ fn check_prints_each_providers_and_routes_effective_in_flight_cap() {
     let y = out.split("route `y/`").nth(1).unwrap_or("");
     assert!(y.contains("max_in_flight 50 (configured)"), "{out}");
 }
+
+#[test]
+fn a_malformed_redis_url_is_refused_by_check_and_serve_without_showing_its_password() {
+    // What the redis client rejects: a port that is not a number.
+    let cfg = file(
+        "bad-redis.yaml",
+        "state: { backend: redis, url: \"redis://:hunter2-s3cret@cache.internal:63x79/0\" }\n",
+    );
+    let o = check(&["--config", cfg.to_str().unwrap()]);
+    let all = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "check accepted it:\n{all}");
+    assert!(all.contains("state.url"), "{all}");
+    assert!(!all.contains("hunter2"), "the password is shown:\n{all}");
+    let serve = Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .expect("run levee serve");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&serve.stdout),
+        String::from_utf8_lossy(&serve.stderr)
+    );
+    assert_eq!(serve.status.code(), Some(1), "{all}");
+    assert!(!all.contains("hunter2"), "the password is shown:\n{all}");
+}

@@ -47,10 +47,26 @@ impl Proc {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = cmd
+        let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        let pipe = child.stderr.take().expect("stderr is piped");
+        Proc::spawn_child(name, child)
+    }
+
+    /// Takes charge of a started child (killed on drop); captures its
+    /// stderr when piped.
+    fn spawn_child(name: &'static str, mut child: Child) -> (Proc, Receiver<String>) {
+        let Some(pipe) = child.stderr.take() else {
+            let (_tx, rx) = channel();
+            return (
+                Proc {
+                    name,
+                    child,
+                    stderr: Arc::new(Mutex::new(String::new())),
+                },
+                rx,
+            );
+        };
         let stderr = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = channel();
         let sink = Arc::clone(&stderr);
@@ -904,7 +920,8 @@ fn non_utf8_values_in_other_headers_are_tolerated_not_fatal() {
 // ---------------------------------------------------------------- secrets
 
 /// A one-shot fake provider that records the request it receives and
-/// answers 401 (without echoing anything back).
+/// answers 401 echoing the credential it was sent, as OpenAI does
+/// (`Incorrect API key provided: Bearer sk-…`).
 fn spy_provider() -> (SocketAddr, thread::JoinHandle<Vec<u8>>) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind spy");
     let addr = l.local_addr().expect("spy addr");
@@ -928,7 +945,19 @@ fn spy_provider() -> (SocketAddr, thread::JoinHandle<Vec<u8>>) {
                 Ok(n) => got.extend_from_slice(&chunk[..n]),
             }
         }
-        let body = br#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#;
+        let head = String::from_utf8_lossy(&got).into_owned();
+        let auth = head
+            .lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case("authorization")
+                    .then(|| v.trim().to_string())
+            })
+            .unwrap_or_default();
+        let body = format!(
+            r#"{{"error":{{"message":"Incorrect API key provided: {auth}.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}}}"#
+        );
+        let body = body.as_bytes();
         let resp = format!(
             "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             body.len()
@@ -1096,4 +1125,114 @@ fn provider_keys_never_appear_in_logs_metrics_tapes_or_error_bodies() {
             "the key is in the mock's stats"
         );
     }
+}
+
+// ---------------------------------------------------------------- shutdown
+
+/// `redis-cli -p PORT ARGS…`, its output trimmed; `None` without redis-cli.
+fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
+    let o = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+/// SIGTERM while a keyed request is still waiting on the provider, past the
+/// grace period: the caller gets a 503 in its dialect (not a dropped
+/// connection), and the replica's lease in Redis is released before it exits
+/// (else another replica would wait out the lease before running the key).
+#[test]
+fn sigterm_answers_waiting_requests_and_releases_redis_leases() {
+    let port = free_port().port();
+    let Ok(redis) = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        assert!(
+            std::env::var_os("LEVEE_REQUIRE_REDIS").is_none(),
+            "redis-server is required but could not be started"
+        );
+        eprintln!("redis-server not installed: skipping");
+        return;
+    };
+    let (redis, _) = Proc::spawn_child("redis-server", redis);
+    let until = Instant::now() + Duration::from_secs(10);
+    while redis_cli(port, &["PING"]).as_deref() != Some("PONG") {
+        assert!(Instant::now() < until, "redis-server did not start");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let mock = start_mock();
+    mock.set_faults(r#"{"faults":[{"stall":true}]}"#);
+    let config = format!(
+        "shutdown_grace: 300ms\n\
+         state: {{ backend: redis, url: \"redis://127.0.0.1:{port}\", key_prefix: \"sigterm\", timeout: 100ms }}\n\
+         providers:\n  oa: {{ api: openai, base_url: \"http://{m}\" }}\n\
+         routes:\n  - targets: [oa]\n    deadline: {{ default: 60s, max: 60s }}\n",
+        m = mock.addr
+    );
+    let mut gw = start_gateway(&config, &[], &[]);
+    let addr = gw.addr;
+    let waiting = thread::spawn(move || {
+        exchange(
+            addr,
+            &post(
+                "/v1/chat/completions",
+                CHAT.as_bytes(),
+                b"idempotency-key: held-at-sigterm\r\n",
+            ),
+            STUCK,
+        )
+    });
+    let until = Instant::now() + Duration::from_secs(10);
+    while json_u64(&mock.stats(), "in_flight") != Some(1) {
+        assert!(
+            Instant::now() < until,
+            "the request never reached the provider"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let keys = redis_cli(port, &["--scan", "--pattern", "sigterm:idem:*"]).unwrap_or_default();
+    assert_eq!(keys.lines().count(), 1, "one lease held: {keys:?}");
+    let state = redis_cli(port, &["HGET", keys.trim(), "state"]);
+    assert_eq!(state.as_deref(), Some("inflight"));
+
+    let pid = gw.proc.child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status();
+    assert!(killed.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+    let until = Instant::now() + Duration::from_secs(10);
+    while gw.proc.alive() {
+        assert!(
+            Instant::now() < until,
+            "levee serve did not exit after SIGTERM"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    match waiting.join().expect("client thread") {
+        Answer::Resp(r) => {
+            assert_eq!(r.status, 503, "{}", r.text());
+            assert_eq!(r.header("x-levee-reason").as_deref(), Some("shutting_down"));
+            assert!(r.text().contains("\"error\""), "{}", r.text());
+        }
+        Answer::Closed => panic!("the waiting request got no response at all"),
+    }
+    let left = redis_cli(port, &["--scan", "--pattern", "sigterm:idem:*"]).unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "the lease outlived the replica: {left:?} (state {:?})",
+        redis_cli(port, &["HGET", left.trim(), "state"])
+    );
+    drop(redis);
 }
