@@ -211,3 +211,70 @@ async fn faults_the_mock_refuses_and_dead_targets_stop_the_drill_before_any_load
     gw.shutdown().await;
     mock.shutdown().await;
 }
+
+/// The simulator's spread of (peak/s, amplification, success) over a few
+/// seeds for `scenarios/twin-drill.yaml`: the same incident as the drill below.
+fn simulated_spread() -> Vec<(f64, f64, f64)> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/twin-drill.yaml");
+    let sc = levee_sim::Scenario::load(&path).expect("twin scenario loads");
+    (0..4)
+        .map(|seed| {
+            let r = levee_sim::simulate(&sc, seed);
+            let v = &r.variants[0];
+            (v.peak_upstream_rps, v.amplification_peak, v.success_ratio)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_drill_falls_inside_the_simulators_spread_for_the_same_incident() {
+    let mock = levee_mock::spawn(
+        "127.0.0.1:0".parse().expect("addr"),
+        levee_mock::MockOptions::default(),
+    )
+    .await
+    .expect("mock starts");
+    let gw = levee_gateway::spawn(config(&mock.url()), 7, std::future::pending())
+        .await
+        .expect("gateway starts");
+    let mut a = args(
+        format!("http://{}", gw.addr),
+        mock.url(),
+        &["status=503,retry_after=1,from=1s,to=4s"],
+    );
+    a.duration = "6s".into();
+    let plan = a.plan().expect("plan");
+    let live = tokio::time::timeout(Duration::from_secs(40), levee_drill::run(&plan, false))
+        .await
+        .expect("the drill ends by itself")
+        .expect("the drill runs");
+    gw.shutdown().await;
+    mock.shutdown().await;
+
+    let success = live.outcomes.get("success").copied().unwrap_or(0) as f64
+        / live.logical_requests.max(1) as f64;
+    let sim = simulated_spread();
+    let lo = |f: fn(&(f64, f64, f64)) -> f64| sim.iter().map(f).fold(f64::INFINITY, f64::min);
+    let hi = |f: fn(&(f64, f64, f64)) -> f64| sim.iter().map(f).fold(0.0, f64::max);
+    let said = format!(
+        "live: peak {} amplification {} success {success:.3}; simulated: {sim:?}",
+        live.peak_upstream_rps, live.amplification_peak
+    );
+    eprintln!("{said}");
+    // Peak and amplification within 10 % of the simulator's range.
+    assert!(
+        live.peak_upstream_rps >= 0.9 * lo(|s| s.0) && live.peak_upstream_rps <= 1.1 * hi(|s| s.0),
+        "{said}"
+    );
+    assert!(
+        live.amplification_peak >= 0.9 * lo(|s| s.1)
+            && live.amplification_peak <= 1.1 * hi(|s| s.1),
+        "{said}"
+    );
+    // Success inside the spread, give or take 3 points of one short run.
+    assert!(
+        success >= lo(|s| s.2) - 0.03 && success <= hi(|s| s.2) + 0.03,
+        "{said}"
+    );
+}

@@ -180,10 +180,7 @@ impl CircuitBreaker {
 
     fn open(&mut self, now: Instant) {
         if matches!(self.state, State::Closed) {
-            let (ok, faults) = self.totals(now);
-            let window_s = (self.bucket_ns.saturating_mul(BUCKETS as u64) / 1_000_000_000).max(1);
-            let per_minute = u64::from(ok + faults) * 60 / window_s;
-            self.baseline_per_minute = u32::try_from(per_minute).unwrap_or(u32::MAX);
+            self.baseline_per_minute = self.rate_per_minute(now);
         }
         self.ramp = None;
         self.in_a_row = 0;
@@ -313,6 +310,23 @@ impl CircuitBreaker {
         if matches!(self.state, State::Closed | State::HalfOpen { .. }) {
             self.open(now);
         }
+    }
+
+    /// Outcomes per minute over the part of the window that saw traffic (a
+    /// window not yet full, after a start or a quiet spell, is not diluted).
+    fn rate_per_minute(&self, now: Instant) -> u32 {
+        let e = now.as_nanos() / self.bucket_ns;
+        let live = self
+            .buckets
+            .iter()
+            .filter(|b| b.epoch <= e && e - b.epoch < BUCKETS as u64 && b.ok + b.fault > 0);
+        let (total, oldest) = live.fold((0u64, e), |(n, old), b| {
+            (n + u64::from(b.ok + b.fault), old.min(b.epoch))
+        });
+        let since_oldest = now.as_nanos() - oldest * self.bucket_ns;
+        let span_ns = u128::from(since_oldest.max(self.bucket_ns));
+        let per_minute = u128::from(total) * 60_000_000_000 / span_ns.max(1);
+        u32::try_from(per_minute).unwrap_or(u32::MAX)
     }
 
     /// Records the result of an attempt the breaker admitted.
@@ -532,6 +546,29 @@ mod tests {
         assert!(run(&mut b, back + Duration::from_secs(20), Class::Success));
         let later = back + Duration::from_secs(31);
         assert!((0..1_000).all(|_| run(&mut b, later, Class::Success)));
+    }
+
+    #[test]
+    fn the_ramp_is_sized_from_the_traffic_seen_not_from_an_empty_window() {
+        // One second of 100/s right after start, then an outage: the ramp
+        // is about 1.4 × 120/s (the faults count as traffic too), not a tenth
+        // of it because the 10 s window was not full.
+        let mut b = breaker();
+        for i in 0..100u64 {
+            run(&mut b, Instant::from_millis(i * 10), Class::Success);
+        }
+        let t = Instant::from_millis(1_000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        let back = t + Duration::from_secs(1);
+        for _ in 0..3 {
+            run(&mut b, back, Class::Success);
+        }
+        let through = (0..1_000u64)
+            .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
+            .count();
+        assert!((150..=190).contains(&through), "{through}");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! Definitions (in the bucket width of the scenario's `resolution`):
 //! - *baseline*: mean upstream requests/s before the first fault (skipping the
 //!   first fifth of that stretch, at most 30 s, as warm-up);
-//! - *peak*: the busiest bucket, in requests/s;
+//! - *peak*: the busiest one-second window (of whole buckets) ending after the
+//!   first fault starts (anywhere, without a fault), in requests/s — the same
+//!   definition as `levee drill`'s, whose windows slide in 100 ms steps;
 //! - *recovery*: seconds from the end of the last fault window to the first
 //!   bucket from which every bucket until arrivals stop is healthy — upstream
 //!   rate within max(10 %, 4 √n, 2) of the baseline count and the share of
@@ -141,7 +143,21 @@ pub(crate) fn summarise(
         base_succeeded as f64 / base_completed as f64
     };
     let baseline = base_count / res;
-    let peak = m.upstream.iter().copied().max().unwrap_or(0) as f64 / res;
+    // The busiest one-second window ending after the fault starts (the whole
+    // run without one): `levee drill`'s definition, so the two can be compared.
+    let per_window = ((1.0 / res).round() as usize).max(1);
+    let from = fault.map_or(0, |(f0, _)| ((f0.as_nanos() as u64) / res_ns) as usize);
+    let peak = (from..m.upstream.len())
+        .map(|end| {
+            let start = (end + 1).saturating_sub(per_window);
+            m.upstream[start..=end]
+                .iter()
+                .map(|&n| u64::from(n))
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0) as f64
+        / (per_window as f64 * res);
 
     let recovery = fault.and_then(|(_, f1)| {
         if f1 >= sc.duration {
