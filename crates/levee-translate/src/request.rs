@@ -355,8 +355,8 @@ fn assistant_to_anthropic(m: o::AssistantMessage) -> Result<a::Message, Untransl
         }
     }
     for c in calls {
-        let input: Map<String, Value> = serde_json::from_str(&c.function.arguments)
-            .map_err(|_| {
+        let input: Map<String, Value> =
+            serde_json::from_str(&c.function.arguments).map_err(|_| {
                 refuse(
                     Reason::ToolArguments,
                     format!(
@@ -563,7 +563,10 @@ fn user_text(content: o::UserContent) -> o::Message {
 
 /// Tool results become `tool` messages in place; the other blocks of the
 /// turn become user messages between them.
-fn user_blocks_to_openai(bs: Vec<a::Block>, out: &mut Vec<o::Message>) -> Result<(), Untranslatable> {
+fn user_blocks_to_openai(
+    bs: Vec<a::Block>,
+    out: &mut Vec<o::Message>,
+) -> Result<(), Untranslatable> {
     let mut parts: Vec<o::UserPart> = Vec::new();
     for b in bs {
         match b {

@@ -261,7 +261,11 @@ impl ToAnthropic {
                 stop_sequence: None,
                 usage: a::Usage::default(),
             };
-            anthropic_event(out, "message_start", &a::StreamEvent::MessageStart { message });
+            anthropic_event(
+                out,
+                "message_start",
+                &a::StreamEvent::MessageStart { message },
+            );
         }
         if let Some(u) = c.usage {
             self.usage = Some(u);
@@ -290,7 +294,12 @@ impl ToAnthropic {
             Some(Open::Text(i)) => i,
             _ => {
                 self.close(out);
-                let i = self.start_block(a::ResponseBlock::Text { text: String::new() }, out);
+                let i = self.start_block(
+                    a::ResponseBlock::Text {
+                        text: String::new(),
+                    },
+                    out,
+                );
                 self.open = Some(Open::Text(i));
                 i
             }
@@ -357,7 +366,11 @@ impl ToAnthropic {
         } else {
             stop_reason(self.finish.as_deref(), self.saw_tools)
         };
-        let u = self.usage.as_ref().map(usage_to_anthropic).unwrap_or_default();
+        let u = self
+            .usage
+            .as_ref()
+            .map(usage_to_anthropic)
+            .unwrap_or_default();
         let ev = a::StreamEvent::MessageDelta {
             delta: a::MessageDelta {
                 stop_reason: Some(stop.into()),
@@ -468,7 +481,9 @@ impl ToOpenAi {
                 index,
                 content_block,
             } => self.block_start(index, content_block, out),
-            a::StreamEvent::ContentBlockDelta { index, delta } => self.block_delta(index, delta, out),
+            a::StreamEvent::ContentBlockDelta { index, delta } => {
+                self.block_delta(index, delta, out)
+            }
             a::StreamEvent::MessageDelta { delta, usage } => {
                 self.usage.output_tokens = usage.output_tokens;
                 if let Some(i) = usage.input_tokens {

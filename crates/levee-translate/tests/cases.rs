@@ -51,7 +51,10 @@ fn an_openai_chat_with_tools_becomes_an_anthropic_message() {
         a["tool_choice"],
         json!({"type": "tool", "name": "look", "disable_parallel_tool_use": true})
     );
-    assert_eq!(a["tools"][0]["input_schema"]["properties"]["x"]["type"], "integer");
+    assert_eq!(
+        a["tools"][0]["input_schema"]["properties"]["x"]["type"],
+        "integer"
+    );
     let m = a["messages"].as_array().unwrap();
     assert_eq!(m.len(), 3, "{m:?}");
     assert_eq!(
@@ -87,12 +90,18 @@ fn what_anthropic_cannot_carry_is_refused_with_a_reason() {
     assert_eq!(with("n", json!(2)), Reason::SeveralChoices);
     assert_eq!(with("logprobs", json!(true)), Reason::Logprobs);
     assert_eq!(with("temperature", json!(0.2)), Reason::Sampling);
-    assert_eq!(with("response_format", json!({"type": "json_object"})), Reason::OutputFormat);
+    assert_eq!(
+        with("response_format", json!({"type": "json_object"})),
+        Reason::OutputFormat
+    );
     assert_eq!(with("metadata", json!({"a": "b"})), Reason::Metadata);
     assert_eq!(with("store", json!(true)), Reason::UnknownField);
     assert_eq!(with("frobnicate", json!(1)), Reason::UnknownField);
     assert_eq!(
-        with("tools", json!([{"type": "custom", "custom": {"name": "x"}}])),
+        with(
+            "tools",
+            json!([{"type": "custom", "custom": {"name": "x"}}])
+        ),
         Reason::ToolKind
     );
     let audio = json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "x", "format": "wav"}}]}]);
@@ -104,16 +113,23 @@ fn what_anthropic_cannot_carry_is_refused_with_a_reason() {
 
 #[test]
 fn what_openai_cannot_carry_is_refused_with_a_reason() {
-    let base = || json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+    let base =
+        || json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
     let with = |k: &str, v: Value| {
         let mut b = base();
         b[k] = v;
         req(Dialect::Anthropic, Dialect::OpenAi, b).unwrap_err()
     };
-    assert_eq!(with("thinking", json!({"type": "adaptive"})), Reason::Reasoning);
+    assert_eq!(
+        with("thinking", json!({"type": "adaptive"})),
+        Reason::Reasoning
+    );
     assert_eq!(with("top_k", json!(5)), Reason::Sampling);
     assert_eq!(
-        with("tools", json!([{"type": "web_search_20250305", "name": "web_search"}])),
+        with(
+            "tools",
+            json!([{"type": "web_search_20250305", "name": "web_search"}])
+        ),
         Reason::ToolKind
     );
     let doc = json!([{"role": "user", "content": [{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]);
@@ -163,8 +179,14 @@ fn an_anthropic_message_with_tools_becomes_an_openai_chat() {
     assert_eq!(m[0]["content"][0]["text"], "Be brief.");
     assert!(m[0]["content"][0].get("cache_control").is_none());
     assert_eq!(m[2]["content"], "Looking.");
-    assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Oslo\"}");
-    assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "cold"}));
+    assert_eq!(
+        m[2]["tool_calls"][0]["function"]["arguments"],
+        "{\"city\":\"Oslo\"}"
+    );
+    assert_eq!(
+        m[3],
+        json!({"role": "tool", "tool_call_id": "toolu_1", "content": "cold"})
+    );
     assert_eq!(m[4]["role"], "user");
     assert_eq!(m[4]["content"][0]["text"], "Thanks");
     assert!(o.get("service_tier").is_none());
@@ -180,13 +202,25 @@ fn responses_carry_content_tool_calls_reasons_and_usage() {
         "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
             "prompt_tokens_details": {"cached_tokens": 4}}
     });
-    let out = translate_response(Dialect::OpenAi, Dialect::Anthropic, c.to_string().as_bytes(), 0).unwrap();
+    let out = translate_response(
+        Dialect::OpenAi,
+        Dialect::Anthropic,
+        c.to_string().as_bytes(),
+        0,
+    )
+    .unwrap();
     let a: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(a["id"], "msg_abc");
     assert_eq!(a["type"], "message");
     assert_eq!(a["model"], "gpt-4.1");
-    assert_eq!(a["stop_reason"], "tool_use", "a forced call finishes with `stop`");
-    assert_eq!(a["content"][0], json!({"type": "tool_use", "id": "call_1", "name": "f", "input": {}}));
+    assert_eq!(
+        a["stop_reason"], "tool_use",
+        "a forced call finishes with `stop`"
+    );
+    assert_eq!(
+        a["content"][0],
+        json!({"type": "tool_use", "id": "call_1", "name": "f", "input": {}})
+    );
     assert_eq!(a["usage"]["input_tokens"], 6);
     assert_eq!(a["usage"]["cache_read_input_tokens"], 4);
     assert_eq!(a["usage"]["output_tokens"], 3);
@@ -197,7 +231,10 @@ fn responses_carry_content_tool_calls_reasons_and_usage() {
     assert_eq!(o["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(o["usage"]["prompt_tokens"], 10);
     assert_eq!(o["usage"]["total_tokens"], 13);
-    assert_eq!(o["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}");
+    assert_eq!(
+        o["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        "{}"
+    );
 }
 
 #[test]
@@ -206,7 +243,13 @@ fn a_backup_answer_that_is_not_its_dialect_is_a_bad_answer() {
     let two = json!({"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": [
         {"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop"},
         {"index": 1, "message": {"role": "assistant", "content": "b"}, "finish_reason": "stop"}]});
-    assert!(translate_response(Dialect::OpenAi, Dialect::Anthropic, two.to_string().as_bytes(), 0).is_err());
+    assert!(translate_response(
+        Dialect::OpenAi,
+        Dialect::Anthropic,
+        two.to_string().as_bytes(),
+        0
+    )
+    .is_err());
 }
 
 fn events(s: &[u8]) -> Vec<(String, Value)> {
@@ -241,7 +284,10 @@ fn an_openai_stream_with_a_tool_call_becomes_anthropic_events() {
         "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":5,\"total_tokens\":12}}\n\n",
         "data: [DONE]\n\n"
     );
-    let opts = StreamOptions { include_usage: false, created: 0 };
+    let opts = StreamOptions {
+        include_usage: false,
+        created: 0,
+    };
     let mut t = StreamTranslator::new(Dialect::OpenAi, Dialect::Anthropic, opts).unwrap();
     let mut out = t.push(up.as_bytes()).to_vec();
     out.extend_from_slice(&t.finish());
@@ -250,9 +296,16 @@ fn an_openai_stream_with_a_tool_call_becomes_anthropic_events() {
     assert_eq!(
         names,
         [
-            "message_start", "content_block_start", "content_block_delta", "content_block_stop",
-            "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-            "message_delta", "message_stop"
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
         ]
     );
     assert_eq!(ev[0].1["message"]["id"], "msg_1");
@@ -260,7 +313,10 @@ fn an_openai_stream_with_a_tool_call_becomes_anthropic_events() {
     assert_eq!(ev[4].1["index"], 1);
     assert_eq!(ev[6].1["delta"]["partial_json"], "1}");
     assert_eq!(ev[8].1["delta"]["stop_reason"], "tool_use");
-    assert_eq!(ev[8].1["usage"], json!({"output_tokens": 5, "input_tokens": 7}));
+    assert_eq!(
+        ev[8].1["usage"],
+        json!({"output_tokens": 5, "input_tokens": 7})
+    );
 }
 
 #[test]
@@ -274,7 +330,10 @@ fn an_anthropic_stream_becomes_openai_chunks_with_usage_when_asked() {
         "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":4}}\n\n",
         "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
     );
-    let opts = StreamOptions { include_usage: true, created: 77 };
+    let opts = StreamOptions {
+        include_usage: true,
+        created: 77,
+    };
     let mut t = StreamTranslator::new(Dialect::Anthropic, Dialect::OpenAi, opts).unwrap();
     let mut out = t.push(up.as_bytes()).to_vec();
     out.extend_from_slice(&t.finish());
@@ -294,7 +353,10 @@ fn an_anthropic_stream_becomes_openai_chunks_with_usage_when_asked() {
 #[test]
 fn a_stream_cut_before_its_end_ends_with_an_error_event() {
     let up = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"g\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":null}]}\n\n";
-    let opts = StreamOptions { include_usage: false, created: 0 };
+    let opts = StreamOptions {
+        include_usage: false,
+        created: 0,
+    };
     let mut t = StreamTranslator::new(Dialect::OpenAi, Dialect::Anthropic, opts).unwrap();
     t.push(up.as_bytes());
     let tail = t.finish();
