@@ -11,6 +11,10 @@ use std::sync::Arc;
 pub struct GatewayDeps<'a> {
     pub shared: &'a Shared,
     pub route: usize,
+    /// Targets this request skips (they cannot carry it across dialects):
+    /// they refuse as if full, so the planner moves on without spending
+    /// their budget.
+    pub skip: &'a [bool],
 }
 
 impl GatewayDeps<'_> {
@@ -22,9 +26,15 @@ impl GatewayDeps<'_> {
 
 impl Dependencies for GatewayDeps<'_> {
     fn check(&self, t: usize, now: levee_policy::Instant) -> Result<(), Refusal> {
+        if self.skip.get(t) == Some(&true) {
+            return Err(Refusal::Shed);
+        }
         self.provider(t).lock().check(now)
     }
     fn admit(&mut self, t: usize, now: levee_policy::Instant) -> Result<Permit, Refusal> {
+        if self.skip.get(t) == Some(&true) {
+            return Err(Refusal::Shed);
+        }
         self.provider(t).lock().admit(now)
     }
     fn finish(&mut self, t: usize, now: levee_policy::Instant, permit: Permit, class: Class) {
@@ -66,6 +76,7 @@ impl AttemptFinisher {
         let mut deps = GatewayDeps {
             shared: &shared,
             route: self.route,
+            skip: &[],
         };
         policy.record(&mut self.req, &mut deps, now, outcome)
     }
@@ -78,6 +89,7 @@ impl AttemptFinisher {
         let mut deps = GatewayDeps {
             shared: &shared,
             route: self.route,
+            skip: &[],
         };
         policy.refuse(&mut self.req, &mut deps, now, refusal);
     }
@@ -112,6 +124,7 @@ impl Drop for AttemptFinisher {
             let mut deps = GatewayDeps {
                 shared: &shared,
                 route: self.route,
+                skip: &[],
             };
             policy.abandon(&mut self.req, &mut deps, now);
         }

@@ -40,6 +40,13 @@ pub struct ProviderLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteProviderReason {
+    pub route: String,
+    pub provider: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteReason {
     pub route: String,
     pub reason: String,
@@ -65,6 +72,7 @@ pub struct Metrics {
     pub fallbacks: Family<RouteReason, Counter>,
     pub replayed: Counter,
     pub state_fallbacks: Family<WhatLabel, Counter>,
+    pub translation_refused: Family<RouteProviderReason, Counter>,
 }
 
 impl Metrics {
@@ -167,7 +175,14 @@ impl Metrics {
             "Shared-state operations served locally because Redis was slow or down",
             state_fallbacks.clone(),
         );
+        let translation_refused = Family::<RouteProviderReason, Counter>::default();
+        registry.register(
+            "levee_translation_refused",
+            "Requests a target of the other dialect could not carry (that target is skipped for the request), by route, provider and reason",
+            translation_refused.clone(),
+        );
         Metrics {
+            translation_refused,
             state_fallbacks,
             registry,
             requests,
@@ -212,6 +227,17 @@ impl Metrics {
     pub fn reject(&self, reason: &str) {
         self.rejected
             .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a request a target could not carry across dialects.
+    pub fn translation_refused(&self, route: &str, provider: &str, reason: &str) {
+        self.translation_refused
+            .get_or_create(&RouteProviderReason {
+                route: route.to_string(),
+                provider: provider.to_string(),
                 reason: reason.to_string(),
             })
             .inc();
