@@ -102,7 +102,11 @@ pub fn headers_for(inbound: &HeaderMap, upstream: Wire) -> HeaderMap {
 
 impl Crossing {
     /// A success body in the caller's dialect.
-    pub fn response(&self, body: &[u8], unix_secs: u64) -> Result<Bytes, levee_translate::BadAnswer> {
+    pub fn response(
+        &self,
+        body: &[u8],
+        unix_secs: u64,
+    ) -> Result<Bytes, levee_translate::BadAnswer> {
         levee_translate::translate_response(self.upstream, self.caller, body, unix_secs)
     }
 

@@ -363,8 +363,7 @@ async fn deliver(
             idle: route.stream_idle_timeout,
             dialect: ctx.dialect,
             clock: shared.clock,
-            translate: ctx.crossings[target]
-                .and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
+            translate: ctx.crossings[target].and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
         };
         let relay = RelayBody::new(start, body, finisher, recording, holds);
         let mut out = Response::new(http_body_util::BodyExt::boxed_unsync(relay));
@@ -420,14 +419,22 @@ async fn deliver(
         tape(ctx, model_sent(ctx, target), line);
     }
     // The backup's answer in the caller's dialect.
-    let bytes = match ctx.crossings[target].map(|c| c.response(&bytes, shared.clock.unix_ms() / 1000)) {
-        None => bytes,
-        Some(Ok(b)) => b,
-        Some(Err(e)) => {
-            let msg = format!("levee: upstream_error: {e}");
-            return Delivered::Done(levee_error(ctx.dialect, 502, "upstream_error", &msg, attempts, None));
-        }
-    };
+    let bytes =
+        match ctx.crossings[target].map(|c| c.response(&bytes, shared.clock.unix_ms() / 1000)) {
+            None => bytes,
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                let msg = format!("levee: upstream_error: {e}");
+                return Delivered::Done(levee_error(
+                    ctx.dialect,
+                    502,
+                    "upstream_error",
+                    &msg,
+                    attempts,
+                    None,
+                ));
+            }
+        };
     let mut out = Response::new(full(bytes.clone()));
     *out.status_mut() = parts.status;
     copy_headers(&parts.headers, out.headers_mut());

@@ -9,9 +9,9 @@ use crate::idempotency::{Claim, Claimed, Follow, Stored};
 use crate::inspect::{inspect, rewrite_model};
 use crate::respond::{full, levee_error, Body};
 use crate::shared::Shared;
+use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
-use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use levee_policy::deadline::DeadlineHeaders;
@@ -199,7 +199,16 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         crossings,
         skip,
         foreign_headers,
-    } = match prepare_targets(&shared, route, dialect, &parts.headers, &path, &path_and_query, &body, &inspected.model) {
+    } = match prepare_targets(
+        &shared,
+        route,
+        dialect,
+        &parts.headers,
+        &path,
+        &path_and_query,
+        &body,
+        &inspected.model,
+    ) {
         Ok(t) => t,
         Err(answer) => return answer,
     };
