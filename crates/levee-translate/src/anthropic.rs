@@ -6,6 +6,7 @@
 //! [`MessagesRequest::other`] to be refused by name; block types this
 //! translation does not carry parse as an `Unsupported` variant.
 
+use crate::de::string_or;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -41,7 +42,7 @@ pub struct MessagesRequest {
 }
 
 /// `system`: a string or text blocks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum System {
     Text(String),
@@ -93,7 +94,7 @@ pub struct SystemTurn {
 }
 
 /// A turn's content: a string or blocks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Content {
     Text(String),
@@ -162,7 +163,7 @@ pub enum ImageSource {
 }
 
 /// A tool result's content: a string or blocks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ToolResultContent {
     Text(String),
@@ -331,3 +332,7 @@ pub struct ErrorObject {
     pub kind: String,
     pub message: String,
 }
+
+string_or!(System, Text, seq Blocks);
+string_or!(Content, Text, seq Blocks);
+string_or!(ToolResultContent, Text, seq Blocks);

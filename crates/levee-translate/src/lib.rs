@@ -16,6 +16,7 @@
 //! beta features, have no counterpart on the other side and are refused.
 
 pub mod anthropic;
+mod de;
 pub mod error;
 pub mod openai;
 pub mod request;

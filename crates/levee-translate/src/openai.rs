@@ -7,6 +7,7 @@
 //! translation can refuse it by name instead of dropping it; a nested object
 //! with an unknown field does not parse at all (`deny_unknown_fields`).
 
+use crate::de::string_or;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -47,7 +48,7 @@ pub struct ChatRequest {
 }
 
 /// `stop`: one sequence or several.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Stop {
     One(String),
@@ -85,7 +86,7 @@ pub struct SystemMessage {
 }
 
 /// Text-only content: a string or text parts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum TextContent {
     Text(String),
@@ -118,7 +119,7 @@ pub struct UserMessage {
 }
 
 /// A user message's content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum UserContent {
     Text(String),
@@ -171,7 +172,7 @@ pub struct AssistantMessage {
 }
 
 /// An assistant message's content: a string or text/refusal parts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum AssistantContent {
     Text(String),
@@ -246,7 +247,7 @@ pub struct FunctionDefinition {
 }
 
 /// `tool_choice`: a mode or an object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ToolChoice {
     /// `none`, `auto` or `required`.
@@ -400,3 +401,9 @@ pub struct ErrorObject {
     #[serde(default)]
     pub code: Option<Value>,
 }
+
+string_or!(Stop, One, seq Many);
+string_or!(TextContent, Text, seq Parts);
+string_or!(UserContent, Text, seq Parts);
+string_or!(AssistantContent, Text, seq Parts);
+string_or!(ToolChoice, Mode, map Named);

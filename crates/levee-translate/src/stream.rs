@@ -13,7 +13,7 @@ use crate::openai as o;
 use crate::response::{anthropic_id, finish_reason, openai_id, stop_reason, usage_to_anthropic};
 use crate::Dialect;
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// Incremental SSE parser (`\n`, `\r\n` and `\r` line ends; `data:` lines
@@ -177,8 +177,7 @@ fn write_json(out: &mut Vec<u8>, v: &impl Serialize) {
 // OpenAI chunks → Anthropic events
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 enum OpenAiEvent {
     Error(o::ErrorBody),
     Chunk(o::ChatChunk),
@@ -230,7 +229,14 @@ impl ToAnthropic {
             self.end_message(out);
             return;
         }
-        match serde_json::from_str::<OpenAiEvent>(data) {
+        // Chunks are the common case: parse as one first, errors second.
+        let event = match serde_json::from_str::<o::ChatChunk>(data) {
+            Ok(c) => Ok(OpenAiEvent::Chunk(c)),
+            Err(e) => serde_json::from_str::<o::ErrorBody>(data)
+                .map(OpenAiEvent::Error)
+                .map_err(|_| e),
+        };
+        match event {
             Ok(OpenAiEvent::Chunk(c)) => self.on_chunk(c, out),
             Ok(OpenAiEvent::Error(e)) => {
                 self.done = true;
