@@ -210,7 +210,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         &inspected.model,
     ) {
         Ok(t) => t,
-        Err(answer) => return answer,
+        Err((status, msg)) => {
+            shared.metrics.reject("bad_request");
+            return levee_error(dialect, status, "bad_request", &msg, 0, None);
+        }
     };
     // Cross-layer accounting: is a caller layer still retrying?
     let key_header = match h.get("idempotency-key").map(|v| v.to_str()) {
@@ -312,22 +315,20 @@ struct Targets {
 /// translated for a target of the other dialect, or the target skipped when
 /// it cannot carry the request — checked now so that nothing about the
 /// request itself can fail later and be blamed on a provider. `Err` is the
-/// answer when no target can take the request as sent.
+/// status and message of a 400-class answer when no target can take the
+/// request as sent.
 #[allow(clippy::too_many_arguments)]
 fn prepare_targets(
     shared: &Shared,
     route: &levee_config::Route,
-    dialect: Dialect,
+    caller: Dialect,
     headers: &HeaderMap,
     path: &str,
     path_and_query: &str,
     body: &Bytes,
     model: &str,
-) -> Result<Targets, Response<Body>> {
-    let bad = |status: u16, msg: &str| {
-        shared.metrics.reject("bad_request");
-        Err(levee_error(dialect, status, "bad_request", msg, 0, None))
-    };
+) -> Result<Targets, (u16, String)> {
+    let bad = |status: u16, msg: &str| Err((status, msg.to_string()));
     let n = route.targets.len();
     let (mut bodies, mut uris, mut crossings, mut skip) = (
         Vec::with_capacity(n),
@@ -342,7 +343,7 @@ fn prepare_targets(
         let mut upstream_path = path_and_query;
         let mut crossed = None;
         let mut skipped = false;
-        match crossing::prepare(dialect, provider.api, path, body, to) {
+        match crossing::prepare(caller, provider.api, path, body, to) {
             crossing::Prepared::Same => match rewrite_model(body, model, to) {
                 Ok(b) => bodies.push(b),
                 Err(e) => return bad(400, &format!("levee: {e}")),

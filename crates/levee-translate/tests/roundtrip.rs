@@ -23,7 +23,7 @@ fn ident() -> impl Strategy<Value = String> {
 fn args() -> impl Strategy<Value = Map<String, Value>> {
     let leaf = prop_oneof![
         any::<bool>().prop_map(Value::Bool),
-        any::<i32>().prop_map(|n| Value::from(n)),
+        any::<i32>().prop_map(Value::from),
         text().prop_map(Value::String),
         Just(Value::Null),
     ];
