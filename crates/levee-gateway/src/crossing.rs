@@ -127,3 +127,49 @@ impl Crossing {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn the_callers_vendor_headers_stay_behind() {
+        let mut h = HeaderMap::new();
+        h.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        h.insert("anthropic-beta", HeaderValue::from_static("x"));
+        h.insert("openai-organization", HeaderValue::from_static("org"));
+        h.insert("x-stainless-lang", HeaderValue::from_static("python"));
+        let to_openai = headers_for(&h, Wire::OpenAi);
+        assert!(to_openai.get("anthropic-version").is_none());
+        assert!(to_openai.get("anthropic-beta").is_none());
+        assert!(to_openai.get("x-stainless-lang").is_some());
+        let to_anthropic = headers_for(&h, Wire::Anthropic);
+        assert!(to_anthropic.get("openai-organization").is_none());
+        assert!(to_anthropic.get("anthropic-version").is_some());
+    }
+
+    #[test]
+    fn only_chat_paths_cross() {
+        let body = br#"{"model":"m","input":"x"}"#;
+        match prepare(Dialect::OpenAi, Api::Anthropic, "/v1/embeddings", body, "c") {
+            Prepared::Skip(e) => assert_eq!(e.reason, levee_translate::Reason::Endpoint),
+            other => panic!("{other:?}"),
+        }
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        match prepare(
+            Dialect::OpenAi,
+            Api::Anthropic,
+            "/v1/chat/completions",
+            chat,
+            "c",
+        ) {
+            Prepared::Crossed { path, .. } => assert_eq!(path, "/v1/messages"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            prepare(Dialect::OpenAi, Api::OpenAi, "/v1/embeddings", body, "c"),
+            Prepared::Same
+        ));
+    }
+}
