@@ -13,7 +13,7 @@ use crate::openai as o;
 use crate::response::{anthropic_id, finish_reason, openai_id, stop_reason, usage_to_anthropic};
 use crate::Dialect;
 use bytes::Bytes;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Incremental SSE parser (`\n`, `\r\n` and `\r` line ends; `data:` lines
@@ -177,12 +177,6 @@ fn write_json(out: &mut Vec<u8>, v: &impl Serialize) {
 // OpenAI chunks → Anthropic events
 // ---------------------------------------------------------------------------
 
-#[derive(Debug)]
-enum OpenAiEvent {
-    Error(o::ErrorBody),
-    Chunk(o::ChatChunk),
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
     Text(u32),
@@ -202,7 +196,7 @@ struct ToAnthropic {
     usage: Option<o::Usage>,
 }
 
-fn anthropic_event(out: &mut Vec<u8>, name: &str, ev: &a::StreamEvent) {
+fn anthropic_event(out: &mut Vec<u8>, name: &str, ev: &impl Serialize) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b"\ndata: ");
@@ -229,20 +223,13 @@ impl ToAnthropic {
             self.end_message(out);
             return;
         }
-        // Chunks are the common case: parse as one first, errors second.
-        let event = match serde_json::from_str::<o::ChatChunk>(data) {
-            Ok(c) => Ok(OpenAiEvent::Chunk(c)),
-            Err(e) => serde_json::from_str::<o::ErrorBody>(data)
-                .map(OpenAiEvent::Error)
-                .map_err(|_| e),
-        };
-        match event {
-            Ok(OpenAiEvent::Chunk(c)) => self.on_chunk(c, out),
-            Ok(OpenAiEvent::Error(e)) => {
+        match serde_json::from_str::<ChunkIn<'_>>(data) {
+            Ok(ChunkIn { error: Some(e), .. }) => {
                 self.done = true;
-                let kind = crate::error::anthropic_type_for_openai(e.error.kind.as_deref());
-                anthropic_error(out, kind, &e.error.message);
+                let kind = crate::error::anthropic_type_for_openai(e.kind.as_deref());
+                anthropic_error(out, kind, &e.message);
             }
+            Ok(c) => self.on_chunk(c, out),
             Err(_) => {
                 self.done = true;
                 anthropic_error(
@@ -254,14 +241,14 @@ impl ToAnthropic {
         }
     }
 
-    fn on_chunk(&mut self, c: o::ChatChunk, out: &mut Vec<u8>) {
+    fn on_chunk(&mut self, c: ChunkIn<'_>, out: &mut Vec<u8>) {
         if !self.started {
             self.started = true;
             let message = a::MessageResponse {
-                id: anthropic_id(&c.id),
+                id: anthropic_id(c.id.as_deref().unwrap_or("")),
                 kind: "message".into(),
                 role: "assistant".into(),
-                model: c.model.clone(),
+                model: c.model.as_deref().unwrap_or("").to_string(),
                 content: Vec::new(),
                 stop_reason: None,
                 stop_sequence: None,
@@ -279,23 +266,23 @@ impl ToAnthropic {
         for choice in c.choices.into_iter().filter(|ch| ch.index == 0) {
             let d = choice.delta;
             if let Some(text) = d.content.filter(|t| !t.is_empty()) {
-                self.text(text, out);
+                self.text(&text, out);
             }
             if let Some(text) = d.refusal.filter(|t| !t.is_empty()) {
                 self.refused = true;
-                self.text(text, out);
+                self.text(&text, out);
             }
             for tc in d.tool_calls.unwrap_or_default() {
                 self.tool_delta(tc, out);
             }
             if let Some(f) = choice.finish_reason {
-                self.finish = Some(f);
+                self.finish = Some(f.into_owned());
                 self.close(out);
             }
         }
     }
 
-    fn text(&mut self, text: String, out: &mut Vec<u8>) {
+    fn text(&mut self, text: &str, out: &mut Vec<u8>) {
         let index = match self.open {
             Some(Open::Text(i)) => i,
             _ => {
@@ -310,14 +297,15 @@ impl ToAnthropic {
                 i
             }
         };
-        let ev = a::StreamEvent::ContentBlockDelta {
+        let ev = BlockDeltaOut {
+            kind: "content_block_delta",
             index,
-            delta: a::BlockDelta::TextDelta { text },
+            delta: DeltaBody::TextDelta { text },
         };
         anthropic_event(out, "content_block_delta", &ev);
     }
 
-    fn tool_delta(&mut self, tc: o::ToolCallDelta, out: &mut Vec<u8>) {
+    fn tool_delta(&mut self, tc: ToolCallIn<'_>, out: &mut Vec<u8>) {
         let f = tc.function.unwrap_or_default();
         let index = match self.open {
             Some(Open::Tool(i, k)) if k == tc.index && tc.id.is_none() => i,
@@ -325,8 +313,11 @@ impl ToAnthropic {
                 self.close(out);
                 self.saw_tools = true;
                 let block = a::ResponseBlock::ToolUse {
-                    id: tc.id.unwrap_or_else(|| format!("toolu_levee_{}", tc.index)),
-                    name: f.name.clone().unwrap_or_default(),
+                    id: tc
+                        .id
+                        .map(Cow::into_owned)
+                        .unwrap_or_else(|| format!("toolu_levee_{}", tc.index)),
+                    name: f.name.as_deref().unwrap_or("").to_string(),
                     input: Value::Object(Map::new()),
                 };
                 let i = self.start_block(block, out);
@@ -334,10 +325,11 @@ impl ToAnthropic {
                 i
             }
         };
-        if let Some(partial_json) = f.arguments.filter(|a| !a.is_empty()) {
-            let ev = a::StreamEvent::ContentBlockDelta {
+        if let Some(partial_json) = f.arguments.as_deref().filter(|a| !a.is_empty()) {
+            let ev = BlockDeltaOut {
+                kind: "content_block_delta",
                 index,
-                delta: a::BlockDelta::InputJsonDelta { partial_json },
+                delta: DeltaBody::InputJsonDelta { partial_json },
             };
             anthropic_event(out, "content_block_delta", &ev);
         }
@@ -462,6 +454,16 @@ impl ToOpenAi {
         if self.done {
             return;
         }
+        if let Ok(peek) = serde_json::from_str::<EventIn<'_>>(data) {
+            match (peek.kind.as_ref(), peek.index, peek.delta) {
+                ("ping", ..) => return,
+                ("content_block_delta", Some(index), Some(d)) => {
+                    self.fast_delta(index, d, out);
+                    return;
+                }
+                _ => {}
+            }
+        }
         let ev = match serde_json::from_str::<a::StreamEvent>(data) {
             Ok(ev) => ev,
             Err(_) => {
@@ -548,6 +550,52 @@ impl ToOpenAi {
         }
     }
 
+    fn write_chunk(&self, out: &mut Vec<u8>, delta: DeltaOut<'_>) {
+        let c = ChunkOut {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.opts.created,
+            model: &self.model,
+            choices: [ChoiceOut {
+                index: 0,
+                delta,
+                finish_reason: None,
+            }],
+        };
+        out.extend_from_slice(b"data: ");
+        write_json(out, &c);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn fast_delta(&mut self, index: u32, d: BlockDeltaIn<'_>, out: &mut Vec<u8>) {
+        match (d.kind.as_deref(), d.text, d.partial_json) {
+            (Some("text_delta"), Some(text), _) => {
+                let delta = DeltaOut {
+                    content: Some(&text),
+                    tool_calls: None,
+                };
+                self.write_chunk(out, delta);
+            }
+            (Some("input_json_delta"), _, Some(arguments)) => {
+                let Some((_, k)) = self.tool.filter(|(i, _)| *i == index) else {
+                    return;
+                };
+                let delta = DeltaOut {
+                    content: None,
+                    tool_calls: Some([ArgsOut {
+                        index: k,
+                        function: ArgsFunction {
+                            arguments: &arguments,
+                        },
+                    }]),
+                };
+                self.write_chunk(out, delta);
+            }
+            // Thinking, signature and citation deltas have no counterpart.
+            _ => {}
+        }
+    }
+
     fn block_delta(&mut self, index: u32, delta: a::BlockDelta, out: &mut Vec<u8>) {
         match delta {
             a::BlockDelta::TextDelta { text } => {
@@ -622,4 +670,138 @@ fn openai_error(out: &mut Vec<u8>, kind: &str, message: &str) {
     out.extend_from_slice(b"data: ");
     write_json(out, &body);
     out.extend_from_slice(b"\n\n");
+}
+
+// ---------------------------------------------------------------------------
+// The hot path: text and argument deltas are most of a stream's events, so
+// they are read and written through borrowed views of the same fields (no
+// per-event copies of ids, model names or text); every other event goes
+// through the typed models.
+// ---------------------------------------------------------------------------
+
+use std::borrow::Cow;
+
+/// An OpenAI chunk (or error), read borrowed.
+#[derive(Deserialize)]
+struct ChunkIn<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    choices: Vec<ChoiceIn<'a>>,
+    #[serde(default)]
+    usage: Option<o::Usage>,
+    #[serde(default)]
+    error: Option<o::ErrorObject>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceIn<'a> {
+    index: u32,
+    #[serde(borrow, default)]
+    delta: DeltaIn<'a>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+struct DeltaIn<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCallIn<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallIn<'a> {
+    index: u32,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    function: Option<FunctionIn<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct FunctionIn<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+/// Any Anthropic event, read borrowed: enough to handle a delta without
+/// parsing it twice.
+#[derive(Deserialize)]
+struct EventIn<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(borrow, default)]
+    delta: Option<BlockDeltaIn<'a>>,
+}
+
+#[derive(Deserialize)]
+struct BlockDeltaIn<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    partial_json: Option<Cow<'a, str>>,
+}
+
+/// `content_block_delta`, written borrowed.
+#[derive(Serialize)]
+struct BlockDeltaOut<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    index: u32,
+    delta: DeltaBody<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum DeltaBody<'a> {
+    TextDelta { text: &'a str },
+    InputJsonDelta { partial_json: &'a str },
+}
+
+/// A one-choice OpenAI chunk, written borrowed.
+#[derive(Serialize)]
+struct ChunkOut<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [ChoiceOut<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct ChoiceOut<'a> {
+    index: u32,
+    delta: DeltaOut<'a>,
+    finish_reason: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct DeltaOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ArgsOut<'a>; 1]>,
+}
+
+#[derive(Serialize)]
+struct ArgsOut<'a> {
+    index: u32,
+    function: ArgsFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct ArgsFunction<'a> {
+    arguments: &'a str,
 }
