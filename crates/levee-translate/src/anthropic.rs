@@ -6,7 +6,7 @@
 //! [`MessagesRequest::other`] to be refused by name; block types this
 //! translation does not carry parse as an `Unsupported` variant.
 
-use crate::de::string_or;
+use crate::de::{string_or, tagged};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -71,7 +71,7 @@ pub struct Metadata {
 }
 
 /// One message, by `role`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     User(Turn),
@@ -336,3 +336,8 @@ pub struct ErrorObject {
 string_or!(System, Text, seq Blocks);
 string_or!(Content, Text, seq Blocks);
 string_or!(ToolResultContent, Text, seq Blocks);
+tagged!(Message, "role", {
+    "user" => User(Turn),
+    "assistant" => Assistant(Turn),
+    "system" => System(SystemTurn),
+});

@@ -7,7 +7,7 @@
 //! translation can refuse it by name instead of dropping it; a nested object
 //! with an unknown field does not parse at all (`deny_unknown_fields`).
 
-use crate::de::string_or;
+use crate::de::{string_or, tagged};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -66,7 +66,7 @@ pub struct StreamOptions {
 }
 
 /// One message of the conversation, by `role`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     System(SystemMessage),
@@ -407,3 +407,10 @@ string_or!(TextContent, Text, seq Parts);
 string_or!(UserContent, Text, seq Parts);
 string_or!(AssistantContent, Text, seq Parts);
 string_or!(ToolChoice, Mode, map Named);
+tagged!(Message, "role", {
+    "system" => System(SystemMessage),
+    "developer" => Developer(SystemMessage),
+    "user" => User(UserMessage),
+    "assistant" => Assistant(AssistantMessage),
+    "tool" => Tool(ToolMessage),
+});

@@ -363,3 +363,32 @@ fn a_stream_cut_before_its_end_ends_with_an_error_event() {
     let ev = events(&tail);
     assert_eq!(ev.last().unwrap().0, "error");
 }
+
+#[test]
+fn a_role_after_the_content_reads_the_same() {
+    let first = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]});
+    let later = r#"{"model":"m","messages":[{"content":"hi","role":"user"},{"content":"yo","role":"assistant"}]}"#;
+    let a = req(Dialect::OpenAi, Dialect::Anthropic, first).unwrap();
+    let b = translate_request(
+        Dialect::OpenAi,
+        Dialect::Anthropic,
+        later.as_bytes(),
+        "backup",
+    )
+    .unwrap();
+    assert_eq!(a, serde_json::from_slice::<Value>(&b.body).unwrap());
+    let bad = json!({"model": "m", "messages": [{"role": "robot", "content": "hi"}]});
+    assert_eq!(
+        req(Dialect::OpenAi, Dialect::Anthropic, bad).unwrap_err(),
+        Reason::InvalidBody
+    );
+    let bad = json!({"model": "m", "messages": [{"content": "hi"}]});
+    assert_eq!(
+        req(Dialect::OpenAi, Dialect::Anthropic, bad).unwrap_err(),
+        Reason::InvalidBody
+    );
+    let a_later = r#"{"model":"m","max_tokens":5,"messages":[{"content":"hi","role":"user"}]}"#;
+    assert!(
+        translate_request(Dialect::Anthropic, Dialect::OpenAi, a_later.as_bytes(), "g").is_ok()
+    );
+}
