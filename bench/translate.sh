@@ -3,7 +3,7 @@
 # (perf stat's task-clock) per operation, which a shared, loaded machine
 # distorts far less than wall-clock timings (time spent waiting for a core is
 # not counted). Compares against the
-# floor: parsing the same 1.5 KB request into a serde_json::Value and writing
+# floor: parsing the same 1.3 KB request into a serde_json::Value and writing
 # it back (what the gateway's model rewrite already does per target).
 # Wall-clock medians: `cargo bench -p levee-translate --bench translate`.
 set -euo pipefail

@@ -1,5 +1,5 @@
 //! What translation costs per request, for ordinary sizes: a chat request
-//! of about 1.5 KB (system prompt, six turns, a tool and a tool call) each
+//! of about 1.3 KB (system prompt, six turns, a tool and a tool call) each
 //! way, a JSON answer each way, and one SSE event of a streamed answer.
 //! Run: `cargo bench -p levee-translate --bench translate`.
 
