@@ -619,31 +619,8 @@ fn user_blocks_to_openai(
                         "a tool result marked `is_error` has no counterpart in OpenAI",
                     ));
                 }
-                let content = match content {
-                    None => o::TextContent::Text(String::new()),
-                    Some(a::ToolResultContent::Text(s)) => o::TextContent::Text(s),
-                    Some(a::ToolResultContent::Blocks(bs)) => o::TextContent::Parts(
-                        bs.into_iter()
-                            .map(|b| match b {
-                                a::Block::Text {
-                                    text, citations, ..
-                                } => {
-                                    no_citations(&citations)?;
-                                    Ok(o::TextPart {
-                                        kind: o::TextTag::Text,
-                                        text,
-                                    })
-                                }
-                                _ => Err(refuse(
-                                    Reason::ContentPart,
-                                    "tool results other than text have no counterpart in OpenAI",
-                                )),
-                            })
-                            .collect::<Result<_, Untranslatable>>()?,
-                    ),
-                };
                 out.push(o::Message::Tool(o::ToolMessage {
-                    content,
+                    content: tool_result_to_openai(content)?,
                     tool_call_id: tool_use_id,
                 }));
             }
@@ -660,6 +637,35 @@ fn user_blocks_to_openai(
         out.push(user_text(o::UserContent::Parts(parts)));
     }
     Ok(())
+}
+
+/// A tool result's content: text only (OpenAI tool messages carry no images).
+fn tool_result_to_openai(
+    content: Option<a::ToolResultContent>,
+) -> Result<o::TextContent, Untranslatable> {
+    Ok(match content {
+        None => o::TextContent::Text(String::new()),
+        Some(a::ToolResultContent::Text(s)) => o::TextContent::Text(s),
+        Some(a::ToolResultContent::Blocks(bs)) => o::TextContent::Parts(
+            bs.into_iter()
+                .map(|b| match b {
+                    a::Block::Text {
+                        text, citations, ..
+                    } => {
+                        no_citations(&citations)?;
+                        Ok(o::TextPart {
+                            kind: o::TextTag::Text,
+                            text,
+                        })
+                    }
+                    _ => Err(refuse(
+                        Reason::ContentPart,
+                        "tool results other than text have no counterpart in OpenAI",
+                    )),
+                })
+                .collect::<Result<_, Untranslatable>>()?,
+        ),
+    })
 }
 
 fn assistant_to_openai(c: a::Content) -> Result<o::Message, Untranslatable> {
