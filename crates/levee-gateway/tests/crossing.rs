@@ -227,3 +227,19 @@ async fn the_backups_error_reaches_the_caller_in_the_callers_dialect() {
         .is_some_and(|m| !m.is_empty()));
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_translated_stream_cut_by_the_backup_ends_with_an_error_event_in_the_callers_dialect() {
+    let env = start(&[DOWN, "faults:\n  - { cut_stream_after: 3 }\n"], A_TO_O).await;
+    let body = r#"{"model":"anthropic/claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = watchdog(WATCHDOG, env.post("/v1/messages", body, &[])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ev = sse(&r.text());
+    assert_eq!(ev.first().map(|e| e.0.as_str()), Some("message_start"));
+    let (name, data) = ev.last().unwrap();
+    assert_eq!(name, "error", "{}", r.text());
+    assert_eq!(data["type"], "error");
+    assert!(!ev.iter().any(|(n, _)| n == "message_stop"));
+    assert_eq!(env.stats(1).requests_total, 1, "never restarted");
+    env.stop().await;
+}

@@ -62,11 +62,15 @@ pub fn usage_to_anthropic(u: &o::Usage) -> a::Usage {
 /// Anthropic usage → OpenAI usage (`prompt_tokens` includes the cache).
 pub fn usage_to_openai(u: &a::Usage) -> o::Usage {
     let read = u.cache_read_input_tokens;
-    let prompt = u.input_tokens + read.unwrap_or(0) + u.cache_creation_input_tokens.unwrap_or(0);
+    // Counts come from the network: saturate rather than overflow.
+    let prompt = u
+        .input_tokens
+        .saturating_add(read.unwrap_or(0))
+        .saturating_add(u.cache_creation_input_tokens.unwrap_or(0));
     o::Usage {
         prompt_tokens: prompt,
         completion_tokens: u.output_tokens,
-        total_tokens: prompt + u.output_tokens,
+        total_tokens: prompt.saturating_add(u.output_tokens),
         prompt_tokens_details: read.map(|r| o::PromptTokensDetails {
             cached_tokens: Some(r),
         }),

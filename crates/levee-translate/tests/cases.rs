@@ -392,3 +392,19 @@ fn a_role_after_the_content_reads_the_same() {
         translate_request(Dialect::Anthropic, Dialect::OpenAi, a_later.as_bytes(), "g").is_ok()
     );
 }
+
+#[test]
+fn usage_from_the_network_saturates_instead_of_overflowing() {
+    let m = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "c",
+        "content": [{"type": "text", "text": "x"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": u64::MAX, "output_tokens": u64::MAX, "cache_read_input_tokens": 5}});
+    let out = translate_response(
+        Dialect::Anthropic,
+        Dialect::OpenAi,
+        m.to_string().as_bytes(),
+        0,
+    )
+    .unwrap();
+    let o: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(o["usage"]["total_tokens"], u64::MAX);
+}
