@@ -67,13 +67,51 @@ pub struct Provider {
     /// `scheme://authority` plus an optional path prefix (no trailing slash).
     pub base_url: http::Uri,
     pub api_key_env: Option<String>,
+    /// Upstream attempts in flight above which Levee sheds (`u32::MAX`: no
+    /// cap of the provider's own); where it comes from is `max_in_flight_from`.
     pub max_in_flight: u32,
+    pub max_in_flight_from: InFlightCap,
     pub rate_limit: Option<(u32, u32)>,
     pub breaker: BreakerSettings,
     pub connect_timeout: Duration,
 }
 
-/// Circuit-breaker settings (a [`CircuitBreaker`] is built per provider).
+/// Where a provider's `max_in_flight` comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFlightCap {
+    /// Written in the config.
+    Configured,
+    /// Not written: what the allowance can have in flight while every attempt
+    /// takes the longest `expected_attempt_ms` of the provider's targets —
+    /// Little's law, rate × time (3,000 a minute for 6 s each is 300) — plus
+    /// the burst. More than that in flight means attempts run longer than
+    /// expected: the provider is slowing down, and shedding is right.
+    Derived {
+        requests_per_minute: u32,
+        burst: u32,
+        expected_attempt: Duration,
+    },
+    /// Neither `max_in_flight` nor `rate_limit`: nothing to size a cap from,
+    /// so the provider has none of its own; the bulkheads (`max_in_flight`)
+    /// of the routes that use it bound what Levee sends it.
+    None,
+}
+
+/// A route's bulkhead when the config sets none.
+pub const DEFAULT_ROUTE_MAX_IN_FLIGHT: u32 = 1024;
+
+/// The in-flight cap the allowance implies (see [`InFlightCap::Derived`]).
+pub fn derived_max_in_flight(requests_per_minute: u32, burst: u32, expected: Duration) -> u32 {
+    let ms = u64::try_from(expected.as_millis()).unwrap_or(u64::MAX);
+    let in_flight = u64::from(requests_per_minute)
+        .saturating_mul(ms)
+        .div_ceil(60_000);
+    u32::try_from(in_flight.saturating_add(u64::from(burst))).unwrap_or(u32::MAX)
+}
+
+/// Circuit-breaker settings: every fault domain of a provider (each model it
+/// is sent, and the provider as a whole) gets a [`CircuitBreaker`] built from
+/// them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BreakerSettings {
     pub error_ratio: f64,
@@ -81,6 +119,21 @@ pub struct BreakerSettings {
     pub min_requests: u32,
     pub open_for: Duration,
     pub half_open_probes: u32,
+    pub probe_interval: Duration,
+}
+
+impl BreakerSettings {
+    /// The breaker these settings describe.
+    pub fn build(&self) -> Result<CircuitBreaker, levee_policy::breaker::BreakerError> {
+        CircuitBreaker::new(
+            self.error_ratio,
+            self.window,
+            self.min_requests,
+            self.open_for,
+            self.half_open_probes,
+        )?
+        .with_probe_interval(self.probe_interval)
+    }
 }
 
 impl Default for BreakerSettings {
@@ -91,6 +144,7 @@ impl Default for BreakerSettings {
             min_requests: 20,
             open_for: Duration::from_secs(5),
             half_open_probes: 3,
+            probe_interval: levee_policy::breaker::DEFAULT_PROBE_INTERVAL,
         }
     }
 }
@@ -108,15 +162,11 @@ impl Provider {
     }
 
     fn state_with(&self, allowance: bool) -> ProviderState {
-        let b = self.breaker;
-        let breaker = CircuitBreaker::new(
-            b.error_ratio,
-            b.window,
-            b.min_requests,
-            b.open_for,
-            b.half_open_probes,
-        )
-        .unwrap_or_else(|_| CircuitBreaker::default_policy());
+        // Validated when the config was built.
+        let breaker = self
+            .breaker
+            .build()
+            .unwrap_or_else(|_| CircuitBreaker::default_policy());
         let allowance = self
             .rate_limit
             .filter(|_| allowance)
@@ -379,6 +429,7 @@ impl Config {
                 base_url: http::Uri::from_static("http://127.0.0.1:9100"),
                 api_key_env: None,
                 max_in_flight: 10_000,
+                max_in_flight_from: InFlightCap::Configured,
                 rate_limit: None,
                 breaker: BreakerSettings::default(),
                 connect_timeout: Duration::from_secs(2),
@@ -438,7 +489,13 @@ impl Config {
                 api,
                 base_url,
                 api_key_env: p.api_key_env.clone(),
-                max_in_flight: p.max_in_flight.unwrap_or(256),
+                // Unset: sized from the allowance once the routes are known.
+                max_in_flight: p.max_in_flight.unwrap_or(u32::MAX),
+                max_in_flight_from: if p.max_in_flight.is_some() {
+                    InFlightCap::Configured
+                } else {
+                    InFlightCap::None
+                },
                 rate_limit: p.rate_limit.as_ref().map(|r| {
                     (
                         r.requests_per_minute,
@@ -465,15 +522,21 @@ impl Config {
                 retry: None,
                 circuit_breaker: None,
                 max_in_flight: None,
+                attempt_timeout: None,
                 first_byte_timeout: None,
                 stream_idle_timeout: None,
             });
         }
         let mut routes = Vec::new();
+        let mut breakers = RouteBreakers {
+            declared: providers.iter().map(|p| p.breaker).collect(),
+            set_by: vec![None; providers.len()],
+        };
         for (i, r) in raw_routes.iter().enumerate() {
-            let route = resolve_route(text, i, r, &mut providers, builtin_mock)?;
+            let route = resolve_route(text, i, r, &mut providers, &mut breakers, builtin_mock)?;
             routes.push(route);
         }
+        derive_in_flight_caps(&mut providers, &routes);
 
         let callers = raw
             .callers
@@ -610,16 +673,41 @@ fn breaker_settings(
         min_requests: b.min_requests.unwrap_or(d.min_requests),
         open_for: b.open_for.map(|w| w.0).unwrap_or(d.open_for),
         half_open_probes: b.half_open_probes.unwrap_or(d.half_open_probes),
+        probe_interval: b.probe_interval.map(|w| w.0).unwrap_or(d.probe_interval),
     };
-    CircuitBreaker::new(
-        s.error_ratio,
-        s.window,
-        s.min_requests,
-        s.open_for,
-        s.half_open_probes,
-    )
-    .map_err(|e| e.to_string())?;
+    s.build().map_err(|e| e.to_string())?;
     Ok(s)
+}
+
+/// Sizes each provider without a written `max_in_flight` from its allowance
+/// and the longest attempt any route expects of it (see [`InFlightCap`]).
+fn derive_in_flight_caps(providers: &mut [Provider], routes: &[Route]) {
+    for (ix, p) in providers.iter_mut().enumerate() {
+        if p.max_in_flight_from != InFlightCap::None {
+            continue;
+        }
+        let longest = routes
+            .iter()
+            .flat_map(|r| &r.targets)
+            .filter(|t| t.provider == ix)
+            .map(|t| t.expected_attempt)
+            .max();
+        if let (Some((rpm, burst)), Some(expected)) = (p.rate_limit, longest) {
+            p.max_in_flight = derived_max_in_flight(rpm, burst, expected);
+            p.max_in_flight_from = InFlightCap::Derived {
+                requests_per_minute: rpm,
+                burst,
+                expected_attempt: expected,
+            };
+        }
+    }
+}
+
+/// Which route, if any, set each provider's breaker through a route-level
+/// `circuit_breaker` block, and what the provider itself declared.
+struct RouteBreakers {
+    declared: Vec<BreakerSettings>,
+    set_by: Vec<Option<usize>>,
 }
 
 fn resolve_route(
@@ -627,6 +715,7 @@ fn resolve_route(
     i: usize,
     r: &RawRoute,
     providers: &mut [Provider],
+    breakers: &mut RouteBreakers,
     builtin_mock: bool,
 ) -> Result<Route, ConfigError> {
     use Seg::*;
@@ -719,11 +808,29 @@ fn resolve_route(
             });
         }
     }
-    // A route-level breaker block applies to its targets' providers.
+    // A route-level breaker block sets the breakers of its targets'
+    // providers (fields it omits keep the provider's values). Breakers belong
+    // to the provider's fault domains, which every route reaching it shares,
+    // so two routes may not ask for different ones.
     if let Some(b) = &r.circuit_breaker {
-        let s = breaker_settings(Some(b), None).map_err(|m| at(&[Key("circuit_breaker")], m))?;
         for t in &targets {
-            providers[t.provider].breaker = s;
+            let p = t.provider;
+            let s = breaker_settings(Some(b), Some(breakers.declared[p]))
+                .map_err(|m| at(&[Key("circuit_breaker")], m))?;
+            if let Some(j) = breakers.set_by[p] {
+                if j != i && providers[p].breaker != s {
+                    return Err(at(
+                        &[Key("circuit_breaker")],
+                        format!(
+                            "its `circuit_breaker` differs from route {}'s for provider `{}`: a provider's breakers are shared by every route that reaches it, so set them once (on the provider, or the same on each route)",
+                            j + 1,
+                            providers[p].name
+                        ),
+                    ));
+                }
+            }
+            providers[p].breaker = s;
+            breakers.set_by[p] = Some(i);
         }
     }
     let d = r.deadline.as_ref();
@@ -794,7 +901,14 @@ fn resolve_route(
         backoff,
         retry.and_then(|r| r.respect_retry_after).unwrap_or(true),
     )
-    .map_err(|e| at(&[Key("retry"), Key("max_attempts")], e.to_string()))?;
+    .map_err(|e| at(&[Key("retry"), Key("max_attempts")], e.to_string()))?
+    .with_retry_after_cap(
+        retry
+            .and_then(|r| r.retry_after_cap)
+            .map(|d| d.0)
+            .unwrap_or(levee_policy::retry_after::DEFAULT_RETRY_AFTER_CAP),
+    )
+    .with_attempt_timeout(r.attempt_timeout.map(|d| d.0));
     let bud = retry.and_then(|r| r.budget.as_ref());
     let budget = BudgetSettings {
         ratio: bud.and_then(|b| b.ratio).unwrap_or(0.1),
@@ -819,7 +933,7 @@ fn resolve_route(
         deadline,
         policy,
         budget,
-        max_in_flight: r.max_in_flight.unwrap_or(1024),
+        max_in_flight: r.max_in_flight.unwrap_or(DEFAULT_ROUTE_MAX_IN_FLIGHT),
         retry_after_cap: retry
             .and_then(|r| r.retry_after_cap)
             .map(|d| d.0)

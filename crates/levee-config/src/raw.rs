@@ -66,6 +66,7 @@ pub struct RawBreaker {
     pub min_requests: Option<u32>,
     pub open_for: Option<Dur>,
     pub half_open_probes: Option<u32>,
+    pub probe_interval: Option<Dur>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +80,7 @@ pub struct RawRoute {
     pub retry: Option<RawRetry>,
     pub circuit_breaker: Option<RawBreaker>,
     pub max_in_flight: Option<u32>,
+    pub attempt_timeout: Option<Dur>,
     pub first_byte_timeout: Option<Dur>,
     pub stream_idle_timeout: Option<Dur>,
 }

@@ -148,3 +148,40 @@ fn providers_without_routes_send_every_model_to_the_first_provider() {
     assert_eq!(c.providers[c.routes[0].targets[0].provider].name, "p");
     assert_eq!(c.route_for("/v1/chat/completions", "anything"), Some(0));
 }
+
+const TWO_ROUTES_ONE_PROVIDER: &str = r#"providers:
+  p:
+    api: openai
+    base_url: http://127.0.0.1:9
+    circuit_breaker: { error_ratio: 0.3, min_requests: 50 }
+routes:
+  - match: { model_prefix: "a/" }
+    targets: [p]
+    circuit_breaker: { open_for: 2s }
+  - match: { model_prefix: "b/" }
+    targets: [p]
+"#;
+
+#[test]
+fn a_route_breaker_block_keeps_the_providers_fields_it_omits() {
+    let c = Config::parse(TWO_ROUTES_ONE_PROVIDER).unwrap();
+    let b = c.providers[0].breaker;
+    assert_eq!(b.open_for, Duration::from_secs(2), "the route's field");
+    assert_eq!(b.error_ratio, 0.3, "the provider's, not the default 0.5");
+    assert_eq!(b.min_requests, 50);
+}
+
+#[test]
+fn two_routes_asking_one_provider_for_different_breakers_are_refused() {
+    let text = TWO_ROUTES_ONE_PROVIDER.to_string() + "    circuit_breaker: { open_for: 9s }\n";
+    let (line, message) = line_of(Config::parse(&text).unwrap_err());
+    assert!(message.contains("route 1"), "{message}");
+    assert!(message.contains("`p`"), "{message}");
+    assert_eq!(
+        text.lines().nth(line - 1).map(str::trim),
+        Some("circuit_breaker: { open_for: 9s }")
+    );
+    // The same block on both is fine.
+    let same = TWO_ROUTES_ONE_PROVIDER.to_string() + "    circuit_breaker: { open_for: 2s }\n";
+    assert!(Config::parse(&same).is_ok());
+}

@@ -7,10 +7,13 @@ use crate::shared::Shared;
 use levee_policy::{Class, Dependencies, Outcome, Permit, Refusal, RequestState};
 use std::sync::Arc;
 
-/// [`Dependencies`] for one route of a running gateway.
+/// [`Dependencies`] for one request on one route of a running gateway.
 pub struct GatewayDeps<'a> {
     pub shared: &'a Shared,
     pub route: usize,
+    /// The caller's model: each target's upstream model (its fault domain)
+    /// is the route's rewrite of it.
+    pub model: &'a str,
     /// Targets this request skips (they cannot carry it across dialects):
     /// they refuse as if full, so the planner moves on without spending
     /// their budget.
@@ -22,6 +25,10 @@ impl GatewayDeps<'_> {
         let p = self.shared.config.routes[self.route].targets[t].provider;
         &self.shared.providers[p]
     }
+
+    fn upstream_model(&self, t: usize) -> &str {
+        self.shared.config.routes[self.route].rewrite_model(t, self.model)
+    }
 }
 
 impl Dependencies for GatewayDeps<'_> {
@@ -29,13 +36,14 @@ impl Dependencies for GatewayDeps<'_> {
         if self.skip.get(t) == Some(&true) {
             return Err(Refusal::Shed);
         }
-        self.provider(t).lock().check(now)
+        self.provider(t).lock().check(now, self.upstream_model(t))
     }
     fn admit(&mut self, t: usize, now: levee_policy::Instant) -> Result<Permit, Refusal> {
         if self.skip.get(t) == Some(&true) {
             return Err(Refusal::Shed);
         }
-        self.provider(t).lock().admit(now)
+        let model = self.upstream_model(t);
+        self.provider(t).lock().admit(now, model)
     }
     fn finish(&mut self, t: usize, now: levee_policy::Instant, permit: Permit, class: Class) {
         self.provider(t).lock().finish(now, permit, class)
@@ -56,6 +64,9 @@ impl Dependencies for GatewayDeps<'_> {
     fn deposit(&mut self, t: usize, now: levee_policy::Instant) {
         self.shared.routes[self.route].budget(t).deposit(now)
     }
+    fn refund(&mut self, t: usize, now: levee_policy::Instant, tokens: u32) {
+        self.shared.routes[self.route].budget(t).refund(now, tokens)
+    }
 }
 
 /// Owns a request's policy state while an attempt may be in flight. Dropping
@@ -73,9 +84,11 @@ impl AttemptFinisher {
         let shared = Arc::clone(&self.shared);
         let now = shared.clock.now();
         let policy = &shared.config.routes[self.route].policy;
+        // Only finishing, depositing and refunding happen here: no model needed.
         let mut deps = GatewayDeps {
             shared: &shared,
             route: self.route,
+            model: "",
             skip: &[],
         };
         policy.record(&mut self.req, &mut deps, now, outcome)
@@ -86,9 +99,11 @@ impl AttemptFinisher {
         let shared = Arc::clone(&self.shared);
         let now = shared.clock.now();
         let policy = &shared.config.routes[self.route].policy;
+        // Only finishing, depositing and refunding happen here: no model needed.
         let mut deps = GatewayDeps {
             shared: &shared,
             route: self.route,
+            model: "",
             skip: &[],
         };
         policy.refuse(&mut self.req, &mut deps, now, refusal);
@@ -124,6 +139,7 @@ impl Drop for AttemptFinisher {
             let mut deps = GatewayDeps {
                 shared: &shared,
                 route: self.route,
+                model: "",
                 skip: &[],
             };
             policy.abandon(&mut self.req, &mut deps, now);

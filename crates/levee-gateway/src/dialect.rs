@@ -53,14 +53,22 @@ impl Dialect {
 
     /// The event that ends a stream which failed after its first byte.
     pub fn stream_error_event(self, message: &str) -> Bytes {
+        self.stream_error(502, "upstream_error", message)
+    }
+
+    /// The event that ends a committed stream Levee had to cut, as each
+    /// official SDK recognises it mid-stream: OpenAI's raises `APIError` on a
+    /// `data:` event whose JSON has `error`; Anthropic's raises a status error
+    /// on `event: error` carrying its error envelope. `status` picks the error
+    /// type (504: Anthropic's `timeout_error`); `code` is Levee's reason.
+    pub fn stream_error(self, status: u16, code: &str, message: &str) -> Bytes {
         match self {
             Dialect::OpenAi => {
-                let v = json!({"error": {"message": message, "type": "server_error", "param": null, "code": "upstream_error"}});
+                let v = json!({"error": {"message": message, "type": self.error_type(status), "param": null, "code": code}});
                 Bytes::from(format!("data: {v}\n\n"))
             }
             Dialect::Anthropic => {
-                let v =
-                    json!({"type": "error", "error": {"type": "api_error", "message": message}});
+                let v = json!({"type": "error", "error": {"type": self.error_type(status), "message": message}});
                 Bytes::from(format!("event: error\ndata: {v}\n\n"))
             }
         }

@@ -51,6 +51,8 @@ pub(crate) struct Ctx {
     pub(crate) stream: bool,
     pub(crate) idem: HeaderValue,
     pub(crate) arrived: levee_policy::Instant,
+    /// The caller's SDK says this is its own retry: it spends a retry token.
+    pub(crate) caller_retry: bool,
 }
 
 /// The last upstream error answer, kept to pass on or log once.
@@ -73,7 +75,7 @@ pub(crate) async fn run(
     let mut fin = AttemptFinisher {
         shared: Arc::clone(&shared),
         route: ctx.route,
-        req: levee_policy::RequestState::new(deadline),
+        req: levee_policy::RequestState::new(deadline).caller_retry(ctx.caller_retry),
     };
     let mut outside = Duration::ZERO; // time in upstream attempts and backoff waits
     let mut last_error: Option<LastError> = None;
@@ -84,6 +86,7 @@ pub(crate) async fn run(
             let mut deps = GatewayDeps {
                 shared: &shared,
                 route: ctx.route,
+                model: &ctx.model,
                 skip: &ctx.skip,
             };
             policy.decide(&mut fin.req, &mut deps, now, &mut rng)
@@ -98,8 +101,8 @@ pub(crate) async fn run(
                 shared
                     .metrics
                     .attempts_per_request
-                    .observe(f64::from(attempts.max(1)));
-                return fail(&ctx, &fin, f, last_error, outside, attempts);
+                    .observe(f64::from(attempts));
+                return fail(&ctx, &fin, f, last_error, outside, attempts, last_label);
             }
             Decision::Dispatch(d) => {
                 let target = &route.targets[d.target];
@@ -147,19 +150,27 @@ pub(crate) async fn run(
                 let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
                 // A stream must show its first event within first_byte_timeout
                 // of dispatch; until then a failure can still be retried.
-                let head_deadline = match (ctx.stream, route.first_byte_timeout) {
-                    (true, Some(t)) => attempt_deadline.min(shared.clock.to_tokio(now + t)),
-                    _ => attempt_deadline,
+                // A plain answer's head too: a stalled provider is given up on
+                // while a retry or the backup can still use the time.
+                let head_deadline = match route.first_byte_timeout {
+                    Some(t) => attempt_deadline.min(shared.clock.to_tokio(now + t)),
+                    None => attempt_deadline,
                 };
                 let result =
-                    tokio::time::timeout_at(head_deadline, provider.client.request(upstream_req))
-                        .await;
+                    tokio::time::timeout_at(head_deadline, provider.send(upstream_req)).await;
                 let (outcome, label) = match result {
                     Err(_) => (Outcome::Timeout, "timeout"),
                     Ok(Err(_)) => (Outcome::ConnectError, "connect_error"),
                     Ok(Ok(resp)) => {
                         let status = resp.status().as_u16();
-                        if status < 300 {
+                        // The core's classifier says what is an answer (1xx–3xx
+                        // included: a provider's redirect is passed on, never
+                        // retried); the driver only acts on it.
+                        let answer = policy.classifier().classify(Outcome::Status {
+                            status,
+                            retry_after: None,
+                        }) == Class::Success;
+                        if answer {
                             match deliver(
                                 &ctx,
                                 &mut fin,
@@ -173,17 +184,23 @@ pub(crate) async fn run(
                             {
                                 Delivered::Done(r) => return r,
                                 Delivered::Failed(o, l, back) => {
+                                    // The answer describes this attempt, not an earlier error.
+                                    last_error = None;
                                     lease = back;
                                     (o, l)
                                 }
                             }
                         } else {
+                            // What the provider asked for, uncapped: the core
+                            // applies the route's cap to the request, the model
+                            // and the provider alike.
                             let retry_after = levee_policy::retry_after::parse(
                                 resp.headers().get("retry-after").map(|v| v.as_bytes()),
                                 resp.headers().get("retry-after-ms").map(|v| v.as_bytes()),
                                 shared.clock.unix_ms(),
                                 route.retry_after_cap,
-                            );
+                            )
+                            .map(levee_policy::retry_after::RetryAfter::requested);
                             let headers = resp.headers().clone();
                             let body =
                                 read_capped(resp.into_body(), MAX_ERROR_BODY, attempt_deadline)
@@ -197,27 +214,13 @@ pub(crate) async fn run(
                                 body,
                                 foreign,
                             });
-                            let outcome = match retry_after {
-                                // Longer than we would ever wait: record it as a
-                                // wait the deadline cannot hold.
-                                Some(levee_policy::retry_after::RetryAfter::TooLong(d)) => {
-                                    Outcome::Status {
-                                        status,
-                                        retry_after: Some(d),
-                                    }
-                                }
-                                Some(levee_policy::retry_after::RetryAfter::Wait(d)) => {
-                                    Outcome::Status {
-                                        status,
-                                        retry_after: Some(d),
-                                    }
-                                }
-                                None => Outcome::Status {
+                            (
+                                Outcome::Status {
                                     status,
-                                    retry_after: None,
+                                    retry_after,
                                 },
-                            };
-                            (outcome, label)
+                                label,
+                            )
                         }
                     }
                 };
@@ -241,7 +244,9 @@ pub(crate) async fn run(
                     tape(&ctx, model_sent(&ctx, fin.req.target()), line);
                 }
                 let class = fin.record(outcome);
-                let label = if class == Class::NotProviderFault && label == "timeout" {
+                let label = if class == Class::NotProviderFault
+                    && (label == "timeout" || label == "body_timeout")
+                {
                     "deadline_cut"
                 } else {
                     label
@@ -293,8 +298,15 @@ async fn deliver(
                 // The stream ended before a blank line: what it sent is the
                 // answer (a retry would run the generation again).
                 Ok(None) if framer.has_partial() => break framer.flush(),
+                // Cut before the commit point: nothing reached the caller, so
+                // it may be retried as a connection failure (`connect_error`
+                // in `retry.on`), but it is not one: labelled as what it is.
                 Ok(None) | Ok(Some(Err(_))) => {
-                    return Delivered::Failed(Outcome::ConnectError, "connect_error", lease)
+                    return Delivered::Failed(
+                        Outcome::ConnectError,
+                        "cut_before_first_event",
+                        lease,
+                    )
                 }
                 Ok(Some(Ok(frame))) => {
                     if let Ok(d) = frame.into_data() {
@@ -306,9 +318,12 @@ async fn deliver(
                 }
             }
         };
-        // Commit: from here on, no retry.
+        // Commit: from here on, no retry; the stream ends by the caller's deadline.
         *outside += shared.clock.since(started);
         fin.req.commit();
+        let ends_at = shared
+            .clock
+            .to_tokio(fin.req.deadline() - route.policy.margin());
         shared.metrics.attempt(&provider_name, "success");
         let attempts = fin.req.attempts();
         shared
@@ -332,6 +347,7 @@ async fn deliver(
             None,
             total.saturating_sub(*outside),
             None,
+            "success",
         );
         // A stream is not stored for replay, but its key stays held (and its
         // bulkhead slot taken) until the stream ends.
@@ -361,6 +377,7 @@ async fn deliver(
             first,
             framer,
             idle: route.stream_idle_timeout,
+            deadline: ends_at,
             dialect: ctx.dialect,
             clock: shared.clock,
             translate: ctx.crossings[target].and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
@@ -372,23 +389,29 @@ async fn deliver(
         success_headers(out.headers_mut(), attempts, &provider_name);
         return Delivered::Done(out);
     }
-    let bytes = match read_limited(body, MAX_RESPONSE_BODY, attempt_deadline).await {
+    // A plain answer's 2xx head means the provider has run the generation:
+    // the body is read until the caller's deadline, and a body that fails is
+    // never fetched again (a too-large one would be as large again; a broken
+    // one would run the generation twice). Only the planner's deadline rule
+    // applies to a body that has not arrived by then.
+    let declared = http_body::Body::size_hint(&body).exact();
+    if declared.is_some_and(|n| n > MAX_RESPONSE_BODY as u64) {
+        return Delivered::Failed(Outcome::ResponseTooLarge, "response_too_large", lease);
+    }
+    let body_deadline = shared
+        .clock
+        .to_tokio(fin.req.deadline() - route.policy.margin())
+        .max(attempt_deadline);
+    let bytes = match read_limited(body, MAX_RESPONSE_BODY, body_deadline).await {
         Ok(b) => b,
-        Err(timed_out) => {
-            let o = if timed_out {
-                Outcome::Timeout
-            } else {
-                Outcome::ConnectError
-            };
-            return Delivered::Failed(
-                o,
-                if timed_out {
-                    "timeout"
-                } else {
-                    "connect_error"
-                },
-                lease,
-            );
+        Err(BodyError::TimedOut) => {
+            return Delivered::Failed(Outcome::Timeout, "body_timeout", lease)
+        }
+        Err(BodyError::TooLarge) => {
+            return Delivered::Failed(Outcome::ResponseTooLarge, "response_too_large", lease)
+        }
+        Err(BodyError::Broken) => {
+            return Delivered::Failed(Outcome::FailedAfterFirstByte, "body_cut", lease)
         }
     };
     *outside += shared.clock.since(started);
@@ -407,7 +430,7 @@ async fn deliver(
     let added = total.saturating_sub(*outside);
     shared.metrics.added_latency.observe(added.as_secs_f64());
     shared.metrics.request(&route.name, "success");
-    log_summary(ctx, fin, "success", None, added, None);
+    log_summary(ctx, fin, "success", None, added, None, "success");
     if shared.recorder.is_some() {
         let line = TapeLine {
             status,
@@ -469,6 +492,7 @@ fn fail(
     last_error: Option<LastError>,
     outside: Duration,
     attempts: u32,
+    last_result: &str,
 ) -> Response<Body> {
     let shared = &ctx.shared;
     let route = &shared.config.routes[ctx.route];
@@ -483,7 +507,15 @@ fn fail(
     let provider_said = last_error
         .as_ref()
         .and_then(|e| Dialect::provider_message(&e.body));
-    log_summary(ctx, fin, reason, Some(f.status), added, last_error.as_ref());
+    log_summary(
+        ctx,
+        fin,
+        reason,
+        Some(f.status),
+        added,
+        last_error.as_ref(),
+        last_result,
+    );
     match last_error {
         // A deterministic client error: the provider's own verdict, unchanged.
         Some(e) if f.upstream_status && (400..500).contains(&e.status) && e.status != 429 => {
@@ -509,6 +541,11 @@ fn fail(
                 Reason::RateLimited => msg.push_str("; the provider's request allowance is spent for now"),
                 _ => {}
             }
+            match last_result {
+                "body_cut" => msg.push_str("; the provider's 2xx answer broke off mid-body: it has already run the generation, so Levee does not run it again"),
+                "response_too_large" => msg.push_str(&format!("; the provider's answer is over Levee's {} MiB response limit, and a second attempt would be as large", MAX_RESPONSE_BODY >> 20)),
+                _ => {}
+            }
             if let Some(p) = provider_said {
                 msg.push_str("; provider said: ");
                 msg.push_str(&p);
@@ -525,6 +562,7 @@ fn log_summary(
     status: Option<u16>,
     added: Duration,
     err: Option<&LastError>,
+    last_result: &str,
 ) {
     let shared = &ctx.shared;
     let route = &shared.config.routes[ctx.route];
@@ -546,6 +584,7 @@ fn log_summary(
         target = %target,
         attempts = fin.req.attempts(),
         outcome,
+        last_attempt = last_result,
         status = status.unwrap_or(200),
         added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),
         deadline_left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
@@ -567,15 +606,27 @@ async fn read_capped(body: Incoming, cap: usize, until: tokio::time::Instant) ->
     read_limited(body, cap, until).await.unwrap_or_default()
 }
 
-/// Reads a whole body up to `cap` bytes before `until`. `Err(true)` on timeout.
+/// Why a body could not be read whole.
+#[derive(Debug)]
+enum BodyError {
+    /// Not complete by the given instant.
+    TimedOut,
+    /// Over the cap.
+    TooLarge,
+    /// The connection broke off (or the framing was invalid) mid-body.
+    Broken,
+}
+
+/// Reads a whole body up to `cap` bytes before `until`.
 async fn read_limited(
     body: Incoming,
     cap: usize,
     until: tokio::time::Instant,
-) -> Result<Bytes, bool> {
+) -> Result<Bytes, BodyError> {
     match tokio::time::timeout_at(until, Limited::new(body, cap).collect()).await {
-        Err(_) => Err(true),
-        Ok(Err(_)) => Err(false),
+        Err(_) => Err(BodyError::TimedOut),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Ok(Err(_)) => Err(BodyError::Broken),
         Ok(Ok(c)) => Ok(c.to_bytes()),
     }
 }

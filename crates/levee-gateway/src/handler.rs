@@ -241,18 +241,21 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     }
 
     let Some(bulkhead) = shared.routes[route_ix].bulkhead.try_acquire() else {
-        shared.metrics.reject("shed");
-        shared.metrics.request(&route.name, "shed");
+        let shed = levee_policy::Failure::shed();
+        let reason = shed.reason.as_str();
+        shared.metrics.reject(reason);
+        shared.metrics.request(&route.name, reason);
+        shared.metrics.attempts_per_request.observe(0.0);
         return levee_error(
             dialect,
-            503,
-            "shed",
+            shed.status,
+            reason,
             &format!(
                 "levee: route `{}` is at its max_in_flight; rejected at once rather than queued",
                 route.name
             ),
             0,
-            Some(Duration::from_secs(1)),
+            shed.retry_after,
         );
     };
 
@@ -298,6 +301,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         stream: inspected.stream,
         idem: idem_value,
         arrived,
+        caller_retry: sdk_retry,
     };
     crate::drive::run(ctx, deadline, lease).await
 }

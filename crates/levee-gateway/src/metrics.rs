@@ -88,10 +88,12 @@ impl Metrics {
         let upstream_attempts = Family::<ProviderResult, Counter>::default();
         registry.register(
             "levee_upstream_attempts",
-            "Attempts sent upstream, by provider and result",
+            "Attempts sent upstream, by provider and result: success, http_4xx, http_4xx_foreign_body, http_5xx, throttled, connect_error, timeout, deadline_cut, cut_before_first_event (a stream's 2xx head, then nothing), body_cut and body_timeout (a plain 2xx whose body broke off or stalled), response_too_large",
             upstream_attempts.clone(),
         );
-        let attempts_per_request = Histogram::new([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 27.0]);
+        // 0: answered without any attempt (shed, rate limited, breaker open).
+        let attempts_per_request =
+            Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 27.0]);
         registry.register(
             "levee_attempts_per_request",
             "Upstream attempts per logical request: the amplification factor",
@@ -142,7 +144,7 @@ impl Metrics {
         let upstream_connect = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
         registry.register(
             "levee_upstream_connect_seconds",
-            "Time to obtain a new upstream connection (connect plus TLS)",
+            "Time for an attempt to obtain an upstream connection: the wait for a pooled one, or a new connect plus TLS",
             upstream_connect.clone(),
         );
         let time_to_first_byte = Histogram::new(exponential_buckets(0.001, 2.0, 16));

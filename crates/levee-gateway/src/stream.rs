@@ -1,6 +1,7 @@
 //! Relaying a committed SSE stream: chunk by chunk, no buffering, and an
 //! error event in the caller's dialect if the upstream fails or stalls after
-//! the first byte — never a restart (seed 000: a retried stream duplicates text).
+//! the first byte, or the caller's deadline comes — never a restart (seed 000:
+//! a retried stream duplicates text).
 
 use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;
@@ -24,6 +25,9 @@ pub struct RelayStart {
     pub first: Bytes,
     pub framer: EventFramer,
     pub idle: Duration,
+    /// When the caller stops waiting (its deadline less the return margin):
+    /// the stream ends there with a `deadline_exceeded` error event.
+    pub deadline: tokio::time::Instant,
     pub dialect: Dialect,
     pub clock: Clock,
     /// Translates the upstream's events into the caller's dialect, event by
@@ -37,6 +41,7 @@ pub struct RelayBody {
     upstream: Incoming,
     idle: Duration,
     stall: Pin<Box<Sleep>>,
+    deadline: Pin<Box<Sleep>>,
     dialect: Dialect,
     done: bool,
     framer: EventFramer,
@@ -68,6 +73,7 @@ impl RelayBody {
             first,
             framer,
             idle,
+            deadline,
             dialect,
             clock,
             mut translate,
@@ -88,6 +94,7 @@ impl RelayBody {
             upstream,
             idle,
             stall: Box::pin(tokio::time::sleep_until(clock.to_tokio(clock.now()) + idle)),
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
             dialect,
             done: false,
             framer,
@@ -116,6 +123,27 @@ impl RelayBody {
         let msg = format!("levee: upstream_error: the provider's stream {why}; the partial answer above is all there is (streams are never restarted)");
         Poll::Ready(Some(Ok(Frame::data(self.dialect.stream_error_event(&msg)))))
     }
+
+    /// The caller's deadline came mid-stream: end it (dropping the upstream
+    /// request) with an error event. Not the provider's fault: the breaker
+    /// does not count it.
+    fn cut_at_deadline(&mut self) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.done = true;
+        self.write_tape(true);
+        if let Some(f) = self.finisher.take() {
+            let route = &f.shared.config.routes[f.route];
+            tracing::info!(
+                target: "levee::request",
+                route = %route.name,
+                outcome = "deadline_exceeded",
+                "a committed stream reached the caller's deadline and was ended with an error event"
+            );
+            f.finish(Outcome::SkippedNoDeadline, true);
+        }
+        let msg = "levee: deadline_exceeded: the caller's deadline passed mid-stream; the partial answer above is all there is (streams are never restarted)";
+        let event = self.dialect.stream_error(504, "deadline_exceeded", msg);
+        Poll::Ready(Some(Ok(Frame::data(event))))
+    }
 }
 
 impl HttpBody for RelayBody {
@@ -132,6 +160,9 @@ impl HttpBody for RelayBody {
         }
         if this.done {
             return Poll::Ready(None);
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return this.cut_at_deadline();
         }
         loop {
             match Pin::new(&mut this.upstream).poll_frame(cx) {

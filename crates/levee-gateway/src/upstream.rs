@@ -1,11 +1,13 @@
 //! Talking to providers: one pooled hyper client per provider (rustls with
 //! bundled web-PKI roots for https), outbound request building, and timing of
-//! new connections for `levee_upstream_connect_seconds`.
+//! how long each attempt waits for a connection, pooled or new, for
+//! `levee_upstream_connect_seconds`.
 
 use crate::clock::Clock;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -13,48 +15,54 @@ use hyper_util::rt::TokioExecutor;
 use levee_config::{Api, Provider};
 use levee_policy::ProviderState;
 use prometheus_client::metrics::histogram::Histogram;
-use std::future::Future;
+use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// A connector that records how long each new connection took.
-#[derive(Clone, Debug)]
-pub struct Timed<C> {
-    inner: C,
-    hist: Histogram,
+/// An attempt's request body that times how long the attempt waited for a
+/// connection. hyper polls a request's body only once a connection is
+/// writing it, so the first poll marks the moment a connection was obtained:
+/// taken from the pool at once, after waiting for one, or newly connected
+/// (TCP plus TLS). Counting only new connections would leave out the pool
+/// wait, where a starved gateway shows first. Bodies here are never empty
+/// (a JSON request), so the first poll always comes.
+#[derive(Debug)]
+pub struct ConnTimed {
+    inner: Full<Bytes>,
+    started: levee_policy::Instant,
     clock: Clock,
+    /// Taken at the first poll: observed once.
+    hist: Option<Histogram>,
 }
 
-impl<C> tower_service::Service<Uri> for Timed<C>
-where
-    C: tower_service::Service<Uri> + Send + 'static,
-    C::Future: Send + 'static,
-{
-    type Response = C::Response;
-    type Error = C::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<C::Response, C::Error>> + Send>>;
+impl HttpBody for ConnTimed {
+    type Data = Bytes;
+    type Error = Infallible;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if let Some(hist) = this.hist.take() {
+            hist.observe(this.clock.since(this.started).as_secs_f64());
+        }
+        Pin::new(&mut this.inner).poll_frame(cx)
     }
 
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let start = self.clock.now();
-        let fut = self.inner.call(uri);
-        let hist = self.hist.clone();
-        let clock = self.clock;
-        Box::pin(async move {
-            let r = fut.await;
-            hist.observe(clock.since(start).as_secs_f64());
-            r
-        })
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
 /// The client type used for every provider.
-pub type UpstreamClient = Client<Timed<hyper_rustls::HttpsConnector<HttpConnector>>, Full<Bytes>>;
+pub type UpstreamClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, ConnTimed>;
 
 /// Why a provider could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +113,8 @@ pub struct ProviderRuntime {
     auth: Option<(HeaderName, HeaderValue)>,
     pub client: UpstreamClient,
     pub state: Mutex<ProviderState>,
+    connect_hist: Histogram,
+    clock: Clock,
 }
 
 impl ProviderRuntime {
@@ -146,11 +156,7 @@ impl ProviderRuntime {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(1024)
-            .build(Timed {
-                inner: https,
-                hist: connect_hist,
-                clock,
-            });
+            .build(https);
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
             .base_url
@@ -188,7 +194,20 @@ impl ProviderRuntime {
             auth,
             client,
             state: Mutex::new(state),
+            connect_hist,
+            clock,
         })
+    }
+
+    /// Sends one attempt, timing how long it waits for a connection.
+    pub fn send(&self, req: Request<Full<Bytes>>) -> hyper_util::client::legacy::ResponseFuture {
+        let started = self.clock.now();
+        self.client.request(req.map(|inner| ConnTimed {
+            inner,
+            started,
+            clock: self.clock,
+            hist: Some(self.connect_hist.clone()),
+        }))
     }
 
     /// The upstream URI for an inbound path (`/v1/...`), joined to the base

@@ -78,6 +78,7 @@ impl World {
         Deps {
             providers: &mut self.providers,
             target_provider: &self.map,
+            target_model: &[],
             budgets: &mut self.budgets,
         }
     }

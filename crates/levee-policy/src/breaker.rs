@@ -1,10 +1,29 @@
 //! The circuit breaker: stop sending to a provider that is failing for everyone.
 //!
 //! The gateway sees all traffic, so it can tell "this caller was unlucky" from
-//! "this provider is down" within a second or two (seed 000). The breaker opens
-//! when the fault ratio over a bucketed `window` reaches `error_ratio` with at
-//! least `min_requests`, stays open for `open_for`, then lets `half_open_probes`
-//! probes through; they all succeed → closed, any fault → open again.
+//! "this provider is down" long before any one caller can. The breaker opens
+//! when either
+//! - the fault ratio over a bucketed `window` reaches `error_ratio` with at
+//!   least `min_requests` outcomes in it, or
+//! - `min_requests` faults arrive in a row. At 1,000 requests/s a total outage
+//!   shows this within tens of milliseconds, where a 10 s window still full
+//!   of successes would need seconds of faults to reach its ratio. A random
+//!   30 % brownout almost never produces it (0.3^20 ≈ 3·10⁻¹¹ per position).
+//!
+//! While open it lets one probe through every `probe_interval` (default 1 s,
+//! never more often than that: no thundering herd). A successful probe moves
+//! it to half-open at once, so recovery is seen within about a probe interval
+//! rather than after the whole `open_for`; after `open_for` it half-opens
+//! anyway. Half-open admits up to `half_open_probes` probes at a time; that
+//! many successes → closed, any fault → open again.
+//!
+//! Once closed again it ramps: it admits at most 1.4× the rate it saw before
+//! it tripped, until a whole `window` passes with nothing refused (or three
+//! windows at most). Callers that ignore `x-should-retry` keep
+//! every user request of the outage in a retry loop, and all of them land the
+//! moment the breaker closes — 7.8× the baseline at 1,000 requests/s behind
+//! three such layers. The ramp spreads that wave out at 1.4× until it is
+//! gone, instead of letting it in at once.
 //!
 //! It counts provider faults only. A deterministic 4xx is the provider working
 //! correctly; a caller's cancellation and an attempt skipped for lack of
@@ -12,6 +31,7 @@
 //! callers must not switch the primary off for everyone); a 429 is the provider
 //! asking us to slow down, handled by "throttled until", not by the breaker.
 
+use crate::admission::Gcra;
 use crate::classify::Class;
 use crate::time::Instant;
 use std::time::Duration;
@@ -39,7 +59,12 @@ pub enum BreakerError {
     OpenFor(Duration),
     #[error("`half_open_probes` must be between 1 and 1000 (got {0})")]
     Probes(u32),
+    #[error("`probe_interval` must be between 10ms and 60s (got {0:?})")]
+    ProbeInterval(Duration),
 }
+
+/// The longest gap between two probes of an open breaker, by default.
+pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Proof that the breaker let an attempt through; hand it back with the result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,8 +89,24 @@ struct Bucket {
 #[derive(Clone, Copy, Debug)]
 enum State {
     Closed,
-    Open { until: Instant },
-    HalfOpen { in_flight: u32, successes: u32 },
+    /// Refusing until `until`, but for one probe at `next_probe` and every
+    /// probe interval after it.
+    Open {
+        until: Instant,
+        next_probe: Instant,
+    },
+    HalfOpen {
+        in_flight: u32,
+        successes: u32,
+    },
+}
+
+/// The rate cap after closing, and when it lifts.
+#[derive(Clone, Debug)]
+struct Ramp {
+    cap: Gcra,
+    last_refused: Instant,
+    ends_by: Instant,
 }
 
 /// A per-provider circuit breaker.
@@ -75,8 +116,16 @@ pub struct CircuitBreaker {
     min_requests: u32,
     open_for: Duration,
     probes: u32,
+    probe_interval: Duration,
     bucket_ns: u64,
     buckets: [Bucket; BUCKETS],
+    /// Provider faults since the last success (within one window of each other).
+    in_a_row: u32,
+    last_fault: Instant,
+    /// Attempts per minute seen over the window when it last tripped from closed.
+    baseline_per_minute: u32,
+    /// After closing: at most 1.4× that rate.
+    ramp: Option<Ramp>,
     state: State,
 }
 
@@ -109,21 +158,56 @@ impl CircuitBreaker {
             min_requests,
             open_for,
             probes: half_open_probes,
+            probe_interval: DEFAULT_PROBE_INTERVAL.min(open_for),
             bucket_ns: u64::try_from(window.as_nanos() / BUCKETS as u128).unwrap_or(u64::MAX),
             buckets: [Bucket::default(); BUCKETS],
+            in_a_row: 0,
+            last_fault: Instant::ZERO,
+            baseline_per_minute: 0,
+            ramp: None,
             state: State::Closed,
         })
     }
 
-    /// DESIGN.md's defaults: 50% over 10 s with at least 20 requests, open 5 s, 3 probes.
+    /// Sets how often an open breaker lets a probe through (at most `open_for`).
+    pub fn with_probe_interval(mut self, every: Duration) -> Result<Self, BreakerError> {
+        if every < Duration::from_millis(10) || every > Duration::from_secs(60) {
+            return Err(BreakerError::ProbeInterval(every));
+        }
+        self.probe_interval = every.min(self.open_for);
+        Ok(self)
+    }
+
+    fn open(&mut self, now: Instant) {
+        if matches!(self.state, State::Closed) {
+            let (ok, faults) = self.totals(now);
+            let window_s = (self.bucket_ns.saturating_mul(BUCKETS as u64) / 1_000_000_000).max(1);
+            let per_minute = u64::from(ok + faults) * 60 / window_s;
+            self.baseline_per_minute = u32::try_from(per_minute).unwrap_or(u32::MAX);
+        }
+        self.ramp = None;
+        self.in_a_row = 0;
+        self.state = State::Open {
+            until: now + self.open_for,
+            next_probe: now + self.probe_interval,
+        };
+    }
+
+    /// The defaults: 50% over 10 s with at least 20 requests (or 20 faults in
+    /// a row), open 5 s with a probe every second, 3 probes to close.
     pub fn default_policy() -> Self {
         CircuitBreaker {
             error_ratio: 0.5,
             min_requests: 20,
             open_for: Duration::from_secs(5),
             probes: 3,
+            probe_interval: DEFAULT_PROBE_INTERVAL,
             bucket_ns: 1_000_000_000,
             buckets: [Bucket::default(); BUCKETS],
+            in_a_row: 0,
+            last_fault: Instant::ZERO,
+            baseline_per_minute: 0,
+            ramp: None,
             state: State::Closed,
         }
     }
@@ -132,7 +216,7 @@ impl CircuitBreaker {
     pub fn state(&self, now: Instant) -> BreakerState {
         match self.state {
             State::Closed => BreakerState::Closed,
-            State::Open { until } if now < until => BreakerState::Open,
+            State::Open { until, .. } if now < until => BreakerState::Open,
             State::Open { .. } | State::HalfOpen { .. } => BreakerState::HalfOpen,
         }
     }
@@ -140,8 +224,11 @@ impl CircuitBreaker {
     /// When an open breaker will next admit a probe (`None` when it would admit now).
     pub fn refusing_until(&self, now: Instant) -> Option<Instant> {
         match self.state {
+            // The ramp is applied (and its refusals seen) in `admit` only.
             State::Closed => None,
-            State::Open { until } => (now < until).then_some(until),
+            State::Open { until, next_probe } => {
+                (now < until && now < next_probe).then_some(until.min(next_probe))
+            }
             State::HalfOpen {
                 in_flight,
                 successes,
@@ -154,9 +241,17 @@ impl CircuitBreaker {
 
     /// Lets an attempt through, or says until when it refuses.
     pub fn admit(&mut self, now: Instant) -> Result<BreakerPermit, Instant> {
-        if let State::Open { until } = self.state {
+        if let State::Open { until, next_probe } = self.state {
             if now < until {
-                return Err(until);
+                if now < next_probe {
+                    return Err(until.min(next_probe));
+                }
+                // One probe per interval while open.
+                self.state = State::Open {
+                    until,
+                    next_probe: now + self.probe_interval,
+                };
+                return Ok(BreakerPermit { probe: true });
             }
             self.state = State::HalfOpen {
                 in_flight: 0,
@@ -164,7 +259,19 @@ impl CircuitBreaker {
             };
         }
         match &mut self.state {
-            State::Closed => Ok(BreakerPermit { probe: false }),
+            State::Closed => {
+                if let Some(r) = &mut self.ramp {
+                    let window = u128::from(self.bucket_ns) * BUCKETS as u128;
+                    let calm = now.saturating_since(r.last_refused).as_nanos() >= window;
+                    if calm || now >= r.ends_by {
+                        self.ramp = None;
+                    } else if let Err(until) = r.cap.check(now) {
+                        r.last_refused = now;
+                        return Err(until);
+                    }
+                }
+                Ok(BreakerPermit { probe: false })
+            }
             State::HalfOpen {
                 in_flight,
                 successes,
@@ -176,7 +283,7 @@ impl CircuitBreaker {
                     Err(now + self.open_for / 10)
                 }
             }
-            State::Open { until } => Err(*until),
+            State::Open { until, .. } => Err(*until),
         }
     }
 
@@ -201,6 +308,13 @@ impl CircuitBreaker {
             .fold((0, 0), |(ok, f), b| (ok + b.ok, f + b.fault))
     }
 
+    /// Opens now, whatever the counts say (another breaker saw the outage).
+    pub fn trip(&mut self, now: Instant) {
+        if matches!(self.state, State::Closed | State::HalfOpen { .. }) {
+            self.open(now);
+        }
+    }
+
     /// Records the result of an attempt the breaker admitted.
     pub fn record(&mut self, now: Instant, permit: BreakerPermit, class: Class) {
         let fault = match class {
@@ -215,24 +329,7 @@ impl CircuitBreaker {
             }
         };
         if permit.probe {
-            if let State::HalfOpen {
-                in_flight,
-                successes,
-            } = &mut self.state
-            {
-                *in_flight = in_flight.saturating_sub(1);
-                if fault {
-                    self.state = State::Open {
-                        until: now + self.open_for,
-                    };
-                } else {
-                    *successes += 1;
-                    if *successes >= self.probes {
-                        self.state = State::Closed;
-                        self.buckets = [Bucket::default(); BUCKETS];
-                    }
-                }
-            }
+            self.record_probe(now, fault);
             return;
         }
         if !matches!(self.state, State::Closed) {
@@ -244,18 +341,71 @@ impl CircuitBreaker {
             b.fault += 1;
         } else {
             b.ok += 1;
+            self.in_a_row = 0;
+            return;
         }
-        if fault {
-            let (ok, faults) = self.totals(now);
-            let total = ok + faults;
-            if total >= self.min_requests
-                && f64::from(faults) >= self.error_ratio * f64::from(total)
-            {
-                self.state = State::Open {
-                    until: now + self.open_for,
-                };
+        let window = self.bucket_ns.saturating_mul(BUCKETS as u64);
+        if now.as_nanos().saturating_sub(self.last_fault.as_nanos()) >= window {
+            self.in_a_row = 0;
+        }
+        self.last_fault = now;
+        self.in_a_row += 1;
+        let (ok, faults) = self.totals(now);
+        let total = ok + faults;
+        let ratio_reached =
+            total >= self.min_requests && f64::from(faults) >= self.error_ratio * f64::from(total);
+        if ratio_reached || self.in_a_row >= self.min_requests {
+            self.open(now);
+        }
+    }
+
+    fn record_probe(&mut self, now: Instant, fault: bool) {
+        match &mut self.state {
+            State::HalfOpen {
+                in_flight,
+                successes,
+            } => {
+                *in_flight = in_flight.saturating_sub(1);
+                if fault {
+                    self.open(now);
+                } else {
+                    *successes += 1;
+                    if *successes >= self.probes {
+                        self.close(now);
+                    }
+                }
             }
+            // A probe let through while open: success means the provider is
+            // back, so half-open now instead of waiting out `open_for`.
+            State::Open { .. } if !fault => {
+                if self.probes <= 1 {
+                    self.close(now);
+                } else {
+                    self.state = State::HalfOpen {
+                        in_flight: 0,
+                        successes: 1,
+                    };
+                }
+            }
+            // A failed probe while open: keep refusing; the next probe is
+            // already a probe interval away.
+            State::Open { .. } | State::Closed => {}
         }
+    }
+
+    fn close(&mut self, now: Instant) {
+        let ramp_per_minute = self.baseline_per_minute.saturating_mul(7) / 5;
+        let window = Duration::from_nanos(self.bucket_ns.saturating_mul(BUCKETS as u64));
+        self.ramp = Gcra::per_minute(ramp_per_minute, (ramp_per_minute / 600).max(1))
+            .ok()
+            .map(|cap| Ramp {
+                cap,
+                last_refused: now,
+                ends_by: now + window * 3,
+            });
+        self.state = State::Closed;
+        self.in_a_row = 0;
+        self.buckets = [Bucket::default(); BUCKETS];
     }
 }
 
@@ -267,6 +417,7 @@ mod tests {
     const FAULT: Class = Class::Fault {
         retryable: true,
         wait: None,
+        provider_wide: false,
     };
 
     fn breaker() -> CircuitBreaker {
@@ -297,8 +448,9 @@ mod tests {
         run(&mut b, t, FAULT);
         assert_eq!(b.state(t), BreakerState::Open, "10/20 = 0.5");
         assert_eq!(
-            b.admit(t + Duration::from_secs(4)),
-            Err(t + Duration::from_secs(5))
+            b.admit(t + Duration::from_millis(500)),
+            Err(t + Duration::from_secs(1)),
+            "open: refused until the next probe"
         );
         let later = t + Duration::from_secs(5);
         assert_eq!(b.state(later), BreakerState::HalfOpen);
@@ -324,8 +476,105 @@ mod tests {
         assert_eq!(b.state(later), BreakerState::Open);
         assert_eq!(
             b.refusing_until(later),
-            Some(later + Duration::from_secs(5))
+            Some(later + Duration::from_secs(1)),
+            "the next probe, one interval on"
         );
+    }
+
+    #[test]
+    fn faults_in_a_row_open_it_within_tens_of_milliseconds_at_high_rate() {
+        let mut b = breaker();
+        // Ten healthy seconds at 1,000/s: the window holds 10,000 successes.
+        for i in 0..10_000u64 {
+            run(&mut b, Instant::from_millis(i), Class::Success);
+        }
+        // Then a total outage at the same rate.
+        let mut opened_at = None;
+        for i in 0..2_000u64 {
+            let t = Instant::from_millis(10_000 + i);
+            run(&mut b, t, FAULT);
+            if b.state(t) == BreakerState::Open {
+                opened_at = Some(i);
+                break;
+            }
+        }
+        assert_eq!(opened_at, Some(19), "20 faults in a row, 20 ms");
+    }
+
+    #[test]
+    fn after_closing_it_admits_at_most_1_4_times_the_old_rate_for_a_window() {
+        let mut b = breaker();
+        // 100/s for 10 s, then an outage.
+        for i in 0..1_000u64 {
+            run(&mut b, Instant::from_millis(i * 10), Class::Success);
+        }
+        let t = Instant::from_millis(10_000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        // Recovery: probes close it.
+        let back = t + Duration::from_secs(1);
+        for _ in 0..3 {
+            assert!(run(&mut b, back, Class::Success));
+        }
+        assert_eq!(b.state(back), BreakerState::Closed);
+        // A wave of 1,000 requests in the next second: about 140 get through.
+        let through = (0..1_000u64)
+            .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
+            .count();
+        assert!((130..=160).contains(&through), "{through}");
+        // While the wave lasts, the cap holds (here: 20 s of it).
+        let held = (1_000..20_000u64)
+            .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
+            .count();
+        assert!(held < 19_000 * 15 / 100, "{held}");
+        // A calm window (nothing refused) lifts it.
+        assert!(run(&mut b, back + Duration::from_secs(20), Class::Success));
+        let later = back + Duration::from_secs(31);
+        assert!((0..1_000).all(|_| run(&mut b, later, Class::Success)));
+    }
+
+    #[test]
+    fn a_random_thirty_percent_brownout_never_opens_it() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let mut b = breaker();
+        for i in 0..300_000u64 {
+            let t = Instant::from_nanos(i * 3_333_000);
+            let class = if rng.gen_bool(0.3) {
+                FAULT
+            } else {
+                Class::Success
+            };
+            run(&mut b, t, class);
+            assert_eq!(b.state(t), BreakerState::Closed, "opened at outcome {i}");
+        }
+    }
+
+    #[test]
+    fn a_probe_while_open_sees_recovery_within_one_interval() {
+        let mut b =
+            CircuitBreaker::new(0.5, Duration::from_secs(10), 20, Duration::from_secs(30), 2)
+                .unwrap();
+        let t = Instant::from_millis(1000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        assert_eq!(b.state(t), BreakerState::Open);
+        // Still down one second later: the probe fails, it stays open.
+        assert!(run(&mut b, t + Duration::from_secs(1), FAULT));
+        assert!(!run(
+            &mut b,
+            t + Duration::from_millis(1500),
+            Class::Success
+        ));
+        // Back at 2 s: the probe works, half-open, one more probe closes it —
+        // 28 s before `open_for` would have.
+        let back = t + Duration::from_secs(2);
+        assert!(run(&mut b, back, Class::Success));
+        assert_eq!(b.state(back), BreakerState::HalfOpen);
+        assert!(run(&mut b, back, Class::Success));
+        assert_eq!(b.state(back), BreakerState::Closed);
     }
 
     #[test]

@@ -24,8 +24,14 @@ pub enum Outcome {
     ConnectError,
     /// No response head before the attempt's timeout.
     Timeout,
-    /// The upstream failed after the first body byte had been read.
+    /// The upstream failed after its 2xx head: a committed stream broke off
+    /// or stalled, or a plain answer's body broke off. The provider has
+    /// already run the generation, so it is never run again.
     FailedAfterFirstByte,
+    /// The provider answered 2xx with a body over the gateway's response
+    /// limit. The provider did its job (not a fault), and a second attempt
+    /// would be as large: never retried.
+    ResponseTooLarge,
     /// The caller went away; nothing about the provider was learned.
     CallerCancelled,
     /// The attempt was not made, or was cut, because the caller's deadline
@@ -39,10 +45,13 @@ pub enum Class {
     /// 1xx–3xx: done.
     Success,
     /// A provider fault. `retryable` says whether the route's `on:` set lets a
-    /// second attempt try to fix it. Counts against the circuit breaker.
+    /// second attempt try to fix it. Counts against the circuit breaker of the
+    /// model it was sent for; `provider_wide` (no connection could be made)
+    /// also against the provider's own.
     Fault {
         retryable: bool,
         wait: Option<Duration>,
+        provider_wide: bool,
     },
     /// 429: the provider asks us to slow down. Does not open the breaker; sets
     /// the provider's "throttled until" from `wait`.
@@ -50,7 +59,8 @@ pub enum Class {
         retryable: bool,
         wait: Option<Duration>,
     },
-    /// A deterministic 4xx: the same bytes get the same answer. Never retried.
+    /// A deterministic 4xx (the same bytes get the same answer), or an answer
+    /// too large to pass on. Never retried; not a provider fault.
     Permanent,
     /// Caller cancelled or deadline skip: says nothing about the provider.
     NotProviderFault,
@@ -69,6 +79,26 @@ impl Class {
                 ..
             }
         )
+    }
+
+    /// The same class with any server-requested wait cut to `cap`.
+    pub fn capped(self, cap: Duration) -> Class {
+        match self {
+            Class::Fault {
+                retryable,
+                wait,
+                provider_wide,
+            } => Class::Fault {
+                retryable,
+                wait: wait.map(|w| w.min(cap)),
+                provider_wide,
+            },
+            Class::Throttled { retryable, wait } => Class::Throttled {
+                retryable,
+                wait: wait.map(|w| w.min(cap)),
+            },
+            c => c,
+        }
     }
 
     /// The server-requested wait, if any.
@@ -159,13 +189,15 @@ pub struct Classifier {
 }
 
 impl Default for Classifier {
-    /// `on: [429, 502, 503, 504, connect_error, timeout]`.
+    /// `on: [429, 502, 503, 504, 529, connect_error, timeout]` (529 is
+    /// Anthropic's "overloaded").
     fn default() -> Self {
         let on = [
             RetryOn::Status(429),
             RetryOn::Status(502),
             RetryOn::Status(503),
             RetryOn::Status(504),
+            RetryOn::Status(529),
             RetryOn::ConnectError,
             RetryOn::Timeout,
         ];
@@ -228,6 +260,7 @@ impl Classifier {
             } if status >= 500 => Class::Fault {
                 retryable: self.status_listed(status),
                 wait: retry_after,
+                provider_wide: false,
             },
             Outcome::Status { status, .. } => {
                 if self.status_listed(status) {
@@ -235,6 +268,7 @@ impl Classifier {
                     Class::Fault {
                         retryable: true,
                         wait: None,
+                        provider_wide: false,
                     }
                 } else {
                     Class::Permanent
@@ -243,15 +277,19 @@ impl Classifier {
             Outcome::ConnectError => Class::Fault {
                 retryable: self.connect_error,
                 wait: None,
+                provider_wide: true,
             },
             Outcome::Timeout => Class::Fault {
                 retryable: self.timeout,
                 wait: None,
+                provider_wide: false,
             },
             Outcome::FailedAfterFirstByte => Class::Fault {
                 retryable: false,
                 wait: None,
+                provider_wide: false,
             },
+            Outcome::ResponseTooLarge => Class::Permanent,
             Outcome::CallerCancelled | Outcome::SkippedNoDeadline => Class::NotProviderFault,
         }
     }
@@ -337,6 +375,22 @@ mod tests {
         );
         assert_eq!(c.classify(status(200)), Class::Success);
         assert_eq!(c.classify(status(409)), Class::Permanent);
+    }
+
+    #[test]
+    fn failures_after_a_2xx_head_are_never_retried_whatever_on_lists() {
+        let c = Classifier::new(&[RetryOn::Any5xx, RetryOn::ConnectError, RetryOn::Timeout]);
+        // Broke off mid-answer: the provider's fault, but the generation ran.
+        assert_eq!(
+            c.classify(Outcome::FailedAfterFirstByte),
+            Class::Fault {
+                retryable: false,
+                wait: None,
+                provider_wide: false
+            }
+        );
+        // Too large: the provider did its job; the next answer is as large.
+        assert_eq!(c.classify(Outcome::ResponseTooLarge), Class::Permanent);
     }
 
     #[test]

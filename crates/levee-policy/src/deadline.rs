@@ -107,11 +107,18 @@ impl DeadlinePolicy {
             None => None,
         };
         let wanted = match (relative, absolute) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) | (None, Some(a)) => a,
-            (None, None) => h.patience_secs.and_then(parse_secs).unwrap_or(self.default),
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (Some(a), None) | (None, Some(a)) => Some(a),
+            (None, None) => h.patience_secs.and_then(parse_secs),
         };
-        Ok(now + wanted.min(self.max))
+        Ok(self.resolve_remaining(wanted, now))
+    }
+
+    /// The deadline for a caller that has `remaining` time (none said: the
+    /// route's default), clamped to the route's max. The typed entry point
+    /// for drivers that hold a duration rather than headers (the simulator).
+    pub fn resolve_remaining(&self, remaining: Option<Duration>, now: Instant) -> Instant {
+        now + remaining.unwrap_or(self.default).min(self.max)
     }
 }
 

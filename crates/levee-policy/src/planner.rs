@@ -14,7 +14,19 @@
 //!   (`expected_attempt`) on that target, a full attempt on each later target
 //!   (the fallback reserve — derived, not chosen, seed 004) and the margin;
 //! - a fallback starts only if the remaining time covers its own
-//!   `expected_attempt` and the margin;
+//!   `expected_attempt` and the margin. It spends no retry budget: a fallback
+//!   to a healthy backup is not a retry storm, and what protects the backup
+//!   is its own allowance, in-flight cap and breaker;
+//! - while a later target exists, an attempt's timeout leaves that target's
+//!   `expected_attempt` and the margin, so a stalled primary still leaves time
+//!   to ask the backup (and a route may cap every attempt at `attempt_timeout`);
+//! - a Retry-After longer than the route's `retry_after_cap` is not waited
+//!   on, and holds the provider (or the model) closed for at most the cap;
+//! - a request the caller marks as its own retry (an SDK's retry counter)
+//!   spends a retry token on its first attempt, so callers that ignore
+//!   `x-should-retry` are held to the same budget;
+//! - a request that succeeds after retries on transient faults refunds those
+//!   retries' tokens (see [`crate::budget`]);
 //! - a Retry-After longer than what remains fails now instead of waiting;
 //! - nothing is retried once a byte has reached the caller;
 //! - retries spend the target's retry budget; every attempt goes through the
@@ -119,6 +131,23 @@ pub struct Failure {
     pub retry_after: Option<Duration>,
 }
 
+impl Failure {
+    /// How long a shed caller is told to wait.
+    pub const SHED_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+    /// The answer to a request refused for capacity (a route bulkhead or a
+    /// provider's in-flight cap): 503 at once, never queued, with a short
+    /// `retry-after`. The one definition the gateway and the simulator use.
+    pub const fn shed() -> Failure {
+        Failure {
+            reason: Reason::Shed,
+            status: 503,
+            upstream_status: false,
+            retry_after: Some(Self::SHED_RETRY_AFTER),
+        }
+    }
+}
+
 /// The planner's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -155,23 +184,33 @@ pub trait Dependencies {
     fn withdraw(&mut self, t: usize, now: Instant) -> bool;
     /// Deposits a success into target `t`'s budget.
     fn deposit(&mut self, t: usize, now: Instant);
+    /// Refunds `tokens` retries that worked into target `t`'s budget.
+    fn refund(&mut self, t: usize, now: Instant, tokens: u32);
 }
 
 /// [`Dependencies`] over plain mutable state: `providers[target_provider[t]]`
-/// and `budgets[t]`.
+/// for model `target_model[t]` (`""` where the slice is short), and `budgets[t]`.
 #[derive(Debug)]
 pub struct Deps<'a> {
     pub providers: &'a mut [ProviderState],
     pub target_provider: &'a [usize],
+    pub target_model: &'a [&'a str],
     pub budgets: &'a mut [RetryBudget],
+}
+
+impl Deps<'_> {
+    fn model(&self, t: usize) -> &str {
+        self.target_model.get(t).copied().unwrap_or("")
+    }
 }
 
 impl Dependencies for Deps<'_> {
     fn check(&self, t: usize, now: Instant) -> Result<(), Refusal> {
-        self.providers[self.target_provider[t]].check(now)
+        self.providers[self.target_provider[t]].check(now, self.model(t))
     }
     fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal> {
-        self.providers[self.target_provider[t]].admit(now)
+        let model = self.target_model.get(t).copied().unwrap_or("");
+        self.providers[self.target_provider[t]].admit(now, model)
     }
     fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) {
         self.providers[self.target_provider[t]].finish(now, permit, class)
@@ -181,6 +220,9 @@ impl Dependencies for Deps<'_> {
     }
     fn deposit(&mut self, t: usize, now: Instant) {
         self.budgets[t].deposit(now)
+    }
+    fn refund(&mut self, t: usize, now: Instant, tokens: u32) {
+        self.budgets[t].refund(now, tokens)
     }
 }
 
@@ -194,6 +236,8 @@ pub struct RoutePolicy {
     classifier: Classifier,
     backoff: Backoff,
     respect_retry_after: bool,
+    retry_after_cap: Duration,
+    attempt_timeout: Option<Duration>,
     margin: Duration,
 }
 
@@ -234,6 +278,11 @@ pub struct RequestState {
     /// The driver could not send the last dispatch (see [`RoutePolicy::refuse`]):
     /// go on from the target after this one.
     refused: Option<usize>,
+    /// Tokens spent on the current target by retries after transient faults:
+    /// refunded if the request succeeds there.
+    refundable: u32,
+    /// The caller marked this request as its own retry.
+    caller_retry: bool,
 }
 
 impl RequestState {
@@ -250,7 +299,16 @@ impl RequestState {
             pending: None,
             blocked: None,
             refused: None,
+            refundable: 0,
+            caller_retry: false,
         }
+    }
+
+    /// Marks the request as a caller's retry (an SDK's retry counter above
+    /// zero): its first attempt spends a retry token like any retry.
+    pub fn caller_retry(mut self, yes: bool) -> Self {
+        self.caller_retry = yes;
+        self
     }
 
     /// The deadline.
@@ -338,8 +396,29 @@ impl RoutePolicy {
             classifier,
             backoff,
             respect_retry_after,
+            retry_after_cap: crate::retry_after::DEFAULT_RETRY_AFTER_CAP,
+            attempt_timeout: None,
             margin: DEFAULT_MARGIN,
         })
+    }
+
+    /// Caps how long a Retry-After may hold a request, a model or a provider
+    /// (default 60 s). A longer one is not waited on.
+    pub fn with_retry_after_cap(mut self, cap: Duration) -> Self {
+        self.retry_after_cap = cap;
+        self
+    }
+
+    /// Caps every attempt's timeout (a stalled provider is given up on after
+    /// this, whatever the deadline).
+    pub fn with_attempt_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.attempt_timeout = timeout.filter(|d| !d.is_zero());
+        self
+    }
+
+    /// The Retry-After cap.
+    pub fn retry_after_cap(&self) -> Duration {
+        self.retry_after_cap
     }
 
     /// Number of targets.
@@ -397,10 +476,17 @@ impl RoutePolicy {
         let Some(last) = req.last else {
             return self.first(req, deps, now);
         };
+        let t = req.target;
+        if !req.committed && last.outcome == Outcome::SkippedNoDeadline {
+            // The deadline cut this attempt short (to keep the fallback's
+            // reserve, or because it was all that was left): no retry here,
+            // but the next target may still fit.
+            req.blocked = Some((Reason::DeadlineExceeded, None));
+            return self.fall_back(req, deps, now, rng, t + 1);
+        }
         if req.committed || !last.class.is_retryable() {
             return self.fail(req, now, non_retry_reason(last.class));
         }
-        let t = req.target;
         if req.attempts_on_target < self.max_attempts {
             match self.plan_retry(req, deps, now, rng, t, remaining, last) {
                 Ok(d) => return d,
@@ -436,8 +522,17 @@ impl RoutePolicy {
             if t > 0 && remaining < self.expected[t] + self.margin {
                 break;
             }
+            if req.caller_retry && deps.check(t, now).is_ok() && !deps.withdraw(t, now) {
+                first_refusal.get_or_insert((Reason::BudgetExhausted, None));
+                continue;
+            }
             match self.dispatch(req, deps, now, t, AttemptKind::First) {
-                Ok(d) => return Decision::Dispatch(d),
+                Ok(d) => {
+                    if req.caller_retry {
+                        req.refundable = 1;
+                    }
+                    return Decision::Dispatch(d);
+                }
                 Err(r) => {
                     first_refusal.get_or_insert(refusal_reason(r, now));
                 }
@@ -469,8 +564,12 @@ impl RoutePolicy {
         };
         if self.respect_retry_after {
             if let Some(ra) = last.class.wait() {
-                // Not before the server asked, and spread so that everyone told
-                // "2 s" does not come back in the same millisecond (seed 003).
+                if ra > self.retry_after_cap {
+                    // Longer than we hold a request: not waited on here.
+                    return Err((non_retry_reason(last.class).0, Some(self.retry_after_cap)));
+                }
+                // Not before the server asked, and spread so that 24 workers
+                // told "2 s" do not all come back in the same millisecond.
                 wait = wait.max(ra + spread(rng));
             }
         }
@@ -489,6 +588,9 @@ impl RoutePolicy {
         }
         if !deps.withdraw(t, now) {
             return Err((Reason::BudgetExhausted, None));
+        }
+        if transient(last) {
+            req.refundable += 1;
         }
         if wait.is_zero() {
             return self
@@ -522,13 +624,12 @@ impl RoutePolicy {
                 req.blocked.get_or_insert(refusal_reason(r, now));
                 continue;
             }
-            // A fallback is extra load on the second vendor: it spends that
-            // target's own budget, so an incident cannot become a flood there.
-            if !deps.withdraw(t, now) {
-                continue;
-            }
             match self.dispatch(req, deps, now, t, AttemptKind::Fallback) {
-                Ok(d) => return Decision::Dispatch(d),
+                Ok(d) => {
+                    // A new target answers for the request from here on.
+                    req.blocked = None;
+                    return Decision::Dispatch(d);
+                }
                 Err(r) => {
                     req.blocked.get_or_insert(refusal_reason(r, now));
                 }
@@ -546,17 +647,19 @@ impl RoutePolicy {
         t: usize,
         kind: AttemptKind,
     ) -> Result<Dispatch, Refusal> {
-        let remaining = req.deadline.saturating_since(now);
-        let timeout = remaining.saturating_sub(self.margin);
+        let (timeout, cut_by_deadline) = self.attempt_timeout(req, now, t);
         let permit = deps.admit(t, now)?;
         req.in_flight = Some(InFlight {
             target: t,
             permit,
-            cut_by_deadline: timeout < self.expected[t],
+            cut_by_deadline,
         });
         if kind == AttemptKind::Retry && t == req.target {
             req.attempts_on_target += 1;
         } else {
+            if t != req.target {
+                req.refundable = 0;
+            }
             req.target = t;
             req.attempts_on_target = 1;
         }
@@ -567,6 +670,27 @@ impl RoutePolicy {
             attempt: req.attempts,
             kind,
         })
+    }
+
+    /// An attempt on `t` at `now`: its timeout, and whether the deadline (not
+    /// the route's `attempt_timeout`) made it shorter than `expected_attempt`.
+    fn attempt_timeout(&self, req: &RequestState, now: Instant, t: usize) -> (Duration, bool) {
+        let mut budget = req
+            .deadline
+            .saturating_since(now)
+            .saturating_sub(self.margin);
+        if let Some(next) = self.expected.get(t + 1) {
+            // Leave the next target a full attempt and its margin, when the
+            // deadline holds more than that.
+            let reserve = *next + self.margin;
+            if budget > reserve {
+                budget -= reserve;
+            }
+        }
+        match self.attempt_timeout {
+            Some(cap) if cap <= budget => (cap, false),
+            _ => (budget, budget < self.expected[t]),
+        }
     }
 
     fn fail(
@@ -589,10 +713,12 @@ impl RoutePolicy {
             }
             (None, r) => (r.status(), false),
         };
-        let retry_after = retry_after.or(match reason {
-            Reason::Shed => Some(Duration::from_secs(1)),
-            _ => None,
-        });
+        let retry_after = retry_after
+            .or(match reason {
+                Reason::Shed => Failure::shed().retry_after,
+                _ => None,
+            })
+            .map(|d| d.min(self.retry_after_cap));
         Decision::Fail(Failure {
             reason,
             status,
@@ -617,9 +743,15 @@ impl RoutePolicy {
             o => o,
         };
         let class = self.classifier.classify(outcome);
-        deps.finish(f.target, now, f.permit, class);
+        // However long the provider asked, it holds the model (or provider)
+        // closed for at most the cap.
+        deps.finish(f.target, now, f.permit, class.capped(self.retry_after_cap));
         if class == Class::Success {
             deps.deposit(f.target, now);
+            if req.refundable > 0 {
+                deps.refund(f.target, now, req.refundable);
+                req.refundable = 0;
+            }
         }
         let status = match outcome {
             Outcome::Status { status, .. } => Some(status),
@@ -750,6 +882,12 @@ fn refusal_reason(r: Refusal, now: Instant) -> (Reason, Option<Duration>) {
         Refusal::Shed => Reason::Shed,
     };
     (reason, r.retry_after(now))
+}
+
+/// Whether a retry after `last` may be refunded when it works: a transient
+/// fault, not an overload signal (429, 529, or any Retry-After).
+fn transient(last: Last) -> bool {
+    matches!(last.class, Class::Fault { wait: None, .. }) && last.status != Some(529)
 }
 
 fn non_retry_reason(class: Class) -> (Reason, Option<Duration>) {

@@ -1,16 +1,35 @@
-//! One provider's shared state: breaker, throttle, allowance and in-flight cap.
+//! One provider's shared state: breakers, throttles, allowance and in-flight cap.
 //!
 //! Every attempt to a provider, from any route, passes through its
 //! [`ProviderState`]: [`ProviderState::admit`] before sending, and
 //! [`ProviderState::finish`] with the classified result. Fallback attempts go
 //! through the fallback provider's own state, so one vendor's incident cannot
 //! become a flood on the second.
+//!
+//! ## Fault domains
+//! Providers fail per model far more often than as a whole (one model's
+//! capacity pool runs hot, one deployment is broken), and they rate-limit per
+//! model. So the state is split:
+//! - **per model** (the model name sent upstream): a circuit breaker and a
+//!   "throttled until" from 429s. Forty failures of model A leave model B
+//!   untouched; a 429 on `hot` throttles `hot` only.
+//! - **per provider**: the organisation's allowance (`rate_limit`), the
+//!   in-flight cap, and a provider-wide breaker that counts what no model
+//!   causes — connections that cannot be made — and that opens outright when
+//!   two models' breakers are open at once (a provider-wide outage seen from
+//!   two sides), so quiet models need not each collect their own evidence.
+//!
+//! At most [`MAX_MODELS`] models get a domain of their own; further names
+//! share one overflow domain (memory stays bounded whatever callers send).
 
 use crate::admission::Gcra;
 use crate::breaker::{BreakerPermit, BreakerState, CircuitBreaker};
 use crate::classify::Class;
 use crate::time::Instant;
 use std::time::Duration;
+
+/// Models with a fault domain of their own, per provider.
+pub const MAX_MODELS: usize = 64;
 
 /// Why a provider would not take an attempt now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,38 +48,84 @@ pub enum Refusal {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Permit {
     breaker: BreakerPermit,
+    link: BreakerPermit,
+    domain: u16,
+}
+
+#[derive(Clone, Debug)]
+struct Domain {
+    model: Box<str>,
+    breaker: CircuitBreaker,
+    throttled_until: Instant,
 }
 
 /// Mutable state of one provider.
 #[derive(Clone, Debug)]
 pub struct ProviderState {
-    breaker: CircuitBreaker,
+    /// A fresh breaker, cloned for each new model domain.
+    template: CircuitBreaker,
+    /// The provider-wide breaker.
+    link: CircuitBreaker,
+    /// `domains[0]` is the overflow domain.
+    domains: Vec<Domain>,
     allowance: Option<Gcra>,
     max_in_flight: u32,
     in_flight: u32,
-    throttled_until: Instant,
 }
 
 impl ProviderState {
     /// Builds from validated parts. `max_in_flight` 0 is read as 1.
     pub fn new(breaker: CircuitBreaker, allowance: Option<Gcra>, max_in_flight: u32) -> Self {
         ProviderState {
-            breaker,
+            link: breaker.clone(),
+            domains: vec![Domain {
+                model: "".into(),
+                breaker: breaker.clone(),
+                throttled_until: Instant::ZERO,
+            }],
+            template: breaker,
             allowance,
             max_in_flight: max_in_flight.max(1),
             in_flight: 0,
-            throttled_until: Instant::ZERO,
         }
     }
 
-    /// Whether an attempt would be admitted now, without taking anything.
-    pub fn check(&self, now: Instant) -> Result<(), Refusal> {
-        if let Some(until) = self.breaker.refusing_until(now) {
+    fn find(&self, model: &str) -> Option<usize> {
+        self.domains
+            .iter()
+            .skip(1)
+            .position(|d| &*d.model == model)
+            .map(|i| i + 1)
+    }
+
+    /// The domain for `model`, created on first use (overflow past the cap).
+    fn domain(&mut self, model: &str) -> usize {
+        if let Some(i) = self.find(model) {
+            return i;
+        }
+        if self.domains.len() > MAX_MODELS {
+            return 0;
+        }
+        self.domains.push(Domain {
+            model: model.into(),
+            breaker: self.template.clone(),
+            throttled_until: Instant::ZERO,
+        });
+        self.domains.len() - 1
+    }
+
+    /// Whether an attempt for `model` would be admitted now, without taking anything.
+    pub fn check(&self, now: Instant, model: &str) -> Result<(), Refusal> {
+        if let Some(until) = self.link.refusing_until(now) {
             return Err(Refusal::CircuitOpen { until });
         }
-        if self.throttled_until > now {
+        let d = &self.domains[self.find(model).unwrap_or(0)];
+        if let Some(until) = d.breaker.refusing_until(now) {
+            return Err(Refusal::CircuitOpen { until });
+        }
+        if d.throttled_until > now {
             return Err(Refusal::Throttled {
-                until: self.throttled_until,
+                until: d.throttled_until,
             });
         }
         if self.in_flight >= self.max_in_flight {
@@ -73,36 +138,77 @@ impl ProviderState {
         Ok(())
     }
 
-    /// Takes an in-flight slot, one request of the allowance and the breaker's
+    /// Takes an in-flight slot, one request of the allowance and the breakers'
     /// permission — all or nothing.
-    pub fn admit(&mut self, now: Instant) -> Result<Permit, Refusal> {
-        self.check(now)?;
-        let breaker = self
-            .breaker
+    pub fn admit(&mut self, now: Instant, model: &str) -> Result<Permit, Refusal> {
+        self.check(now, model)?;
+        let domain = self.domain(model);
+        let link = self
+            .link
             .admit(now)
             .map_err(|until| Refusal::CircuitOpen { until })?;
+        let breaker = match self.domains[domain].breaker.admit(now) {
+            Ok(b) => b,
+            Err(until) => {
+                self.link.record(now, link, Class::NotProviderFault);
+                return Err(Refusal::CircuitOpen { until });
+            }
+        };
         if let Some(g) = &mut self.allowance {
             // Cannot fail after a successful peek at the same instant.
             if let Err(until) = g.check(now) {
-                self.breaker.record(now, breaker, Class::NotProviderFault);
+                self.link.record(now, link, Class::NotProviderFault);
+                self.domains[domain]
+                    .breaker
+                    .record(now, breaker, Class::NotProviderFault);
                 return Err(Refusal::RateLimited { until });
             }
         }
         self.in_flight += 1;
-        Ok(Permit { breaker })
+        Ok(Permit {
+            breaker,
+            link,
+            domain: u16::try_from(domain).unwrap_or(0),
+        })
     }
 
     /// Records an admitted attempt's result and frees its slot. A cancelled or
-    /// abandoned attempt is finished with [`Class::NotProviderFault`].
+    /// abandoned attempt is finished with [`Class::NotProviderFault`]. A
+    /// throttle's `wait` is taken as given: cap it before (the planner does).
     pub fn finish(&mut self, now: Instant, permit: Permit, class: Class) {
         self.in_flight = self.in_flight.saturating_sub(1);
-        self.breaker.record(now, permit.breaker, class);
+        // The provider-wide breaker learns only whether the provider could be
+        // reached: any answer is a success for it.
+        let link_class = match class {
+            Class::Fault {
+                provider_wide: true,
+                ..
+            } => class,
+            Class::NotProviderFault => Class::NotProviderFault,
+            _ => Class::Success,
+        };
+        self.link.record(now, permit.link, link_class);
+        let i = usize::from(permit.domain).min(self.domains.len() - 1);
+        let was_open = self.domains[i].breaker.state(now) != BreakerState::Closed;
+        let d = &mut self.domains[i];
+        d.breaker.record(now, permit.breaker, class);
         if let Class::Throttled {
             wait: Some(wait), ..
         } = class
         {
-            self.throttled_until = self.throttled_until.max(now + wait);
+            d.throttled_until = d.throttled_until.max(now + wait);
         }
+        let opened = !was_open && d.breaker.state(now) == BreakerState::Open;
+        if opened && self.open_models(now) >= 2 {
+            self.link.trip(now);
+        }
+    }
+
+    fn open_models(&self, now: Instant) -> usize {
+        self.domains
+            .iter()
+            .filter(|d| d.breaker.state(now) == BreakerState::Open)
+            .count()
     }
 
     /// Attempts in flight now.
@@ -110,14 +216,43 @@ impl ProviderState {
         self.in_flight
     }
 
-    /// The breaker's state at `now`.
+    /// The provider's breaker state at `now`: open when the provider-wide
+    /// breaker is, else the worst of its models'.
     pub fn breaker_state(&self, now: Instant) -> BreakerState {
-        self.breaker.state(now)
+        let link = self.link.state(now);
+        if link != BreakerState::Closed {
+            return link;
+        }
+        let mut worst = BreakerState::Closed;
+        for d in &self.domains {
+            match d.breaker.state(now) {
+                BreakerState::Open => return BreakerState::Open,
+                BreakerState::HalfOpen => worst = BreakerState::HalfOpen,
+                BreakerState::Closed => {}
+            }
+        }
+        worst
     }
 
-    /// Until when a 429 asked everyone to wait (`None` if not now).
+    /// `model`'s breaker state at `now` (the provider-wide breaker included).
+    pub fn model_breaker_state(&self, now: Instant, model: &str) -> BreakerState {
+        let link = self.link.state(now);
+        if link != BreakerState::Closed {
+            return link;
+        }
+        self.domains[self.find(model).unwrap_or(0)]
+            .breaker
+            .state(now)
+    }
+
+    /// Until when a 429 asked everyone to wait, for the model throttled
+    /// longest (`None` if none is now).
     pub fn throttled_until(&self, now: Instant) -> Option<Instant> {
-        (self.throttled_until > now).then_some(self.throttled_until)
+        self.domains
+            .iter()
+            .map(|d| d.throttled_until)
+            .max()
+            .filter(|&u| u > now)
     }
 
     /// A generous default for tests and the no-config mock setup.
@@ -146,7 +281,7 @@ mod tests {
     fn throttle_blocks_everyone_until_the_wait_is_over() {
         let mut p = ProviderState::unlimited();
         let t = Instant::from_millis(1000);
-        let permit = p.admit(t).unwrap();
+        let permit = p.admit(t, "m").unwrap();
         p.finish(
             t,
             permit,
@@ -156,23 +291,109 @@ mod tests {
             },
         );
         assert_eq!(
-            p.check(t + Duration::from_secs(1)),
+            p.check(t + Duration::from_secs(1), "m"),
             Err(Refusal::Throttled {
                 until: t + Duration::from_secs(2)
             })
         );
-        assert!(p.admit(t + Duration::from_secs(2)).is_ok());
+        assert!(p.admit(t + Duration::from_secs(2), "m").is_ok());
+    }
+
+    const FAULT: Class = Class::Fault {
+        retryable: true,
+        wait: None,
+        provider_wide: false,
+    };
+
+    #[test]
+    fn a_throttle_holds_only_the_model_it_was_for() {
+        let mut p = ProviderState::unlimited();
+        let t = Instant::from_millis(1000);
+        let permit = p.admit(t, "hot").unwrap();
+        let wait = Some(Duration::from_secs(3));
+        p.finish(
+            t,
+            permit,
+            Class::Throttled {
+                retryable: true,
+                wait,
+            },
+        );
+        assert!(matches!(p.check(t, "hot"), Err(Refusal::Throttled { .. })));
+        assert_eq!(p.check(t, "cool"), Ok(()));
+    }
+
+    #[test]
+    fn one_failing_model_does_not_open_the_breaker_for_another() {
+        let mut p = ProviderState::unlimited();
+        let t = Instant::from_millis(1000);
+        for _ in 0..40 {
+            if let Ok(permit) = p.admit(t, "broken") {
+                p.finish(t, permit, FAULT);
+            }
+        }
+        assert!(matches!(
+            p.check(t, "broken"),
+            Err(Refusal::CircuitOpen { .. })
+        ));
+        assert_eq!(p.check(t, "healthy"), Ok(()));
+    }
+
+    #[test]
+    fn two_models_open_is_a_provider_outage_and_refuses_a_third() {
+        let mut p = ProviderState::unlimited();
+        let t = Instant::from_millis(1000);
+        for model in ["a", "b"] {
+            for _ in 0..20 {
+                if let Ok(permit) = p.admit(t, model) {
+                    p.finish(t, permit, FAULT);
+                }
+            }
+        }
+        assert!(matches!(
+            p.check(t, "quiet"),
+            Err(Refusal::CircuitOpen { .. })
+        ));
+    }
+
+    #[test]
+    fn unreachable_provider_opens_for_every_model() {
+        let mut p = ProviderState::unlimited();
+        let t = Instant::from_millis(1000);
+        let unreachable = Class::Fault {
+            retryable: true,
+            wait: None,
+            provider_wide: true,
+        };
+        for i in 0..20 {
+            let model = if i % 2 == 0 { "a" } else { "b" };
+            if let Ok(permit) = p.admit(t, model) {
+                p.finish(t, permit, unreachable);
+            }
+        }
+        assert!(matches!(p.check(t, "c"), Err(Refusal::CircuitOpen { .. })));
+    }
+
+    #[test]
+    fn model_domains_are_bounded() {
+        let mut p = ProviderState::unlimited();
+        let t = Instant::from_millis(1000);
+        for i in 0..1000 {
+            let permit = p.admit(t, &format!("m{i}")).unwrap();
+            p.finish(t, permit, Class::Success);
+        }
+        assert_eq!(p.domains.len(), MAX_MODELS + 1);
     }
 
     #[test]
     fn in_flight_cap_sheds_and_finish_frees() {
         let mut p = ProviderState::new(CircuitBreaker::default_policy(), None, 1);
         let t = Instant::from_millis(1);
-        let a = p.admit(t).unwrap();
-        assert_eq!(p.admit(t), Err(Refusal::Shed));
+        let a = p.admit(t, "m").unwrap();
+        assert_eq!(p.admit(t, "m"), Err(Refusal::Shed));
         p.finish(t, a, Class::NotProviderFault);
         assert_eq!(p.in_flight(), 0);
-        assert!(p.admit(t).is_ok());
+        assert!(p.admit(t, "m").is_ok());
     }
 
     #[test]
@@ -184,9 +405,9 @@ mod tests {
         );
         let t = Instant::from_millis(10_000);
         for _ in 0..2 {
-            let permit = p.admit(t).unwrap();
+            let permit = p.admit(t, "m").unwrap();
             p.finish(t, permit, Class::Permanent);
         }
-        assert!(matches!(p.admit(t), Err(Refusal::RateLimited { .. })));
+        assert!(matches!(p.admit(t, "m"), Err(Refusal::RateLimited { .. })));
     }
 }

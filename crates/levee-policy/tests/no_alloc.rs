@@ -83,9 +83,9 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let provider = || {
+        let provider = |min_requests| {
             ProviderState::new(
-                CircuitBreaker::new(0.5, secs(10), 20, secs(5), 3).unwrap(),
+                CircuitBreaker::new(0.5, secs(10), min_requests, secs(5), 3).unwrap(),
                 // Tight enough that the allowance refuses now and then.
                 Some(Gcra::per_minute(60_000, 20).unwrap()),
                 // Tight enough that the cap sheds now and then.
@@ -94,7 +94,9 @@ impl World {
         };
         let budget = || RetryBudget::new(0.1, 5.0, secs(1)).unwrap();
         World {
-            providers: [provider(), provider()],
+            // The fallback's breaker is slow to open, so its retries meet
+            // its budget first.
+            providers: [provider(20), provider(400)],
             map: [0, 1],
             budgets: [budget(), budget()],
         }
@@ -104,6 +106,7 @@ impl World {
         Deps {
             providers: &mut self.providers,
             target_provider: &self.map,
+            target_model: &[],
             budgets: &mut self.budgets,
         }
     }
@@ -127,7 +130,10 @@ fn outcome(i: u64, n: u32, target: usize) -> Outcome {
     // Every 4,000 requests (12 s), the primary answers 503 to everyone for
     // 2,000 requests (6 s): its breaker opens, retries run out of budget,
     // traffic moves to the fallback, probes close the breaker again.
-    if target == 0 && (1000..3000).contains(&(i % 4000)) {
+    // For the first 400 of those, the fallback fails too: its retries run
+    // out of its own budget.
+    let phase = i % 4000;
+    if (1000..3000).contains(&phase) && (target == 0 || phase < 1400) {
         return status(503, None);
     }
     match (i % 40, n) {

@@ -34,6 +34,7 @@ impl World {
         Deps {
             providers: &mut self.providers,
             target_provider: &self.map,
+            target_model: &[],
             budgets: &mut self.budgets,
         }
     }
@@ -152,6 +153,243 @@ fn seed_004_refusals_left_unretried_for_lack_of_time_do_not_move_the_breaker() {
         w.providers[0].breaker_state(Instant::from_millis(1_000_000)),
         BreakerState::Closed
     );
+}
+
+#[test]
+fn stalls_cut_short_by_callers_deadlines_do_not_open_the_breaker() {
+    // The primary stalls; every caller has 22 s, less than the primary's
+    // 35 s expected attempt, so each attempt is cut by the deadline and times
+    // out. Fifty of them, with a breaker that opens after 5 faults: it must
+    // stay closed for the patient callers behind them.
+    let p = seed_004();
+    let mut w = World::new(2);
+    w.providers[0] = ProviderState::new(
+        CircuitBreaker::new(0.5, secs(10), 5, secs(5), 1).unwrap(),
+        None,
+        100,
+    );
+    for _ in 0..50 {
+        let (a, f) = drive(&p, &mut w, secs(22), Outcome::Timeout);
+        assert_eq!(a, [(0, AttemptKind::First)]);
+        assert_eq!((f.status, f.reason), (504, Reason::DeadlineExceeded));
+    }
+    let now = Instant::from_millis(1_000_000);
+    assert_eq!(w.providers[0].breaker_state(now), BreakerState::Closed);
+    // A patient caller's own stall (not cut: 100 s covers 35 s) does count.
+    for _ in 0..5 {
+        drive(&p, &mut w, secs(100), Outcome::Timeout);
+    }
+    assert_eq!(w.providers[0].breaker_state(now), BreakerState::Open);
+}
+
+#[test]
+fn a_stalled_primary_leaves_the_backup_its_reserve() {
+    // Primary expected 8 s, backup 2 s; the caller has 6 s. The primary's
+    // attempt may run only until the backup's 2 s + margin are left.
+    let p = RoutePolicy::new(
+        &[secs(8), secs(2)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(2);
+    let mut rng = SmallRng::seed_from_u64(1);
+    let t0 = Instant::from_millis(50_000);
+    let mut req = RequestState::new(t0 + secs(6));
+    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
+        panic!("first attempt must start");
+    };
+    let margin = Duration::from_millis(50);
+    assert_eq!(d.timeout, secs(6) - margin - (secs(2) + margin));
+    let t1 = t0 + d.timeout;
+    p.record(&mut req, &mut w.deps(), t1, Outcome::Timeout);
+    let Decision::Dispatch(f) = p.decide(&mut req, &mut w.deps(), t1, &mut rng) else {
+        panic!("the backup must be asked");
+    };
+    assert_eq!((f.target, f.kind), (1, AttemptKind::Fallback));
+    assert!(f.timeout >= secs(2));
+    // With a route attempt timeout, the stall is given up on sooner.
+    let p = p.with_attempt_timeout(Some(secs(1)));
+    let mut req = RequestState::new(t0 + secs(6));
+    let Decision::Dispatch(d) = p.decide(&mut req, &mut World::new(2).deps(), t0, &mut rng) else {
+        panic!("first attempt must start");
+    };
+    assert_eq!(d.timeout, secs(1));
+}
+
+#[test]
+fn a_dead_primary_with_a_healthy_backup_answers_everyone() {
+    // The primary answers 503 to everything, the backup is fine; the budget
+    // is the default (10 % + 5/s), and fallbacks must not depend on it.
+    let p = RoutePolicy::new(
+        &[secs(2), secs(2)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(2);
+    for b in &mut w.budgets {
+        *b = RetryBudget::new(0.1, 5.0, secs(1)).unwrap();
+    }
+    // Before the primary's breaker opens (here: never), every request meets
+    // the dead primary first and reaches the backup as a fallback.
+    w.providers[0] = ProviderState::new(
+        CircuitBreaker::new(0.5, secs(10), 1_000_000, secs(5), 1).unwrap(),
+        None,
+        10_000,
+    );
+    let mut rng = SmallRng::seed_from_u64(3);
+    let mut ok = 0;
+    for i in 0..1000u64 {
+        let t0 = Instant::from_millis(1_000_000 + i * 10);
+        let mut now = t0;
+        let mut req = RequestState::new(t0 + secs(30));
+        loop {
+            match p.decide(&mut req, &mut w.deps(), now, &mut rng) {
+                Decision::Dispatch(d) => {
+                    let o = if d.target == 0 {
+                        status(503, None)
+                    } else {
+                        status(200, None)
+                    };
+                    if p.record(&mut req, &mut w.deps(), now, o) == levee_policy::Class::Success {
+                        ok += 1;
+                        break;
+                    }
+                }
+                Decision::Wait { until } => now = until,
+                Decision::Fail(_) => break,
+            }
+        }
+    }
+    assert!(ok >= 990, "{ok}/1000 answered");
+}
+
+#[test]
+fn a_retry_after_over_the_cap_is_not_waited_on_and_holds_the_provider_only_for_the_cap() {
+    let p = RoutePolicy::new(
+        &[secs(2)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap()
+    .with_retry_after_cap(secs(60));
+    let mut w = World::new(1);
+    let (a, f) = drive(&p, &mut w, secs(120), status(429, Some(secs(86_400))));
+    assert_eq!(a.len(), 1, "a day's wait is not waited on");
+    assert_eq!(f.reason, Reason::RateLimited);
+    assert_eq!(
+        f.retry_after,
+        Some(secs(60)),
+        "the caller hears the capped hold"
+    );
+    let start = Instant::from_millis(1_000_000);
+    assert!(w.providers[0].check(start + secs(59), "").is_err());
+    assert_eq!(w.providers[0].check(start + secs(61), ""), Ok(()));
+}
+
+#[test]
+fn anthropic_overloaded_529_is_retried_by_default() {
+    let p = RoutePolicy::new(
+        &[secs(2)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let (a, f) = drive(&p, &mut World::new(1), secs(30), status(529, None));
+    assert_eq!(a.len(), 3);
+    assert_eq!((f.status, f.reason), (529, Reason::UpstreamError));
+}
+
+/// Runs `n` requests at `rate`/s where each attempt fails with `fault` with
+/// probability `p_fail`; returns the share answered.
+fn brownout(policy: &RoutePolicy, fault: Outcome, p_fail: f64, caller_retry: bool) -> f64 {
+    use rand::Rng;
+    let mut w = World::new(1);
+    w.budgets[0] = RetryBudget::new(0.1, 5.0, secs(1)).unwrap();
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut faults = SmallRng::seed_from_u64(12);
+    let n = 9000u64;
+    let mut ok = 0;
+    for i in 0..n {
+        let t0 = Instant::from_millis(1_000_000 + i * 1000 / 300);
+        let mut now = t0;
+        let mut req = RequestState::new(t0 + secs(30)).caller_retry(caller_retry);
+        loop {
+            match policy.decide(&mut req, &mut w.deps(), now, &mut rng) {
+                Decision::Dispatch(_) => {
+                    let o = if faults.gen_bool(p_fail) {
+                        fault
+                    } else {
+                        status(200, None)
+                    };
+                    if policy.record(&mut req, &mut w.deps(), now, o)
+                        == levee_policy::Class::Success
+                    {
+                        ok += 1;
+                        break;
+                    }
+                }
+                Decision::Wait { until } => now = until,
+                Decision::Fail(_) => break,
+            }
+        }
+    }
+    ok as f64 / n as f64
+}
+
+#[test]
+fn retries_that_work_fund_themselves_in_a_brownout() {
+    // Answers come back at once and backoff is 1 ms, so the requests, run one
+    // after the other, keep time moving forward.
+    let quick = Backoff::exponential(1, 1.0, 1, Jitter::None).unwrap();
+    let p = RoutePolicy::new(&[secs(2)], 3, Classifier::default(), quick, true).unwrap();
+    // 300/s, 30 % transient 503s: three attempts give 1 − 0.3³ = 97.3 %.
+    // (9,000 requests: 0.17 points of sampling noise, and the first second
+    // has no refunds yet.)
+    let share = brownout(&p, status(503, None), 0.3, false);
+    assert!(share > 0.96, "{share}");
+    // The same rate of overload answers (529) is not refunded: the budget
+    // holds retries near 10 % of successes + 5/s.
+    let overloaded = brownout(&p, status(529, None), 0.3, false);
+    assert!(overloaded < 0.85, "{overloaded}");
+}
+
+#[test]
+fn a_callers_own_retry_spends_a_token() {
+    let p = RoutePolicy::new(
+        &[secs(2)],
+        1,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap();
+    let mut w = World::new(1);
+    w.budgets[0] = RetryBudget::new(0.1, 2.0, secs(1)).unwrap();
+    let mut rng = SmallRng::seed_from_u64(1);
+    let now = Instant::from_millis(1_000_000);
+    let mut sent = 0;
+    for _ in 0..10 {
+        let mut req = RequestState::new(now + secs(30)).caller_retry(true);
+        match p.decide(&mut req, &mut w.deps(), now, &mut rng) {
+            Decision::Dispatch(_) => {
+                sent += 1;
+                p.record(&mut req, &mut w.deps(), now, status(503, None));
+            }
+            Decision::Fail(f) => assert_eq!(f.reason, Reason::BudgetExhausted),
+            Decision::Wait { .. } => panic!("no wait before a first attempt"),
+        }
+    }
+    assert_eq!(sent, 2, "min_per_second 2 over a 1 s window");
 }
 
 #[test]
@@ -322,13 +560,14 @@ fn an_open_breaker_reroutes_the_first_attempt_to_the_fallback() {
         100,
     );
     let t = Instant::from_millis(1_000_000);
-    let permit = w.providers[0].admit(t).unwrap();
+    let permit = w.providers[0].admit(t, "").unwrap();
     w.providers[0].finish(
         t,
         permit,
         levee_policy::Class::Fault {
             retryable: true,
             wait: None,
+            provider_wide: false,
         },
     );
     let (a, _) = drive(&p, &mut w, secs(30), status(200, None));
@@ -361,7 +600,7 @@ fn shed_is_immediate_with_retry_after() {
     let mut w = World::new(1);
     w.providers[0] = ProviderState::new(CircuitBreaker::default_policy(), None, 1);
     let t = Instant::from_millis(1_000_000);
-    let _held = w.providers[0].admit(t).unwrap();
+    let _held = w.providers[0].admit(t, "").unwrap();
     let (a, f) = drive(&p, &mut w, secs(30), status(200, None));
     assert!(a.is_empty());
     assert_eq!((f.status, f.reason), (503, Reason::Shed));

@@ -22,6 +22,7 @@ use crate::scenario::{Scenario, Variant};
 use crate::slab::{Ref, Slab};
 use levee_policy::RequestState;
 use rand::rngs::SmallRng;
+use rand::Rng;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -153,7 +154,7 @@ pub(crate) struct Engine<'a> {
 }
 
 impl<'a> Engine<'a> {
-    pub(crate) fn new(sc: &'a Scenario, v: &'a Variant, rng: SmallRng) -> Self {
+    pub(crate) fn new(sc: &'a Scenario, v: &'a Variant, mut rng: SmallRng) -> Self {
         Engine {
             sc,
             v,
@@ -163,14 +164,20 @@ impl<'a> Engine<'a> {
                 .map(|_| VecDeque::new())
                 .collect(),
             seq: 0,
-            rng,
             calls: Slab::new(),
             reqs: Vec::new(),
             free_reqs: Vec::new(),
             pools: v.layers.iter().map(|_| Pool::default()).collect(),
             providers: sc.providers.iter().map(ProviderRt::new).collect(),
-            levee: v.levee.as_deref().map(LeveeRt::new),
+            levee: v.levee.as_deref().map(|gw| {
+                // A live gateway's clock (breaker buckets, budget slots,
+                // probe times) has no fixed phase relative to a fault: draw
+                // one per run instead of always starting at 0.
+                let phase = rng.gen_range(0..60_000_000_000u64);
+                LeveeRt::new(gw, phase)
+            }),
             m: Metrics::new(sc, v),
+            rng,
         }
     }
 

@@ -12,11 +12,10 @@
 
 use crate::engine::{ns, Call, Engine, Ev, Hop, Kind, Parent};
 use crate::layers::Reply;
-use crate::scenario::LeveeGateway;
+use crate::scenario::{LeveeGateway, Scenario};
 use crate::slab::Ref;
 use levee_policy::{
-    ConcurrencyLimiter, DeadlineHeaders, Decision, Deps, Instant, Outcome, ProviderState,
-    RequestState, RetryBudget,
+    ConcurrencyLimiter, Decision, Deps, Instant, Outcome, ProviderState, RequestState, RetryBudget,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,12 +30,17 @@ pub(crate) struct LeveeRt<'a> {
     /// Per route, per target.
     budgets: Vec<Vec<RetryBudget>>,
     limiters: Vec<Arc<ConcurrencyLimiter>>,
+    /// Added to virtual time for everything the policy sees.
+    phase: u64,
     /// Failures by `x-levee-reason`.
     pub(crate) reasons: std::collections::BTreeMap<&'static str, u64>,
 }
 
+/// Most targets a simulated route may have (models are passed on the stack).
+const MAX_TARGETS: usize = 8;
+
 impl<'a> LeveeRt<'a> {
-    pub(crate) fn new(gw: &'a LeveeGateway) -> Self {
+    pub(crate) fn new(gw: &'a LeveeGateway, phase: u64) -> Self {
         let c = &gw.config;
         LeveeRt {
             gw,
@@ -56,6 +60,7 @@ impl<'a> LeveeRt<'a> {
                 .iter()
                 .map(|r| ConcurrencyLimiter::new(r.max_in_flight))
                 .collect(),
+            phase,
             reasons: Default::default(),
         }
     }
@@ -82,22 +87,19 @@ impl Engine<'_> {
             return self.finish(r, no_retry(404, None));
         };
         let Some(guard) = lv.limiters[route].try_acquire() else {
-            self.count_reason("shed");
-            return self.finish(r, no_retry(503, Some(Duration::from_secs(1))));
+            let shed = levee_policy::Failure::shed();
+            self.count_reason(shed.reason.as_str());
+            return self.finish(r, no_retry(shed.status, shed.retry_after));
         };
-        let now = Instant::from_nanos(self.now);
-        let timeout_ms = c
+        let now = self.policy_now();
+        // What the caller's x-timeout-ms would say, whole milliseconds as on the wire.
+        let remaining = c
             .deadline
-            .map(|d| (d.saturating_sub(self.now) / 1_000_000).to_string());
-        let headers = DeadlineHeaders {
-            timeout_ms: timeout_ms.as_deref().map(str::as_bytes),
-            ..Default::default()
-        };
-        // A number Levee itself wrote cannot be malformed; fall back to the default anyway.
+            .map(|d| Duration::from_millis(d.saturating_sub(self.now) / 1_000_000));
         let deadline = config.routes[route]
             .deadline
-            .resolve(headers, now, 0)
-            .unwrap_or(now + config.routes[route].deadline.default_deadline());
+            .resolve_remaining(remaining, now);
+        let caller_retry = self.is_caller_retry(r);
         if let Some(Call {
             kind:
                 Kind::Levee {
@@ -109,7 +111,7 @@ impl Engine<'_> {
         }) = self.calls.get_mut(r)
         {
             *rt = route as u16;
-            **st = RequestState::new(deadline);
+            **st = RequestState::new(deadline).caller_retry(caller_retry);
             *g = Some(guard);
         }
         self.levee_drive(r);
@@ -117,7 +119,12 @@ impl Engine<'_> {
 
     /// Asks the policy what to do next and does it.
     pub(crate) fn levee_drive(&mut self, r: Ref) {
-        let now = Instant::from_nanos(self.now);
+        let now = self.policy_now();
+        let sc: &Scenario = self.sc;
+        let Some(req) = self.calls.get(r).map(|c| c.req) else {
+            return;
+        };
+        let caller_model: &str = &sc.streams[self.stream_of(req) as usize].model;
         let Engine {
             calls, levee, rng, ..
         } = self;
@@ -128,10 +135,17 @@ impl Engine<'_> {
             return;
         };
         let route = *route as usize;
+        let phase = lv.phase;
         let gw: &LeveeGateway = lv.gw;
+        let cfg_route = &gw.config.routes[route];
+        let mut models = [""; MAX_TARGETS];
+        for (t, m) in models.iter_mut().enumerate().take(cfg_route.targets.len()) {
+            *m = cfg_route.rewrite_model(t, caller_model);
+        }
         let mut deps = Deps {
             providers: &mut lv.states,
             target_provider: &lv.target_provider[route],
+            target_model: &models[..cfg_route.targets.len().min(MAX_TARGETS)],
             budgets: &mut lv.budgets[route],
         };
         let decision = gw.config.routes[route]
@@ -153,7 +167,11 @@ impl Engine<'_> {
                 self.schedule(self.now + ns(d.timeout), Ev::Timeout(r, d.attempt));
                 self.job_begin(job, sim, model);
             }
-            Decision::Wait { until } => self.schedule(until.as_nanos(), Ev::Step(r)),
+            Decision::Wait { until } => {
+                // Back from the policy's phase-shifted clock to engine time.
+                let at = until.as_nanos().saturating_sub(phase);
+                self.schedule(at, Ev::Step(r))
+            }
             Decision::Fail(f) => {
                 self.count_reason(f.reason.as_str());
                 self.finish(r, no_retry(f.status, f.retry_after));
@@ -163,7 +181,7 @@ impl Engine<'_> {
 
     /// An attempt came back (or timed out): record it, then go on.
     pub(crate) fn levee_reply(&mut self, r: Ref, reply: Reply) {
-        let now = Instant::from_nanos(self.now);
+        let now = self.policy_now();
         let Engine { calls, levee, .. } = self;
         let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
             return;
@@ -174,9 +192,11 @@ impl Engine<'_> {
         };
         let route = *route as usize;
         let policy = &lv.gw.config.routes[route].policy;
+        // Finishing and abandoning need no model: the permit names its domain.
         let mut deps = Deps {
             providers: &mut lv.states,
             target_provider: &lv.target_provider[route],
+            target_model: &[],
             budgets: &mut lv.budgets[route],
         };
         let outcome = match reply {
@@ -201,7 +221,7 @@ impl Engine<'_> {
     /// The caller left: give back the in-flight attempt's permit. The guard
     /// is dropped with the call.
     pub(crate) fn levee_cancel(&mut self, r: Ref) {
-        let now = Instant::from_nanos(self.now);
+        let now = self.policy_now();
         let Engine { calls, levee, .. } = self;
         let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
             return;
@@ -210,14 +230,38 @@ impl Engine<'_> {
             return;
         };
         let route = *route as usize;
+        // Finishing and abandoning need no model: the permit names its domain.
         let mut deps = Deps {
             providers: &mut lv.states,
             target_provider: &lv.target_provider[route],
+            target_model: &[],
             budgets: &mut lv.budgets[route],
         };
         lv.gw.config.routes[route]
             .policy
             .abandon(st, &mut deps, now);
+    }
+
+    /// Virtual time as the policy sees it: shifted by the run's clock phase.
+    fn policy_now(&self) -> Instant {
+        let phase = self.levee.as_ref().map_or(0, |lv| lv.phase);
+        Instant::from_nanos(self.now + phase)
+    }
+
+    /// Whether the call `r` (a Levee hop) is its caller's retry, and the
+    /// caller marks retries.
+    fn is_caller_retry(&self, r: Ref) -> bool {
+        let Some(Parent::Call(p)) = self.calls.get(r).map(|c| c.parent) else {
+            return false;
+        };
+        match self.calls.get(p) {
+            Some(Call {
+                kind: Kind::Caller { layer, .. },
+                attempt,
+                ..
+            }) => *attempt > 1 && self.v.layers[*layer as usize].marks_retries,
+            _ => false,
+        }
     }
 
     fn count_reason(&mut self, reason: &'static str) {

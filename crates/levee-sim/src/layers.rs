@@ -141,6 +141,10 @@ pub struct Layer {
     pub stops_when_caller_leaves: bool,
     /// Whether attempts carry the remaining time downstream (`x-timeout-ms`).
     pub sends_timeout: bool,
+    /// Whether its retries say so (the official SDKs send
+    /// `x-stainless-retry-count`). Levee sees it only on the layer right in
+    /// front of it; an outer layer's retry arrives as a fresh request.
+    pub marks_retries: bool,
     /// The layer stands in the gateway's place.
     pub gateway: bool,
 }
@@ -199,6 +203,7 @@ mod tests {
             workers: None,
             stops_when_caller_leaves: false,
             sends_timeout: true,
+            marks_retries: false,
             gateway: false,
         }
     }

@@ -142,6 +142,7 @@ struct RawLayer {
     workers: Option<u32>,
     stops_when_caller_leaves: Option<bool>,
     sends_timeout: Option<bool>,
+    marks_retries: Option<bool>,
 }
 
 // ---------------------------------------------------------------- typed (stage two)
@@ -409,8 +410,11 @@ fn resolve_provider(
     let mut faults = Vec::new();
     for (i, f) in p.faults.iter().enumerate() {
         let fat = |msg: &str| at(&[Key("faults"), Index(i)], msg.to_string());
-        if !(400..=599).contains(&f.status) {
-            return Err(fat("`status` must be an error status (400–599)"));
+        // 3xx included: a proxy in front of a provider may answer a redirect.
+        if !(300..=599).contains(&f.status) {
+            return Err(fat(
+                "`status` must be a redirect or an error status (300–599)",
+            ));
         }
         let rate = f.rate.unwrap_or(1.0);
         if !rate.is_finite() || !(0.0..=1.0).contains(&rate) {
@@ -605,6 +609,7 @@ fn resolve_layer(
         workers: l.workers,
         stops_when_caller_leaves: l.stops_when_caller_leaves.unwrap_or(false),
         sends_timeout: l.sends_timeout.unwrap_or(true),
+        marks_retries: l.marks_retries.unwrap_or(false),
         gateway,
     })
 }

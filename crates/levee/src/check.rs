@@ -7,7 +7,7 @@
 //! `census`, the code the gateway decides with: derived, not restated here.
 
 use levee_config::raw::RawCaller;
-use levee_config::{Api, Caller, Config, Route};
+use levee_config::{Api, Caller, Config, InFlightCap, Route, DEFAULT_ROUTE_MAX_IN_FLIGHT};
 use levee_policy::AttemptKind;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -146,6 +146,7 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
         config.routes.len(),
         callers.len()
     );
+    render_provider_caps(&mut out, config);
     for route in &config.routes {
         let _ = writeln!(out, "\nroute `{}`", route.name);
         let expected: Vec<String> = route
@@ -167,6 +168,7 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
             secs(route.deadline.default_deadline()),
             secs(route.deadline.max())
         );
+        render_route_cap(&mut out, config, route);
         let rows: Vec<Vec<String>> = route
             .policy
             .schedule()
@@ -304,6 +306,63 @@ fn dialect_warnings(config: &Config, route: &Route) -> Vec<String> {
         api_name(if callers == Api::Anthropic { Api::OpenAi } else { Api::Anthropic }),
         api_name(callers),
     )]
+}
+
+/// Each provider's in-flight cap and where it comes from.
+fn render_provider_caps(out: &mut String, config: &Config) {
+    let _ = writeln!(
+        out,
+        "\nproviders (max_in_flight: upstream attempts in flight above which Levee sheds)"
+    );
+    for (ix, p) in config.providers.iter().enumerate() {
+        let why = match p.max_in_flight_from {
+            InFlightCap::Configured => format!("{} (configured)", p.max_in_flight),
+            InFlightCap::Derived {
+                requests_per_minute,
+                burst,
+                expected_attempt,
+            } => format!(
+                "{} (derived: rate_limit {requests_per_minute}/min for {} each, the longest expected_attempt of its targets, plus burst {burst})",
+                p.max_in_flight,
+                secs(expected_attempt)
+            ),
+            InFlightCap::None => {
+                let bound: u64 = config
+                    .routes
+                    .iter()
+                    .filter(|r| r.targets.iter().any(|t| t.provider == ix))
+                    .map(|r| u64::from(r.max_in_flight))
+                    .sum();
+                format!("none (no rate_limit to size it from; the bulkheads of the routes using it bound it at {bound})")
+            }
+        };
+        let _ = writeln!(out, "  provider `{}`: max_in_flight {why}", p.name);
+    }
+}
+
+/// A route's bulkhead, what its first target's provider allows, and the
+/// request rate that holds at the first target's expected attempt time.
+fn render_route_cap(out: &mut String, config: &Config, route: &Route) {
+    let origin = if route.max_in_flight == DEFAULT_ROUTE_MAX_IN_FLIGHT {
+        "default"
+    } else {
+        "configured"
+    };
+    let first = &route.targets[0];
+    let provider = &config.providers[first.provider];
+    let effective = route.max_in_flight.min(provider.max_in_flight);
+    let limited_by = if effective < route.max_in_flight {
+        format!(" (provider `{}`'s cap, shared)", provider.name)
+    } else {
+        String::new()
+    };
+    let per_second = f64::from(effective) / first.expected_attempt.as_secs_f64().max(0.001);
+    let _ = writeln!(
+        out,
+        "  in flight: max_in_flight {} ({origin}), effective {effective}{limited_by}: ~{per_second:.0} requests/s at the first target's expected_attempt {} before shedding",
+        route.max_in_flight,
+        secs(first.expected_attempt)
+    );
 }
 
 fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {

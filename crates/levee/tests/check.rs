@@ -193,3 +193,34 @@ fn a_cross_dialect_fallback_is_warned_about() {
     let out = stdout(&check(&["--config", same.to_str().unwrap()]));
     assert!(!out.contains("warning: "), "{out}");
 }
+
+#[test]
+fn check_prints_each_providers_and_routes_effective_in_flight_cap() {
+    let path = file(
+        "caps.yaml",
+        "providers:\n  a: { api: openai, base_url: http://127.0.0.1:1, rate_limit: { requests_per_minute: 3000 } }\n  b: { api: openai, base_url: http://127.0.0.1:2 }\n  c: { api: openai, base_url: http://127.0.0.1:3, max_in_flight: 40 }\nroutes:\n  - match: { model_prefix: \"x/\" }\n    targets: [a, b, c]\n    expected_attempt_ms: 6000\n  - match: { model_prefix: \"y/\" }\n    targets: [b]\n    max_in_flight: 50\n",
+    );
+    let o = check(&["--config", path.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}");
+    let line = |start: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no line starting `{start}` in:\n{out}"))
+            .to_string()
+    };
+    // 3,000/min for 6 s each: 300 in flight, plus the burst of 50.
+    assert!(
+        line("provider `a`").contains("max_in_flight 350 (derived"),
+        "{out}"
+    );
+    assert!(line("provider `b`").contains("max_in_flight none"), "{out}");
+    assert!(
+        line("provider `c`").contains("max_in_flight 40 (configured)"),
+        "{out}"
+    );
+    let x = out.split("route `x/`").nth(1).unwrap_or("");
+    assert!(x.contains("max_in_flight 1024 (default)"), "{out}");
+    let y = out.split("route `y/`").nth(1).unwrap_or("");
+    assert!(y.contains("max_in_flight 50 (configured)"), "{out}");
+}

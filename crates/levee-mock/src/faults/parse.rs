@@ -262,14 +262,19 @@ fn whole_number(
 }
 
 fn error_status(key: &'static str) -> impl for<'de> DeserializeSeed<'de, Value = StatusCode> {
-    scalar(key, "an HTTP error status from 400 to 599", |s| {
-        let code = u16::try_from(s.as_u64()?).ok()?;
-        if (400..=599).contains(&code) {
-            StatusCode::from_u16(code).ok()
-        } else {
-            None
-        }
-    })
+    // 3xx included: a proxy in front of a provider may answer a redirect.
+    scalar(
+        key,
+        "an HTTP status from 300 to 599 (a redirect or an error)",
+        |s| {
+            let code = u16::try_from(s.as_u64()?).ok()?;
+            if (300..=599).contains(&code) {
+                StatusCode::from_u16(code).ok()
+            } else {
+                None
+            }
+        },
+    )
 }
 
 fn flag_true(key: &'static str) -> impl for<'de> DeserializeSeed<'de, Value = ()> {

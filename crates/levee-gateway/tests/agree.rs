@@ -1,0 +1,158 @@
+//! One table of incidents, run through the live gateway (against the mock)
+//! and through the simulator (against a modelled provider). Both drive the
+//! same decision function, so they must agree on what happened: how many
+//! attempts the request made and why Levee gave up, if it did.
+
+mod support;
+use levee_sim::{simulate, Scenario, DEFAULT_SEED};
+use std::time::Duration;
+use support::*;
+
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+/// One provider of a case: the mock's faults and the simulated provider.
+struct Side {
+    mock: &'static str,
+    sim: &'static str,
+}
+
+struct Case {
+    name: &'static str,
+    /// `p` and, when given, `b`.
+    providers: &'static [Side],
+    /// The route's body (YAML, indented for a list item), shared by both.
+    route: &'static str,
+    timeout_ms: u64,
+    /// Attempts, and `x-levee-reason` when Levee gave up.
+    want: (u32, Option<&'static str>),
+}
+
+const HEALTHY: Side = Side {
+    mock: "faults: []",
+    sim: "{ workers: 100, latency: 20ms }",
+};
+const STALLED: Side = Side {
+    mock: "faults:\n  - { stall: true }\n",
+    sim: "{ workers: 100, latency: 120s }",
+};
+
+const CASES: &[Case] = &[
+    Case {
+        name: "3xx is an answer, passed on",
+        providers: &[Side {
+            mock: "faults:\n  - { status: 302 }\n",
+            sim: "{ workers: 100, latency: 20ms, faults: [ { status: 302, latency: 10ms } ] }",
+        }],
+        route: "    targets: [p]\n",
+        timeout_ms: 20_000,
+        want: (1, None),
+    },
+    Case {
+        name: "a Retry-After over the cap is not waited on",
+        providers: &[Side {
+            mock: "faults:\n  - { status: 429, retry_after: 86400 }\n",
+            sim: "{ workers: 100, latency: 20ms, faults: [ { status: 429, retry_after: 86400s, latency: 10ms } ] }",
+        }],
+        route: "    targets: [p]\n    retry: { retry_after_cap: 30s }\n",
+        timeout_ms: 60_000,
+        want: (1, Some("rate_limited")),
+    },
+    Case {
+        name: "an attempt cut by the deadline",
+        providers: &[STALLED],
+        route: "    targets: [ { provider: p, expected_attempt_ms: 2000 } ]\n",
+        timeout_ms: 1_000,
+        want: (1, Some("deadline_exceeded")),
+    },
+    Case {
+        name: "a stalled primary with a healthy backup",
+        providers: &[STALLED, HEALTHY],
+        route: "    targets:\n      - { provider: p, expected_attempt_ms: 8000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n",
+        timeout_ms: 3_000,
+        want: (2, None),
+    },
+    Case {
+        name: "a 429 with a wait the deadline cannot hold",
+        providers: &[Side {
+            mock: "faults:\n  - { status: 429, retry_after: 3 }\n",
+            sim: "{ workers: 100, latency: 20ms, faults: [ { status: 429, retry_after: 3s, latency: 10ms } ] }",
+        }],
+        route: "    targets: [p]\n",
+        timeout_ms: 2_000,
+        // The retry is not started: the deadline, not the provider, ends it.
+        want: (1, Some("deadline_exceeded")),
+    },
+    Case {
+        name: "529 overloaded, retried to exhaustion",
+        providers: &[Side {
+            mock: "faults:\n  - { status: 529 }\n",
+            sim: "{ workers: 100, latency: 20ms, faults: [ { status: 529, latency: 10ms } ] }",
+        }],
+        route: "    targets: [p]\n    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
+        timeout_ms: 20_000,
+        want: (3, Some("upstream_error")),
+    },
+];
+
+const NAMES: [&str; 2] = ["p", "b"];
+
+fn levee_providers(case: &Case, url: impl Fn(usize) -> String) -> String {
+    let mut out = String::from("providers:\n");
+    for (i, name) in NAMES.iter().enumerate().take(case.providers.len()) {
+        out += &format!("  {name}: {{ api: openai, base_url: \"{}\" }}\n", url(i));
+    }
+    out
+}
+
+async fn live(case: &Case) -> (u32, Option<String>) {
+    let faults: Vec<&str> = case.providers.iter().map(|s| s.mock).collect();
+    let config = levee_providers(case, |i| format!("{{mock{i}}}")) + "routes:\n  -\n" + case.route;
+    let env = start(&faults, &config).await;
+    let timeout = case.timeout_ms.to_string();
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", &timeout)]),
+    )
+    .await;
+    let attempts = r.header("x-levee-attempts").parse().unwrap_or(u32::MAX);
+    let reason = Some(r.header("x-levee-reason").to_string()).filter(|s| !s.is_empty());
+    env.stop().await;
+    (attempts, reason)
+}
+
+fn simulated(case: &Case) -> (u32, Option<String>) {
+    let mut providers = String::new();
+    for (i, side) in case.providers.iter().enumerate() {
+        providers += &format!("  {}: {}\n", NAMES[i], side.sim);
+    }
+    let levee = levee_providers(case, |_| "http://127.0.0.1:9".into())
+        .lines()
+        .map(|l| format!("        {l}\n"))
+        .collect::<String>();
+    let route = case
+        .route
+        .lines()
+        .map(|l| format!("          {l}\n"))
+        .collect::<String>();
+    let text = format!(
+        "name: {name}\nduration: 1s\ndrain: 180s\narrivals:\n  - {{ name: one, burst: 1, at: 0s, model: m, provider: p }}\nproviders:\n{providers}variants:\n  - name: levee\n    callers:\n      - {{ name: sdk, attempts: 1, timeout: {t}ms, honours_should_retry: true }}\n    gateway:\n      levee:\n{levee}        routes:\n          -\n{route}",
+        name = case.name,
+        t = case.timeout_ms,
+    );
+    let sc = Scenario::parse(&text, None).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let report = simulate(&sc, DEFAULT_SEED);
+    let v = &report.variants[0];
+    let reason = v.detail.levee_reasons.keys().next().cloned();
+    (v.attempts_per_request_max, reason)
+}
+
+#[tokio::test]
+async fn the_gateway_and_the_simulator_agree_on_every_case() {
+    for case in CASES {
+        let want = (case.want.0, case.want.1.map(str::to_string));
+        let live = live(case).await;
+        let sim = simulated(case);
+        assert_eq!(live, want, "live gateway: {}", case.name);
+        assert_eq!(sim, want, "simulator: {}", case.name);
+    }
+}
