@@ -105,9 +105,11 @@ def wait_ready(url: str) -> None:
 class Mock:
     """`levee mock` on a free port; its stats are the provider-side oracle."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, api: str = "both", name: str = "mock"):
         self.process = Process(
-            "mock", [levee_bin(), "mock", "--listen", "127.0.0.1:0", "--seed", "7"], workdir
+            name,
+            [levee_bin(), "mock", "--listen", "127.0.0.1:0", "--seed", "7", "--api", api],
+            workdir,
         )
         m = self.process.wait_for_line(r"levee mock listening on (\S+)")
         self.addr = m.group(1)

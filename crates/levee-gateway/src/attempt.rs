@@ -14,6 +14,10 @@ pub struct GatewayDeps<'a> {
     /// The caller's model: each target's upstream model (its fault domain)
     /// is the route's rewrite of it.
     pub model: &'a str,
+    /// Targets this request skips (they cannot carry it across dialects):
+    /// they refuse as if full, so the planner moves on without spending
+    /// their budget.
+    pub skip: &'a [bool],
 }
 
 impl GatewayDeps<'_> {
@@ -29,9 +33,15 @@ impl GatewayDeps<'_> {
 
 impl Dependencies for GatewayDeps<'_> {
     fn check(&self, t: usize, now: levee_policy::Instant) -> Result<(), Refusal> {
+        if self.skip.get(t) == Some(&true) {
+            return Err(Refusal::Shed);
+        }
         self.provider(t).lock().check(now, self.upstream_model(t))
     }
     fn admit(&mut self, t: usize, now: levee_policy::Instant) -> Result<Permit, Refusal> {
+        if self.skip.get(t) == Some(&true) {
+            return Err(Refusal::Shed);
+        }
         let model = self.upstream_model(t);
         self.provider(t).lock().admit(now, model)
     }
@@ -79,6 +89,7 @@ impl AttemptFinisher {
             shared: &shared,
             route: self.route,
             model: "",
+            skip: &[],
         };
         policy.record(&mut self.req, &mut deps, now, outcome)
     }
@@ -93,6 +104,7 @@ impl AttemptFinisher {
             shared: &shared,
             route: self.route,
             model: "",
+            skip: &[],
         };
         policy.refuse(&mut self.req, &mut deps, now, refusal);
     }
@@ -128,6 +140,7 @@ impl Drop for AttemptFinisher {
                 shared: &shared,
                 route: self.route,
                 model: "",
+                skip: &[],
             };
             policy.abandon(&mut self.req, &mut deps, now);
         }

@@ -40,6 +40,13 @@ pub(crate) struct Ctx {
     /// The body and URI for each target (model rewritten, prepared at admission).
     pub(crate) bodies: Vec<Bytes>,
     pub(crate) uris: Vec<http::Uri>,
+    /// Per target: how its exchange crosses dialects (`None`: same dialect).
+    pub(crate) crossings: Vec<Option<crate::crossing::Crossing>>,
+    /// Per target: skipped for this request (it cannot carry it).
+    pub(crate) skip: Vec<bool>,
+    /// The caller's headers without its dialect's vendor headers, for
+    /// targets of the other dialect.
+    pub(crate) foreign_headers: Option<HeaderMap>,
     pub(crate) model: String,
     pub(crate) stream: bool,
     pub(crate) idem: HeaderValue,
@@ -80,6 +87,7 @@ pub(crate) async fn run(
                 shared: &shared,
                 route: ctx.route,
                 model: &ctx.model,
+                skip: &ctx.skip,
             };
             policy.decide(&mut fin.req, &mut deps, now, &mut rng)
         };
@@ -127,9 +135,13 @@ pub(crate) async fn run(
                     .metrics
                     .deadline_remaining_at_dispatch
                     .observe(deadline.saturating_since(now).as_secs_f64());
+                let headers = match (&ctx.crossings[d.target], &ctx.foreign_headers) {
+                    (Some(_), Some(h)) => h,
+                    _ => &ctx.parts_headers,
+                };
                 let upstream_req = build_request(
                     provider,
-                    &ctx.parts_headers,
+                    headers,
                     ctx.uris[d.target].clone(),
                     ctx.bodies[d.target].clone(),
                     d.timeout,
@@ -370,6 +382,7 @@ async fn deliver(
             deadline: ends_at,
             dialect: ctx.dialect,
             clock: shared.clock,
+            translate: ctx.crossings[target].and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
         };
         let relay = RelayBody::new(start, body, finisher, recording, holds);
         let mut out = Response::new(http_body_util::BodyExt::boxed_unsync(relay));
@@ -430,6 +443,23 @@ async fn deliver(
         };
         tape(ctx, model_sent(ctx, target), line);
     }
+    // The backup's answer in the caller's dialect.
+    let bytes =
+        match ctx.crossings[target].map(|c| c.response(&bytes, shared.clock.unix_ms() / 1000)) {
+            None => bytes,
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                let msg = format!("levee: upstream_error: {e}");
+                return Delivered::Done(levee_error(
+                    ctx.dialect,
+                    502,
+                    "upstream_error",
+                    &msg,
+                    attempts,
+                    None,
+                ));
+            }
+        };
     let mut out = Response::new(full(bytes.clone()));
     *out.status_mut() = parts.status;
     copy_headers(&parts.headers, out.headers_mut());
@@ -491,7 +521,12 @@ fn fail(
     match last_error {
         // A deterministic client error: the provider's own verdict, unchanged.
         Some(e) if f.upstream_status && (400..500).contains(&e.status) && e.status != 429 => {
-            let mut out = Response::new(full(e.body));
+            let t = fin.req.target().min(ctx.crossings.len().saturating_sub(1));
+            let body = match ctx.crossings.get(t).copied().flatten() {
+                Some(c) => c.error(e.status, &e.body),
+                None => e.body,
+            };
+            let mut out = Response::new(full(body));
             *out.status_mut() = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
             copy_headers(&e.headers, out.headers_mut());
             error_headers(out.headers_mut(), reason, attempts, f.retry_after);

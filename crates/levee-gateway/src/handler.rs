@@ -2,12 +2,14 @@
 //! idempotency key; then hand it to [`crate::drive`], which drives the
 //! policy core's planner until it dispatches a success or gives up.
 
+use crate::crossing;
 use crate::dialect::Dialect;
 use crate::drive::Ctx;
 use crate::idempotency::{Claim, Claimed, Follow, Scope, Stored};
 use crate::inspect::{inspect, rewrite_model};
 use crate::respond::{full, levee_error, Body};
 use crate::shared::Shared;
+use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -195,33 +197,29 @@ async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response
         .uri
         .path_and_query()
         .map(|p| p.as_str().to_string())
-        .unwrap_or(path);
-    let mut bodies = Vec::with_capacity(route.targets.len());
-    let mut uris = Vec::with_capacity(route.targets.len());
-    for (t, target) in route.targets.iter().enumerate() {
-        let to = route.rewrite_model(t, &inspected.model);
-        match rewrite_model(&body, &inspected.model, to) {
-            Ok(b) => bodies.push(b),
-            Err(e) => {
-                shared.metrics.reject("bad_request");
-                return levee_error(dialect, 400, "bad_request", &format!("levee: {e}"), 0, None);
-            }
+        .unwrap_or_else(|| path.clone());
+    let Targets {
+        bodies,
+        uris,
+        crossings,
+        skip,
+        foreign_headers,
+    } = match prepare_targets(
+        &shared,
+        route,
+        dialect,
+        &parts.headers,
+        &path,
+        &path_and_query,
+        &body,
+        &inspected.model,
+    ) {
+        Ok(t) => t,
+        Err((status, msg)) => {
+            shared.metrics.reject("bad_request");
+            return levee_error(dialect, status, "bad_request", &msg, 0, None);
         }
-        match shared.providers[target.provider].uri_for(&path_and_query) {
-            Some(u) => uris.push(u),
-            None => {
-                shared.metrics.reject("bad_request");
-                return levee_error(
-                    dialect,
-                    414,
-                    "bad_request",
-                    "levee: the request URI is too long to forward",
-                    0,
-                    None,
-                );
-            }
-        }
-    }
+    };
     // Cross-layer accounting: is a caller layer still retrying?
     let key_header = match h.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
@@ -302,6 +300,9 @@ async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response
         path_and_query,
         bodies,
         uris,
+        crossings,
+        skip,
+        foreign_headers,
         model: inspected.model,
         stream: inspected.stream,
         idem: idem_value,
@@ -336,6 +337,98 @@ fn noted(shared: &Shared, mut answer: Response<Body>, note: Option<IdemNote>) ->
         .headers_mut()
         .insert("x-levee-idempotency", HeaderValue::from_static(value));
     answer
+}
+
+/// What each target of a route is sent, prepared at admission.
+struct Targets {
+    bodies: Vec<Bytes>,
+    uris: Vec<http::Uri>,
+    crossings: Vec<Option<crossing::Crossing>>,
+    skip: Vec<bool>,
+    foreign_headers: Option<HeaderMap>,
+}
+
+/// Each target's body and URI — the model rewritten, or the request
+/// translated for a target of the other dialect, or the target skipped when
+/// it cannot carry the request — checked now so that nothing about the
+/// request itself can fail later and be blamed on a provider. `Err` is the
+/// status and message of a 400-class answer when no target can take the
+/// request as sent.
+#[allow(clippy::too_many_arguments)]
+fn prepare_targets(
+    shared: &Shared,
+    route: &levee_config::Route,
+    caller: Dialect,
+    headers: &HeaderMap,
+    path: &str,
+    path_and_query: &str,
+    body: &Bytes,
+    model: &str,
+) -> Result<Targets, (u16, String)> {
+    let bad = |status: u16, msg: &str| Err((status, msg.to_string()));
+    let n = route.targets.len();
+    let (mut bodies, mut uris, mut crossings, mut skip) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut refused: Option<levee_translate::Untranslatable> = None;
+    for (t, target) in route.targets.iter().enumerate() {
+        let to = route.rewrite_model(t, model);
+        let provider = &shared.providers[target.provider];
+        let mut upstream_path = path_and_query;
+        let mut crossed = None;
+        let mut skipped = false;
+        match crossing::prepare(caller, provider.api, path, body, to) {
+            crossing::Prepared::Same => match rewrite_model(body, model, to) {
+                Ok(b) => bodies.push(b),
+                Err(e) => return bad(400, &format!("levee: {e}")),
+            },
+            crossing::Prepared::Crossed {
+                body,
+                path,
+                crossing,
+            } => {
+                bodies.push(body);
+                upstream_path = path;
+                crossed = Some(crossing);
+            }
+            crossing::Prepared::Skip(why) => {
+                shared
+                    .metrics
+                    .translation_refused(&route.name, &provider.name, why.reason.label());
+                refused.get_or_insert(why);
+                bodies.push(Bytes::new());
+                skipped = true;
+            }
+        }
+        skip.push(skipped);
+        crossings.push(crossed);
+        match provider.uri_for(upstream_path) {
+            Some(u) => uris.push(u),
+            None => return bad(414, "levee: the request URI is too long to forward"),
+        }
+    }
+    if let (true, Some(why)) = (skip.iter().all(|s| *s), &refused) {
+        let msg = format!(
+            "levee: no target of route `{}` can carry this request: {why}",
+            route.name
+        );
+        return bad(400, &msg);
+    }
+    let foreign_headers = crossings
+        .iter()
+        .flatten()
+        .next()
+        .map(|c: &crossing::Crossing| crossing::headers_for(headers, c.upstream));
+    Ok(Targets {
+        bodies,
+        uris,
+        crossings,
+        skip,
+        foreign_headers,
+    })
 }
 
 /// A request's idempotency key, ready to claim.

@@ -5,12 +5,15 @@
 //! loops on the core's planner — dispatching attempts through a pooled hyper
 //! client (rustls for https), sleeping through backoff waits, relaying
 //! streams — until it can answer. It re-implements no retry rule: whether,
-//! when and where to send is always the planner's decision. It is not a
-//! translator between dialects, a cache, or a load balancer across replicas.
+//! when and where to send is always the planner's decision. Where a
+//! fallback target speaks the other dialect, the exchange is translated
+//! (`crossing`), or the target skipped when it cannot carry the request. It
+//! is not a cache or a load balancer across replicas.
 #![forbid(unsafe_code)]
 
 pub mod attempt;
 pub mod clock;
+pub mod crossing;
 pub mod dialect;
 mod drive;
 pub mod handler;

@@ -40,6 +40,13 @@ pub struct ProviderLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteProviderReason {
+    pub route: String,
+    pub provider: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteReason {
     pub route: String,
     pub reason: String,
@@ -66,6 +73,7 @@ pub struct Metrics {
     pub replayed: Counter,
     pub state_fallbacks: Family<WhatLabel, Counter>,
     pub idempotency_local: Counter,
+    pub translation_refused: Family<RouteProviderReason, Counter>,
 }
 
 impl Metrics {
@@ -176,7 +184,14 @@ impl Metrics {
             "Keyed requests answered without consulting the shared store (not deduplicated across replicas)",
             idempotency_local.clone(),
         );
+        let translation_refused = Family::<RouteProviderReason, Counter>::default();
+        registry.register(
+            "levee_translation_refused",
+            "Requests a target of the other dialect could not carry (that target is skipped for the request), by route, provider and reason",
+            translation_refused.clone(),
+        );
         Metrics {
+            translation_refused,
             state_fallbacks,
             idempotency_local,
             registry,
@@ -222,6 +237,17 @@ impl Metrics {
     pub fn reject(&self, reason: &str) {
         self.rejected
             .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a request a target could not carry across dialects.
+    pub fn translation_refused(&self, route: &str, provider: &str, reason: &str) {
+        self.translation_refused
+            .get_or_create(&RouteProviderReason {
+                route: route.to_string(),
+                provider: provider.to_string(),
                 reason: reason.to_string(),
             })
             .inc();

@@ -30,6 +30,9 @@ pub struct RelayStart {
     pub deadline: tokio::time::Instant,
     pub dialect: Dialect,
     pub clock: Clock,
+    /// Translates the upstream's events into the caller's dialect, event by
+    /// event, when the target speaks the other dialect.
+    pub translate: Option<levee_translate::StreamTranslator>,
 }
 
 /// The body of a committed stream.
@@ -43,6 +46,7 @@ pub struct RelayBody {
     done: bool,
     framer: EventFramer,
     clock: Clock,
+    translate: Option<levee_translate::StreamTranslator>,
     finisher: Option<AttemptFinisher>,
     /// `--record`: the exchange so far, chunks appended as relayed.
     tape: Option<TapeLine>,
@@ -72,13 +76,20 @@ impl RelayBody {
             deadline,
             dialect,
             clock,
+            mut translate,
         } = start;
         let tape = tape.map(|mut t| {
             t.chunks = Some(vec![String::from_utf8_lossy(&first).into_owned()]);
             t
         });
+        // The tape keeps what the provider sent; the caller gets it translated.
+        let first = match translate.as_mut() {
+            Some(t) => t.push(&first),
+            None => first,
+        };
         RelayBody {
             clock,
+            translate,
             first: Some(first),
             upstream,
             idle,
@@ -166,6 +177,13 @@ impl HttpBody for RelayBody {
                         if let Some(chunks) = this.tape.as_mut().and_then(|t| t.chunks.as_mut()) {
                             chunks.push(String::from_utf8_lossy(&whole).into_owned());
                         }
+                        let whole = match this.translate.as_mut() {
+                            Some(t) => t.push(&whole),
+                            None => whole,
+                        };
+                        if whole.is_empty() {
+                            continue;
+                        }
                         return Poll::Ready(Some(Ok(Frame::data(whole))));
                     }
                     // Trailers: SSE has none worth relaying.
@@ -179,6 +197,13 @@ impl HttpBody for RelayBody {
                             chunks.push(String::from_utf8_lossy(&tail).into_owned());
                         }
                     }
+                    // The translator's last events (or its error event if the
+                    // upstream stopped before its final one) end the stream.
+                    let last = this.translate.as_mut().map(|t| {
+                        let mut b = t.push(&tail).to_vec();
+                        b.extend_from_slice(&t.finish());
+                        Bytes::from(b)
+                    });
                     this.write_tape(false);
                     if let Some(f) = this.finisher.take() {
                         f.finish(
@@ -188,6 +213,9 @@ impl HttpBody for RelayBody {
                             },
                             true,
                         );
+                    }
+                    if let Some(b) = last.filter(|b| !b.is_empty()) {
+                        return Poll::Ready(Some(Ok(Frame::data(b))));
                     }
                     return Poll::Ready(None);
                 }

@@ -3,7 +3,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
-use crate::{load_faults, load_tape, spawn, FaultSet, MockError, MockOptions};
+use crate::{load_faults, load_tape, spawn, FaultSet, MockApi, MockError, MockOptions};
 
 /// Flags of `levee mock`.
 #[derive(Debug, Clone, clap::Args)]
@@ -20,6 +20,10 @@ pub struct MockArgs {
     /// Replay answers from a tape (JSON Lines, see TAPE.md), then answer normally.
     #[arg(long, value_name = "TAPE")]
     pub replay: Option<PathBuf>,
+    /// Which provider's API to serve: one strictly (the other's paths are
+    /// 404, unknown request fields 400), or both leniently.
+    #[arg(long, value_enum, default_value_t = MockApi::Both)]
+    pub api: MockApi,
 }
 
 /// Runs `levee mock` until interrupted; returns the process exit code:
@@ -65,6 +69,7 @@ fn run(args: MockArgs) -> Result<(), MockError> {
             faults,
             seed: args.seed,
             replay,
+            api: args.api,
         };
         let handle = spawn(addr, opts).await?;
         eprintln!("levee mock listening on {}", handle.local_addr());

@@ -11,8 +11,14 @@
 //! estimates, and it never calls a real provider. It is not hardened for the
 //! open internet either; bind it to loopback or a test network.
 //!
-//! Use it as `levee mock --listen ADDR [--faults FILE] [--seed N] [--replay
-//! TAPE]`, or in-process with [`spawn`]. The fault document is described on
+//! With `--api openai` or `--api anthropic` it serves one provider's paths
+//! only, as the real provider does: the other dialect's paths are 404 in the
+//! served dialect's error shape, and request fields that provider does not
+//! know are a 400. A request that forces a tool by name is answered with one
+//! call to it.
+//!
+//! Use it as `levee mock --listen ADDR [--api openai|anthropic|both] [--faults
+//! FILE] [--seed N] [--replay TAPE]`, or in-process with [`spawn`]. The fault document is described on
 //! [`parse_faults`] and in the README; the tape format in `TAPE.md`.
 
 mod admin;
@@ -49,6 +55,23 @@ pub struct MockOptions {
     pub seed: u64,
     /// Answers to replay, in order, before answering normally.
     pub replay: Option<Tape>,
+    /// Which provider's API to serve.
+    pub api: MockApi,
+}
+
+/// Which provider's API a mock serves (`--api`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MockApi {
+    /// OpenAI's paths only (`/v1/chat/completions`, `/v1/embeddings`,
+    /// `/v1/responses`, `/v1/models`), strictly.
+    #[value(name = "openai")]
+    OpenAi,
+    /// Anthropic's paths only (`/v1/messages`, `/v1/models`), strictly.
+    Anthropic,
+    /// Both dialects on every path, leniently (the dialect is read from the
+    /// path and the `anthropic-version` header).
+    #[default]
+    Both,
 }
 
 /// What can go wrong starting the mock. Each message says what to fix.
@@ -169,7 +192,12 @@ pub async fn spawn(addr: SocketAddr, opts: MockOptions) -> Result<MockHandle, Mo
         .await
         .map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
-    let shared = Arc::new(server::Shared::new(opts.faults, opts.seed, opts.replay));
+    let shared = Arc::new(server::Shared::new(
+        opts.faults,
+        opts.seed,
+        opts.replay,
+        opts.api,
+    ));
     let (stop, stopped) = oneshot::channel();
     let task = tokio::spawn(server::accept_loop(listener, Arc::clone(&shared), stopped));
     Ok(MockHandle {

@@ -102,6 +102,8 @@ pub(crate) struct Body<'a> {
     dimensions: Option<u64>,
     #[serde(borrow, default)]
     encoding_format: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_choice: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -145,6 +147,116 @@ impl Body<'_> {
     pub(crate) fn base64(&self) -> bool {
         self.encoding_format.as_deref() == Some("base64")
     }
+
+    /// The tool a request forces by name, in its dialect's shape: OpenAI
+    /// `{"type":"function","function":{"name"}}`, Anthropic
+    /// `{"type":"tool","name"}`.
+    pub(crate) fn forced_tool(&self, dialect: Dialect) -> Option<&str> {
+        let choice = self.tool_choice.as_ref()?;
+        match (dialect, choice.get("type")?.as_str()?) {
+            (Dialect::OpenAi, "function") => choice.get("function")?.get("name")?.as_str(),
+            (Dialect::Anthropic, "tool") => choice.get("name")?.as_str(),
+            _ => None,
+        }
+    }
+}
+
+/// Top-level fields of a Chat Completions request (the `openai` SDK's
+/// `CompletionCreateParams`).
+const OPENAI_CHAT_FIELDS: [&str; 37] = [
+    "messages",
+    "model",
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "metadata",
+    "modalities",
+    "moderation",
+    "n",
+    "parallel_tool_calls",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "service_tier",
+    "stop",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "user",
+    "verbosity",
+    "web_search_options",
+];
+
+/// Top-level fields of a Messages request (the `anthropic` SDK's
+/// `MessageCreateParams`).
+const ANTHROPIC_MESSAGES_FIELDS: [&str; 19] = [
+    "max_tokens",
+    "messages",
+    "model",
+    "cache_control",
+    "container",
+    "diagnostics",
+    "inference_geo",
+    "metadata",
+    "output_config",
+    "service_tier",
+    "speed",
+    "stop_sequences",
+    "stream",
+    "system",
+    "thinking",
+    "tool_choice",
+    "tools",
+    "user_profile_id",
+    "workspace_id",
+];
+
+/// What a provider serving one dialect refuses beyond [`parse`]: a field it
+/// does not know (both providers answer 400), and for Anthropic a missing
+/// `max_tokens`.
+pub(crate) fn strict_check(
+    endpoint: &Endpoint,
+    dialect: Dialect,
+    bytes: &[u8],
+) -> Result<(), Invalid> {
+    let known: &[&str] = match endpoint {
+        Endpoint::Chat => &OPENAI_CHAT_FIELDS,
+        Endpoint::Messages => &ANTHROPIC_MESSAGES_FIELDS,
+        _ => return Ok(()),
+    };
+    let fields: std::collections::BTreeMap<Cow<'_, str>, IgnoredAny> =
+        serde_json::from_slice(bytes).unwrap_or_default();
+    if let Some(unknown) = fields.keys().find(|k| !known.contains(&k.as_ref())) {
+        let message = match dialect {
+            Dialect::OpenAi => format!("Unrecognized request argument supplied: {unknown}"),
+            Dialect::Anthropic => format!("{unknown}: Extra inputs are not permitted"),
+        };
+        return Err(Invalid {
+            message,
+            param: None,
+            code: None,
+        });
+    }
+    if *endpoint == Endpoint::Messages && !fields.contains_key("max_tokens") {
+        return Err(invalid(dialect, "max_tokens", Problem::Missing));
+    }
+    Ok(())
 }
 
 /// A rejected request: message plus the offending parameter (OpenAI `param`)

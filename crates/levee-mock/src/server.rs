@@ -30,7 +30,7 @@ use crate::request::{self, Body, Endpoint};
 use crate::stats::{Collector, FaultKind, RequestGuard};
 use crate::tape::{self, Player, Tape};
 use crate::wire::{self, Dialect, EmbeddingsAsk, Reply};
-use crate::{admin, clock};
+use crate::{admin, clock, MockApi};
 
 /// Request bodies larger than this get a 413.
 const MAX_BODY: usize = 32 * 1024 * 1024;
@@ -42,6 +42,7 @@ pub(crate) struct Shared {
     rng: Mutex<SmallRng>,
     tape: Option<Player>,
     ids: AtomicU64,
+    api: MockApi,
 }
 
 /// The fault set in force and when its clock started.
@@ -51,7 +52,7 @@ struct Active {
 }
 
 impl Shared {
-    pub(crate) fn new(faults: FaultSet, seed: u64, tape: Option<Tape>) -> Shared {
+    pub(crate) fn new(faults: FaultSet, seed: u64, tape: Option<Tape>, api: MockApi) -> Shared {
         Shared {
             stats: Arc::new(Collector::default()),
             faults: RwLock::new(Arc::new(Active {
@@ -61,6 +62,7 @@ impl Shared {
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
             tape: tape.map(Player::new),
             ids: AtomicU64::new(1),
+            api,
         }
     }
 
@@ -135,8 +137,20 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
         return Ok(admin::handle(&shared, req).await);
     }
     let guard = shared.stats.begin(Endpoint::path_index(path));
-    let endpoint = Endpoint::route(req.method(), path);
-    let dialect = request::dialect(path, req.headers());
+    let (endpoint, dialect) = match shared.api {
+        MockApi::Both => (
+            Endpoint::route(req.method(), path),
+            request::dialect(path, req.headers()),
+        ),
+        MockApi::OpenAi => (
+            served(Endpoint::route(req.method(), path), Dialect::OpenAi),
+            Dialect::OpenAi,
+        ),
+        MockApi::Anthropic => (
+            served(Endpoint::route(req.method(), path), Dialect::Anthropic),
+            Dialect::Anthropic,
+        ),
+    };
     let (parts, body) = req.into_parts();
     if let Some(ms) = header_u64(&parts.headers, "x-timeout-ms") {
         shared.stats.timeout_ms(ms);
@@ -152,7 +166,14 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
         // The client went away mid-body; the guard counts it.
         Err(_) => return Err(ResetConnection),
     };
-    let parsed = request::parse(&endpoint, dialect, &bytes);
+    let mut parsed = request::parse(&endpoint, dialect, &bytes);
+    if shared.api != MockApi::Both {
+        if let Ok(body) = &parsed {
+            if let Err(invalid) = request::strict_check(&endpoint, dialect, &bytes) {
+                parsed = Err((body.model.clone(), invalid));
+            }
+        }
+    }
     let model = match &parsed {
         Ok(body) => body.model.as_deref(),
         Err((model, _)) => model.as_deref(),
@@ -231,6 +252,7 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
         created: clock::unix_secs(),
         prompt_tokens: request::prompt_tokens(bytes.len()),
         pieces: Reply::pieces_for(body.max_tokens()),
+        tool: body.forced_tool(dialect),
     };
     let streamed = match endpoint {
         _ if !body.streaming() => None,
@@ -268,9 +290,15 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
             } else {
                 StatusCode::METHOD_NOT_ALLOWED
             };
+            let serves = match shared.api {
+                MockApi::Both => {
+                    "POST /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/responses"
+                }
+                MockApi::OpenAi => "POST /v1/chat/completions, /v1/embeddings, /v1/responses",
+                MockApi::Anthropic => "POST /v1/messages",
+            };
             let message = format!(
-                "Invalid URL ({} {}): levee mock answers POST /v1/chat/completions, \
-                 /v1/messages, /v1/embeddings, /v1/responses and GET /v1/models",
+                "Invalid URL ({} {}): levee mock answers {serves} and GET /v1/models",
                 parts.method,
                 parts.uri.path()
             );
@@ -278,6 +306,22 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
             json_answer(status, body, guard)
         }
     })
+}
+
+/// A provider serving one dialect knows nothing of the other's paths.
+fn served(endpoint: Endpoint, dialect: Dialect) -> Endpoint {
+    let foreign = match dialect {
+        Dialect::OpenAi => matches!(endpoint, Endpoint::Messages),
+        Dialect::Anthropic => matches!(
+            endpoint,
+            Endpoint::Chat | Endpoint::Embeddings | Endpoint::Responses
+        ),
+    };
+    if foreign {
+        Endpoint::NotFound
+    } else {
+        endpoint
+    }
 }
 
 fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {

@@ -38,6 +38,8 @@ pub(crate) struct Reply<'a> {
     pub prompt_tokens: u64,
     /// Number of `PIECES` to answer with (1..=8); fewer means truncated.
     pub pieces: usize,
+    /// The tool the request forced: answered with one call to it, arguments `{}`.
+    pub tool: Option<&'a str>,
 }
 
 impl Reply<'_> {
@@ -85,7 +87,17 @@ fn openai_usage(out: &mut String, r: &Reply<'_>) {
     );
 }
 
+/// Completion tokens a forced tool call is counted as.
+const TOOL_CALL_TOKENS: u64 = 12;
+
+fn tool_call_id(out: &mut String, prefix: &str, r: &Reply<'_>) {
+    let _ = write!(out, "\"{prefix}levee{:012}\"", r.id);
+}
+
 pub(crate) fn chat_completion(r: &Reply<'_>) -> Bytes {
+    if let Some(tool) = r.tool {
+        return chat_completion_tool(r, tool);
+    }
     let mut out = String::with_capacity(768);
     let _ = write!(
         out,
@@ -103,6 +115,36 @@ pub(crate) fn chat_completion(r: &Reply<'_>) -> Bytes {
     });
     out.push_str(r#"}],"usage":"#);
     openai_usage(&mut out, r);
+    out.push_str(r#","service_tier":"default","system_fingerprint":"fp_levee_mock"}"#);
+    Bytes::from(out)
+}
+
+fn openai_tool_usage(out: &mut String, r: &Reply<'_>) {
+    let _ = write!(
+        out,
+        r#"{{"prompt_tokens":{p},"completion_tokens":{c},"total_tokens":{t}}}"#,
+        p = r.prompt_tokens,
+        c = TOOL_CALL_TOKENS,
+        t = r.prompt_tokens + TOOL_CALL_TOKENS
+    );
+}
+
+/// A forced function answered with one call. OpenAI reports a call forced by
+/// name with `finish_reason: "stop"`, not `"tool_calls"`.
+fn chat_completion_tool(r: &Reply<'_>, tool: &str) -> Bytes {
+    let mut out = String::with_capacity(512);
+    let _ = write!(
+        out,
+        r#"{{"id":"chatcmpl-levee{:012}","object":"chat.completion","created":{},"model":"#,
+        r.id, r.created
+    );
+    json_str(&mut out, r.model);
+    out.push_str(r#","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":null,"annotations":[],"tool_calls":[{"id":"#);
+    tool_call_id(&mut out, "call_", r);
+    out.push_str(r#","type":"function","function":{"name":"#);
+    json_str(&mut out, tool);
+    out.push_str(r#","arguments":"{}"}}]},"logprobs":null,"finish_reason":"stop"}],"usage":"#);
+    openai_tool_usage(&mut out, r);
     out.push_str(r#","service_tier":"default","system_fingerprint":"fp_levee_mock"}"#);
     Bytes::from(out)
 }
@@ -125,6 +167,33 @@ pub(crate) fn chat_completion_stream(r: &Reply<'_>, include_usage: bool) -> Vec<
         "]}\n\n"
     };
     let chunk = |choice: &str| Bytes::from(format!("{head}{choice}{tail}"));
+
+    if let Some(tool) = r.tool {
+        let mut start = String::from(r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"#);
+        tool_call_id(&mut start, "call_", r);
+        start.push_str(r#","type":"function","function":{"name":"#);
+        json_str(&mut start, tool);
+        start.push_str(r#","arguments":""}}]},"logprobs":null,"finish_reason":null}"#);
+        let mut chunks = vec![
+            chunk(
+                r#"{"index":0,"delta":{"role":"assistant","content":null,"refusal":null},"logprobs":null,"finish_reason":null}"#,
+            ),
+            chunk(&start),
+            chunk(
+                r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]},"logprobs":null,"finish_reason":null}"#,
+            ),
+            chunk(r#"{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}"#),
+        ];
+        if include_usage {
+            let mut last = head.clone();
+            last.push_str("],\"usage\":");
+            openai_tool_usage(&mut last, r);
+            last.push_str("}\n\n");
+            chunks.push(Bytes::from(last));
+        }
+        chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        return chunks;
+    }
 
     let mut chunks = Vec::with_capacity(r.pieces + 4);
     chunks.push(chunk(
@@ -176,6 +245,18 @@ fn anthropic_message_head(out: &mut String, r: &Reply<'_>) {
 pub(crate) fn anthropic_message(r: &Reply<'_>) -> Bytes {
     let mut out = String::with_capacity(512);
     anthropic_message_head(&mut out, r);
+    if let Some(tool) = r.tool {
+        out.push_str(r#","content":[{"type":"tool_use","id":"#);
+        tool_call_id(&mut out, "toolu_", r);
+        out.push_str(r#","name":"#);
+        json_str(&mut out, tool);
+        let _ = write!(
+            out,
+            r#","input":{{}}}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{{"input_tokens":{},"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":{TOOL_CALL_TOKENS}}}}}"#,
+            r.prompt_tokens
+        );
+        return Bytes::from(out);
+    }
     out.push_str(r#","content":[{"type":"text","text":"#);
     json_str(&mut out, &r.text());
     out.push_str(r#"}],"stop_reason":"#);
@@ -205,6 +286,36 @@ pub(crate) fn anthropic_message_stream(r: &Reply<'_>) -> Vec<Bytes> {
         r.prompt_tokens
     );
     chunks.push(event("message_start", &start));
+    if let Some(tool) = r.tool {
+        let mut block = String::from(
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"#,
+        );
+        tool_call_id(&mut block, "toolu_", r);
+        block.push_str(r#","name":"#);
+        json_str(&mut block, tool);
+        block.push_str(r#","input":{}}}"#);
+        chunks.push(event("content_block_start", &block));
+        for partial in ["", "{}"] {
+            let mut delta = String::from(
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"#,
+            );
+            json_str(&mut delta, partial);
+            delta.push_str("}}");
+            chunks.push(event("content_block_delta", &delta));
+        }
+        chunks.push(event(
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":0}"#,
+        ));
+        chunks.push(event(
+            "message_delta",
+            &format!(
+                r#"{{"type":"message_delta","delta":{{"stop_reason":"tool_use","stop_sequence":null}},"usage":{{"output_tokens":{TOOL_CALL_TOKENS}}}}}"#
+            ),
+        ));
+        chunks.push(event("message_stop", r#"{"type":"message_stop"}"#));
+        return chunks;
+    }
     chunks.push(event(
         "content_block_start",
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
@@ -577,6 +688,7 @@ mod tests {
             created: 1,
             prompt_tokens: 5,
             pieces,
+            tool: None,
         }
     }
 

@@ -819,9 +819,135 @@ fn run_cli_exits_2_on_bad_files_and_addresses() {
         faults,
         seed: 0,
         replay,
+        api: levee_mock::MockApi::Both,
     };
     assert_eq!(run_cli(args("127.0.0.1:0", Some(bad), None)), 2);
     let tape = temp_file("cli.jsonl", "{\"status\":200}\n{\"stauts\":200}\n");
     assert_eq!(run_cli(args("127.0.0.1:0", None, Some(tape))), 2);
     assert_eq!(run_cli(args("not an address", None, None)), 2);
+}
+
+// ---------------------------------------------------------------------------
+// One dialect, strictly (`--api`)
+// ---------------------------------------------------------------------------
+
+const MESSAGES: &str =
+    r#"{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
+
+#[tokio::test]
+async fn a_one_dialect_mock_answers_the_others_paths_404_in_its_own_shape() {
+    let openai = start_api(levee_mock::MockApi::OpenAi).await;
+    let r = post(openai.local_addr(), "/v1/messages", MESSAGES).await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+    assert!(
+        r.json().get("type").is_none(),
+        "OpenAI's shape: {}",
+        r.text()
+    );
+    let r = post(openai.local_addr(), "/v1/chat/completions", &chat("gpt")).await;
+    assert_eq!(r.status, 200);
+
+    let anthropic = start_api(levee_mock::MockApi::Anthropic).await;
+    for path in ["/v1/chat/completions", "/v1/embeddings", "/v1/responses"] {
+        let r = post(anthropic.local_addr(), path, &chat("gpt")).await;
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        assert_eq!(r.json()["type"], "error");
+        assert_eq!(r.json()["error"]["type"], "not_found_error");
+    }
+    let r = post(anthropic.local_addr(), "/v1/messages", MESSAGES).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(anthropic.stats().requests_total, 4);
+    openai.shutdown().await;
+    anthropic.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_one_dialect_mock_refuses_fields_its_provider_does_not_know() {
+    let anthropic = start_api(levee_mock::MockApi::Anthropic).await;
+    let body = r#"{"model":"c","max_tokens":5,"temperature":0.5,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = post(anthropic.local_addr(), "/v1/messages", body).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["error"]["message"],
+        "temperature: Extra inputs are not permitted"
+    );
+    let body = r#"{"model":"c","messages":[{"role":"user","content":"hi"}]}"#;
+    let r = post(anthropic.local_addr(), "/v1/messages", body).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["message"], "max_tokens: Field required");
+
+    let openai = start_api(levee_mock::MockApi::OpenAi).await;
+    let body = r#"{"model":"g","system":"x","messages":[{"role":"user","content":"hi"}]}"#;
+    let r = post(openai.local_addr(), "/v1/chat/completions", body).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Unrecognized request argument supplied: system"
+    );
+    // The lenient default still accepts both.
+    let both = start("").await;
+    let r = post(both.local_addr(), "/v1/chat/completions", body).await;
+    assert_eq!(r.status, 200);
+    anthropic.shutdown().await;
+    openai.shutdown().await;
+    both.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forced_tool_is_answered_with_one_call_in_each_dialect_json_and_sse() {
+    let mock = start("").await;
+    let body = r#"{"model":"g","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"lookup"}}}"#;
+    let r = post(mock.local_addr(), "/v1/chat/completions", body).await;
+    let v = r.json();
+    let call = &v["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "lookup");
+    assert_eq!(call["function"]["arguments"], "{}");
+    assert_eq!(v["choices"][0]["message"]["content"], Value::Null);
+
+    let stream = body.replace(
+        r#""model":"g","#,
+        r#""model":"g","stream":true,"stream_options":{"include_usage":true},"#,
+    );
+    let r = post(mock.local_addr(), "/v1/chat/completions", &stream).await;
+    let events = r.sse();
+    let args: String = events
+        .iter()
+        .filter(|(_, d)| d != "[DONE]")
+        .filter_map(|(_, d)| {
+            let v: Value = serde_json::from_str(d).unwrap();
+            v["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(args, "{}");
+    assert!(events[1].1.contains(r#""name":"lookup""#), "{events:?}");
+    assert_eq!(events.last().unwrap().1, "[DONE]");
+
+    let body = r#"{"model":"c","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"lookup","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"lookup"}}"#;
+    let r = post(mock.local_addr(), "/v1/messages", body).await;
+    let v = r.json();
+    assert_eq!(v["stop_reason"], "tool_use");
+    assert_eq!(
+        v["content"],
+        json!([{"type":"tool_use","id": v["content"][0]["id"], "name":"lookup","input":{}}])
+    );
+    let stream = body.replace(r#""model":"c","#, r#""model":"c","stream":true,"#);
+    let r = post(mock.local_addr(), "/v1/messages", &stream).await;
+    let names: Vec<String> = r.sse().into_iter().filter_map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    assert!(r.text().contains(r#""stop_reason":"tool_use""#));
+    mock.shutdown().await;
 }

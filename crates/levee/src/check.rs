@@ -7,7 +7,7 @@
 //! `census`, the code the gateway decides with: derived, not restated here.
 
 use levee_config::raw::RawCaller;
-use levee_config::{Caller, Config, InFlightCap, Route, DEFAULT_ROUTE_MAX_IN_FLIGHT};
+use levee_config::{Api, Caller, Config, InFlightCap, Route, DEFAULT_ROUTE_MAX_IN_FLIGHT};
 use levee_policy::AttemptKind;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -205,6 +205,9 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
             ],
             &rows,
         );
+        for w in dialect_warnings(config, route) {
+            let _ = writeln!(out, "  warning: {w}");
+        }
     }
 
     let mut stranded = Vec::new();
@@ -265,6 +268,44 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
         &rows,
     );
     (out, stranded)
+}
+
+fn api_name(api: Api) -> &'static str {
+    match api {
+        Api::OpenAi => "openai",
+        Api::Anthropic => "anthropic",
+    }
+}
+
+/// A route whose targets speak another dialect than its callers (the
+/// `match.path`'s dialect, else the first target's): those targets get
+/// translated requests, and requests that use what their dialect cannot
+/// carry skip them — the fallback may then not be there when it is needed.
+fn dialect_warnings(config: &Config, route: &Route) -> Vec<String> {
+    let api_of = |t: usize| config.providers[route.targets[t].provider].api;
+    let callers = match route.matcher.path.as_deref() {
+        Some(p) if p.starts_with("/v1/messages") => Api::Anthropic,
+        Some(_) => Api::OpenAi,
+        None => api_of(0),
+    };
+    let crossing: Vec<String> = (0..route.targets.len())
+        .filter(|&t| api_of(t) != callers)
+        .map(|t| target_name(config, route, t))
+        .collect();
+    if crossing.is_empty() {
+        return Vec::new();
+    }
+    let other = if callers == Api::Anthropic {
+        "OpenAI Chat Completions cannot carry thinking, documents, citations, server tools, top_k or tool results marked is_error"
+    } else {
+        "Anthropic Messages cannot carry n > 1, logprobs, temperature/top_p, penalties, seed, response_format, audio or file parts, strict or custom tools, and embeddings or Responses requests"
+    };
+    vec![format!(
+        "{} speak(s) {}, not the {} dialect of this route's callers: requests are translated for them, and a request using what they cannot carry skips them (counted in levee_translation_refused_total{{reason}}). {other}.",
+        crossing.join(", "),
+        api_name(if callers == Api::Anthropic { Api::OpenAi } else { Api::Anthropic }),
+        api_name(callers),
+    )]
 }
 
 /// Each provider's in-flight cap and where it comes from.

@@ -170,6 +170,31 @@ fn a_malformed_callers_file_exits_1_naming_the_line() {
 }
 
 #[test]
+fn a_cross_dialect_fallback_is_warned_about() {
+    let path = file("cross.yaml", SEED_004);
+    let o = check(&["--config", path.to_str().unwrap()]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    let warning = out
+        .lines()
+        .find(|l| {
+            l.contains("warning: backup (gpt-4.1) speak(s) openai, not the anthropic dialect")
+        })
+        .unwrap_or_else(|| panic!("no cross-dialect warning in:\n{out}"));
+    assert!(
+        warning.contains("levee_translation_refused_total"),
+        "{warning}"
+    );
+    assert!(warning.contains("thinking"), "{warning}");
+    let same = file(
+        "same.yaml",
+        "providers:\n  a: { api: openai, base_url: https://a.example }\n  b: { api: openai, base_url: https://b.example }\nroutes:\n  - targets: [a, b]\n",
+    );
+    let out = stdout(&check(&["--config", same.to_str().unwrap()]));
+    assert!(!out.contains("warning: "), "{out}");
+}
+
+#[test]
 fn check_prints_each_providers_and_routes_effective_in_flight_cap() {
     let path = file(
         "caps.yaml",

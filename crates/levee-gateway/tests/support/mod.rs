@@ -8,7 +8,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use levee_config::Config;
-use levee_mock::{MockHandle, MockOptions};
+use levee_mock::{MockApi, MockHandle, MockOptions};
 use std::time::Duration;
 
 pub struct Env {
@@ -39,12 +39,18 @@ impl Resp {
 }
 
 pub async fn mock(faults: &str) -> MockHandle {
+    mock_api(faults, MockApi::Both).await
+}
+
+/// A mock serving `api` (one dialect strictly, as the real provider).
+pub async fn mock_api(faults: &str, api: MockApi) -> MockHandle {
     let faults = levee_mock::parse_faults(faults).expect("test faults parse");
     levee_mock::spawn(
         "127.0.0.1:0".parse().unwrap(),
         MockOptions {
             faults,
             seed: 7,
+            api,
             ..Default::default()
         },
     )
@@ -52,12 +58,26 @@ pub async fn mock(faults: &str) -> MockHandle {
     .expect("mock starts")
 }
 
-/// Starts mocks (one per fault document) and a gateway whose config is
-/// `config` with `{mock0}`, `{mock1}`… replaced by the mocks' URLs.
+/// The `api:` of the provider whose `base_url` is `{mockN}`: each mock
+/// serves exactly that provider's dialect, strictly, so a request sent to a
+/// provider in the wrong dialect fails here as it would in production.
+fn api_of(config: &str, i: usize) -> MockApi {
+    let needle = format!("{{mock{i}}}");
+    let line = config.lines().find(|l| l.contains(&needle)).unwrap_or("");
+    match line.split("api:").nth(1).map(|r| r.trim_start()) {
+        Some(r) if r.starts_with("anthropic") => MockApi::Anthropic,
+        Some(r) if r.starts_with("openai") => MockApi::OpenAi,
+        _ => MockApi::Both,
+    }
+}
+
+/// Starts mocks (one per fault document, each strict in its provider's
+/// dialect) and a gateway whose config is `config` with `{mock0}`,
+/// `{mock1}`… replaced by the mocks' URLs.
 pub async fn start(faults: &[&str], config: &str) -> Env {
     let mut mocks = Vec::new();
-    for f in faults {
-        mocks.push(mock(f).await);
+    for (i, f) in faults.iter().enumerate() {
+        mocks.push(mock_api(f, api_of(config, i)).await);
     }
     let mut text = format!(
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 5s\n{config}"

@@ -788,7 +788,7 @@ mod tests {
         let e = err("faults:\n  - { status: 200 }\n");
         assert!(
             e.message()
-                .contains("`status` must be an HTTP error status"),
+                .contains("`status` must be an HTTP status from 300 to 599"),
             "{e}"
         );
         let e = err("faults:\n  - { retry_after: 2, reset: true }\n");

@@ -28,6 +28,16 @@ pub async fn start_with(faults: &str, seed: u64, replay: Option<Tape>) -> MockHa
         faults: parse_faults(faults).unwrap(),
         seed,
         replay,
+        ..Default::default()
+    };
+    spawn("127.0.0.1:0".parse().unwrap(), opts).await.unwrap()
+}
+
+/// A mock serving one dialect strictly.
+pub async fn start_api(api: levee_mock::MockApi) -> MockHandle {
+    let opts = MockOptions {
+        api,
+        ..Default::default()
     };
     spawn("127.0.0.1:0".parse().unwrap(), opts).await.unwrap()
 }

@@ -1,0 +1,175 @@
+//! Fallback across dialects: where a target's provider speaks the other
+//! dialect than the caller (an Anthropic caller whose backup is an OpenAI
+//! provider, or the reverse), the request is translated for that target at
+//! admission, and what comes back — a JSON answer, an SSE stream event by
+//! event, an error body — is translated back into the caller's dialect
+//! (`levee-translate` does the work; this module decides when and wires it).
+//!
+//! A request the target's dialect cannot carry (several choices, logprobs,
+//! audio, documents, thinking, server tools…) is not sent there altered: the
+//! target is skipped for that request and the reason counted in
+//! `levee_translation_refused_total{route,provider,reason}`.
+
+use crate::dialect::Dialect;
+use bytes::Bytes;
+use http::header::HeaderMap;
+use levee_config::Api;
+use levee_translate::{Dialect as Wire, StreamOptions, StreamTranslator, Untranslatable};
+
+/// The wire dialect a provider speaks.
+pub fn provider_dialect(api: Api) -> Wire {
+    match api {
+        Api::OpenAi => Wire::OpenAi,
+        Api::Anthropic => Wire::Anthropic,
+    }
+}
+
+/// The wire dialect a caller speaks.
+pub fn caller_dialect(d: Dialect) -> Wire {
+    match d {
+        Dialect::OpenAi => Wire::OpenAi,
+        Dialect::Anthropic => Wire::Anthropic,
+    }
+}
+
+/// How one target's exchange crosses dialects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crossing {
+    pub caller: Wire,
+    pub upstream: Wire,
+    /// The OpenAI caller asked for usage in its stream.
+    pub include_usage: bool,
+}
+
+/// What a target is sent.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Same dialect: the caller's body (model rewritten) and path.
+    Same,
+    /// Translated body and the target dialect's path.
+    Crossed {
+        body: Bytes,
+        path: &'static str,
+        crossing: Crossing,
+    },
+    /// The target cannot carry this request.
+    Skip(Untranslatable),
+}
+
+/// Decides, and translates if needed, what a target of `api` is sent for a
+/// caller request on `path` with `body`, the model renamed to `model`.
+pub fn prepare(caller: Dialect, api: Api, path: &str, body: &[u8], model: &str) -> Prepared {
+    let (from, to) = (caller_dialect(caller), provider_dialect(api));
+    if from == to {
+        return Prepared::Same;
+    }
+    if path != from.chat_path() {
+        return Prepared::Skip(Untranslatable {
+            reason: levee_translate::Reason::Endpoint,
+            detail: format!("`{path}` has no counterpart in the {} API", to.name()),
+        });
+    }
+    match levee_translate::translate_request(from, to, body, model) {
+        Ok(t) => Prepared::Crossed {
+            body: t.body,
+            path: t.path,
+            crossing: Crossing {
+                caller: from,
+                upstream: to,
+                include_usage: t.include_usage,
+            },
+        },
+        Err(e) => Prepared::Skip(e),
+    }
+}
+
+/// The caller's headers without its own dialect's vendor headers
+/// (`anthropic-version`, `anthropic-beta`, `openai-organization`…), which
+/// mean nothing — or something else — to the other provider.
+pub fn headers_for(inbound: &HeaderMap, upstream: Wire) -> HeaderMap {
+    let foreign = match upstream {
+        Wire::OpenAi => "anthropic-",
+        Wire::Anthropic => "openai-",
+    };
+    let mut out = HeaderMap::with_capacity(inbound.len());
+    for (n, v) in inbound {
+        if !n.as_str().starts_with(foreign) {
+            out.append(n.clone(), v.clone());
+        }
+    }
+    out
+}
+
+impl Crossing {
+    /// A success body in the caller's dialect.
+    pub fn response(
+        &self,
+        body: &[u8],
+        unix_secs: u64,
+    ) -> Result<Bytes, levee_translate::BadAnswer> {
+        levee_translate::translate_response(self.upstream, self.caller, body, unix_secs)
+    }
+
+    /// An upstream error body in the caller's dialect.
+    pub fn error(&self, status: u16, body: &[u8]) -> Bytes {
+        levee_translate::error::translate(self.upstream, self.caller, status, body)
+    }
+
+    /// A translator for this exchange's SSE stream.
+    pub fn stream(&self, unix_secs: u64) -> Option<StreamTranslator> {
+        StreamTranslator::new(
+            self.upstream,
+            self.caller,
+            StreamOptions {
+                include_usage: self.include_usage,
+                created: unix_secs,
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn the_callers_vendor_headers_stay_behind() {
+        let mut h = HeaderMap::new();
+        h.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        h.insert("anthropic-beta", HeaderValue::from_static("x"));
+        h.insert("openai-organization", HeaderValue::from_static("org"));
+        h.insert("x-stainless-lang", HeaderValue::from_static("python"));
+        let to_openai = headers_for(&h, Wire::OpenAi);
+        assert!(to_openai.get("anthropic-version").is_none());
+        assert!(to_openai.get("anthropic-beta").is_none());
+        assert!(to_openai.get("x-stainless-lang").is_some());
+        let to_anthropic = headers_for(&h, Wire::Anthropic);
+        assert!(to_anthropic.get("openai-organization").is_none());
+        assert!(to_anthropic.get("anthropic-version").is_some());
+    }
+
+    #[test]
+    fn only_chat_paths_cross() {
+        let body = br#"{"model":"m","input":"x"}"#;
+        match prepare(Dialect::OpenAi, Api::Anthropic, "/v1/embeddings", body, "c") {
+            Prepared::Skip(e) => assert_eq!(e.reason, levee_translate::Reason::Endpoint),
+            other => panic!("{other:?}"),
+        }
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        match prepare(
+            Dialect::OpenAi,
+            Api::Anthropic,
+            "/v1/chat/completions",
+            chat,
+            "c",
+        ) {
+            Prepared::Crossed { path, .. } => assert_eq!(path, "/v1/messages"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            prepare(Dialect::OpenAi, Api::OpenAi, "/v1/embeddings", body, "c"),
+            Prepared::Same
+        ));
+    }
+}
