@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Seed 000's fault-injection exercise, live: `levee drill` at 400 rps for 90 s
-# through a release gateway whose route is seed 000's (retry budget 0.1 with
+# The two-layer-storm fault-injection exercise, live: `levee drill` at 400 rps for 90 s
+# through a release gateway whose route is that incident's (retry budget 0.1 with
 # 5/s, 3 attempts, breaker 0.5 / 10 s / open 5 s), in front of `levee mock`
 # answering 503 with `retry-after: 2` from 20 s to 50 s.
 #
@@ -8,7 +8,7 @@
 #
 # Environment: LEVEE_BIN (skip the release build and use this binary),
 # TIMEOUT_MS (the callers' deadline, default 30000: the route's default),
-# FAULT (the --fault flag, default seed 000's window above), OUT (default
+# FAULT (the --fault flag, default the window above), OUT (default
 # bench/drill: writes OUT.json and OUT.svg).
 # Writes bench/drill.json (the report) and bench/drill.svg (upstream rps), and
 # stops both servers whatever happens. Loopback only.
@@ -53,7 +53,7 @@ listen: 127.0.0.1:0
 admin: { listen: 127.0.0.1:0 }
 providers:
   anthropic: { api: openai, base_url: "http://$mock" }
-# Seed 000's routes block, unchanged. Its model prefix picks the provider named
+# The incident's routes block, unchanged. Its model prefix picks the provider named
 # "anthropic": here the mock, speaking the OpenAI dialect the drill sends.
 routes:
   - match: { model_prefix: "anthropic/" }

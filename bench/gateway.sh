@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Levee gateway overhead, side by side (issue 4, "Speed").
+# Levee gateway overhead, side by side.
 #
 #   bench/gateway.sh            # ROUNDS rounds of: saturation + 1k rps + 5k rps, x3 targets
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Added latency of the Redis state backend vs the in-memory one (issue 8).
+# Added latency of the Redis state backend vs the in-memory one.
 #
 #   bench/redis.sh [SECONDS] [ROUNDS]     # default 10 s per run, 3 rounds
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many concurrent slow SSE streams through Levee (issue 5, "Scale").
+# Many concurrent slow SSE streams through Levee.
 #
 #   bench/streams.sh            # STREAMS=10000 by default
 #

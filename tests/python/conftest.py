@@ -186,7 +186,7 @@ class Gateway:
         return self.metric("levee_requests_total")
 
 
-# The route every test uses unless it passes its own: seed 000's retry block
+# The route every test uses unless it passes its own: the two-layer-storm incident's retry block
 # with fast backoff, and a breaker that a handful of test calls cannot open.
 DEFAULT_ROUTE = (
     "    retry:\n"

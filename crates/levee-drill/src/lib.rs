@@ -1,4 +1,5 @@
-//! `levee drill`: the live fault-injection exercise of seed 000 as a command.
+//! `levee drill`: the live fault-injection exercise (block the provider for a
+//! while, record what callers see) as a command.
 //! It drives an open-loop load of chat completions (requests start on
 //! schedule whatever happens to earlier ones) through a running gateway, sets
 //! a fault window on the `levee mock` behind it, polls the mock's stats every
@@ -6,7 +7,7 @@
 //! caller-visible outcomes by kind, upstream attempts per logical request,
 //! peak upstream rate against the baseline, time to recover after the fault,
 //! and requests left unanswered — as text, or with `--json` as the object
-//! DESIGN.md fixes, optionally with an SVG of upstream requests/s.
+//! users' tooling reads (its field names are a public contract), optionally with an SVG of upstream requests/s.
 //!
 //! It is not a load tester for arbitrary hosts: it refuses any target that is
 //! not loopback (127.0.0.0/8, `localhost`, `[::1]`), it is bounded in count

@@ -1,4 +1,4 @@
-//! From raw measurements to the report: the JSON object DESIGN.md fixes (plus
+//! From raw measurements to the report: the public JSON object (plus
 //! additive fields) and the human summary.
 //!
 //! Definitions (the same as `levee simulate`'s where they overlap):
@@ -49,7 +49,7 @@ pub struct Latency {
     pub max: f64,
 }
 
-/// The drill's result. The first eight fields are DESIGN.md's object, in its
+/// The drill's result. The first eight fields are the public contract, in its
 /// order; the rest are additive.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {

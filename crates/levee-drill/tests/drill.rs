@@ -11,7 +11,7 @@ use levee_drill::{Arrivals, DrillArgs, DrillError};
 /// Retries allowed per second whatever the budget holds (route config below).
 const MIN_PER_SECOND: f64 = 5.0;
 
-/// Seed 000's route (budget 0.1 with 5/s, 3 attempts, its breaker but open
+/// The two-layer-storm route (budget 0.1 with 5/s, 3 attempts, its breaker but open
 /// for 1 s instead of 5 s to fit a 4 s drill), with `expected_attempt_ms`
 /// sized for a mock that answers at once so a retry after `retry-after: 1`
 /// fits in the drill's 2 s deadline.

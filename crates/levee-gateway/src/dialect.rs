@@ -76,7 +76,7 @@ impl Dialect {
 
     /// Whether `body` has this family's JSON error shape (either dialect's).
     /// A 4xx without it came from something in between (an HTML page from a
-    /// proxy, say), not from the provider's validator (seed 003).
+    /// proxy, say), not from the provider's validator.
     pub fn is_provider_error_shape(body: &[u8]) -> bool {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
             return false;

@@ -571,7 +571,8 @@ fn log_summary(
     let t = fin.req.target().min(route.targets.len().saturating_sub(1));
     let target = &shared.providers[route.targets[t].provider].name;
     let left = fin.req.deadline().saturating_since(shared.clock.now());
-    // The provider's error body, once per logical request (seed 003).
+    // The provider's error body, once per logical request (five copies of one
+    // validator complaint bury it).
     let upstream_error = err.map(|e| {
         let s = String::from_utf8_lossy(&e.body[..e.body.len().min(512)]).into_owned();
         if e.foreign {

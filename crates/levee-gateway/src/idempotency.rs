@@ -6,7 +6,7 @@
 //! (`x-levee-replayed: true`) until the TTL expires. The same key with a
 //! different body is refused (422). A lease that is dropped — the request
 //! failed, was cancelled or timed out — releases the entry at once, so a later
-//! retry runs again instead of finding it stuck "in progress" (seed 004).
+//! retry runs again instead of finding it stuck "in progress".
 //! Bounded in count (`max_entries`) and in bytes of stored answers
 //! (`max_bytes`), shared fairly among callers: when the store is full, the
 //! caller holding the most gives way first (its oldest answer is evicted), so
@@ -577,7 +577,7 @@ impl Drop for RemoteLease {
         self.renew.abort();
         if !self.done {
             // Release on a fresh task: the request that held it may be gone
-            // (seed 004: cleanup after a timeout must still happen).
+            // (cleanup after a timeout must still happen).
             let (redis, caller, key, id) = (
                 Arc::clone(&self.redis),
                 self.caller,

@@ -1,6 +1,6 @@
-//! The gateway's metrics, named as in DESIGN.md, encoded as Prometheus text.
+//! The gateway's metrics, under their public names, encoded as Prometheus text.
 //!
-//! The four that carry the picture (seed 000): added latency (handler time
+//! The four that carry the picture: added latency (handler time
 //! minus upstream time), attempts per logical request (the amplification
 //! factor, as a histogram because a mean of 1.02 hides a tail of nines),
 //! deadline remaining at dispatch, and what was rejected and why.

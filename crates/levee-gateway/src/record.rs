@@ -1,6 +1,6 @@
 //! `--record tape.jsonl`: every upstream exchange, one JSON line each, in the
 //! format `levee mock --replay` reads (crates/levee-mock/TAPE.md) — "record
-//! the bad day once, replay it for free" (seed 004).
+//! the bad day once, replay it for free".
 //!
 //! Lines are written by a background thread; the request path only hands over
 //! a string and never waits (when the writer falls behind, lines are dropped

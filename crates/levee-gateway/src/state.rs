@@ -1,11 +1,11 @@
 //! Shared state across replicas: the providers' per-minute allowance and the
 //! idempotency store, on Redis (`state: { backend: redis }`).
 //!
-//! Retry budgets stay per process (seed 001: funded by local successes, no
+//! Retry budgets stay per process (funded by local successes, no
 //! coordination needed); what must be shared is what the provider meters per
-//! organisation (every replica's attempts spend the same allowance, seed 003)
+//! organisation (every replica's attempts spend the same allowance)
 //! and the idempotency keys (a caller's last-resort retry lands on another
-//! replica and must not run twice, seed 000).
+//! replica and must not run twice).
 //!
 //! Every Redis call has a small time budget (default 5 ms). When Redis is slow
 //! or down, Levee keeps serving: the allowance falls back to a local limiter at

@@ -1,7 +1,7 @@
 //! Relaying a committed SSE stream: chunk by chunk, no buffering, and an
 //! error event in the caller's dialect if the upstream fails or stalls after
-//! the first byte, or the caller's deadline comes — never a restart (seed 000:
-//! a retried stream duplicates text).
+//! the first byte, or the caller's deadline comes — never a restart (a
+//! retried stream duplicates text).
 
 use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;

@@ -365,7 +365,7 @@ async fn the_per_minute_allowance_is_spent_per_attempt_and_refuses_before_sendin
 
 #[tokio::test]
 async fn a_4xx_that_is_not_the_providers_json_error_is_labelled_as_such() {
-    // A proxy in between answering with an HTML page (seed 003).
+    // A proxy in between answering with an HTML page.
     let tape = levee_mock::Tape::parse(
         r#"{"status":400,"headers":{"content-type":"text/html"},"body":"<html><body>400 Bad Request</body></html>"}"#,
     )

@@ -3,9 +3,9 @@
 //! Two limiters. [`ConcurrencyLimiter`] caps work in flight (a route's bulkhead,
 //! so one broken endpoint cannot take every slot) and answers at once: a guard or
 //! "shed" — a caller that gets a 503 in 2 ms can fall back; one whose request sits
-//! in a queue for 30 s has already lost its user (seed 000). [`Gcra`] spaces
+//! in a queue for 30 s has already lost its user. [`Gcra`] spaces
 //! requests to a per-minute allowance (the provider meters the organisation, and
-//! refused attempts spend it just as successful ones do, seed 003): it says
+//! refused attempts spend it just as successful ones do): it says
 //! "allowed now" or the earliest instant it would be.
 
 use crate::time::Instant;

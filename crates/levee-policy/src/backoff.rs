@@ -1,10 +1,10 @@
 //! Backoff: how long to wait before retry `n`.
 //!
 //! Exponential (`base_ms * multiplier^n`, capped at `max_ms`) or an explicit
-//! schedule (seed 004's "7 s, then 11 s"), with jitter. Full jitter (uniform in
+//! schedule (e.g. "7 s, then 11 s"), with jitter. Full jitter (uniform in
 //! `[0, cap]`) is the default because a schedule every client computes
-//! identically puts every client back on the wire at the same instant (seed 003:
-//! 24 workers rate-limited in the same second, back together one second later).
+//! identically puts every client back on the wire at the same instant (an
+//! incident: 24 workers rate-limited in the same second, back together one second later).
 
 use rand::Rng;
 use std::time::Duration;

@@ -27,7 +27,7 @@
 //!
 //! It counts provider faults only. A deterministic 4xx is the provider working
 //! correctly; a caller's cancellation and an attempt skipped for lack of
-//! deadline say nothing about the provider (seed 004: a few short-deadline
+//! deadline say nothing about the provider (a few short-deadline
 //! callers must not switch the primary off for everyone); a 429 is the provider
 //! asking us to slow down, handled by "throttled until", not by the breaker.
 

@@ -4,7 +4,7 @@
 //! "Retry twice" triples the load exactly when the dependency is least able to
 //! take it. A budget lets every retry that helps through while the dependency is
 //! healthy (successes fund it) and turns retries off on its own when the
-//! dependency fails (no successes, no funds) — seed 001's token bucket.
+//! dependency fails (no successes, no funds): a token bucket fed by successes.
 //!
 //! ## Retries that work pay for themselves
 //! A success-funded budget alone cannot tell a transient fault from an outage:
@@ -28,7 +28,7 @@
 //! first second of a total failure: a burst of 800 requests/s that a provider
 //! already failing has to absorb. Levee's default window is 1 s, so at the onset
 //! of a failure retries add at most about `ratio` × the last second's successes
-//! plus `min_per_second` (seed 000: a peak of 440/s, not 3,600/s).
+//! plus `min_per_second` (a 30 s brownout replayed: a peak of 440/s, not 3,600/s).
 //!
 //! ## The invariant (pinned by a property test)
 //! For any interval `[a, a + W − s)` (W the window, s = W/10 its slot),
@@ -93,7 +93,7 @@ impl RetryBudget {
         })
     }
 
-    /// Seed 001's defaults: ratio 0.1, 5 retries/s always, 1 s window.
+    /// The common defaults: ratio 0.1, 5 retries/s always, 1 s window.
     pub fn default_policy() -> Self {
         RetryBudget {
             deposit_milli: 100,

@@ -12,7 +12,7 @@
 //!   margin (50 ms) remains, its timeout cut to the deadline;
 //! - a retry starts only if the remaining time covers the wait, a full attempt
 //!   (`expected_attempt`) on that target, a full attempt on each later target
-//!   (the fallback reserve — derived, not chosen, seed 004) and the margin;
+//!   (the fallback reserve — derived, not chosen) and the margin;
 //! - a fallback starts only if the remaining time covers its own
 //!   `expected_attempt` and the margin. It spends no retry budget: a fallback
 //!   to a healthy backup is not a retry storm, and what protects the backup

@@ -47,7 +47,7 @@ fn status(s: u16, ra: Option<Duration>) -> Outcome {
     }
 }
 
-/// Seed 004's route: 429 retried, waits 7 s then 11 s, primary 35 s, backup 30 s.
+/// A deadline-census route: 429 retried, waits 7 s then 11 s, primary 35 s, backup 30 s.
 fn seed_004() -> RoutePolicy {
     RoutePolicy::new(
         &[secs(35), secs(30)],

@@ -6,7 +6,7 @@
 //! wrappers in the seeds, includes deterministic 400s. Whether it honours
 //! `x-should-retry: false` (as the official SDKs do) and `retry-after` is a
 //! switch. A layer can run in a bounded pool of workers: a call holds its
-//! worker for its whole loop, sleeps included (seed 003: service time is the
+//! worker for its whole loop, sleeps included (service time is the
 //! retry schedule). These are deliberately simple: they are what Levee
 //! replaces, so they are modelled here and not in `levee-policy`.
 
@@ -74,7 +74,7 @@ impl RetryRule {
         }
     }
 
-    /// `[429, 5xx, timeout]`; `any` (every non-2xx, seed 003's wrapper), `4xx`,
+    /// `[429, 5xx, timeout]`; `any` (every non-2xx, as some wrappers do), `4xx`,
     /// `5xx`, `timeout`, `connect_error`, or a status.
     pub fn parse(on: &[RawOn]) -> Result<Self, String> {
         let mut r = RetryRule {
@@ -137,7 +137,7 @@ pub struct Layer {
     /// A bounded pool the layer's calls run in (held for the whole loop).
     pub workers: Option<u32>,
     /// Whether a call stops when its own caller gives up on it. Most servers
-    /// do not notice: the loop runs on for nobody (seed 001).
+    /// do not notice: the loop runs on for nobody.
     pub stops_when_caller_leaves: bool,
     /// Whether attempts carry the remaining time downstream (`x-timeout-ms`).
     pub sends_timeout: bool,

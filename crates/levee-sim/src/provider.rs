@@ -7,7 +7,7 @@
 //! once with 503/529. A request whose sender gave up stays in the queue and is
 //! served anyway — the provider cannot know nobody is listening — which is the
 //! wasted work that keeps a retry storm going after its trigger is gone
-//! (seed 003: "every term feeds the term that caused it").
+//! ("every term feeds the term that caused it").
 
 use crate::Dist;
 use rand::Rng;

@@ -1,5 +1,5 @@
-//! Turning a run's counts into the numbers a person compares: the JSON object
-//! of DESIGN.md and a table.
+//! Turning a run's counts into the numbers a person compares: the public JSON
+//! object and a table.
 //!
 //! Definitions (in the bucket width of the scenario's `resolution`):
 //! - *baseline*: mean upstream requests/s before the first fault (skipping the
@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-/// One variant's result. Serialises to the object DESIGN.md fixes, plus
+/// One variant's result. Serialises to the public JSON object, plus
 /// `endpoints` when the scenario has more than one stream.
 #[derive(Clone, Debug, Serialize)]
 pub struct VariantReport {

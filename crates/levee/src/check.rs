@@ -1,6 +1,6 @@
 //! `levee check`: validate a config, print each route's retry schedule and the
 //! caller census — which callers' deadlines let a retry (or the fallback)
-//! start at all (seed 004: a deadline-aware retry that never runs because the
+//! start at all (a deadline-aware retry never runs when the
 //! callers' deadlines are too short).
 //!
 //! Every number comes from `levee_policy::RoutePolicy::schedule` and

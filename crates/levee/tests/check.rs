@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// Seed 004: waits of 7 s then 11 s, a primary answering within 35 s and a
+/// A deadline census: waits of 7 s then 11 s, a primary answering within 35 s and a
 /// backup within 30 s.
 const SEED_004: &str = r#"providers:
   primary: { api: anthropic, base_url: https://api.anthropic.com }

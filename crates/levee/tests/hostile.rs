@@ -1,4 +1,4 @@
-//! Hostile input against the real `levee` binary (issue 7, "Hostile input").
+//! Hostile input against the real `levee` binary.
 //!
 //! Each test starts `levee mock --listen 127.0.0.1:0` and `levee serve` in
 //! front of it as child processes (killed by a Drop guard, whatever happens),
