@@ -119,14 +119,22 @@ impl ProviderState {
         if let Some(until) = self.link.refusing_until(now) {
             return Err(Refusal::CircuitOpen { until });
         }
-        let d = &self.domains[self.find(model).unwrap_or(0)];
-        if let Some(until) = d.breaker.refusing_until(now) {
-            return Err(Refusal::CircuitOpen { until });
-        }
-        if d.throttled_until > now {
-            return Err(Refusal::Throttled {
-                until: d.throttled_until,
-            });
+        // A model not seen yet gets a fresh domain on admission (the overflow
+        // domain only once the table is full): nothing of its own refuses it.
+        let domain = match self.find(model) {
+            Some(i) => Some(i),
+            None if self.domains.len() > MAX_MODELS => Some(0),
+            None => None,
+        };
+        if let Some(d) = domain.map(|i| &self.domains[i]) {
+            if let Some(until) = d.breaker.refusing_until(now) {
+                return Err(Refusal::CircuitOpen { until });
+            }
+            if d.throttled_until > now {
+                return Err(Refusal::Throttled {
+                    until: d.throttled_until,
+                });
+            }
         }
         if self.in_flight >= self.max_in_flight {
             return Err(Refusal::Shed);
