@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 mod arrivals;
+pub mod chart;
 mod dist;
 mod engine;
 mod error;
