@@ -59,6 +59,18 @@ fn seed_004() -> RoutePolicy {
     .unwrap()
 }
 
+/// A route with the default classifier and backoff, honouring Retry-After.
+fn route(expected: &[Duration], max_attempts: u32) -> RoutePolicy {
+    RoutePolicy::new(
+        expected,
+        max_attempts,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap()
+}
+
 /// Runs a request whose attempts all come back at once with `outcome` until
 /// the planner fails; returns (attempt kinds, failure).
 fn drive(
@@ -186,14 +198,7 @@ fn stalls_cut_short_by_callers_deadlines_do_not_open_the_breaker() {
 fn a_stalled_primary_leaves_the_backup_its_reserve() {
     // Primary expected 8 s, backup 2 s; the caller has 6 s. The primary's
     // attempt may run only until the backup's 2 s + margin are left.
-    let p = RoutePolicy::new(
-        &[secs(8), secs(2)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(8), secs(2)], 3);
     let mut w = World::new(2);
     let mut rng = SmallRng::seed_from_u64(1);
     let t0 = Instant::from_millis(50_000);
@@ -223,14 +228,7 @@ fn a_stalled_primary_leaves_the_backup_its_reserve() {
 fn a_dead_primary_with_a_healthy_backup_answers_everyone() {
     // The primary answers 503 to everything, the backup is fine; the budget
     // is the default (10 % + 5/s), and fallbacks must not depend on it.
-    let p = RoutePolicy::new(
-        &[secs(2), secs(2)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(2), secs(2)], 3);
     let mut w = World::new(2);
     for b in &mut w.budgets {
         *b = RetryBudget::new(0.1, 5.0, secs(1)).unwrap();
@@ -271,15 +269,7 @@ fn a_dead_primary_with_a_healthy_backup_answers_everyone() {
 
 #[test]
 fn a_retry_after_over_the_cap_is_not_waited_on_and_holds_the_provider_only_for_the_cap() {
-    let p = RoutePolicy::new(
-        &[secs(2)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap()
-    .with_retry_after_cap(secs(60));
+    let p = route(&[secs(2)], 3).with_retry_after_cap(secs(60));
     let mut w = World::new(1);
     let (a, f) = drive(&p, &mut w, secs(120), status(429, Some(secs(86_400))));
     assert_eq!(a.len(), 1, "a day's wait is not waited on");
@@ -296,14 +286,7 @@ fn a_retry_after_over_the_cap_is_not_waited_on_and_holds_the_provider_only_for_t
 
 #[test]
 fn anthropic_overloaded_529_is_retried_by_default() {
-    let p = RoutePolicy::new(
-        &[secs(2)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(2)], 3);
     let (a, f) = drive(&p, &mut World::new(1), secs(30), status(529, None));
     assert_eq!(a.len(), 3);
     assert_eq!((f.status, f.reason), (529, Reason::UpstreamError));
@@ -365,14 +348,7 @@ fn retries_that_work_fund_themselves_in_a_brownout() {
 
 #[test]
 fn a_callers_own_retry_spends_a_token() {
-    let p = RoutePolicy::new(
-        &[secs(2)],
-        1,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(2)], 1);
     let mut w = World::new(1);
     w.budgets[0] = RetryBudget::new(0.1, 2.0, secs(1)).unwrap();
     let mut rng = SmallRng::seed_from_u64(1);
@@ -395,14 +371,7 @@ fn a_callers_own_retry_spends_a_token() {
 #[test]
 fn seed_000_attempt_timeout_is_cut_to_the_deadline_and_no_second_attempt_starts() {
     // 8 s caller deadline, a 30 s expected attempt.
-    let p = RoutePolicy::new(
-        &[secs(30)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(30)], 3);
     let mut w = World::new(1);
     let mut rng = SmallRng::seed_from_u64(1);
     let t0 = Instant::from_millis(50_000);
@@ -428,14 +397,7 @@ fn seed_000_attempt_timeout_is_cut_to_the_deadline_and_no_second_attempt_starts(
 
 #[test]
 fn deterministic_400_is_answered_after_one_attempt() {
-    let p = RoutePolicy::new(
-        &[secs(1)],
-        5,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1)], 5);
     let (a, f) = drive(&p, &mut World::new(1), secs(30), status(400, None));
     assert_eq!(a.len(), 1);
     assert_eq!(
@@ -446,14 +408,7 @@ fn deterministic_400_is_answered_after_one_attempt() {
 
 #[test]
 fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
-    let p = RoutePolicy::new(
-        &[secs(1)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1)], 3);
     let (a, f) = drive(
         &p,
         &mut World::new(1),
@@ -467,14 +422,7 @@ fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
 
 #[test]
 fn retry_after_is_honoured_when_it_fits() {
-    let p = RoutePolicy::new(
-        &[secs(1)],
-        2,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1)], 2);
     let mut w = World::new(1);
     let mut rng = SmallRng::seed_from_u64(3);
     let t0 = Instant::from_millis(10_000);
@@ -502,14 +450,7 @@ fn retry_after_is_honoured_when_it_fits() {
 
 #[test]
 fn no_retry_once_a_byte_reached_the_caller() {
-    let p = RoutePolicy::new(
-        &[secs(1)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1)], 3);
     let mut w = World::new(1);
     let mut rng = SmallRng::seed_from_u64(3);
     let t0 = Instant::from_millis(10_000);
@@ -528,14 +469,7 @@ fn no_retry_once_a_byte_reached_the_caller() {
 
 #[test]
 fn an_exhausted_budget_stops_retries_and_says_so() {
-    let p = RoutePolicy::new(
-        &[secs(1)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1)], 3);
     let mut w = World::new(1);
     w.budgets[0] = RetryBudget::new(0.1, 0.0, secs(1)).unwrap();
     let (a, f) = drive(&p, &mut w, secs(30), status(503, None));
@@ -545,14 +479,7 @@ fn an_exhausted_budget_stops_retries_and_says_so() {
 
 #[test]
 fn an_open_breaker_reroutes_the_first_attempt_to_the_fallback() {
-    let p = RoutePolicy::new(
-        &[secs(1), secs(1)],
-        1,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1), secs(1)], 1);
     let mut w = World::new(2);
     w.providers[0] = ProviderState::new(
         CircuitBreaker::new(0.5, secs(10), 1, secs(5), 1).unwrap(),
@@ -573,14 +500,7 @@ fn an_open_breaker_reroutes_the_first_attempt_to_the_fallback() {
     let (a, _) = drive(&p, &mut w, secs(30), status(200, None));
     assert_eq!(a, [(1, AttemptKind::First)]);
     // With no fallback the caller hears circuit_open at once.
-    let single = RoutePolicy::new(
-        &[secs(1)],
-        1,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let single = route(&[secs(1)], 1);
     let (a, f) = drive(&single, &mut w, secs(30), status(200, None));
     assert!(a.is_empty());
     assert_eq!((f.status, f.reason), (503, Reason::CircuitOpen));
@@ -589,14 +509,7 @@ fn an_open_breaker_reroutes_the_first_attempt_to_the_fallback() {
 
 #[test]
 fn shed_is_immediate_with_retry_after() {
-    let p = RoutePolicy::new(
-        &[secs(1)],
-        1,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1)], 1);
     let mut w = World::new(1);
     w.providers[0] = ProviderState::new(CircuitBreaker::default_policy(), None, 1);
     let t = Instant::from_millis(1_000_000);
@@ -609,14 +522,7 @@ fn shed_is_immediate_with_retry_after() {
 
 #[test]
 fn expired_on_arrival_makes_no_attempt() {
-    let p = RoutePolicy::new(
-        &[secs(1)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1)], 3);
     let (a, f) = drive(&p, &mut World::new(1), Duration::ZERO, status(200, None));
     assert!(a.is_empty());
     assert_eq!((f.status, f.reason), (504, Reason::DeadlineExceeded));
@@ -663,14 +569,7 @@ proptest! {
 
 #[test]
 fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
-    let p = RoutePolicy::new(
-        &[secs(1), secs(1)],
-        3,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap();
+    let p = route(&[secs(1), secs(1)], 3);
     let mut w = World::new(2);
     let mut rng = SmallRng::seed_from_u64(3);
     let t0 = Instant::from_millis(10_000);
