@@ -1,21 +1,12 @@
 //! From raw measurements to the report: the public JSON object (plus
 //! additive fields) and the human summary.
 //!
-//! Definitions (the same as `levee simulate`'s where they overlap):
-//! - *upstream rps at t*: provider requests the mock counted in `[t − 1 s, t]`,
-//!   read from its `requests_total` polled every 100 ms (linear between polls);
-//! - *baseline*: mean upstream requests/s before the first fault, skipping the
-//!   first fifth of that stretch (at most 30 s) as warm-up; without a fault,
-//!   over the whole run after that warm-up; with a fault from the first second,
-//!   the offered rate (one attempt per request);
-//! - *peak*: the highest upstream rps at any 100 ms step from the fault's start
-//!   to the end of the run (without a fault, from 1 s to the end);
-//! - *recovery*: whole seconds from the end of the fault window to the start of
-//!   the first 1 s bucket (buckets counted from the fault's end) from which
-//!   every bucket until requests stop starting is healthy — upstream count
-//!   within max(10 %, 4 √n, 2) of the baseline's per second, and the share of
-//!   requests answered in that bucket that succeeded within 5 points of the
-//!   baseline's. `null` when it never recovered, or the fault lasts to the end;
+//! Baseline, peak and recovery are `levee_sim::incident`'s — one definition
+//! for the simulator and the drill — over 100 ms steps of the mock's
+//! `requests_total` (polled every 100 ms, linear between polls) and of the
+//! callers' answers; with less than 0.8 s before the fault, the baseline is
+//! the offered rate (one attempt per request). Besides them:
+//! - *upstream rps at t* (the plot): provider requests in `[t − 1 s, t]`;
 //! - *on time*: answered within its deadline (`--timeout-ms`) plus 50 ms;
 //! - *unanswered*: no complete answer by deadline + 2 s (then abandoned).
 
@@ -198,61 +189,39 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
     let window = plan
         .fault_window
         .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
-    let (b0, b1) = match window {
-        Some((f0, _)) => ((f0 / 5.0).min(30.0), f0),
-        None => ((d / 5.0).min(30.0), d),
-    };
-    let baseline = if b1 - b0 >= 0.8 {
-        (upstream_at(samples, b1) - upstream_at(samples, b0)) / (b1 - b0)
-    } else {
-        plan.rate
-    };
-    // Success share of what was answered in [a, b).
-    let success_in = |a: f64, b: f64| -> (u64, u64) {
-        let mut done = 0;
-        let mut ok = 0;
-        for r in &m.records {
-            if let Some(lat) = r.latency {
-                let at = (r.sent + lat).as_secs_f64();
-                if at >= a && at < b {
-                    done += 1;
-                    if r.kind == "success" {
-                        ok += 1;
-                    }
+    // The mock's count and the callers' answers in 100 ms steps, for the
+    // definitions `levee simulate` uses too.
+    let n = steps + 1;
+    let upstream: Vec<f64> = (0..n)
+        .map(|k| {
+            let t = k as f64 * step;
+            upstream_at(samples, t + step) - upstream_at(samples, t)
+        })
+        .collect();
+    let (mut completed, mut succeeded) = (vec![0.0; n], vec![0.0; n]);
+    for r in &m.records {
+        if let Some(lat) = r.latency {
+            let k = ((r.sent + lat).as_secs_f64() / step) as usize;
+            if k < n {
+                completed[k] += 1.0;
+                if r.kind == "success" {
+                    succeeded[k] += 1.0;
                 }
             }
         }
-        (done, ok)
-    };
-    let (bd, bo) = success_in(b0, b1);
-    let base_success = if bd == 0 { 1.0 } else { bo as f64 / bd as f64 };
-
-    let peak_from = window.map_or(1.0, |(f0, _)| f0);
-    let peak = series
-        .iter()
-        .filter(|(t, _)| *t > peak_from && *t <= d + 1e-9)
-        .map(|(_, r)| *r)
-        .fold(0.0f64, f64::max);
-
-    let recovery = window.and_then(|(_, f1)| {
-        let buckets = ((d - f1) + 1e-9).floor() as usize;
-        if buckets == 0 {
-            return None;
-        }
-        let tol = (0.1 * baseline).max(4.0 * baseline.sqrt()).max(2.0);
-        let healthy = |k: usize| {
-            let a = f1 + k as f64;
-            let up = upstream_at(samples, a + 1.0) - upstream_at(samples, a);
-            let (done, ok) = success_in(a, a + 1.0);
-            let ok_share = done == 0 || ok as f64 / done as f64 >= base_success - 0.05;
-            (up - baseline).abs() <= tol && ok_share
-        };
-        match (0..buckets).rev().find(|&k| !healthy(k)) {
-            None => Some(0.0),
-            Some(k) if k + 1 < buckets => Some((k + 1) as f64),
-            Some(_) => None,
-        }
-    });
+    }
+    let numbers = levee_sim::incident::numbers(
+        &levee_sim::incident::Steps {
+            step,
+            upstream: &upstream,
+            completed: &completed,
+            succeeded: &succeeded,
+            end: d,
+        },
+        window,
+        plan.rate,
+    );
+    let (baseline, peak, recovery) = (numbers.baseline, numbers.peak, numbers.recovery);
 
     Report {
         logical_requests: m.records.len() as u64,

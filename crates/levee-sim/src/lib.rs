@@ -25,6 +25,7 @@ mod dist;
 mod engine;
 mod error;
 mod gateway;
+pub mod incident;
 mod layers;
 mod metrics;
 mod plot;

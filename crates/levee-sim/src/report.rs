@@ -1,18 +1,10 @@
 //! Turning a run's counts into the numbers a person compares: the public JSON
 //! object and a table.
 //!
-//! Definitions (in the bucket width of the scenario's `resolution`):
-//! - *baseline*: mean upstream requests/s before the first fault (skipping the
-//!   first fifth of that stretch, at most 30 s, as warm-up);
-//! - *peak*: the busiest one-second window (of whole buckets) ending after the
-//!   first fault starts (anywhere, without a fault), in requests/s — the same
-//!   definition as `levee drill`'s, whose windows slide in 100 ms steps;
-//! - *recovery*: seconds from the end of the last fault window to the first
-//!   bucket from which every bucket until arrivals stop is healthy — upstream
-//!   rate within max(10 %, 4 √n, 2) of the baseline count and the share of
-//!   requests answered successfully within 5 points of the baseline's. `null`
-//!   when it never recovered (or there is no fault window that ends).
+//! Baseline, peak and recovery are [`crate::incident`]'s, the definitions
+//! `levee drill` uses too.
 
+use crate::incident;
 use crate::metrics::Metrics;
 use crate::scenario::Scenario;
 use serde::Serialize;
@@ -114,75 +106,27 @@ pub(crate) fn summarise(
     reasons: BTreeMap<String, u64>,
 ) -> VariantReport {
     let res = sc.resolution.as_secs_f64();
-    let res_ns = m.res_ns;
-    let arrivals_end = ((sc.duration.as_nanos() as u64) / res_ns) as usize;
-    let fault = sc.fault_span();
-    let (b0, b1) = match fault {
-        Some((f0, _)) if (f0.as_nanos() as u64) / res_ns >= 2 => {
-            let end = ((f0.as_nanos() as u64) / res_ns) as usize;
-            let warm = (end / 5).min((30.0 / res).ceil() as usize);
-            (warm, end)
-        }
-        _ => {
-            let end = arrivals_end.max(1);
-            ((end / 5).min((30.0 / res).ceil() as usize), end)
-        }
+    let counts = |v: &[u32]| -> Vec<f64> { v.iter().map(|&n| f64::from(n)).collect() };
+    let (upstream, completed, succeeded) = (
+        counts(&m.upstream),
+        counts(&m.completed),
+        counts(&m.succeeded),
+    );
+    let fault = sc
+        .fault_span()
+        .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
+    let steps = incident::Steps {
+        step: res,
+        upstream: &upstream,
+        completed: &completed,
+        succeeded: &succeeded,
+        end: sc.duration.as_secs_f64(),
     };
-    let b1 = b1.min(m.upstream.len()).max(b0 + 1).min(m.upstream.len());
-    let span = (b1 - b0).max(1) as f64;
-    let base_count: f64 = m.upstream[b0..b1]
-        .iter()
-        .map(|&n| f64::from(n))
-        .sum::<f64>()
-        / span;
-    let base_completed: u64 = m.completed[b0..b1].iter().map(|&n| u64::from(n)).sum();
-    let base_succeeded: u64 = m.succeeded[b0..b1].iter().map(|&n| u64::from(n)).sum();
-    let base_success = if base_completed == 0 {
-        1.0
-    } else {
-        base_succeeded as f64 / base_completed as f64
-    };
-    let baseline = base_count / res;
-    // The busiest one-second window ending after the fault starts (the whole
-    // run without one): `levee drill`'s definition, so the two can be compared.
-    let per_window = ((1.0 / res).round() as usize).max(1);
-    let from = fault.map_or(0, |(f0, _)| ((f0.as_nanos() as u64) / res_ns) as usize);
-    let peak = (from..m.upstream.len())
-        .map(|end| {
-            let start = (end + 1).saturating_sub(per_window);
-            m.upstream[start..=end]
-                .iter()
-                .map(|&n| u64::from(n))
-                .sum::<u64>()
-        })
-        .max()
-        .unwrap_or(0) as f64
-        / (per_window as f64 * res);
-
-    let recovery = fault.and_then(|(_, f1)| {
-        if f1 >= sc.duration {
-            return None;
-        }
-        let start = ((f1.as_nanos() as u64).div_ceil(res_ns)) as usize;
-        let tol = (0.1 * base_count).max(4.0 * base_count.sqrt()).max(2.0);
-        let healthy = |i: usize| {
-            let up = f64::from(m.upstream[i]);
-            let done = m.completed[i];
-            let ok =
-                done == 0 || f64::from(m.succeeded[i]) / f64::from(done) >= base_success - 0.05;
-            (up - base_count).abs() <= tol && ok
-        };
-        let end = arrivals_end.min(m.upstream.len());
-        if start >= end {
-            return None;
-        }
-        // The last unhealthy bucket decides.
-        match (start..end).rev().find(|&i| !healthy(i)) {
-            None => Some(0.0),
-            Some(i) if i + 1 < end => Some(((i + 1) as f64 * res - f1.as_secs_f64()).max(0.0)),
-            Some(_) => None,
-        }
-    });
+    let incident::Numbers {
+        baseline,
+        peak,
+        recovery,
+    } = incident::numbers(&steps, fault, 0.0);
 
     let requests: u64 = m.streams.iter().map(|s| s.requests).sum();
     let successes: u64 = m.streams.iter().map(|s| s.successes).sum();
