@@ -1016,7 +1016,7 @@ fn resolve_route(
                     Backoff::schedule(s, jitter)
                 }
                 None => {
-                    let base = b.base_ms.unwrap_or(250);
+                    let base = b.base_ms.unwrap_or(levee_policy::backoff::DEFAULT_BASE_MS);
                     Backoff::exponential(
                         base,
                         b.multiplier.unwrap_or(2.0),

@@ -42,6 +42,10 @@ use crate::time::Instant;
 use rand::Rng;
 use std::time::Duration;
 
+/// The least spread added to a Retry-After wait (or the first backoff cap,
+/// when larger), so that clients told "1 s" together do not return together.
+pub const RETRY_AFTER_SPREAD: Duration = Duration::from_millis(250);
+
 /// The return margin: time kept to send our own answer before the deadline.
 pub const DEFAULT_MARGIN: Duration = Duration::from_millis(50);
 
@@ -558,7 +562,8 @@ impl RoutePolicy {
         let spread = |rng: &mut R| match self.backoff.jitter() {
             Jitter::None => Duration::ZERO,
             _ => {
-                let cap = u64::try_from(self.backoff.cap(0).as_nanos()).unwrap_or(u64::MAX);
+                let width = self.backoff.cap(0).max(RETRY_AFTER_SPREAD);
+                let cap = u64::try_from(width.as_nanos()).unwrap_or(u64::MAX);
                 Duration::from_nanos(rng.gen_range(0..=cap))
             }
         };
