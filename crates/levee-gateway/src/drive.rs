@@ -122,6 +122,9 @@ pub(crate) async fn run(
                             reason: reason.to_string(),
                         })
                         .inc();
+                    shared
+                        .census
+                        .fallback(ctx.route, d.target, reason, &shared.clock);
                 }
                 shared
                     .metrics
@@ -240,6 +243,9 @@ pub(crate) async fn run(
                     label
                 };
                 shared.metrics.attempt(&provider.name, label);
+                let at = shared.clock.now();
+                let took = at.saturating_since(now);
+                shared.census.attempt(ctx.route, d.target, took, label, at);
                 last_label = label;
             }
         }
@@ -303,6 +309,11 @@ async fn deliver(
         *outside += shared.clock.since(started);
         fin.req.commit();
         shared.metrics.attempt(&provider_name, "success");
+        let at = shared.clock.now();
+        let took = at.saturating_since(started);
+        shared
+            .census
+            .attempt(ctx.route, target, took, "success", at);
         let attempts = fin.req.attempts();
         shared
             .metrics
@@ -390,6 +401,11 @@ async fn deliver(
         retry_after: None,
     });
     shared.metrics.attempt(&provider_name, "success");
+    let at = shared.clock.now();
+    let took = at.saturating_since(started);
+    shared
+        .census
+        .attempt(ctx.route, target, took, "success", at);
     let attempts = fin.req.attempts();
     shared
         .metrics

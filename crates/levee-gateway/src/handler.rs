@@ -183,6 +183,13 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
             return levee_error(dialect, 400, "bad_request", &format!("levee: {e}"), 0, None);
         }
     };
+    shared.census.admitted(
+        crate::census::key_index(&shared.keys, &caller),
+        h.get(crate::census::CALLER_HEADER).map(|v| v.as_bytes()),
+        route_ix,
+        deadline.saturating_since(arrived),
+        arrived,
+    );
 
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.

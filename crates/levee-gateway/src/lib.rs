@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod attempt;
+pub mod census;
 pub mod clock;
 pub mod dialect;
 mod drive;

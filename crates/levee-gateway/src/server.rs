@@ -104,6 +104,11 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
                 shared.metrics.encode(),
             )
         }
+        "/census" => (
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_string(&shared.census.report(&shared.config)).unwrap_or_default(),
+        ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         "/readyz" => {
             if shared.shutting_down.load(Ordering::SeqCst) {
@@ -119,7 +124,7 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics, /healthz, /readyz\n".to_string(),
+            "not found: try /metrics, /census, /healthz, /readyz\n".to_string(),
         ),
     };
     let mut r = Response::new(full(body));

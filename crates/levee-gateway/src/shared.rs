@@ -45,6 +45,8 @@ pub struct Shared {
     pub shutting_down: AtomicBool,
     /// `--record`: where upstream exchanges are written.
     pub recorder: Option<crate::record::Recorder>,
+    /// Callers and deadlines seen in traffic, targets' observed latency.
+    pub census: crate::census::Census,
     seed: u64,
     counter: AtomicU64,
 }
@@ -64,7 +66,8 @@ impl Shared {
     /// Builds the runtime from a validated config. `seed` seeds the per-request RNGs.
     pub fn new(config: Config, seed: u64) -> Result<Self, SetupError> {
         let clock = Clock::new();
-        let metrics = Metrics::new();
+        let mut metrics = Metrics::new();
+        let census = crate::census::Census::new(&config, &mut metrics.registry);
         let redis = match &config.state {
             StateBackend::Memory => None,
             StateBackend::Redis {
@@ -142,6 +145,7 @@ impl Shared {
             redis,
             shutting_down: AtomicBool::new(false),
             recorder: None,
+            census,
             seed,
             counter: AtomicU64::new(0),
         })
