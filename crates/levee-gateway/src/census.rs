@@ -173,7 +173,7 @@ impl Window {
     fn sum(&self, sec: u64) -> (u64, u64) {
         self.slots
             .iter()
-            .filter(|s| s.0 + WINDOW_SECS > sec && s.0 <= sec)
+            .filter(|s| s.0 <= sec && sec - s.0 < WINDOW_SECS)
             .fold((0, 0), |(r, a), s| (r + u64::from(s.1), a + u64::from(s.2)))
     }
 }
@@ -648,6 +648,22 @@ mod tests {
         assert_eq!(s.quantile(0.06), Some(100_000));
         assert_eq!(s.quantile(0.5), Some(100_000));
         assert_eq!(s.count(), 100);
+    }
+
+    #[test]
+    fn the_window_counts_the_last_minute_only() {
+        let mut w = Window {
+            slots: vec![(u64::MAX, 0, 0); 60],
+        };
+        assert_eq!(w.sum(0), (0, 0));
+        w.slot(0).1 += 1;
+        w.slot(0).2 += 2;
+        w.slot(59).1 += 1;
+        assert_eq!(w.sum(59), (2, 2));
+        assert_eq!(w.sum(60), (1, 0));
+        w.slot(60).1 += 5;
+        assert_eq!(w.sum(60), (6, 0));
+        assert_eq!(w.sum(200), (0, 0));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod server;
 pub mod shared;
 pub mod sse;
 pub mod state;
+pub mod status;
 pub mod stream;
 pub mod upstream;
 

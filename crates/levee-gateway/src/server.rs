@@ -104,6 +104,11 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
                 shared.metrics.encode(),
             )
         }
+        "/" => (
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            crate::status::render(shared),
+        ),
         "/census" => (
             StatusCode::OK,
             "application/json",
@@ -124,7 +129,7 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics, /census, /healthz, /readyz\n".to_string(),
+            "not found: try /, /metrics, /census, /healthz, /readyz\n".to_string(),
         ),
     };
     let mut r = Response::new(full(body));
