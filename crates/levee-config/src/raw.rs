@@ -22,6 +22,7 @@ pub struct RawConfig {
     pub keys: Vec<RawKey>,
     pub idempotency: Option<RawIdempotency>,
     pub state: Option<RawState>,
+    pub telemetry: Option<RawTelemetry>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -180,4 +181,10 @@ pub struct RawState {
     pub key_prefix: Option<String>,
     pub replicas: Option<u32>,
     pub timeout: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    pub otlp_endpoint: Option<String>,
 }

@@ -60,6 +60,7 @@ pub(crate) async fn run(
     ctx: Ctx,
     deadline: levee_policy::Instant,
     mut lease: Option<Claim>,
+    trace: &crate::telemetry::RequestTrace,
 ) -> Response<Body> {
     let shared = Arc::clone(&ctx.shared);
     let route = &shared.config.routes[ctx.route];
@@ -85,6 +86,7 @@ pub(crate) async fn run(
         };
         match decision {
             Decision::Wait { until } => {
+                trace.wait(until.saturating_since(now));
                 tokio::time::sleep_until(shared.clock.to_tokio(until)).await;
                 outside += shared.clock.since(now);
             }
@@ -130,7 +132,8 @@ pub(crate) async fn run(
                     .metrics
                     .deadline_remaining_at_dispatch
                     .observe(deadline.saturating_since(now).as_secs_f64());
-                let upstream_req = build_request(
+                let span = trace.attempt(&route.name, &provider.name, fin.req.attempts());
+                let mut upstream_req = build_request(
                     provider,
                     &ctx.parts_headers,
                     ctx.uris[d.target].clone(),
@@ -138,6 +141,7 @@ pub(crate) async fn run(
                     d.timeout,
                     &ctx.idem,
                 );
+                span.inject(upstream_req.headers_mut());
                 let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
                 // A stream must show its first event within first_byte_timeout
                 // of dispatch; until then a failure can still be retried.
@@ -167,7 +171,10 @@ pub(crate) async fn run(
                             )
                             .await
                             {
-                                Delivered::Done(r) => return r,
+                                Delivered::Done(r) => {
+                                    span.finish(Some(r.status().as_u16()), None);
+                                    return r;
+                                }
                                 Delivered::Failed(o, l, back) => {
                                     lease = back;
                                     (o, l)
@@ -243,6 +250,11 @@ pub(crate) async fn run(
                     label
                 };
                 shared.metrics.attempt(&provider.name, label);
+                let status = match outcome {
+                    Outcome::Status { status, .. } => Some(status),
+                    _ => None,
+                };
+                span.finish(status, Some(label));
                 let at = shared.clock.now();
                 let took = at.saturating_since(now);
                 shared.census.attempt(ctx.route, d.target, took, label, at);

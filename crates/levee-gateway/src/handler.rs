@@ -291,6 +291,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
             .unwrap_or(HeaderValue::from_static("levee")),
     };
 
+    let trace = match &shared.telemetry {
+        Some(t) => t.request(&parts.headers, &route.name),
+        None => crate::telemetry::RequestTrace::off(),
+    };
     let ctx = Ctx {
         shared: Arc::clone(&shared),
         bulkhead: std::sync::Mutex::new(Some(bulkhead)),
@@ -306,7 +310,15 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         arrived,
         caller_retry: sdk_retry,
     };
-    crate::drive::run(ctx, deadline, lease).await
+    let resp = crate::drive::run(ctx, deadline, lease, &trace).await;
+    let h = resp.headers();
+    let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+    trace.finish(
+        resp.status().as_u16(),
+        text("x-levee-reason"),
+        text("x-levee-target"),
+    );
+    resp
 }
 
 /// A request's idempotency key, ready to claim.

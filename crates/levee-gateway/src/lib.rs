@@ -26,6 +26,7 @@ pub mod sse;
 pub mod state;
 pub mod status;
 pub mod stream;
+pub mod telemetry;
 pub mod upstream;
 
 use levee_config::Config;

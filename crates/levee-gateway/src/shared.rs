@@ -47,6 +47,8 @@ pub struct Shared {
     pub recorder: Option<crate::record::Recorder>,
     /// Callers and deadlines seen in traffic, targets' observed latency.
     pub census: crate::census::Census,
+    /// Set with `telemetry.otlp_endpoint`: spans exported over OTLP/HTTP.
+    pub telemetry: Option<crate::telemetry::Telemetry>,
     seed: u64,
     counter: AtomicU64,
 }
@@ -60,6 +62,8 @@ pub enum SetupError {
     Redis(#[from] RedisSetupError),
     #[error("caller key `{name}`: environment variable `{var}` is not set")]
     MissingCallerKey { name: String, var: String },
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 impl Shared {
@@ -68,6 +72,13 @@ impl Shared {
         let clock = Clock::new();
         let mut metrics = Metrics::new();
         let census = crate::census::Census::new(&config, &mut metrics.registry);
+        let telemetry = match &config.telemetry.otlp_endpoint {
+            Some(e) => Some(crate::telemetry::Telemetry::start(
+                e,
+                &mut metrics.registry,
+            )?),
+            None => None,
+        };
         let redis = match &config.state {
             StateBackend::Memory => None,
             StateBackend::Redis {
@@ -146,6 +157,7 @@ impl Shared {
             shutting_down: AtomicBool::new(false),
             recorder: None,
             census,
+            telemetry,
             seed,
             counter: AtomicU64::new(0),
         })
