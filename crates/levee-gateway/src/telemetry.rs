@@ -261,3 +261,28 @@ impl AttemptTrace {
         span.end();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_waiting() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let queue_full = Counter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(QueueProcessor {
+                tx,
+                queue_full: queue_full.clone(),
+            })
+            .build();
+        let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "t");
+        // Nobody drains the queue (a collector that hangs): ending a span
+        // must still return at once.
+        for _ in 0..5 {
+            tracer.start("s").end();
+        }
+        assert_eq!(queue_full.get(), 3);
+        assert!(rx.try_recv().is_ok() && rx.try_recv().is_ok());
+    }
+}
