@@ -122,11 +122,12 @@ impl Telemetry {
             let mut batch = Vec::with_capacity(BATCH_SPANS);
             while let Some(first) = rx.recv().await {
                 batch.push(first);
-                let until = tokio::time::Instant::now() + BATCH_DELAY;
+                let fuller = tokio::time::sleep(BATCH_DELAY);
+                tokio::pin!(fuller);
                 while batch.len() < BATCH_SPANS {
-                    match tokio::time::timeout_at(until, rx.recv()).await {
-                        Ok(Some(s)) => batch.push(s),
-                        _ => break,
+                    tokio::select! {
+                        Some(s) = rx.recv() => batch.push(s),
+                        _ = &mut fuller => break,
                     }
                 }
                 let n = batch.len() as u64;
