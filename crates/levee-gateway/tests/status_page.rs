@@ -65,7 +65,10 @@ fn run_chromium(bin: &str, profile: &Path, args: &[String], limit: Duration) -> 
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    match rx.recv_timeout(limit) {
+    let done = rx.recv_timeout(limit);
+    // A Chromium profile is tens of megabytes: never leave one behind.
+    let _ = std::fs::remove_dir_all(profile);
+    match done {
         Ok(Ok(out)) => {
             assert!(
                 out.status.success(),
