@@ -8,6 +8,12 @@
 //! p99 is longer, the census rests on a number that is not true, and Levee
 //! says so (a log line once, a gauge, the status page).
 //!
+//! An attempt is timed from dispatch to its whole answer; for a stream, to
+//! its first event (the commit point: after it no retry or fallback can
+//! start, so that is the span a "can start" judgment depends on).
+//! Connection failures and attempts cut by the caller's deadline are not
+//! timed: they say nothing about how long the provider takes.
+//!
 //! Memory is fixed whatever callers send: at most [`MAX_CALLER_NAMES`] names
 //! from `x-levee-caller` (the rest count as `other`), each with a fixed-size
 //! [`Sketch`]; recording takes one short lock and allocates nothing after a
