@@ -85,6 +85,69 @@ impl opentelemetry_sdk::trace::SpanProcessor for QueueProcessor {
     }
 }
 
+/// The exporter's HTTP client: HTTP/1.1, plain or TLS (web-PKI roots), the
+/// same hyper and rustls stack the gateway uses for providers.
+#[derive(Clone, Debug)]
+struct Http1Client(
+    hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+);
+
+/// Largest collector answer read (it is a small protobuf status).
+const MAX_COLLECTOR_ANSWER: usize = 1 << 20;
+
+impl Http1Client {
+    fn new() -> Self {
+        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(EXPORT_TIMEOUT));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        Http1Client(
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(https),
+        )
+    }
+}
+
+impl opentelemetry_http::HttpClient for Http1Client {
+    fn send_bytes<'a, 'f>(
+        &'a self,
+        request: http::Request<bytes::Bytes>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError>,
+                > + Send
+                + 'f,
+        >,
+    >
+    where
+        'a: 'f,
+        Self: 'f,
+    {
+        Box::pin(async move {
+            use http_body_util::BodyExt;
+            let (parts, body) = request.into_parts();
+            let req = http::Request::from_parts(parts, http_body_util::Full::new(body));
+            let resp = tokio::time::timeout(EXPORT_TIMEOUT, self.0.request(req)).await??;
+            let (parts, body) = resp.into_parts();
+            let body = tokio::time::timeout(
+                EXPORT_TIMEOUT,
+                http_body_util::Limited::new(body, MAX_COLLECTOR_ANSWER).collect(),
+            )
+            .await??
+            .to_bytes();
+            Ok(http::Response::from_parts(parts, body))
+        })
+    }
+}
+
 impl Telemetry {
     /// Starts the exporter task (needs a tokio runtime); registers
     /// `levee_trace_spans_dropped_total` in `registry`.
@@ -95,8 +158,7 @@ impl Telemetry {
             "Finished spans not exported: the export queue was full (collector slow or gone) or the collector refused the batch",
             dropped.clone(),
         );
-        let client =
-            opentelemetry_http::hyper::HyperClient::with_default_connector(EXPORT_TIMEOUT, None);
+        let client = Http1Client::new();
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client)
