@@ -13,6 +13,7 @@
 //!
 //! The Levee hop is in [`crate::gateway`]; it drives `levee_policy::RoutePolicy`.
 
+use rand::Rng;
 use crate::arrivals::Shape;
 use crate::gateway::LeveeRt;
 use crate::layers::{Next, Reply};
@@ -22,7 +23,6 @@ use crate::scenario::{Scenario, Variant};
 use crate::slab::{Ref, Slab};
 use levee_policy::RequestState;
 use rand::rngs::SmallRng;
-use rand::Rng;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
