@@ -412,6 +412,15 @@ pub struct Config {
     /// No providers were configured: routes use the built-in mock provider
     /// (`providers[0]`, whose address the caller fills in).
     pub builtin_mock: bool,
+    pub telemetry: Telemetry,
+}
+
+/// Where traces go.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Telemetry {
+    /// An OTLP/HTTP collector (`http://host:4318`, no path): spans are sent
+    /// as protobuf to `{otlp_endpoint}/v1/traces`. `None`: no traces.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The name of the built-in mock provider.
@@ -744,7 +753,9 @@ impl Config {
                 }
             },
         };
+        let telemetry = telemetry(text, raw.telemetry.as_ref())?;
         Ok(Config {
+            telemetry,
             listen,
             admin_listen,
             shutdown_grace: raw
@@ -794,7 +805,30 @@ fn unreachable_default() -> Config {
         },
         state: StateBackend::Memory,
         builtin_mock: true,
+        telemetry: Telemetry::default(),
     }
+}
+
+fn telemetry(text: &str, raw: Option<&raw::RawTelemetry>) -> Result<Telemetry, ConfigError> {
+    let Some(endpoint) = raw.and_then(|t| t.otlp_endpoint.as_deref()) else {
+        return Ok(Telemetry::default());
+    };
+    let endpoint = endpoint.trim_end_matches('/');
+    let ok = endpoint
+        .parse::<http::Uri>()
+        .ok()
+        .filter(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
+        .filter(|u| u.path() == "/" || u.path().is_empty());
+    if ok.is_none() {
+        return Err(ConfigError::at(
+            text,
+            &[Seg::Key("telemetry"), Seg::Key("otlp_endpoint")],
+            format!("`telemetry.otlp_endpoint` must be a collector's OTLP/HTTP address like `http://127.0.0.1:4318`, without a path (got `{endpoint}`); spans go to its /v1/traces"),
+        ));
+    }
+    Ok(Telemetry {
+        otlp_endpoint: Some(endpoint.to_string()),
+    })
 }
 
 fn breaker_settings(

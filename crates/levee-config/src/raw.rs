@@ -22,6 +22,7 @@ pub struct RawConfig {
     pub keys: Vec<RawKey>,
     pub idempotency: Option<RawIdempotency>,
     pub state: Option<RawState>,
+    pub telemetry: Option<RawTelemetry>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,4 +183,10 @@ pub struct RawState {
     pub replicas: Option<u32>,
     pub timeout: Option<Dur>,
     pub on_unavailable: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    pub otlp_endpoint: Option<String>,
 }

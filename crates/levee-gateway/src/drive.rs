@@ -67,6 +67,7 @@ pub(crate) async fn run(
     ctx: Ctx,
     deadline: levee_policy::Instant,
     mut lease: Option<Claim>,
+    trace: &crate::telemetry::RequestTrace,
 ) -> Response<Body> {
     let shared = Arc::clone(&ctx.shared);
     let route = &shared.config.routes[ctx.route];
@@ -93,6 +94,7 @@ pub(crate) async fn run(
         };
         match decision {
             Decision::Wait { until } => {
+                trace.wait(until.saturating_since(now));
                 tokio::time::sleep_until(shared.clock.to_tokio(until)).await;
                 outside += shared.clock.since(now);
             }
@@ -130,6 +132,9 @@ pub(crate) async fn run(
                             reason: reason.to_string(),
                         })
                         .inc();
+                    shared
+                        .census
+                        .fallback(ctx.route, d.target, reason, &shared.clock);
                 }
                 shared
                     .metrics
@@ -139,7 +144,8 @@ pub(crate) async fn run(
                     (Some(_), Some(h)) => h,
                     _ => &ctx.parts_headers,
                 };
-                let upstream_req = build_request(
+                let span = trace.attempt(&route.name, &provider.name, fin.req.attempts());
+                let mut upstream_req = build_request(
                     provider,
                     headers,
                     ctx.uris[d.target].clone(),
@@ -147,6 +153,7 @@ pub(crate) async fn run(
                     d.timeout,
                     &ctx.idem,
                 );
+                span.inject(upstream_req.headers_mut());
                 let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
                 // A stream must show its first event within first_byte_timeout
                 // of dispatch; until then a failure can still be retried.
@@ -182,7 +189,10 @@ pub(crate) async fn run(
                             )
                             .await
                             {
-                                Delivered::Done(r) => return r,
+                                Delivered::Done(r) => {
+                                    span.finish(Some(r.status().as_u16()), None);
+                                    return r;
+                                }
                                 Delivered::Failed(o, l, back) => {
                                     // The answer describes this attempt, not an earlier error.
                                     last_error = None;
@@ -254,6 +264,14 @@ pub(crate) async fn run(
                     label
                 };
                 shared.metrics.attempt(&provider.name, label);
+                let status = match outcome {
+                    Outcome::Status { status, .. } => Some(status),
+                    _ => None,
+                };
+                span.finish(status, Some(label));
+                let at = shared.clock.now();
+                let took = at.saturating_since(now);
+                shared.census.attempt(ctx.route, d.target, took, label, at);
                 last_label = label;
             }
         }
@@ -327,6 +345,11 @@ async fn deliver(
             .clock
             .to_tokio(fin.req.deadline() - route.policy.margin());
         shared.metrics.attempt(&provider_name, "success");
+        let at = shared.clock.now();
+        let took = at.saturating_since(started);
+        shared
+            .census
+            .attempt(ctx.route, target, took, "success", at);
         let attempts = fin.req.attempts();
         shared
             .metrics
@@ -423,6 +446,11 @@ async fn deliver(
         retry_after: None,
     });
     shared.metrics.attempt(&provider_name, "success");
+    let at = shared.clock.now();
+    let took = at.saturating_since(started);
+    shared
+        .census
+        .attempt(ctx.route, target, took, "success", at);
     let attempts = fin.req.attempts();
     shared
         .metrics

@@ -190,6 +190,13 @@ async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response
             return levee_error(dialect, 400, "bad_request", &format!("levee: {e}"), 0, None);
         }
     };
+    shared.census.admitted(
+        crate::census::key_index(&shared.keys, &caller),
+        h.get(crate::census::CALLER_HEADER).map(|v| v.as_bytes()),
+        route_ix,
+        deadline.saturating_since(arrived),
+        arrived,
+    );
 
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.
@@ -291,6 +298,10 @@ async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response
             .unwrap_or(HeaderValue::from_static("levee")),
     };
 
+    let trace = match &shared.telemetry {
+        Some(t) => t.request(&parts.headers, &route.name),
+        None => crate::telemetry::RequestTrace::off(),
+    };
     let ctx = Ctx {
         shared: Arc::clone(&shared),
         bulkhead: std::sync::Mutex::new(Some(bulkhead)),
@@ -309,8 +320,15 @@ async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response
         arrived,
         caller_retry: sdk_retry,
     };
-    let answer = crate::drive::run(ctx, deadline, lease).await;
-    noted(&shared, answer, note)
+    let resp = crate::drive::run(ctx, deadline, lease, &trace).await;
+    let h = resp.headers();
+    let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+    trace.finish(
+        resp.status().as_u16(),
+        text("x-levee-reason"),
+        text("x-levee-target"),
+    );
+    noted(&shared, resp, note)
 }
 
 /// What `x-levee-idempotency` says about a keyed request.

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod attempt;
+pub mod census;
 pub mod clock;
 pub mod crossing;
 pub mod dialect;
@@ -28,7 +29,9 @@ pub mod shared;
 pub mod shutdown;
 pub mod sse;
 pub mod state;
+pub mod status;
 pub mod stream;
+pub mod telemetry;
 pub mod upstream;
 
 use levee_config::Config;

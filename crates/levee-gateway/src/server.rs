@@ -131,6 +131,16 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
                 shared.metrics.encode(),
             )
         }
+        "/" => (
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            crate::status::render(shared),
+        ),
+        "/census" => (
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_string(&shared.census.report(&shared.config)).unwrap_or_default(),
+        ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         "/readyz" => {
             if shared.shutting_down.load(Ordering::SeqCst) {
@@ -146,7 +156,7 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics, /healthz, /readyz\n".to_string(),
+            "not found: try /, /metrics, /census, /healthz, /readyz\n".to_string(),
         ),
     };
     let mut r = Response::new(full(body));

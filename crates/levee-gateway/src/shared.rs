@@ -49,6 +49,10 @@ pub struct Shared {
     pub recorder: Option<crate::record::Recorder>,
     /// The provider keys, redacted from error bodies, logs and tapes.
     pub secrets: crate::redact::Secrets,
+    /// Callers and deadlines seen in traffic, targets' observed latency.
+    pub census: crate::census::Census,
+    /// Set with `telemetry.otlp_endpoint`: spans exported over OTLP/HTTP.
+    pub telemetry: Option<crate::telemetry::Telemetry>,
     seed: u64,
     counter: AtomicU64,
 }
@@ -62,13 +66,23 @@ pub enum SetupError {
     Redis(#[from] RedisSetupError),
     #[error("caller key `{name}`: environment variable `{var}` is not set")]
     MissingCallerKey { name: String, var: String },
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 impl Shared {
     /// Builds the runtime from a validated config. `seed` seeds the per-request RNGs.
     pub fn new(config: Config, seed: u64) -> Result<Self, SetupError> {
         let clock = Clock::new();
-        let metrics = Metrics::new();
+        let mut metrics = Metrics::new();
+        let census = crate::census::Census::new(&config, &mut metrics.registry);
+        let telemetry = match &config.telemetry.otlp_endpoint {
+            Some(e) => Some(crate::telemetry::Telemetry::start(
+                e,
+                &mut metrics.registry,
+            )?),
+            None => None,
+        };
         let redis = match &config.state {
             StateBackend::Memory => None,
             StateBackend::Redis {
@@ -159,6 +173,8 @@ impl Shared {
             grace_over: crate::shutdown::GraceOver::default(),
             recorder: None,
             secrets,
+            census,
+            telemetry,
             seed,
             counter: AtomicU64::new(0),
         })

@@ -17,8 +17,13 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     /// Config file.
-    #[arg(long)]
-    pub config: PathBuf,
+    #[arg(long, required_unless_present = "census_from")]
+    pub config: Option<PathBuf>,
+    /// Print the census a running gateway keeps from its live traffic,
+    /// read from its admin listener (like http://127.0.0.1:9090), instead of
+    /// judging a config's `callers:`.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["config", "callers"])]
+    pub census_from: Option<String>,
     /// YAML list of callers `[{ name, deadline }]`, instead of the config's `callers:`.
     #[arg(long, value_name = "FILE")]
     pub callers: Option<PathBuf>,
@@ -77,10 +82,17 @@ fn load_callers(path: &Path) -> Result<Vec<Caller>, CallersError> {
 
 /// Runs `levee check`; returns the exit code.
 pub fn run(args: CheckArgs) -> i32 {
-    let config = match Config::load(&args.config) {
+    if let Some(url) = &args.census_from {
+        return live(url, args.strict);
+    }
+    let Some(path) = &args.config else {
+        eprintln!("levee check: pass --config FILE or --census-from URL");
+        return 1;
+    };
+    let config = match Config::load(path) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("levee check: {}: {e}", args.config.display());
+            eprintln!("levee check: {}: {e}", path.display());
             return 1;
         }
     };
@@ -94,7 +106,7 @@ pub fn run(args: CheckArgs) -> i32 {
         },
         None => config.callers.clone(),
     };
-    let (text, stranded) = render(&config, &args.config, &callers);
+    let (text, stranded) = render(&config, path, &callers);
     print!("{text}");
     if args.strict && !stranded.is_empty() {
         for (caller, route) in &stranded {
@@ -105,6 +117,132 @@ pub fn run(args: CheckArgs) -> i32 {
         return 1;
     }
     0
+}
+
+/// `levee check --census-from`: the census a running gateway measured.
+fn live(url: &str, strict: bool) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("levee check: cannot start an async runtime: {e}");
+            return 1;
+        }
+    };
+    let report = match runtime.block_on(levee_gateway::census::fetch(url)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("levee check: {e}");
+            return 1;
+        }
+    };
+    let (text, stranded) = render_live(url, &report);
+    print!("{text}");
+    if strict && !stranded.is_empty() {
+        for (caller, route) in &stranded {
+            eprintln!(
+                "levee check --strict: caller `{caller}` (observed p50 deadline) can neither retry nor fall back on route `{route}`: lengthen its deadline or shorten the route's schedule"
+            );
+        }
+        return 1;
+    }
+    0
+}
+
+fn yes_no(b: Option<bool>) -> &'static str {
+    match b {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "-",
+    }
+}
+
+/// The live census as text, and every (caller, route) pair that can neither
+/// retry nor fall back at the caller's observed p50 deadline.
+fn render_live(
+    url: &str,
+    report: &levee_gateway::census::CensusReport,
+) -> (String, Vec<(String, String)>) {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "census from {url}: {} caller(s) seen, {} target(s)",
+        report.callers.len(),
+        report.targets.len()
+    );
+    let ms = |v: Option<u64>| v.map_or("-".to_string(), |m| secs(Duration::from_millis(m)));
+    let mut stranded = Vec::new();
+    let mut rows = Vec::new();
+    for c in &report.callers {
+        for r in &c.routes {
+            if !r.retry_can_start && r.fallback_can_start != Some(true) {
+                stranded.push((c.name.clone(), r.route.clone()));
+            }
+            rows.push(vec![
+                c.name.clone(),
+                c.requests.to_string(),
+                ms(c.deadline_ms.p5),
+                ms(c.deadline_ms.p50),
+                r.route.clone(),
+                yes_no(Some(r.retry_can_start)).to_string(),
+                yes_no(r.fallback_can_start).to_string(),
+            ]);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\ncaller census (observed; judged at each caller's p50 deadline)"
+    );
+    if rows.is_empty() {
+        let _ = writeln!(out, "  no requests seen yet");
+    } else {
+        table(
+            &mut out,
+            &[
+                "caller",
+                "requests",
+                "deadline p5",
+                "deadline p50",
+                "route",
+                "retry can start?",
+                "fallback reachable?",
+            ],
+            &rows,
+        );
+    }
+    let rows: Vec<Vec<String>> = report
+        .targets
+        .iter()
+        .map(|t| {
+            let over = t.observed_p99_ms.is_some_and(|p| p > t.expected_attempt_ms);
+            vec![
+                t.route.clone(),
+                t.provider.clone(),
+                secs(Duration::from_millis(t.expected_attempt_ms)),
+                ms(t.observed_p99_ms),
+                if over {
+                    "p99 above expected_attempt_ms: the census rests on it; raise it".to_string()
+                } else {
+                    String::new()
+                },
+            ]
+        })
+        .collect();
+    let _ = writeln!(out, "\ntargets");
+    table(
+        &mut out,
+        &[
+            "route",
+            "provider",
+            "expected_attempt",
+            "observed p99",
+            "warning",
+        ],
+        &rows,
+    );
+    (out, stranded)
 }
 
 fn secs(d: Duration) -> String {

@@ -1,0 +1,186 @@
+//! The files under deploy/ that operators load as they are: the Prometheus
+//! alert rules pass promtool (syntax, and unit tests of what fires), and the
+//! Grafana dashboard parses and queries only metrics Levee exports.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn deploy(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy")
+        .join(file)
+}
+
+fn read(file: &str) -> String {
+    std::fs::read_to_string(deploy(file)).unwrap_or_else(|e| panic!("deploy/{file}: {e}"))
+}
+
+/// Every series name the admin `/metrics` can show.
+fn exported() -> BTreeSet<String> {
+    let mut metrics = levee_gateway::metrics::Metrics::new();
+    let config = levee_config::Config::parse("").expect("empty config");
+    let census = levee_gateway::census::Census::new(&config, &mut metrics.registry);
+    // A family shows in the exposition once it has a series: give each one.
+    census.admitted(
+        None,
+        Some(b"svc"),
+        0,
+        Default::default(),
+        Default::default(),
+    );
+    metrics.request("r", "success");
+    metrics.attempt("p", "success");
+    metrics.reject("shed");
+    let p = levee_gateway::metrics::ProviderLabel {
+        provider: "p".into(),
+    };
+    metrics.budget_exhausted.get_or_create(&p).inc();
+    metrics.circuit_state.get_or_create(&p).set(0);
+    metrics.in_flight.get_or_create(&p).set(0);
+    metrics.streams_failed.get_or_create(&p).inc();
+    let fallback = levee_gateway::metrics::RouteReason {
+        route: "r".into(),
+        reason: "x".into(),
+    };
+    metrics.fallbacks.get_or_create(&fallback).inc();
+    let what = levee_gateway::metrics::WhatLabel { what: "x".into() };
+    metrics.state_fallbacks.get_or_create(&what).inc();
+    let mut names = BTreeSet::new();
+    for line in metrics.encode().lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').expect("a TYPE line has a kind");
+        if kind == "histogram" {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                names.insert(format!("{name}{suffix}"));
+            }
+        } else {
+            names.insert(name.to_string());
+        }
+    }
+    names
+}
+
+/// Every `levee_…` identifier in `text`.
+fn named(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(at) = text[i..].find("levee_") {
+        let start = i + at;
+        let boundary = start == 0 || {
+            let b = bytes[start - 1];
+            !(b.is_ascii_alphanumeric() || b == b'_')
+        };
+        let end = start
+            + text[start..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(text.len() - start);
+        if boundary {
+            out.insert(text[start..end].to_string());
+        }
+        i = end;
+    }
+    out
+}
+
+#[test]
+fn alert_rules_and_dashboard_name_only_exported_metrics() {
+    let exported = exported();
+    assert!(
+        exported.contains("levee_attempts_per_request_sum"),
+        "{exported:?}"
+    );
+    for file in ["prometheus/alerts.yml", "grafana/levee.json"] {
+        let used = named(&read(file));
+        assert!(used.len() >= 5, "deploy/{file} uses {used:?}");
+        let unknown: Vec<_> = used.difference(&exported).collect();
+        assert!(
+            unknown.is_empty(),
+            "deploy/{file} names metrics Levee does not export: {unknown:?}\nexported: {exported:?}"
+        );
+    }
+}
+
+#[test]
+fn dashboard_has_the_panels_an_incident_needs() {
+    let d: serde_json::Value =
+        serde_json::from_str(&read("grafana/levee.json")).expect("levee.json is JSON");
+    assert!(d["title"].is_string() && d["uid"].is_string());
+    let panels = d["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 4, "{} panels", panels.len());
+    let mut exprs = Vec::new();
+    for p in panels {
+        let title = p["title"].as_str().expect("every panel has a title");
+        let targets = p["targets"].as_array().expect("every panel has targets");
+        assert!(!targets.is_empty(), "{title}: no queries");
+        for t in targets {
+            let e = t["expr"].as_str().expect("every target has an expr");
+            assert!(e.contains("levee_"), "{title}: {e}");
+            exprs.push((title.to_string(), e.to_string()));
+        }
+        let g = &p["gridPos"];
+        assert!(g["w"].as_u64().is_some_and(|w| w > 0 && w <= 24), "{title}");
+    }
+    let has = |metric: &str, also: &str| {
+        exprs
+            .iter()
+            .any(|(_, e)| e.contains(metric) && e.contains(also))
+    };
+    assert!(
+        has("levee_attempts_per_request_bucket", "le"),
+        "amplification histogram"
+    );
+    for q in ["0.5,", "0.99,", "0.999,"] {
+        assert!(
+            has("levee_added_latency_seconds_bucket", q),
+            "added latency {q}"
+        );
+    }
+    assert!(has(
+        "levee_deadline_remaining_at_dispatch_seconds_bucket",
+        "histogram_quantile"
+    ));
+    assert!(
+        has("levee_circuit_state", "provider"),
+        "breaker state per provider"
+    );
+}
+
+fn promtool(args: &[&str]) -> Option<(bool, String)> {
+    let out = match Command::new("promtool")
+        .args(args)
+        .current_dir(deploy("prometheus"))
+        .output()
+    {
+        Ok(o) => o,
+        Err(_) => {
+            assert!(
+                std::env::var_os("LEVEE_REQUIRE_PROMTOOL").is_none(),
+                "promtool is required (scripts/test installs it) but was not found"
+            );
+            eprintln!("promtool not installed: skipping (scripts/test installs it)");
+            return None;
+        }
+    };
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    Some((out.status.success(), said))
+}
+
+#[test]
+fn promtool_accepts_the_alert_rules() {
+    if let Some((ok, said)) = promtool(&["check", "rules", "alerts.yml"]) {
+        assert!(ok, "promtool check rules: {said}");
+        assert!(said.contains("SUCCESS: 6 rules found"), "{said}");
+    }
+}
+
+#[test]
+fn amplification_alert_fires_above_1_2_attempts_per_request_for_5_minutes() {
+    if let Some((ok, said)) = promtool(&["test", "rules", "alerts.test.yml"]) {
+        assert!(ok, "promtool test rules: {said}");
+    }
+}

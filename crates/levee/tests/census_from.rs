@@ -1,0 +1,165 @@
+//! `levee check --census-from`: the real binary prints the census a running
+//! gateway measured from its traffic.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+/// Seed 004's shape: a primary answering within 35 s, a backup within 30 s,
+/// waits of 7 s then 11 s. A retry needs ~72 s of deadline, the backup ~30 s.
+const CONFIG: &str = r#"listen: 127.0.0.1:0
+admin: { listen: 127.0.0.1:0 }
+providers:
+  primary: { api: openai, base_url: "{mock}" }
+  backup: { api: openai, base_url: "{mock}" }
+routes:
+  - match: { model_prefix: "claude/" }
+    targets:
+      - { provider: primary, expected_attempt_ms: 35000 }
+      - { provider: backup, model: gpt-4.1, expected_attempt_ms: 30000 }
+    deadline: { default: 30s, max: 300s }
+    retry:
+      max_attempts: 3
+      on: [429, 529]
+      backoff: { schedule_ms: [7000, 11000], jitter: none }
+"#;
+
+fn post(addr: &str, caller: &str, timeout_ms: u32) -> u16 {
+    let body = r#"{"model":"claude/x","messages":[{"role":"user","content":"hi"}]}"#;
+    let mut s = TcpStream::connect(addr).expect("gateway listens");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-levee-caller: {caller}\r\nx-timeout-ms: {timeout_ms}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+fn row<'a>(out: &'a str, caller: &str) -> Vec<&'a str> {
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(caller))
+        .unwrap_or_else(|| panic!("no row for {caller} in:\n{out}"));
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn census_from_a_running_gateway() {
+    let mock = levee_mock::spawn("127.0.0.1:0".parse().unwrap(), Default::default())
+        .await
+        .expect("mock starts");
+    let config = levee_config::Config::parse(&CONFIG.replace("{mock}", &mock.url())).unwrap();
+    let gw = levee_gateway::spawn(config, 1, std::future::pending())
+        .await
+        .expect("gateway starts");
+    let (addr, admin) = (gw.addr.to_string(), gw.admin_addr.to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        for _ in 0..3 {
+            assert_eq!(post(&addr, "queue-worker", 40_000), 200);
+            assert_eq!(post(&addr, "interactive", 100_000), 200);
+            assert_eq!(post(&addr, "batch-job", 22_000), 200);
+        }
+        let live = Command::new(env!("CARGO_BIN_EXE_levee"))
+            .args(["check", "--census-from", &format!("http://{admin}")])
+            .output()
+            .expect("run levee");
+        let strict = Command::new(env!("CARGO_BIN_EXE_levee"))
+            .args([
+                "check",
+                "--strict",
+                "--census-from",
+                &format!("http://{admin}/"),
+            ])
+            .output()
+            .expect("run levee");
+        (live, strict)
+    });
+    let (live, strict) = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("watchdog")
+        .expect("client thread");
+    gw.shutdown().await;
+    mock.shutdown().await;
+
+    let text = String::from_utf8_lossy(&live.stdout).into_owned();
+    assert!(
+        live.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
+    // caller, requests, p5, p50, route, retry?, fallback?
+    assert_eq!(
+        row(&text, "queue-worker"),
+        ["queue-worker", "3", "40s", "40s", "claude/", "no", "yes"],
+        "{text}"
+    );
+    assert_eq!(
+        row(&text, "interactive"),
+        ["interactive", "3", "100s", "100s", "claude/", "yes", "yes"],
+        "{text}"
+    );
+    assert_eq!(
+        row(&text, "batch-job"),
+        ["batch-job", "3", "22s", "22s", "claude/", "no", "no"],
+        "{text}"
+    );
+    let targets = text.split("\ntargets").nth(1).expect("a targets table");
+    assert!(
+        targets.contains("primary") && targets.contains("35s"),
+        "{text}"
+    );
+    // The backup saw no traffic: no observed p99 yet.
+    let backup_row = targets
+        .lines()
+        .find(|l| l.contains("backup"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        backup_row.contains("30s") && backup_row.trim_end().ends_with('-'),
+        "{text}"
+    );
+
+    // --strict: batch-job can neither retry nor fall back.
+    assert_eq!(strict.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&strict.stderr);
+    assert!(
+        err.contains("`batch-job`") && err.contains("`claude/`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn census_from_an_address_that_is_not_a_gateway_says_what_to_check() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args([
+            "check",
+            "--census-from",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .output()
+        .expect("run levee");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot reach") && err.contains("admin"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args(["check", "--census-from", "ftp://x"])
+        .output()
+        .expect("run levee");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an http:// address"));
+}
