@@ -130,8 +130,8 @@ class Mock:
 class Gateway:
     """`levee serve --config FILE` in front of the mock, on free ports."""
 
-    def __init__(self, workdir: Path, mock: Mock, route: str):
-        self.config_path = workdir / "levee.yaml"
+    def __init__(self, workdir: Path, mock: Mock, route: str, name: str = "gateway"):
+        self.config_path = workdir / ("levee.yaml" if name == "gateway" else f"{name}.yaml")
         self.config_path.write_text(
             "listen: 127.0.0.1:0\n"
             "admin: { listen: 127.0.0.1:0 }\n"
@@ -143,7 +143,7 @@ class Gateway:
             f"  - targets: [openai]\n{route}"
         )
         self.process = Process(
-            "gateway",
+            name,
             [
                 levee_bin(),
                 "serve",
