@@ -49,7 +49,8 @@ class Loop(threading.Thread):
                 self.call()
                 self.ok += 1
             except Exception as e:  # every kind of failure is the finding
-                self.failures.append(f"{self.name}: {type(e).__name__}: {e}")
+                cause = f" (after {type(e.__cause__).__name__}: {e.__cause__})" if e.__cause__ else ""
+                self.failures.append(f"{self.name}: {type(e).__name__}: {e}{cause}")
 
 
 def new_connection_call(port: int):
@@ -88,7 +89,7 @@ def wait_until(what: str, cond, deadline: float):
         time.sleep(0.01)
 
 
-HANDOVERS = 3  # old -> new, three times over
+HANDOVERS = 6  # old -> new, six times over
 CALLS_BETWEEN = 100
 
 

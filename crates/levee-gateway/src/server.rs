@@ -21,6 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
+/// Longest wait at shutdown for accepted connections to send their request.
+const SETTLE_LIMIT: Duration = Duration::from_secs(1);
+
 /// Serves the gateway on `listener` until `shutdown` resolves, then lets
 /// in-flight requests finish for up to the configured grace period.
 pub async fn serve_public(
@@ -66,10 +69,11 @@ pub async fn serve_public(
     }
     tracing::info!(target: "levee", grace_s = shared.config.shutdown_grace.as_secs_f64(), "shutting down: no new connections; letting in-flight requests finish");
     // hyper closes a connection it has not read from yet; let each accepted
-    // connection's request arrive first.
-    let silent = unread
-        .settle(shared.config.limits.header_read_timeout)
-        .await;
+    // connection's request arrive first. A client sends its request as soon as
+    // it has connected, so a connection still silent after a second is most
+    // likely a preconnect, and waiting longer would only delay the exit.
+    let limit = shared.config.limits.header_read_timeout.min(SETTLE_LIMIT);
+    let silent = unread.settle(limit).await;
     if silent > 0 {
         tracing::info!(target: "levee", connections = silent, "closing connections that sent nothing");
     }
