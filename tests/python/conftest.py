@@ -130,10 +130,12 @@ class Mock:
 class Gateway:
     """`levee serve --config FILE` in front of the mock, on free ports."""
 
-    def __init__(self, workdir: Path, mock: Mock, route: str):
-        self.config_path = workdir / "levee.yaml"
+    def __init__(
+        self, workdir: Path, mock: Mock, route: str, name: str = "gateway", listen: str = "127.0.0.1:0"
+    ):
+        self.config_path = workdir / ("levee.yaml" if name == "gateway" else f"{name}.yaml")
         self.config_path.write_text(
-            "listen: 127.0.0.1:0\n"
+            f"listen: {listen}\n"
             "admin: { listen: 127.0.0.1:0 }\n"
             "providers:\n"
             f'  openai: {{ api: openai, base_url: "{mock.url}" }}\n'
@@ -143,7 +145,7 @@ class Gateway:
             f"  - targets: [openai]\n{route}"
         )
         self.process = Process(
-            "gateway",
+            name,
             [
                 levee_bin(),
                 "serve",

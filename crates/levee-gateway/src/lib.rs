@@ -32,6 +32,7 @@ pub mod state;
 pub mod status;
 pub mod stream;
 pub mod telemetry;
+pub mod unread;
 pub mod upstream;
 
 use levee_config::Config;
@@ -85,10 +86,23 @@ impl Running {
     }
 }
 
+/// Binds with `SO_REUSEPORT` (on Unix), so that a new `levee serve` can
+/// listen on the same address while the old one still runs and drains: a
+/// restart without a moment in which the port refuses connections. The kernel
+/// lets only processes of the same user share the port.
 async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| GatewayError::Bind { addr, source })
+    let err = |source| GatewayError::Bind { addr, source };
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(err)?;
+    socket.set_reuseaddr(true).map_err(err)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true).map_err(err)?;
+    socket.bind(addr).map_err(err)?;
+    socket.listen(1024).map_err(err)
 }
 
 /// How to run beyond the config.

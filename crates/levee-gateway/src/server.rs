@@ -5,6 +5,7 @@
 use crate::handler::handle;
 use crate::respond::{full, Body};
 use crate::shared::Shared;
+use crate::unread::Unread;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -14,10 +15,14 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
+use std::io::ErrorKind;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Longest wait at shutdown for accepted connections to send their request.
+const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
 /// Serves the gateway on `listener` until `shutdown` resolves, then lets
 /// in-flight requests finish for up to the configured grace period.
@@ -28,6 +33,21 @@ pub async fn serve_public(
 ) {
     let graceful = GracefulShutdown::new();
     let builder = connection_builder(&shared.config.limits);
+    let unread = Arc::new(Unread::default());
+    let serve = |stream: TcpStream| {
+        let _ = stream.set_nodelay(true);
+        let stream = unread.track(stream);
+        let shared = Arc::clone(&shared);
+        let svc = service_fn(move |req: Request<Incoming>| {
+            let shared = Arc::clone(&shared);
+            async move { Ok::<_, Infallible>(handle(shared, req).await) }
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    };
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -37,24 +57,26 @@ pub async fn serve_public(
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
-                let _ = stream.set_nodelay(true);
-                let shared = Arc::clone(&shared);
-                let svc = service_fn(move |req: Request<Incoming>| {
-                    let shared = Arc::clone(&shared);
-                    async move { Ok::<_, Infallible>(handle(shared, req).await) }
-                });
-                let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
+                serve(stream);
             }
             _ = &mut shutdown => break,
         }
     }
-    drop(listener);
+    let taken = take_backlog(listener, serve);
     shared.shutting_down.store(true, Ordering::SeqCst);
+    if taken > 0 {
+        tracing::info!(target: "levee", connections = taken, "took the connections still queued on the listener before closing it");
+    }
     tracing::info!(target: "levee", grace_s = shared.config.shutdown_grace.as_secs_f64(), "shutting down: no new connections; letting in-flight requests finish");
+    // hyper closes a connection it has not read from yet; let each accepted
+    // connection's request arrive first. A client sends its request as soon as
+    // it has connected, so a connection still silent after a second is most
+    // likely a preconnect, and waiting longer would only delay the exit.
+    let limit = shared.config.limits.header_read_timeout.min(SETTLE_LIMIT);
+    let silent = unread.settle(limit).await;
+    if silent > 0 {
+        tracing::info!(target: "levee", connections = silent, "closing connections that sent nothing");
+    }
     let drained = graceful.shutdown();
     tokio::pin!(drained);
     if tokio::time::timeout(shared.config.shutdown_grace, &mut drained)
@@ -77,6 +99,50 @@ pub async fn serve_public(
             tracing::info!(target: "levee", released = n, "released idempotency leases still held in Redis");
         }
     }
+}
+
+/// Accepts every connection already queued on `listener`, hands each to
+/// `serve`, then closes the listener; returns how many it took.
+///
+/// Linux resets the connections still queued on a listening socket when it
+/// closes, even when another process listens on the same port with
+/// `SO_REUSEPORT`: closing without this would refuse the callers whose
+/// handshake had completed but who had not been accepted yet. What remains is
+/// the interval between the last `accept` here and the `close` (microseconds,
+/// no await in between): a connection the kernel queues on this socket in
+/// that interval is still reset, unless `net.ipv4.tcp_migrate_req` is 1, in
+/// which case Linux (5.14 and later) moves it to the other listener.
+fn take_backlog(listener: TcpListener, mut serve: impl FnMut(TcpStream)) -> usize {
+    let Ok(listener) = listener.into_std() else {
+        return 0;
+    };
+    let mut taken = 0;
+    // A non-blocking accept until the queue is empty: the std socket sees the
+    // kernel's queue as it is now, not tokio's last readiness event.
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            // A caller that gave up while queued; the next one may still wait.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ConnectionAborted | ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break, // WouldBlock: the queue is empty
+        };
+        let Ok(stream) = stream
+            .set_nonblocking(true)
+            .and_then(|()| TcpStream::from_std(stream))
+        else {
+            continue;
+        };
+        serve(stream);
+        taken += 1;
+    }
+    taken
 }
 
 /// HTTP/1 connection settings for both listeners: the header section must

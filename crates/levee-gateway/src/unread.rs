@@ -1,0 +1,172 @@
+//! Connections accepted whose first request bytes the server has not read yet.
+//!
+//! hyper's graceful shutdown closes a connection at once when it has neither
+//! read nor written anything, which is right for a client that connected and
+//! never spoke, and wrong for one whose request is already in the socket: a
+//! connection accepted a moment before `SIGTERM` (or taken from the listener's
+//! queue after it) would be closed with the request unread, and the caller
+//! would see a reset. Shutdown therefore waits until every accepted connection
+//! has been read from once (or has ended), bounded by the header read timeout,
+//! before it starts hyper's graceful shutdown.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+/// How many accepted connections have not been read from yet.
+#[derive(Debug, Default)]
+pub struct Unread {
+    count: AtomicUsize,
+    changed: Notify,
+}
+
+impl Unread {
+    /// Wraps a just-accepted connection; it counts until its first read.
+    pub fn track(self: &Arc<Self>, stream: TcpStream) -> FirstRead {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        FirstRead {
+            stream,
+            pending: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Waits until no accepted connection is still unread, or `limit` passes;
+    /// returns how many were still unread at the end.
+    pub async fn settle(&self, limit: Duration) -> usize {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                if self.count.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, wait).await;
+        self.count.load(Ordering::SeqCst)
+    }
+
+    fn done(&self) {
+        self.count.fetch_sub(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+}
+
+/// An accepted socket that leaves the [`Unread`] count at its first read.
+#[derive(Debug)]
+pub struct FirstRead {
+    stream: TcpStream,
+    pending: Option<Arc<Unread>>,
+}
+
+impl FirstRead {
+    fn read_once(&mut self) {
+        if let Some(p) = self.pending.take() {
+            p.done();
+        }
+    }
+}
+
+impl Drop for FirstRead {
+    fn drop(&mut self) {
+        self.read_once();
+    }
+}
+
+impl AsyncRead for FirstRead {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if r.is_ready() {
+            self.read_once();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for FirstRead {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    #[tokio::test]
+    async fn a_connection_counts_until_its_first_read_and_settle_waits_for_it() {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let mut client = TcpStream::connect(addr).await.expect("connect");
+        let (stream, _) = listener.accept().await.expect("accept");
+        let unread = Arc::new(Unread::default());
+        let mut conn = unread.track(stream);
+        assert_eq!(unread.settle(Duration::ZERO).await, 1);
+        client
+            .write_all(b"GET / HTTP/1.1\r\n")
+            .await
+            .expect("write");
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            let n = conn.read(&mut buf).await.expect("read");
+            (n, conn)
+        });
+        // A long limit that is never reached: settle returns at the read.
+        assert_eq!(unread.settle(Duration::from_secs(60)).await, 0);
+        let (n, conn) = reader.await.expect("reader");
+        assert!(n > 0);
+        drop(conn);
+        assert_eq!(unread.settle(Duration::ZERO).await, 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_dropped_unread_stops_counting() {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let _client = TcpStream::connect(addr).await.expect("connect");
+        let (stream, _) = listener.accept().await.expect("accept");
+        let unread = Arc::new(Unread::default());
+        drop(unread.track(stream));
+        assert_eq!(unread.settle(Duration::ZERO).await, 0);
+    }
+}
