@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-/// Seed 004's shape: a primary answering within 35 s, a backup within 30 s,
+/// A deadline-census route: a primary answering within 35 s, a backup within 30 s,
 /// waits of 7 s then 11 s. A retry needs ~72 s of deadline, the backup ~30 s.
 const CONFIG: &str = r#"listen: 127.0.0.1:0
 admin: { listen: 127.0.0.1:0 }
