@@ -229,7 +229,6 @@ pub struct Route {
     pub policy: RoutePolicy,
     pub budget: BudgetSettings,
     pub max_in_flight: u32,
-    pub retry_after_cap: Duration,
     pub first_byte_timeout: Option<Duration>,
     pub stream_idle_timeout: Duration,
 }
@@ -1104,10 +1103,6 @@ fn resolve_route(
         policy,
         budget,
         max_in_flight: r.max_in_flight.unwrap_or(DEFAULT_ROUTE_MAX_IN_FLIGHT),
-        retry_after_cap: retry
-            .and_then(|r| r.retry_after_cap)
-            .map(|d| d.0)
-            .unwrap_or(levee_policy::retry_after::DEFAULT_RETRY_AFTER_CAP),
         first_byte_timeout: r.first_byte_timeout.map(|d| d.0),
         stream_idle_timeout: r
             .stream_idle_timeout

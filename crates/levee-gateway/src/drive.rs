@@ -204,13 +204,11 @@ pub(crate) async fn run(
                             // What the provider asked for, uncapped: the core
                             // applies the route's cap to the request, the model
                             // and the provider alike.
-                            let retry_after = levee_policy::retry_after::parse(
+                            let retry_after = levee_policy::retry_after::requested(
                                 resp.headers().get("retry-after").map(|v| v.as_bytes()),
                                 resp.headers().get("retry-after-ms").map(|v| v.as_bytes()),
                                 shared.clock.unix_ms(),
-                                route.retry_after_cap,
-                            )
-                            .map(levee_policy::retry_after::RetryAfter::requested);
+                            );
                             let mut headers = resp.headers().clone();
                             shared.secrets.headers(&mut headers);
                             let body = shared.secrets.bytes(

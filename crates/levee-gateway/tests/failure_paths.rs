@@ -11,6 +11,19 @@ fn chat(model: &str) -> String {
     format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#)
 }
 
+/// One chat request for `model` with a 2 s deadline, under the watchdog.
+async fn ask(env: &Env, model: &str) -> Resp {
+    watchdog(
+        WATCHDOG,
+        env.post(
+            "/v1/chat/completions",
+            &chat(model),
+            &[("x-timeout-ms", "2000")],
+        ),
+    )
+    .await
+}
+
 /// Primary `p` (expected 8 s) and backup `b` (expected 1 s).
 fn primary_and_backup(route_extra: &str) -> String {
     format!(
@@ -75,37 +88,13 @@ async fn a_429_on_one_model_leaves_the_providers_other_models_alone() {
         "",
     )
     .await;
-    let r = watchdog(
-        WATCHDOG,
-        env.post(
-            "/v1/chat/completions",
-            &chat("hot"),
-            &[("x-timeout-ms", "2000")],
-        ),
-    )
-    .await;
+    let r = ask(&env, "hot").await;
     assert_eq!(r.status, 429, "{}", r.text());
-    let r = watchdog(
-        WATCHDOG,
-        env.post(
-            "/v1/chat/completions",
-            &chat("cool"),
-            &[("x-timeout-ms", "2000")],
-        ),
-    )
-    .await;
+    let r = ask(&env, "cool").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-attempts"), "1");
     // `hot` itself is still held.
-    let r = watchdog(
-        WATCHDOG,
-        env.post(
-            "/v1/chat/completions",
-            &chat("hot"),
-            &[("x-timeout-ms", "2000")],
-        ),
-    )
-    .await;
+    let r = ask(&env, "hot").await;
     assert_eq!(r.header("x-levee-reason"), "rate_limited");
     assert_eq!(r.header("x-levee-attempts"), "0");
     env.stop().await;

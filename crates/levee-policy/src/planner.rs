@@ -420,11 +420,6 @@ impl RoutePolicy {
         self
     }
 
-    /// The Retry-After cap.
-    pub fn retry_after_cap(&self) -> Duration {
-        self.retry_after_cap
-    }
-
     /// Number of targets.
     pub fn targets(&self) -> usize {
         self.expected.len()

@@ -242,17 +242,6 @@ impl ProviderState {
         worst
     }
 
-    /// `model`'s breaker state at `now` (the provider-wide breaker included).
-    pub fn model_breaker_state(&self, now: Instant, model: &str) -> BreakerState {
-        let link = self.link.state(now);
-        if link != BreakerState::Closed {
-            return link;
-        }
-        self.domains[self.find(model).unwrap_or(0)]
-            .breaker
-            .state(now)
-    }
-
     /// Until when a 429 asked everyone to wait, for the model throttled
     /// longest (`None` if none is now).
     pub fn throttled_until(&self, now: Instant) -> Option<Instant> {

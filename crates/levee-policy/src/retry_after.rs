@@ -48,14 +48,24 @@ pub fn parse(
     now_unix_ms: u64,
     cap: Duration,
 ) -> Option<RetryAfter> {
-    let d = retry_after_ms
-        .and_then(parse_retry_after_ms)
-        .or_else(|| retry_after.and_then(|v| parse_retry_after(v, now_unix_ms)))?;
+    let d = requested(retry_after, retry_after_ms, now_unix_ms)?;
     Some(if d > cap {
         RetryAfter::TooLong(d)
     } else {
         RetryAfter::Wait(d)
     })
+}
+
+/// The wait the two headers ask for, before any cap (the planner caps it for
+/// the request, the model and the provider alike).
+pub fn requested(
+    retry_after: Option<&[u8]>,
+    retry_after_ms: Option<&[u8]>,
+    now_unix_ms: u64,
+) -> Option<Duration> {
+    retry_after_ms
+        .and_then(parse_retry_after_ms)
+        .or_else(|| retry_after.and_then(|v| parse_retry_after(v, now_unix_ms)))
 }
 
 /// `retry-after-ms: 1500` (a non-negative number of milliseconds, fractions allowed).
