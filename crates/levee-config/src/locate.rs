@@ -1,121 +1,182 @@
-//! Finding the line a key sits on, so that validation errors (which happen
-//! after parsing, when serde's positions are gone) can still say "line 12".
-//! A heuristic over the text: it understands block mappings, lists and inline
-//! `{ key: value }` maps, which is what Levee's configs are made of.
+//! The line of a node in a YAML document, as the YAML parser itself reports
+//! it. Validation that spans several keys (a route naming a provider, two
+//! routes setting one provider's breaker) runs after parsing, when serde's
+//! positions are gone; it records the path of what it refuses, and
+//! [`locate`] reads the document again with a probe that walks that path and
+//! stops with an error at the node — an error the parser stamps with the
+//! node's position. Flow and block style, comments, quoted keys and
+//! multi-line strings are the parser's business, not a guess over the text.
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::fmt;
 
 /// One step of a path into the document.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seg<'a> {
+    /// The value under a mapping key.
     Key(&'a str),
+    /// An item of a sequence (0-based).
     Index(usize),
 }
 
-fn indent(l: &str) -> usize {
-    l.len() - l.trim_start().len()
-}
-
-fn is_content(l: &str) -> bool {
-    let t = l.trim_start();
-    !t.is_empty() && !t.starts_with('#')
-}
-
-fn has_key(l: &str, key: &str) -> Option<bool> {
-    let t = l.trim_start().trim_start_matches("- ").trim_start();
-    let pat = format!("{key}:");
-    if t.starts_with(&pat) {
-        return Some(false);
-    }
-    for sep in ["{ ", "{", ", ", ","] {
-        if t.contains(&format!("{sep}{pat}")) {
-            return Some(true);
-        }
-    }
-    None
-}
-
-/// The 1-based line of `path` in `text`, or the nearest enclosing line found.
+/// The 1-based line of the node at `path` in `text`. When the path ends at a
+/// key, that key's line; when part of the path is missing, the line of the
+/// deepest node that exists. `None` when `text` is not YAML.
 pub fn locate(text: &str, path: &[Seg<'_>]) -> Option<usize> {
-    let lines: Vec<&str> = text.lines().collect();
-    let (mut lo, mut hi) = (0usize, lines.len());
-    let mut best = None;
-    for seg in path {
-        match *seg {
-            Seg::Key(k) => {
-                let found = (lo..hi).find_map(|i| has_key(lines[i], k).map(|inline| (i, inline)));
-                let Some((i, inline)) = found else {
-                    return best.map(|b: usize| b + 1);
-                };
-                best = Some(i);
-                if inline {
-                    return Some(i + 1);
-                }
-                let ind =
-                    indent(lines[i]) + usize::from(lines[i].trim_start().starts_with("- ")) * 2;
-                lo = i + 1;
-                hi = (lo..hi)
-                    .find(|&j| is_content(lines[j]) && indent(lines[j]) < ind.max(1))
-                    .unwrap_or(hi);
-                // `key: value` or `key: [a, b]` on one line. Trimmed exactly as
-                // `has_key` trims, so the slice starts right after `key:` (the
-                // fuzzer found a panic when Unicode whitespace came before it).
-                let t = lines[i].trim_start().trim_start_matches("- ").trim_start();
-                if let Some(rest) = t.get(k.len() + 1..).map(str::trim) {
-                    if !rest.is_empty() && !rest.starts_with('#') {
-                        hi = lo;
-                    }
-                }
+    // Only a document that parses can be probed: every error the probe then
+    // meets is its own stop.
+    serde_norway::from_str::<IgnoredAny>(text).ok()?;
+    let de = serde_norway::Deserializer::from_str(text);
+    match (Probe { path }).deserialize(de) {
+        Ok(()) => None,
+        Err(e) => e.location().map(|l| l.line()),
+    }
+}
+
+const STOP: &str = "the node looked for";
+
+/// Walks `path`; returns an error at the node it leads to.
+struct Probe<'p, 'a> {
+    path: &'p [Seg<'a>],
+}
+
+impl<'de> DeserializeSeed<'de> for Probe<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        // A visitor that accepts nothing fails on whatever node is here, and
+        // the parser stamps that failure with the node's position: that is
+        // the answer when the path ends here or cannot go on.
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Probe<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(STOP)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Some((Seg::Key(want), rest)) = self.path.split_first() else {
+            return Err(de::Error::custom(STOP));
+        };
+        let stop_at_key = rest.is_empty();
+        while let Some(hit) = map.next_key_seed(KeyProbe {
+            want,
+            stop: stop_at_key,
+        })? {
+            if hit {
+                return map.next_value_seed(Probe { path: rest });
             }
-            Seg::Index(n) => {
-                let items: Vec<usize> = (lo..hi)
-                    .filter(|&j| lines[j].trim_start().starts_with("- ") || lines[j].trim() == "-")
-                    .collect();
-                let Some(min_ind) = items.iter().map(|&j| indent(lines[j])).min() else {
-                    return best.map(|b| b + 1);
-                };
-                let items: Vec<usize> = items
-                    .into_iter()
-                    .filter(|&j| indent(lines[j]) == min_ind)
-                    .collect();
-                let Some(&start) = items.get(n) else {
-                    return best.map(|b| b + 1);
-                };
-                best = Some(start);
-                lo = start;
-                hi = items.get(n + 1).copied().unwrap_or(hi);
+            map.next_value::<IgnoredAny>()?;
+        }
+        Err(de::Error::custom(STOP))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some((Seg::Index(want), rest)) = self.path.split_first() else {
+            return Err(de::Error::custom(STOP));
+        };
+        for _ in 0..*want {
+            if seq.next_element::<IgnoredAny>()?.is_none() {
+                return Err(de::Error::custom(STOP));
             }
         }
+        seq.next_element_seed(Probe { path: rest })?;
+        Err(de::Error::custom(STOP))
     }
-    best.map(|b| b + 1)
+}
+
+/// Reads one mapping key: whether it is the one wanted, or — when the path
+/// ends at this key — an error at the key itself.
+struct KeyProbe<'a> {
+    want: &'a str,
+    stop: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for KeyProbe<'_> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyProbe<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a mapping key")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+        match v == self.want {
+            true if self.stop => Err(E::custom(STOP)),
+            hit => Ok(hit),
+        }
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<bool, E> {
+        self.visit_str(&v.to_string())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<bool, E> {
+        self.visit_str(&v.to_string())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Seg::*;
 
     const DOC: &str = "listen: x\nroutes:\n  - match: { model_prefix: \"a/\" }\n    retry:\n      max_attempts: 0\n  - match: { model_prefix: \"b/\" }\n    retry: { max_attempts: 9 }\n";
 
     #[test]
     fn finds_block_inline_and_listed_keys() {
-        use Seg::*;
         assert_eq!(locate(DOC, &[Key("listen")]), Some(1));
+        let max = |i| locate(DOC, &[Key("routes"), Index(i), Key("retry"), Key("max_attempts")]);
+        assert_eq!(max(0), Some(5));
+        assert_eq!(max(1), Some(7));
+        assert_eq!(locate(DOC, &[Key("routes"), Index(1), Key("match")]), Some(6));
+        assert_eq!(locate(DOC, &[Key("routes"), Index(1)]), Some(6));
+        // A block-style value: the key's own line.
+        assert_eq!(locate(DOC, &[Key("routes"), Index(0), Key("retry")]), Some(4));
+    }
+
+    #[test]
+    fn a_missing_part_points_at_the_deepest_node_found() {
+        // The sequence under `routes:` starts on line 3.
+        assert_eq!(locate(DOC, &[Key("routes"), Index(5)]), Some(3));
+        assert_eq!(locate(DOC, &[Key("nope")]), Some(1));
+        assert_eq!(locate("not: [valid", &[Key("not")]), None);
+    }
+
+    #[test]
+    fn keys_named_in_comments_strings_and_other_blocks_are_not_taken_for_the_key() {
+        // A reader of the text alone finds `retry:` inside the quoted
+        // string on line 3 and the comment on line 4 before the real key.
+        let doc = "routes:\n  - match:\n      model_prefix: \"a\n        retry: x\"\n    # retry: { max_attempts: 1 }\n    retry:\n      max_attempts: 0\n";
         assert_eq!(
-            locate(
-                DOC,
-                &[Key("routes"), Index(0), Key("retry"), Key("max_attempts")]
-            ),
-            Some(5)
-        );
-        assert_eq!(
-            locate(
-                DOC,
-                &[Key("routes"), Index(1), Key("retry"), Key("max_attempts")]
-            ),
+            locate(doc, &[Key("routes"), Index(0), Key("retry"), Key("max_attempts")]),
             Some(7)
         );
+        let anchors = "base: &b { open_for: 2s }\nroutes:\n  - circuit_breaker: *b\n";
         assert_eq!(
-            locate(DOC, &[Key("routes"), Index(1), Key("match")]),
-            Some(6)
+            locate(anchors, &[Key("routes"), Index(0), Key("circuit_breaker")]),
+            Some(3)
         );
-        assert_eq!(locate(DOC, &[Key("routes"), Index(5)]), Some(2));
     }
 }

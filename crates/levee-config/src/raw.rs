@@ -1,14 +1,23 @@
-//! The configuration exactly as users write it (stage one: no validation
-//! beyond types; unknown keys are refused so a typo is never silently ignored).
+//! The configuration exactly as users write it: stage one. Unknown keys are
+//! refused (a typo is never silently ignored), and every single value checks
+//! itself as it is read ([`crate::values`], [`crate::duration`]), so its
+//! error carries the parser's line. Rules that span several keys are stage
+//! two ([`crate::Config::from_raw`]).
 
 use crate::duration::Dur;
+use crate::values::{
+    Api, AtLeastOne, BackendKind, BaseUrl, ListenAddr, OnUnavailable, OtlpEndpoint, RedisUrl,
+    Sha256Digest,
+};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::fmt;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
-    pub listen: Option<String>,
+    pub listen: Option<ListenAddr>,
     pub admin: Option<RawAdmin>,
     pub shutdown_grace: Option<Dur>,
     pub limits: Option<RawLimits>,
@@ -28,14 +37,14 @@ pub struct RawConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
-    pub listen: Option<String>,
+    pub listen: Option<ListenAddr>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
     pub max_body_bytes: Option<u64>,
-    pub max_header_bytes: Option<u64>,
+    pub max_header_bytes: Option<usize>,
     pub header_read_timeout: Option<Dur>,
     pub body_read_timeout: Option<Dur>,
 }
@@ -43,10 +52,10 @@ pub struct RawLimits {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProvider {
-    pub api: String,
-    pub base_url: String,
+    pub api: Api,
+    pub base_url: BaseUrl,
     pub api_key_env: Option<String>,
-    pub max_in_flight: Option<u32>,
+    pub max_in_flight: Option<AtLeastOne<u32>>,
     pub rate_limit: Option<RawRateLimit>,
     pub circuit_breaker: Option<RawBreaker>,
     pub connect_timeout: Option<Dur>,
@@ -55,8 +64,8 @@ pub struct RawProvider {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRateLimit {
-    pub requests_per_minute: u32,
-    pub burst: Option<u32>,
+    pub requests_per_minute: AtLeastOne<u32>,
+    pub burst: Option<AtLeastOne<u32>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -70,17 +79,17 @@ pub struct RawBreaker {
     pub probe_interval: Option<Dur>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {
     #[serde(rename = "match")]
     pub matcher: Option<RawMatch>,
     pub targets: Option<Vec<RawTarget>>,
     pub deadline: Option<RawDeadline>,
-    pub expected_attempt_ms: Option<u64>,
+    pub expected_attempt_ms: Option<AtLeastOne<u64>>,
     pub retry: Option<RawRetry>,
     pub circuit_breaker: Option<RawBreaker>,
-    pub max_in_flight: Option<u32>,
+    pub max_in_flight: Option<AtLeastOne<u32>>,
     pub attempt_timeout: Option<Dur>,
     pub first_byte_timeout: Option<Dur>,
     pub stream_idle_timeout: Option<Dur>,
@@ -93,11 +102,33 @@ pub struct RawMatch {
     pub path: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// `targets:` items: a provider's name, or `{ provider, model, expected_attempt_ms }`.
+#[derive(Debug)]
 pub enum RawTarget {
     Name(String),
     Full(RawTargetFull),
+}
+
+// By hand rather than `untagged`: an untagged enum reports only "did not
+// match any variant", losing what was wrong inside the mapping form.
+impl<'de> Deserialize<'de> for RawTarget {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawTarget;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a provider name or `{ provider: NAME, model: MODEL }`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawTarget, E> {
+                Ok(RawTarget::Name(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawTarget, A::Error> {
+                RawTargetFull::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawTarget::Full)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,7 +136,7 @@ pub enum RawTarget {
 pub struct RawTargetFull {
     pub provider: String,
     pub model: Option<String>,
-    pub expected_attempt_ms: Option<u64>,
+    pub expected_attempt_ms: Option<AtLeastOne<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,7 +193,7 @@ pub struct RawCaller {
 #[serde(deny_unknown_fields)]
 pub struct RawKey {
     pub name: Option<String>,
-    pub sha256: Option<String>,
+    pub sha256: Option<Sha256Digest>,
     pub env: Option<String>,
 }
 
@@ -177,16 +208,16 @@ pub struct RawIdempotency {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawState {
-    pub backend: Option<String>,
-    pub url: Option<String>,
+    pub backend: Option<BackendKind>,
+    pub url: Option<RedisUrl>,
     pub key_prefix: Option<String>,
-    pub replicas: Option<u32>,
+    pub replicas: Option<AtLeastOne<u32>>,
     pub timeout: Option<Dur>,
-    pub on_unavailable: Option<String>,
+    pub on_unavailable: Option<OnUnavailable>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTelemetry {
-    pub otlp_endpoint: Option<String>,
+    pub otlp_endpoint: Option<OtlpEndpoint>,
 }

@@ -17,7 +17,7 @@ const SEED_000_ROUTES: &str = r#"routes:
 
 fn line_of(e: ConfigError) -> (usize, String) {
     match e {
-        ConfigError::AtLine { line, message } => (line, message),
+        ConfigError::AtLine { line, message } => (line, message.to_string()),
         other => panic!("expected a line number: {other}"),
     }
 }
@@ -28,7 +28,10 @@ fn seed_000_routes_block_loads_unchanged() {
     assert!(c.builtin_mock);
     assert_eq!(c.routes.len(), 1);
     assert_eq!(c.routes[0].policy.max_attempts(), 3);
-    assert_eq!(c.providers[0].breaker.open_for, Duration::from_secs(5));
+    assert_eq!(
+        c.providers[0].breaker.settings().open_for,
+        Duration::from_secs(5)
+    );
     // With a provider of the prefix's name, the route targets it.
     let with_provider = format!(
         "providers:\n  anthropic:\n    api: anthropic\n    base_url: https://api.anthropic.com\n    api_key_env: ANTHROPIC_API_KEY\n{SEED_000_ROUTES}"
@@ -165,7 +168,7 @@ routes:
 #[test]
 fn a_route_breaker_block_keeps_the_providers_fields_it_omits() {
     let c = Config::parse(TWO_ROUTES_ONE_PROVIDER).unwrap();
-    let b = c.providers[0].breaker;
+    let b = c.providers[0].breaker.settings();
     assert_eq!(b.open_for, Duration::from_secs(2), "the route's field");
     assert_eq!(b.error_ratio, 0.3, "the provider's, not the default 0.5");
     assert_eq!(b.min_requests, 50);
@@ -206,7 +209,9 @@ fn redis_urls_are_validated_and_never_shown_with_their_password() {
         "redis://:s3cret@host:6379/db",
         "redis://:s3cret@ho st:6379",
     ] {
-        let e = levee_config::check_redis_url(bad).expect_err(bad);
+        let e = levee_config::check_redis_url(bad)
+            .expect_err(bad)
+            .to_string();
         assert!(!e.contains("s3cret"), "the password is shown: {e}");
         let text = format!("state: {{ backend: redis, url: \"{bad}\" }}\n");
         let e = Config::parse(&text).expect_err(bad).to_string();

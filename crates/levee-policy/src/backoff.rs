@@ -69,6 +69,10 @@ const HOUR_MS: u64 = 3_600_000;
 
 /// The default first backoff cap, in milliseconds.
 pub const DEFAULT_BASE_MS: u64 = 100;
+/// The default growth of the cap per retry.
+pub const DEFAULT_MULTIPLIER: f64 = 2.0;
+/// The default longest cap, in milliseconds.
+pub const DEFAULT_MAX_MS: u64 = 10_000;
 
 impl Default for Backoff {
     /// 100 ms × 2ⁿ, capped at 10 s, full jitter: the second retry starts
@@ -79,8 +83,8 @@ impl Default for Backoff {
         Backoff {
             shape: Shape::Exponential {
                 base: Duration::from_millis(DEFAULT_BASE_MS),
-                multiplier: 2.0,
-                max: Duration::from_secs(10),
+                multiplier: DEFAULT_MULTIPLIER,
+                max: Duration::from_millis(DEFAULT_MAX_MS),
             },
             jitter: Jitter::Full,
         }

@@ -117,6 +117,7 @@ pub struct CircuitBreaker {
     open_for: Duration,
     probes: u32,
     probe_interval: Duration,
+    window: Duration,
     bucket_ns: u64,
     buckets: [Bucket; BUCKETS],
     /// Provider faults since the last success (within one window of each other).
@@ -127,6 +128,47 @@ pub struct CircuitBreaker {
     /// After closing: at most 1.4× that rate.
     ramp: Option<Ramp>,
     state: State,
+}
+
+/// A breaker's settings, as a config states them. [`Default`] holds Levee's
+/// defaults (the only place they are written): 50 % faults over 10 s with at
+/// least 20 requests (or 20 faults in a row), open 5 s with a probe every
+/// second, 3 probes to close.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BreakerSettings {
+    pub error_ratio: f64,
+    pub window: Duration,
+    pub min_requests: u32,
+    pub open_for: Duration,
+    pub half_open_probes: u32,
+    pub probe_interval: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            error_ratio: 0.5,
+            window: Duration::from_secs(10),
+            min_requests: 20,
+            open_for: Duration::from_secs(5),
+            half_open_probes: 3,
+            probe_interval: DEFAULT_PROBE_INTERVAL,
+        }
+    }
+}
+
+impl BreakerSettings {
+    /// Validates and builds the breaker these settings describe.
+    pub fn build(&self) -> Result<CircuitBreaker, BreakerError> {
+        CircuitBreaker::new(
+            self.error_ratio,
+            self.window,
+            self.min_requests,
+            self.open_for,
+            self.half_open_probes,
+        )?
+        .with_probe_interval(self.probe_interval)
+    }
 }
 
 impl CircuitBreaker {
@@ -153,20 +195,46 @@ impl CircuitBreaker {
         if !(1..=1000).contains(&half_open_probes) {
             return Err(BreakerError::Probes(half_open_probes));
         }
-        Ok(CircuitBreaker {
+        Ok(CircuitBreaker::from_valid(BreakerSettings {
             error_ratio,
+            window,
             min_requests,
             open_for,
-            probes: half_open_probes,
-            probe_interval: DEFAULT_PROBE_INTERVAL.min(open_for),
-            bucket_ns: u64::try_from(window.as_nanos() / BUCKETS as u128).unwrap_or(u64::MAX),
+            half_open_probes,
+            probe_interval: DEFAULT_PROBE_INTERVAL,
+        }))
+    }
+
+    /// Settings already checked by [`CircuitBreaker::new`] (or the defaults).
+    fn from_valid(s: BreakerSettings) -> Self {
+        CircuitBreaker {
+            error_ratio: s.error_ratio,
+            min_requests: s.min_requests,
+            open_for: s.open_for,
+            probes: s.half_open_probes,
+            probe_interval: s.probe_interval.min(s.open_for),
+            window: s.window,
+            bucket_ns: u64::try_from(s.window.as_nanos() / BUCKETS as u128).unwrap_or(u64::MAX),
             buckets: [Bucket::default(); BUCKETS],
             in_a_row: 0,
             last_fault: Instant::ZERO,
             baseline_per_minute: 0,
             ramp: None,
             state: State::Closed,
-        })
+        }
+    }
+
+    /// The settings this breaker was built from (`probe_interval` at most
+    /// `open_for`).
+    pub fn settings(&self) -> BreakerSettings {
+        BreakerSettings {
+            error_ratio: self.error_ratio,
+            window: self.window,
+            min_requests: self.min_requests,
+            open_for: self.open_for,
+            half_open_probes: self.probes,
+            probe_interval: self.probe_interval,
+        }
     }
 
     /// Sets how often an open breaker lets a probe through (at most `open_for`).
@@ -190,23 +258,9 @@ impl CircuitBreaker {
         };
     }
 
-    /// The defaults: 50% over 10 s with at least 20 requests (or 20 faults in
-    /// a row), open 5 s with a probe every second, 3 probes to close.
+    /// The defaults ([`BreakerSettings::default`]).
     pub fn default_policy() -> Self {
-        CircuitBreaker {
-            error_ratio: 0.5,
-            min_requests: 20,
-            open_for: Duration::from_secs(5),
-            probes: 3,
-            probe_interval: DEFAULT_PROBE_INTERVAL,
-            bucket_ns: 1_000_000_000,
-            buckets: [Bucket::default(); BUCKETS],
-            in_a_row: 0,
-            last_fault: Instant::ZERO,
-            baseline_per_minute: 0,
-            ramp: None,
-            state: State::Closed,
-        }
+        CircuitBreaker::from_valid(BreakerSettings::default())
     }
 
     /// The state as it would be seen at `now` (an elapsed open period reads as half-open).

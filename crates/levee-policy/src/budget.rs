@@ -70,6 +70,33 @@ pub struct RetryBudget {
     slots: [Slot; SLOTS],
 }
 
+/// A budget's settings, as a config states them. [`Default`] holds Levee's
+/// defaults (the only place they are written): ratio 0.1, 5 retries/s always,
+/// a 1 s window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BudgetSettings {
+    pub ratio: f64,
+    pub min_per_second: f64,
+    pub window: Duration,
+}
+
+impl Default for BudgetSettings {
+    fn default() -> Self {
+        BudgetSettings {
+            ratio: 0.1,
+            min_per_second: 5.0,
+            window: Duration::from_secs(1),
+        }
+    }
+}
+
+impl BudgetSettings {
+    /// Validates and builds a fresh budget.
+    pub fn build(&self) -> Result<RetryBudget, BudgetError> {
+        RetryBudget::new(self.ratio, self.min_per_second, self.window)
+    }
+}
+
 impl RetryBudget {
     /// Validates and builds. `ratio`: tokens per success; `min_per_second`:
     /// retries always allowed; `window`: how long credit lasts.
@@ -83,24 +110,28 @@ impl RetryBudget {
         if window < Duration::from_millis(10) || window > Duration::from_secs(60) {
             return Err(BudgetError::Window(window));
         }
-        let slot_ns = u64::try_from(window.as_nanos() / SLOTS as u128).unwrap_or(u64::MAX);
-        Ok(RetryBudget {
-            deposit_milli: (ratio * MILLI as f64).round() as u64,
-            reserve_milli: (min_per_second * window.as_secs_f64() * MILLI as f64).round() as u64,
-            slot_ns,
-            // Epoch 0 with zero counts is harmless whether or not it is "live".
-            slots: [Slot::default(); SLOTS],
-        })
+        Ok(RetryBudget::from_valid(BudgetSettings {
+            ratio,
+            min_per_second,
+            window,
+        }))
     }
 
-    /// The common defaults: ratio 0.1, 5 retries/s always, 1 s window.
-    pub fn default_policy() -> Self {
+    /// Settings already checked by [`RetryBudget::new`] (or the defaults).
+    fn from_valid(s: BudgetSettings) -> Self {
         RetryBudget {
-            deposit_milli: 100,
-            reserve_milli: 5 * MILLI,
-            slot_ns: 100_000_000,
+            deposit_milli: (s.ratio * MILLI as f64).round() as u64,
+            reserve_milli: (s.min_per_second * s.window.as_secs_f64() * MILLI as f64).round()
+                as u64,
+            slot_ns: u64::try_from(s.window.as_nanos() / SLOTS as u128).unwrap_or(u64::MAX),
+            // Epoch 0 with zero counts is harmless whether or not it is "live".
             slots: [Slot::default(); SLOTS],
         }
+    }
+
+    /// The defaults ([`BudgetSettings::default`]).
+    pub fn default_policy() -> Self {
+        RetryBudget::from_valid(BudgetSettings::default())
     }
 
     fn epoch(&self, now: Instant) -> u64 {

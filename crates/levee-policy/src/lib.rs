@@ -24,8 +24,8 @@ pub mod time;
 
 pub use admission::{ConcurrencyGuard, ConcurrencyLimiter, Gcra};
 pub use backoff::{Backoff, Jitter};
-pub use breaker::{BreakerState, CircuitBreaker};
-pub use budget::RetryBudget;
+pub use breaker::{BreakerSettings, BreakerState, CircuitBreaker};
+pub use budget::{BudgetSettings, RetryBudget};
 pub use classify::{Class, Classifier, Outcome, RetryOn};
 pub use deadline::{DeadlineError, DeadlineHeaders, DeadlinePolicy};
 pub use planner::{

@@ -1,0 +1,250 @@
+//! Stage two: the raw configuration checked as a whole and turned into
+//! [`Config`] — defaults filled in (the core's own, or [`crate::defaults`]),
+//! the core's objects built, provider caps derived from the routes.
+
+use crate::defaults;
+use crate::error::{ConfigError, Problem};
+use crate::locate::Seg::{Index, Key};
+use crate::model::{
+    derived_max_in_flight, CallerKey, IdempotencySettings, InFlightCap, Limits, Provider, Route,
+    StateBackend, Telemetry,
+};
+use crate::raw::{RawConfig, RawIdempotency, RawKey, RawLimits, RawProvider, RawRoute, RawState};
+use crate::values::{Api, BackendKind};
+use crate::{Caller, Config, BUILTIN_MOCK};
+use levee_policy::admission::Gcra;
+use levee_policy::BreakerSettings;
+use std::net::SocketAddr;
+
+impl Config {
+    /// Stage two: checks what spans several keys, fills in defaults and
+    /// builds the core's objects. `text` is the YAML `raw` was read from: it
+    /// gives the line of what is refused.
+    pub fn from_raw(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
+        let builtin_mock = raw.providers.is_empty();
+        let (mut providers, declared) = if builtin_mock {
+            (vec![builtin_mock_provider()], vec![BreakerSettings::default()])
+        } else {
+            providers(text, &raw)?
+        };
+        let default_route = [RawRoute::default()];
+        // No routes: every model, every path, to the first provider.
+        let raw_routes = if raw.routes.is_empty() {
+            &default_route[..]
+        } else {
+            &raw.routes[..]
+        };
+        let routes =
+            crate::route::resolve_routes(text, raw_routes, &mut providers, declared, builtin_mock)?;
+        derive_in_flight_caps(&mut providers, &routes);
+        Ok(Config {
+            listen: addr(raw.listen.map(|a| a.0), defaults::LISTEN),
+            admin_listen: addr(
+                raw.admin.and_then(|a| a.listen).map(|a| a.0),
+                defaults::ADMIN_LISTEN,
+            ),
+            shutdown_grace: raw
+                .shutdown_grace
+                .map_or(defaults::SHUTDOWN_GRACE, |d| d.0),
+            limits: limits(raw.limits.as_ref()),
+            providers,
+            routes,
+            callers: raw
+                .callers
+                .iter()
+                .map(|c| Caller {
+                    name: c.name.clone(),
+                    deadline: c.deadline.0,
+                })
+                .collect(),
+            keys: keys(text, &raw.keys)?,
+            idempotency: idempotency(text, raw.idempotency.as_ref())?,
+            state: state(text, raw.state.as_ref())?,
+            builtin_mock,
+            telemetry: Telemetry {
+                otlp_endpoint: raw.telemetry.and_then(|t| t.otlp_endpoint).map(|e| e.0),
+            },
+        })
+    }
+}
+
+fn addr(v: Option<SocketAddr>, default: ([u8; 4], u16)) -> SocketAddr {
+    v.unwrap_or_else(|| SocketAddr::from(default))
+}
+
+fn limits(raw: Option<&RawLimits>) -> Limits {
+    let d = Limits::default();
+    let Some(l) = raw else { return d };
+    Limits {
+        max_body_bytes: l.max_body_bytes.unwrap_or(d.max_body_bytes),
+        max_header_bytes: l.max_header_bytes.unwrap_or(d.max_header_bytes),
+        header_read_timeout: l.header_read_timeout.map_or(d.header_read_timeout, |t| t.0),
+        body_read_timeout: l.body_read_timeout.map_or(d.body_read_timeout, |t| t.0),
+    }
+}
+
+/// The provider used when none is configured; the caller points it at a
+/// running mock ([`Config::set_builtin_mock_addr`]).
+fn builtin_mock_provider() -> Provider {
+    Provider {
+        name: BUILTIN_MOCK.to_string(),
+        api: Api::OpenAi,
+        base_url: http::Uri::from_static(defaults::mock::BASE_URL),
+        api_key_env: None,
+        max_in_flight: defaults::mock::MAX_IN_FLIGHT,
+        max_in_flight_from: InFlightCap::Configured,
+        rate_limit: None,
+        allowance: None,
+        breaker: levee_policy::CircuitBreaker::default_policy(),
+        connect_timeout: defaults::mock::CONNECT_TIMEOUT,
+    }
+}
+
+/// The configured providers, and the breaker settings each declares.
+fn providers(
+    text: &str,
+    raw: &RawConfig,
+) -> Result<(Vec<Provider>, Vec<BreakerSettings>), ConfigError> {
+    let mut providers = Vec::with_capacity(raw.providers.len());
+    let mut declared = Vec::with_capacity(raw.providers.len());
+    for (name, p) in &raw.providers {
+        let settings = p
+            .circuit_breaker
+            .as_ref()
+            .map_or_else(BreakerSettings::default, |b| b.merge(BreakerSettings::default()));
+        let breaker = settings.build().map_err(|source| {
+            let path = [Key("providers"), Key(name), Key("circuit_breaker")];
+            let problem = Problem::ProviderBreaker {
+                provider: name.clone(),
+                source,
+            };
+            ConfigError::at(text, &path, problem)
+        })?;
+        providers.push(provider(name, p, breaker));
+        declared.push(settings);
+    }
+    Ok((providers, declared))
+}
+
+fn provider(name: &str, p: &RawProvider, breaker: levee_policy::CircuitBreaker) -> Provider {
+    let rate_limit = p.rate_limit.as_ref().map(|r| {
+        let rpm = r.requests_per_minute.0;
+        (rpm, r.burst.map_or_else(|| Gcra::default_burst(rpm), |b| b.0))
+    });
+    Provider {
+        name: name.to_string(),
+        api: p.api,
+        base_url: p.base_url.0.clone(),
+        api_key_env: p.api_key_env.clone(),
+        // Unset: sized from the allowance once the routes are known.
+        max_in_flight: p.max_in_flight.map_or(u32::MAX, |m| m.0),
+        max_in_flight_from: match p.max_in_flight {
+            Some(_) => InFlightCap::Configured,
+            None => InFlightCap::None,
+        },
+        rate_limit,
+        // Both at least 1, checked as they were read.
+        allowance: rate_limit.and_then(|(rpm, burst)| Gcra::per_minute(rpm, burst).ok()),
+        breaker,
+        connect_timeout: p
+            .connect_timeout
+            .map_or(defaults::CONNECT_TIMEOUT, |d| d.0),
+    }
+}
+
+/// Sizes each provider without a written `max_in_flight` from its allowance
+/// and the longest attempt any route expects of it (see [`InFlightCap`]).
+fn derive_in_flight_caps(providers: &mut [Provider], routes: &[Route]) {
+    for (ix, p) in providers.iter_mut().enumerate() {
+        if p.max_in_flight_from != InFlightCap::None {
+            continue;
+        }
+        let longest = routes
+            .iter()
+            .flat_map(|r| &r.targets)
+            .filter(|t| t.provider == ix)
+            .map(|t| t.expected_attempt)
+            .max();
+        if let (Some((rpm, burst)), Some(expected)) = (p.rate_limit, longest) {
+            p.max_in_flight = derived_max_in_flight(rpm, burst, expected);
+            p.max_in_flight_from = InFlightCap::Derived {
+                requests_per_minute: rpm,
+                burst,
+                expected_attempt: expected,
+            };
+        }
+    }
+}
+
+fn keys(text: &str, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> {
+    let mut keys = Vec::with_capacity(raw.len());
+    for (i, k) in raw.iter().enumerate() {
+        let name = k.name.clone().unwrap_or_else(|| format!("key{}", i + 1));
+        keys.push(match (&k.sha256, &k.env) {
+            (Some(d), None) => CallerKey::Sha256 { name, digest: d.0 },
+            (None, Some(var)) => CallerKey::Env {
+                name,
+                var: var.clone(),
+            },
+            _ => {
+                let path = [Key("keys"), Index(i)];
+                return Err(ConfigError::at(text, &path, Problem::KeySource));
+            }
+        });
+    }
+    Ok(keys)
+}
+
+fn idempotency(
+    text: &str,
+    raw: Option<&RawIdempotency>,
+) -> Result<IdempotencySettings, ConfigError> {
+    let d = IdempotencySettings::default();
+    let Some(i) = raw else { return Ok(d) };
+    let s = IdempotencySettings {
+        ttl: i.ttl.map_or(d.ttl, |t| t.0),
+        max_entries: i.max_entries.unwrap_or(d.max_entries),
+        max_bytes: i.max_bytes.unwrap_or(d.max_bytes),
+    };
+    if s.max_entries == 0 || s.max_bytes < 1024 {
+        let path = [Key("idempotency")];
+        return Err(ConfigError::at(text, &path, Problem::IdempotencyTooSmall));
+    }
+    Ok(s)
+}
+
+fn state(text: &str, raw: Option<&RawState>) -> Result<StateBackend, ConfigError> {
+    let Some(s) = raw else {
+        return Ok(StateBackend::Memory);
+    };
+    if s.backend.unwrap_or_default() == BackendKind::Memory {
+        // Redis settings under the memory backend would be silently unused.
+        let set = [
+            ("url", s.url.is_some()),
+            ("key_prefix", s.key_prefix.is_some()),
+            ("replicas", s.replicas.is_some()),
+            ("timeout", s.timeout.is_some()),
+            ("on_unavailable", s.on_unavailable.is_some()),
+        ];
+        return match set.iter().find(|(_, is_set)| *is_set) {
+            Some((key, _)) => {
+                let path = [Key("state"), Key(key)];
+                Err(ConfigError::at(text, &path, Problem::RedisOnly(key)))
+            }
+            None => Ok(StateBackend::Memory),
+        };
+    }
+    Ok(StateBackend::Redis {
+        url: s
+            .url
+            .as_ref()
+            .map_or_else(|| defaults::REDIS_URL.to_string(), |u| u.0.clone()),
+        key_prefix: s
+            .key_prefix
+            .clone()
+            .unwrap_or_else(|| defaults::REDIS_KEY_PREFIX.to_string()),
+        replicas: s.replicas.map_or(defaults::REDIS_REPLICAS, |r| r.0),
+        timeout: s.timeout.map_or(defaults::REDIS_TIMEOUT, |t| t.0),
+        on_unavailable: s.on_unavailable.unwrap_or_default(),
+    })
+}

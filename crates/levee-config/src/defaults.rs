@@ -1,0 +1,45 @@
+//! The defaults the configuration owns: each written once, here. Defaults of
+//! the policy core's objects (breaker, budget, backoff, deadline, retryable
+//! set, Retry-After cap, burst) are not: they come from the core's own
+//! `Default`s and constants.
+
+use std::time::Duration;
+
+/// `listen`.
+pub const LISTEN: ([u8; 4], u16) = ([127, 0, 0, 1], 8080);
+/// `admin.listen`.
+pub const ADMIN_LISTEN: ([u8; 4], u16) = ([127, 0, 0, 1], 9090);
+/// `shutdown_grace`: how long in-flight requests may finish after SIGTERM.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// A route's bulkhead when the config sets none.
+pub const ROUTE_MAX_IN_FLIGHT: u32 = 1024;
+/// `expected_attempt_ms`: what the census and fallback reserve assume one
+/// attempt takes.
+pub const EXPECTED_ATTEMPT_MS: u64 = 8000;
+/// `retry.max_attempts`, counting the first.
+pub const MAX_ATTEMPTS: u32 = 3;
+/// `retry.respect_retry_after`.
+pub const RESPECT_RETRY_AFTER: bool = true;
+/// `stream_idle_timeout`: the longest gap between two stream events.
+pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A provider's `connect_timeout`.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `state.url` with `backend: redis`.
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// `state.key_prefix`.
+pub const REDIS_KEY_PREFIX: &str = "levee";
+/// `state.replicas`.
+pub const REDIS_REPLICAS: u32 = 1;
+/// `state.timeout`: a shared-state call slower than this falls back.
+pub const REDIS_TIMEOUT: Duration = Duration::from_millis(5);
+
+/// The built-in mock provider, used when no providers are configured.
+pub mod mock {
+    use std::time::Duration;
+    /// Its address until the caller points it at a running mock.
+    pub const BASE_URL: &str = "http://127.0.0.1:9100";
+    pub const MAX_IN_FLIGHT: u32 = 10_000;
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+}

@@ -1,0 +1,125 @@
+//! What can be wrong with a configuration. Every problem names the key, says
+//! what to write instead, and — through [`ConfigError::AtLine`] — the line.
+
+use crate::locate::{locate, Seg};
+use levee_policy::backoff::BackoffError;
+use levee_policy::breaker::BreakerError;
+use levee_policy::budget::BudgetError;
+use levee_policy::classify::RetryOnError;
+use levee_policy::deadline::DeadlinePolicyError;
+use levee_policy::planner::PlanError;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source} (check the path and that Levee may read it)")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config line {line}: {message}")]
+    AtLine { line: usize, message: Problem },
+    /// A problem with no line to point at (a raw configuration validated
+    /// without the text it came from).
+    #[error("config: {0}")]
+    General(Problem),
+}
+
+impl ConfigError {
+    /// `problem`, at the line of the node `path` leads to in `text` (or the
+    /// nearest enclosing node the parser finds).
+    pub(crate) fn at(text: &str, path: &[Seg<'_>], problem: impl Into<Problem>) -> Self {
+        let message = problem.into();
+        match locate(text, path) {
+            Some(line) => ConfigError::AtLine { line, message },
+            None => ConfigError::General(message),
+        }
+    }
+
+    /// An error of the YAML reader, whose position the parser reported.
+    pub(crate) fn from_yaml(e: &serde_norway::Error) -> Self {
+        let (line, message) = yaml_message(e);
+        let message = Problem::Yaml(message);
+        match line {
+            Some(line) => ConfigError::AtLine { line, message },
+            None => ConfigError::General(message),
+        }
+    }
+
+    /// The line the error points at, if any.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ConfigError::AtLine { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+}
+
+/// A YAML reader's error as (line, message without the position the reader
+/// appends to its text).
+pub fn yaml_message(e: &serde_norway::Error) -> (Option<usize>, String) {
+    let text = e.to_string();
+    let Some(loc) = e.location() else {
+        return (None, text);
+    };
+    let suffix = format!(" at line {} column {}", loc.line(), loc.column());
+    let message = text.strip_suffix(&suffix).unwrap_or(&text).to_string();
+    (Some(loc.line()), message)
+}
+
+/// One thing wrong with a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// Found while reading the YAML: a syntax error, an unknown key, a wrong
+    /// type, or a value whose own check failed (a duration, an address, a
+    /// URL, a number that must be at least 1). The reader prefixes the key.
+    #[error("{0}")]
+    Yaml(String),
+    #[error("provider `{provider}`: `circuit_breaker`: {source}")]
+    ProviderBreaker {
+        provider: String,
+        source: BreakerError,
+    },
+    #[error("route {number} (`{name}`): {problem}")]
+    Route {
+        /// 1-based, in file order.
+        number: usize,
+        name: String,
+        problem: RouteProblem,
+    },
+    #[error("a key needs exactly one of `sha256` (the sha256 of the caller's key) or `env` (a variable holding the key)")]
+    KeySource,
+    #[error("`idempotency.max_entries` must be at least 1 and `idempotency.max_bytes` at least 1024")]
+    IdempotencyTooSmall,
+    #[error("`state.{0}` applies only with `backend: redis`: remove it or set `backend: redis`")]
+    RedisOnly(&'static str),
+}
+
+/// What is wrong with one route.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteProblem {
+    #[error("target `{name}` is not a provider (known: {known}): add it under `providers:` or fix the name")]
+    UnknownProvider { name: String, known: String },
+    #[error("`targets` must list at least one provider")]
+    EmptyTargets,
+    #[error("no `targets`, and no provider named `{guess}` to default to: add `targets: [{guess}]` or a provider of that name")]
+    NoDefaultTarget { guess: String },
+    #[error("its `circuit_breaker` differs from route {other}'s for provider `{provider}`: a provider's breakers are shared by every route that reaches it, so set them once (on the provider, or the same on each route)")]
+    BreakerConflict { other: usize, provider: String },
+    #[error("`circuit_breaker`: {0}")]
+    Breaker(#[from] BreakerError),
+    #[error("{0}")]
+    Deadline(#[from] DeadlinePolicyError),
+    #[error("`retry.on`: {0}")]
+    RetryOn(#[from] RetryOnError),
+    #[error("`retry.backoff`: {0}")]
+    Backoff(#[from] BackoffError),
+    #[error("`retry.backoff`: use either `schedule_ms` or `base_ms`/`multiplier`, not both")]
+    BackoffBoth,
+    #[error("{0}")]
+    Plan(#[from] PlanError),
+    #[error("`retry.budget`: {0}")]
+    Budget(#[from] BudgetError),
+    #[error("`attempt_timeout` must be positive: leave it out for no cap beyond the deadline")]
+    ZeroAttemptTimeout,
+}

@@ -1,0 +1,219 @@
+//! The validated configuration's parts. Each holds the policy core's own
+//! objects, already built and checked, so the gateway and the simulator use
+//! them as they are: nothing downstream validates or defaults again.
+
+use crate::values::{Api, OnUnavailable};
+use levee_policy::admission::Gcra;
+use levee_policy::deadline::DeadlinePolicy;
+use levee_policy::planner::RoutePolicy;
+use levee_policy::{CircuitBreaker, ProviderState, RetryBudget};
+use std::time::Duration;
+
+/// A provider, validated.
+#[derive(Clone, Debug)]
+pub struct Provider {
+    pub name: String,
+    pub api: Api,
+    /// `scheme://authority` plus an optional path prefix (no trailing slash).
+    pub base_url: http::Uri,
+    pub api_key_env: Option<String>,
+    /// Upstream attempts in flight above which Levee sheds (`u32::MAX`: no
+    /// cap of the provider's own); where it comes from is `max_in_flight_from`.
+    pub max_in_flight: u32,
+    pub max_in_flight_from: InFlightCap,
+    /// `(requests_per_minute, burst)`.
+    pub rate_limit: Option<(u32, u32)>,
+    /// The allowance `rate_limit` describes, built.
+    pub allowance: Option<Gcra>,
+    /// Every fault domain of the provider (each model it is sent, and the
+    /// provider as a whole) starts from a copy of this breaker.
+    pub breaker: CircuitBreaker,
+    pub connect_timeout: Duration,
+}
+
+impl Provider {
+    /// Fresh runtime state for this provider.
+    pub fn new_state(&self) -> ProviderState {
+        ProviderState::new(
+            self.breaker.clone(),
+            self.allowance.clone(),
+            self.max_in_flight,
+        )
+    }
+
+    /// Fresh runtime state without the local allowance (it is enforced
+    /// elsewhere, e.g. shared across replicas).
+    pub fn new_state_without_allowance(&self) -> ProviderState {
+        ProviderState::new(self.breaker.clone(), None, self.max_in_flight)
+    }
+}
+
+/// Where a provider's `max_in_flight` comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFlightCap {
+    /// Written in the config.
+    Configured,
+    /// Not written: what the allowance can have in flight while every attempt
+    /// takes the longest `expected_attempt_ms` of the provider's targets —
+    /// Little's law, rate × time (3,000 a minute for 6 s each is 300) — plus
+    /// the burst. More than that in flight means attempts run longer than
+    /// expected: the provider is slowing down, and shedding is right.
+    Derived {
+        requests_per_minute: u32,
+        burst: u32,
+        expected_attempt: Duration,
+    },
+    /// Neither `max_in_flight` nor `rate_limit`: nothing to size a cap from,
+    /// so the provider has none of its own; the bulkheads (`max_in_flight`)
+    /// of the routes that use it bound what Levee sends it.
+    None,
+}
+
+/// The in-flight cap the allowance implies (see [`InFlightCap::Derived`]).
+pub fn derived_max_in_flight(requests_per_minute: u32, burst: u32, expected: Duration) -> u32 {
+    let ms = u64::try_from(expected.as_millis()).unwrap_or(u64::MAX);
+    let in_flight = u64::from(requests_per_minute)
+        .saturating_mul(ms)
+        .div_ceil(60_000);
+    u32::try_from(in_flight.saturating_add(u64::from(burst))).unwrap_or(u32::MAX)
+}
+
+/// One route target.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Index into [`crate::Config::providers`].
+    pub provider: usize,
+    /// Model name to send instead of the caller's (none: strip the route prefix).
+    pub model: Option<String>,
+    pub expected_attempt: Duration,
+}
+
+/// How a route matches a request.
+#[derive(Clone, Debug, Default)]
+pub struct Match {
+    pub model_prefix: Option<String>,
+    pub path: Option<String>,
+}
+
+impl Match {
+    /// Whether a request to `path` for `model` matches.
+    pub fn matches(&self, path: &str, model: &str) -> bool {
+        self.model_prefix
+            .as_deref()
+            .is_none_or(|p| model.starts_with(p))
+            && self.path.as_deref().is_none_or(|p| p == path)
+    }
+}
+
+/// A route, validated.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// A human name: its match, for logs and metric labels.
+    pub name: String,
+    pub matcher: Match,
+    pub targets: Vec<Target>,
+    pub deadline: DeadlinePolicy,
+    pub policy: RoutePolicy,
+    /// A fresh retry budget; each target gets a copy.
+    pub budget: RetryBudget,
+    pub max_in_flight: u32,
+    pub first_byte_timeout: Option<Duration>,
+    pub stream_idle_timeout: Duration,
+}
+
+impl Route {
+    /// The model to send to target `t` for a caller's `model`.
+    pub fn rewrite_model<'a>(&'a self, t: usize, model: &'a str) -> &'a str {
+        if let Some(m) = self.targets.get(t).and_then(|t| t.model.as_deref()) {
+            return m;
+        }
+        match self.matcher.model_prefix.as_deref() {
+            Some(p) => model.strip_prefix(p).unwrap_or(model),
+            None => model,
+        }
+    }
+}
+
+/// A caller, for the census.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub name: String,
+    pub deadline: Duration,
+}
+
+/// An accepted caller key.
+#[derive(Clone, Debug)]
+pub enum CallerKey {
+    /// The sha256 of the key, decoded from the config's hex.
+    Sha256 { name: String, digest: [u8; 32] },
+    /// The key itself, read from this environment variable at start.
+    Env { name: String, var: String },
+}
+
+/// Request limits against hostile or broken clients.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_body_bytes: u64,
+    pub max_header_bytes: usize,
+    pub header_read_timeout: Duration,
+    /// Longest a client may take to send its body once the headers are in.
+    pub body_read_timeout: Duration,
+}
+
+impl Default for Limits {
+    /// 10 MiB bodies, 64 KiB of headers, 10 s for the headers, 30 s for the body.
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 10 * 1024 * 1024,
+            max_header_bytes: 64 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Idempotency store settings.
+#[derive(Clone, Copy, Debug)]
+pub struct IdempotencySettings {
+    pub ttl: Duration,
+    /// Most keys held (in flight or answered), shared fairly among callers.
+    pub max_entries: usize,
+    /// Most bytes of stored answers, shared fairly among callers; an answer
+    /// larger than a quarter of this is delivered but not stored.
+    pub max_bytes: u64,
+}
+
+/// The default `idempotency.max_bytes`.
+pub const DEFAULT_IDEMPOTENCY_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+impl Default for IdempotencySettings {
+    /// Keys live 10 minutes; at most 100,000 of them and 64 MiB of answers.
+    fn default() -> Self {
+        IdempotencySettings {
+            ttl: Duration::from_secs(600),
+            max_entries: 100_000,
+            max_bytes: DEFAULT_IDEMPOTENCY_MAX_BYTES,
+        }
+    }
+}
+
+/// Where shared state lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateBackend {
+    Memory,
+    Redis {
+        url: String,
+        key_prefix: String,
+        replicas: u32,
+        timeout: Duration,
+        on_unavailable: OnUnavailable,
+    },
+}
+
+/// Where traces go.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Telemetry {
+    /// An OTLP/HTTP collector (`http://host:4318`, no path): spans are sent
+    /// as protobuf to `{otlp_endpoint}/v1/traces`. `None`: no traces.
+    pub otlp_endpoint: Option<String>,
+}

@@ -1,0 +1,323 @@
+//! Stage two for routes: targets resolved to providers, the retry policy,
+//! deadline and budget built by the policy core, and route-level breaker
+//! blocks applied to the providers they reach.
+
+use crate::defaults;
+use crate::error::{ConfigError, Problem, RouteProblem};
+use crate::locate::Seg::{self, Index, Key};
+use crate::model::{Match, Provider, Route, Target};
+use crate::raw::{RawBackoff, RawBreaker, RawOn, RawRetry, RawRoute, RawTarget};
+use levee_policy::backoff::{self, Backoff, Jitter};
+use levee_policy::classify::{Classifier, RetryOn};
+use levee_policy::deadline::DeadlinePolicy;
+use levee_policy::planner::RoutePolicy;
+use levee_policy::{BreakerSettings, BudgetSettings, RetryBudget};
+use std::time::Duration;
+
+/// A route's problem and the path to it, relative to the route.
+struct RouteError {
+    path: Vec<Seg<'static>>,
+    problem: RouteProblem,
+}
+
+impl RouteError {
+    fn new(path: &[Seg<'static>], problem: impl Into<RouteProblem>) -> Self {
+        RouteError {
+            path: path.to_vec(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Which route, if any, set each provider's breaker through a route-level
+/// `circuit_breaker` block, and the settings in force.
+struct Breakers {
+    /// What each provider itself declared.
+    declared: Vec<BreakerSettings>,
+    /// What is in force now.
+    current: Vec<BreakerSettings>,
+    set_by: Vec<Option<usize>>,
+}
+
+/// Resolves every route against `providers` (whose breakers route-level
+/// blocks may set); `declared` is each provider's own breaker settings.
+pub(crate) fn resolve_routes(
+    text: &str,
+    raw: &[RawRoute],
+    providers: &mut [Provider],
+    declared: Vec<BreakerSettings>,
+    builtin_mock: bool,
+) -> Result<Vec<Route>, ConfigError> {
+    let mut breakers = Breakers {
+        current: declared.clone(),
+        set_by: vec![None; declared.len()],
+        declared,
+    };
+    let mut routes = Vec::with_capacity(raw.len());
+    for (i, r) in raw.iter().enumerate() {
+        let (matcher, name) = matcher(r);
+        let route = resolve_route(i, r, matcher, &name, providers, &mut breakers, builtin_mock)
+            .map_err(|e| {
+                let mut path = vec![Key("routes"), Index(i)];
+                path.extend(e.path);
+                let problem = Problem::Route {
+                    number: i + 1,
+                    name,
+                    problem: e.problem,
+                };
+                ConfigError::at(text, &path, problem)
+            })?;
+        routes.push(route);
+    }
+    Ok(routes)
+}
+
+fn matcher(r: &RawRoute) -> (Match, String) {
+    let matcher = Match {
+        model_prefix: r.matcher.as_ref().and_then(|m| m.model_prefix.clone()),
+        path: r.matcher.as_ref().and_then(|m| m.path.clone()),
+    };
+    let name = matcher
+        .model_prefix
+        .clone()
+        .or_else(|| matcher.path.clone())
+        .unwrap_or_else(|| "default".to_string());
+    (matcher, name)
+}
+
+fn resolve_route(
+    i: usize,
+    r: &RawRoute,
+    matcher: Match,
+    name: &str,
+    providers: &mut [Provider],
+    breakers: &mut Breakers,
+    builtin_mock: bool,
+) -> Result<Route, RouteError> {
+    let expected = r
+        .expected_attempt_ms
+        .map_or(defaults::EXPECTED_ATTEMPT_MS, |v| v.0);
+    let targets = match &r.targets {
+        Some(list) => listed_targets(list, providers, expected)?,
+        None => vec![default_target(&matcher, providers, expected, builtin_mock)?],
+    };
+    if let Some(b) = &r.circuit_breaker {
+        apply_breaker(i, b, &targets, providers, breakers)?;
+    }
+    let d = r.deadline.as_ref();
+    let defaults = DeadlinePolicy::default();
+    let deadline = DeadlinePolicy::new(
+        d.and_then(|d| d.default)
+            .map_or(defaults.default_deadline(), |x| x.0),
+        d.and_then(|d| d.max).map_or(defaults.max(), |x| x.0),
+    )
+    .map_err(|e| RouteError::new(&[Key("deadline")], e))?;
+    Ok(Route {
+        name: name.to_string(),
+        matcher,
+        deadline,
+        policy: policy(r, &targets)?,
+        budget: budget(r.retry.as_ref())?,
+        targets,
+        max_in_flight: r
+            .max_in_flight
+            .map_or(defaults::ROUTE_MAX_IN_FLIGHT, |v| v.0),
+        first_byte_timeout: r.first_byte_timeout.map(|d| d.0),
+        stream_idle_timeout: r
+            .stream_idle_timeout
+            .map_or(defaults::STREAM_IDLE_TIMEOUT, |d| d.0),
+    })
+}
+
+fn listed_targets(
+    list: &[RawTarget],
+    providers: &[Provider],
+    route_expected: u64,
+) -> Result<Vec<Target>, RouteError> {
+    if list.is_empty() {
+        return Err(RouteError::new(&[Key("targets")], RouteProblem::EmptyTargets));
+    }
+    let mut targets = Vec::with_capacity(list.len());
+    for (ti, t) in list.iter().enumerate() {
+        let (name, model, expected) = match t {
+            RawTarget::Name(n) => (n.as_str(), None, None),
+            RawTarget::Full(f) => (f.provider.as_str(), f.model.clone(), f.expected_attempt_ms),
+        };
+        let Some(provider) = providers.iter().position(|p| p.name == name) else {
+            let known: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+            let problem = RouteProblem::UnknownProvider {
+                name: name.to_string(),
+                known: known.join(", "),
+            };
+            return Err(RouteError::new(&[Key("targets"), Index(ti)], problem));
+        };
+        targets.push(Target {
+            provider,
+            model,
+            expected_attempt: Duration::from_millis(expected.map_or(route_expected, |v| v.0)),
+        });
+    }
+    Ok(targets)
+}
+
+/// No `targets`: the provider named like the model prefix; else, with the
+/// built-in mock or no model prefix (the default route of a config without
+/// `routes:`), the first provider.
+fn default_target(
+    matcher: &Match,
+    providers: &[Provider],
+    expected: u64,
+    builtin_mock: bool,
+) -> Result<Target, RouteError> {
+    let guess = matcher
+        .model_prefix
+        .as_deref()
+        .map(|p| p.trim_end_matches('/'))
+        .unwrap_or("");
+    let provider = match providers.iter().position(|p| p.name == guess) {
+        Some(p) => p,
+        None if builtin_mock || matcher.model_prefix.is_none() => 0,
+        None => {
+            let problem = RouteProblem::NoDefaultTarget {
+                guess: guess.to_string(),
+            };
+            return Err(RouteError::new(&[], problem));
+        }
+    };
+    Ok(Target {
+        provider,
+        model: None,
+        expected_attempt: Duration::from_millis(expected),
+    })
+}
+
+/// A route-level breaker block sets the breakers of its targets' providers
+/// (fields it omits keep the provider's values). Breakers belong to the
+/// provider's fault domains, which every route reaching it shares, so two
+/// routes may not ask for different ones.
+fn apply_breaker(
+    i: usize,
+    raw: &RawBreaker,
+    targets: &[Target],
+    providers: &mut [Provider],
+    breakers: &mut Breakers,
+) -> Result<(), RouteError> {
+    let at = [Key("circuit_breaker")];
+    for t in targets {
+        let p = t.provider;
+        let s = raw.merge(breakers.declared[p]);
+        let built = s.build().map_err(|e| RouteError::new(&at, e))?;
+        if let Some(j) = breakers.set_by[p] {
+            if j != i && breakers.current[p] != s {
+                let problem = RouteProblem::BreakerConflict {
+                    other: j + 1,
+                    provider: providers[p].name.clone(),
+                };
+                return Err(RouteError::new(&at, problem));
+            }
+        }
+        providers[p].breaker = built;
+        breakers.current[p] = s;
+        breakers.set_by[p] = Some(i);
+    }
+    Ok(())
+}
+
+fn policy(r: &RawRoute, targets: &[Target]) -> Result<RoutePolicy, RouteError> {
+    let retry = r.retry.as_ref();
+    let expected: Vec<Duration> = targets.iter().map(|t| t.expected_attempt).collect();
+    let mut policy = RoutePolicy::new(
+        &expected,
+        retry
+            .and_then(|r| r.max_attempts)
+            .unwrap_or(defaults::MAX_ATTEMPTS),
+        classifier(retry.and_then(|r| r.on.as_deref()))?,
+        backoff(retry.and_then(|r| r.backoff.as_ref()))?,
+        retry
+            .and_then(|r| r.respect_retry_after)
+            .unwrap_or(defaults::RESPECT_RETRY_AFTER),
+    )
+    .map_err(|e| RouteError::new(&[Key("retry"), Key("max_attempts")], e))?;
+    if let Some(cap) = retry.and_then(|r| r.retry_after_cap) {
+        policy = policy.with_retry_after_cap(cap.0);
+    }
+    match r.attempt_timeout {
+        Some(t) if t.0.is_zero() => Err(RouteError::new(
+            &[Key("attempt_timeout")],
+            RouteProblem::ZeroAttemptTimeout,
+        )),
+        t => Ok(policy.with_attempt_timeout(t.map(|t| t.0))),
+    }
+}
+
+fn classifier(on: Option<&[RawOn]>) -> Result<Classifier, RouteError> {
+    let Some(on) = on else {
+        return Ok(Classifier::default());
+    };
+    let mut entries = Vec::with_capacity(on.len());
+    for (j, o) in on.iter().enumerate() {
+        let entry = match o {
+            RawOn::Code(c) => RetryOn::status(*c),
+            RawOn::Name(n) => n.parse(),
+        };
+        entries.push(entry.map_err(|e| RouteError::new(&[Key("retry"), Key("on"), Index(j)], e))?);
+    }
+    Ok(Classifier::new(&entries))
+}
+
+fn backoff(b: Option<&RawBackoff>) -> Result<Backoff, RouteError> {
+    let Some(b) = b else {
+        return Ok(Backoff::default());
+    };
+    let at = [Key("retry"), Key("backoff")];
+    let jitter = match b.jitter.as_deref() {
+        None => Jitter::default(),
+        Some(j) => j
+            .parse()
+            .map_err(|e| RouteError::new(&[Key("retry"), Key("backoff"), Key("jitter")], e))?,
+    };
+    let built = match &b.schedule_ms {
+        Some(_) if b.base_ms.is_some() || b.multiplier.is_some() => {
+            return Err(RouteError::new(&at, RouteProblem::BackoffBoth))
+        }
+        Some(s) => Backoff::schedule(s, jitter),
+        None => {
+            let base = b.base_ms.unwrap_or(backoff::DEFAULT_BASE_MS);
+            Backoff::exponential(
+                base,
+                b.multiplier.unwrap_or(backoff::DEFAULT_MULTIPLIER),
+                b.max_ms.unwrap_or(backoff::DEFAULT_MAX_MS.max(base)),
+                jitter,
+            )
+        }
+    };
+    built.map_err(|e| RouteError::new(&at, e))
+}
+
+fn budget(retry: Option<&RawRetry>) -> Result<RetryBudget, RouteError> {
+    let d = BudgetSettings::default();
+    let Some(b) = retry.and_then(|r| r.budget.as_ref()) else {
+        return Ok(RetryBudget::default_policy());
+    };
+    BudgetSettings {
+        ratio: b.ratio.unwrap_or(d.ratio),
+        min_per_second: b.min_per_second.unwrap_or(d.min_per_second),
+        window: b.window.map_or(d.window, |w| w.0),
+    }
+    .build()
+    .map_err(|e| RouteError::new(&[Key("retry"), Key("budget")], e))
+}
+
+impl RawBreaker {
+    /// These fields over `base` (the fields left out keep `base`'s values).
+    pub(crate) fn merge(&self, base: BreakerSettings) -> BreakerSettings {
+        BreakerSettings {
+            error_ratio: self.error_ratio.unwrap_or(base.error_ratio),
+            window: self.window.map_or(base.window, |w| w.0),
+            min_requests: self.min_requests.unwrap_or(base.min_requests),
+            open_for: self.open_for.map_or(base.open_for, |w| w.0),
+            half_open_probes: self.half_open_probes.unwrap_or(base.half_open_probes),
+            probe_interval: self.probe_interval.map_or(base.probe_interval, |w| w.0),
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Single values that check themselves while the YAML is read, so a bad one
+//! is reported with the line and column the parser is at (a check made after
+//! parsing would only know the enclosing block). Each refusal says what to
+//! write instead.
+
+use crate::redis_url::check_redis_url;
+use serde::de::{self, Deserializer, Visitor};
+use std::fmt;
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+
+/// Reads a string with `parse`, failing at the string's own position.
+fn parse_str<'de, D, T>(
+    d: D,
+    expecting: &'static str,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    struct V<F, T>(&'static str, F, PhantomData<T>);
+    impl<F: FnOnce(&str) -> Result<T, String>, T> Visitor<'_> for V<F, T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+            (self.1)(v).map_err(E::custom)
+        }
+    }
+    d.deserialize_str(V(expecting, parse, PhantomData))
+}
+
+/// A listen address such as `127.0.0.1:8080`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenAddr(pub SocketAddr);
+
+impl<'de> serde::Deserialize<'de> for ListenAddr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "a listen address like `127.0.0.1:8080`", |s| {
+            s.parse().map(ListenAddr).map_err(|_| {
+                format!("`{s}` is not a listen address: write it like `127.0.0.1:8080`")
+            })
+        })
+    }
+}
+
+/// A provider's wire dialect and auth style.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `x-api-key`, `/v1/messages`.
+    Anthropic,
+    /// `Authorization: Bearer`, `/v1/chat/completions`.
+    OpenAi,
+}
+
+impl<'de> serde::Deserialize<'de> for Api {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "`anthropic` or `openai`", |s| match s {
+            "anthropic" => Ok(Api::Anthropic),
+            "openai" => Ok(Api::OpenAi),
+            other => Err(format!(
+                "`api` must be `anthropic` or `openai` (got `{other}`)"
+            )),
+        })
+    }
+}
+
+/// An http(s) base URL: `scheme://authority` plus an optional path prefix,
+/// kept without a trailing slash.
+#[derive(Clone, Debug)]
+pub struct BaseUrl(pub http::Uri);
+
+impl<'de> serde::Deserialize<'de> for BaseUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "an http(s) URL", |s| {
+            s.trim_end_matches('/')
+                .parse::<http::Uri>()
+                .ok()
+                .filter(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some())
+                .map(BaseUrl)
+                .ok_or_else(|| format!("`base_url` must be an http(s) URL like `https://api.anthropic.com` (got `{s}`)"))
+        })
+    }
+}
+
+/// A count that must be at least 1 (`0` would switch the thing off, which
+/// no setting means: leave the key out for the default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtLeastOne<T>(pub T);
+
+impl<'de, T: TryFrom<u64>> serde::Deserialize<'de> for AtLeastOne<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<T: TryFrom<u64>> Visitor<'_> for V<T> {
+            type Value = AtLeastOne<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a whole number of at least 1")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                if v == 0 {
+                    return Err(E::custom("must be at least 1 (leave the key out for the default)"));
+                }
+                T::try_from(v)
+                    .map(AtLeastOne)
+                    .map_err(|_| E::custom(format!("{v} is too large")))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!("must be at least 1 (got {v})"))),
+                }
+            }
+        }
+        d.deserialize_u64(V(PhantomData))
+    }
+}
+
+/// The sha256 of a caller's key, decoded once here from its 64 hex digits
+/// (either case) so nothing downstream handles hex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sha256Digest(pub [u8; 32]);
+
+impl<'de> serde::Deserialize<'de> for Sha256Digest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "64 hex digits", |s| {
+            let mut digest = [0u8; 32];
+            hex::decode_to_slice(s.trim(), &mut digest)
+                .map(|()| Sha256Digest(digest))
+                .map_err(|e| format!("`sha256` must be 64 hex digits, the sha256 of the caller's key ({e}); make one with `printf %s \"$KEY\" | sha256sum`"))
+        })
+    }
+}
+
+/// `state.backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    #[default]
+    Memory,
+    Redis,
+}
+
+impl<'de> serde::Deserialize<'de> for BackendKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "`memory` or `redis`", |s| match s {
+            "memory" => Ok(BackendKind::Memory),
+            "redis" => Ok(BackendKind::Redis),
+            other => Err(format!(
+                "`state.backend` must be `memory` or `redis` (got `{other}`)"
+            )),
+        })
+    }
+}
+
+/// What a keyed request does when the shared store cannot be consulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnUnavailable {
+    /// Run it on this replica's local store (answered with
+    /// `x-levee-idempotency: local`).
+    #[default]
+    Local,
+    /// Refuse it: 503, `x-levee-reason: state_unavailable`, never sent.
+    Refuse,
+}
+
+impl<'de> serde::Deserialize<'de> for OnUnavailable {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "`local` or `refuse`", |s| match s {
+            "local" => Ok(OnUnavailable::Local),
+            "refuse" => Ok(OnUnavailable::Refuse),
+            other => Err(format!(
+                "`state.on_unavailable` must be `local` or `refuse` (got `{other}`)"
+            )),
+        })
+    }
+}
+
+/// A checked Redis URL (see [`check_redis_url`]); errors show it redacted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisUrl(pub String);
+
+impl<'de> serde::Deserialize<'de> for RedisUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "a Redis URL", |s| {
+            check_redis_url(s)
+                .map(|()| RedisUrl(s.to_string()))
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// An OTLP/HTTP collector address, `http(s)://host[:port]`, no path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtlpEndpoint(pub String);
+
+impl<'de> serde::Deserialize<'de> for OtlpEndpoint {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "an OTLP/HTTP address", |s| {
+            let endpoint = s.trim_end_matches('/');
+            endpoint
+                .parse::<http::Uri>()
+                .ok()
+                .filter(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
+                .filter(|u| u.path() == "/" || u.path().is_empty())
+                .map(|_| OtlpEndpoint(endpoint.to_string()))
+                .ok_or_else(|| format!("`telemetry.otlp_endpoint` must be a collector's OTLP/HTTP address like `http://127.0.0.1:4318`, without a path (got `{endpoint}`); spans go to its /v1/traces"))
+        })
+    }
+}
