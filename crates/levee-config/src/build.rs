@@ -23,7 +23,10 @@ impl Config {
     pub fn from_raw(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         let builtin_mock = raw.providers.is_empty();
         let (mut providers, declared) = if builtin_mock {
-            (vec![builtin_mock_provider()], vec![BreakerSettings::default()])
+            (
+                vec![builtin_mock_provider()],
+                vec![BreakerSettings::default()],
+            )
         } else {
             providers(text, &raw)?
         };
@@ -43,9 +46,7 @@ impl Config {
                 raw.admin.and_then(|a| a.listen).map(|a| a.0),
                 defaults::ADMIN_LISTEN,
             ),
-            shutdown_grace: raw
-                .shutdown_grace
-                .map_or(defaults::SHUTDOWN_GRACE, |d| d.0),
+            shutdown_grace: raw.shutdown_grace.map_or(defaults::SHUTDOWN_GRACE, |d| d.0),
             limits: limits(raw.limits.as_ref()),
             providers,
             routes,
@@ -111,7 +112,9 @@ fn providers(
         let settings = p
             .circuit_breaker
             .as_ref()
-            .map_or_else(BreakerSettings::default, |b| b.merge(BreakerSettings::default()));
+            .map_or_else(BreakerSettings::default, |b| {
+                b.merge(BreakerSettings::default())
+            });
         let breaker = settings.build().map_err(|source| {
             let path = [Key("providers"), Key(name), Key("circuit_breaker")];
             let problem = Problem::ProviderBreaker {
@@ -129,7 +132,10 @@ fn providers(
 fn provider(name: &str, p: &RawProvider, breaker: levee_policy::CircuitBreaker) -> Provider {
     let rate_limit = p.rate_limit.as_ref().map(|r| {
         let rpm = r.requests_per_minute.0;
-        (rpm, r.burst.map_or_else(|| Gcra::default_burst(rpm), |b| b.0))
+        (
+            rpm,
+            r.burst.map_or_else(|| Gcra::default_burst(rpm), |b| b.0),
+        )
     });
     Provider {
         name: name.to_string(),
@@ -146,9 +152,7 @@ fn provider(name: &str, p: &RawProvider, breaker: levee_policy::CircuitBreaker) 
         // Both at least 1, checked as they were read.
         allowance: rate_limit.and_then(|(rpm, burst)| Gcra::per_minute(rpm, burst).ok()),
         breaker,
-        connect_timeout: p
-            .connect_timeout
-            .map_or(defaults::CONNECT_TIMEOUT, |d| d.0),
+        connect_timeout: p.connect_timeout.map_or(defaults::CONNECT_TIMEOUT, |d| d.0),
     }
 }
 

@@ -12,7 +12,9 @@ use levee_policy::planner::PlanError;
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source} (check the path and that Levee may read it)")]
+    #[error(
+        "cannot read config file {path}: {source} (check the path and that Levee may read it)"
+    )]
     Read {
         path: String,
         source: std::io::Error,
@@ -89,7 +91,9 @@ pub enum Problem {
     },
     #[error("a key needs exactly one of `sha256` (the sha256 of the caller's key) or `env` (a variable holding the key)")]
     KeySource,
-    #[error("`idempotency.max_entries` must be at least 1 and `idempotency.max_bytes` at least 1024")]
+    #[error(
+        "`idempotency.max_entries` must be at least 1 and `idempotency.max_bytes` at least 1024"
+    )]
     IdempotencyTooSmall,
     #[error("`state.{0}` applies only with `backend: redis`: remove it or set `backend: redis`")]
     RedisOnly(&'static str),

@@ -147,13 +147,24 @@ mod tests {
     #[test]
     fn finds_block_inline_and_listed_keys() {
         assert_eq!(locate(DOC, &[Key("listen")]), Some(1));
-        let max = |i| locate(DOC, &[Key("routes"), Index(i), Key("retry"), Key("max_attempts")]);
+        let max = |i| {
+            locate(
+                DOC,
+                &[Key("routes"), Index(i), Key("retry"), Key("max_attempts")],
+            )
+        };
         assert_eq!(max(0), Some(5));
         assert_eq!(max(1), Some(7));
-        assert_eq!(locate(DOC, &[Key("routes"), Index(1), Key("match")]), Some(6));
+        assert_eq!(
+            locate(DOC, &[Key("routes"), Index(1), Key("match")]),
+            Some(6)
+        );
         assert_eq!(locate(DOC, &[Key("routes"), Index(1)]), Some(6));
         // A block-style value: the key's own line.
-        assert_eq!(locate(DOC, &[Key("routes"), Index(0), Key("retry")]), Some(4));
+        assert_eq!(
+            locate(DOC, &[Key("routes"), Index(0), Key("retry")]),
+            Some(4)
+        );
     }
 
     #[test]
@@ -170,7 +181,10 @@ mod tests {
         // string on line 3 and the comment on line 4 before the real key.
         let doc = "routes:\n  - match:\n      model_prefix: \"a\n        retry: x\"\n    # retry: { max_attempts: 1 }\n    retry:\n      max_attempts: 0\n";
         assert_eq!(
-            locate(doc, &[Key("routes"), Index(0), Key("retry"), Key("max_attempts")]),
+            locate(
+                doc,
+                &[Key("routes"), Index(0), Key("retry"), Key("max_attempts")]
+            ),
             Some(7)
         );
         let anchors = "base: &b { open_for: 2s }\nroutes:\n  - circuit_breaker: *b\n";

@@ -2,7 +2,9 @@
 
 /// A `state.url` that is not a Redis URL; shows the URL redacted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`state.url` `{shown}` is not a Redis URL like `redis://[:password@]host:6379[/db]`: {why}")]
+#[error(
+    "`state.url` `{shown}` is not a Redis URL like `redis://[:password@]host:6379[/db]`: {why}"
+)]
 pub struct BadRedisUrl {
     shown: String,
     why: &'static str,

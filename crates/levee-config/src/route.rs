@@ -135,7 +135,10 @@ fn listed_targets(
     route_expected: u64,
 ) -> Result<Vec<Target>, RouteError> {
     if list.is_empty() {
-        return Err(RouteError::new(&[Key("targets")], RouteProblem::EmptyTargets));
+        return Err(RouteError::new(
+            &[Key("targets")],
+            RouteProblem::EmptyTargets,
+        ));
     }
     let mut targets = Vec::with_capacity(list.len());
     for (ti, t) in list.iter().enumerate() {

@@ -99,7 +99,9 @@ impl<'de, T: TryFrom<u64>> serde::Deserialize<'de> for AtLeastOne<T> {
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
                 if v == 0 {
-                    return Err(E::custom("must be at least 1 (leave the key out for the default)"));
+                    return Err(E::custom(
+                        "must be at least 1 (leave the key out for the default)",
+                    ));
                 }
                 T::try_from(v)
                     .map(AtLeastOne)

@@ -115,31 +115,12 @@ impl Shared {
                 budgets: r
                     .targets
                     .iter()
-                    .map(|_| Mutex::new(r.budget.new_budget()))
+                    .map(|_| Mutex::new(r.budget.clone()))
                     .collect(),
                 bulkhead: ConcurrencyLimiter::new(r.max_in_flight),
             })
             .collect();
-        let mut keys = Vec::new();
-        for k in &config.keys {
-            match k {
-                CallerKey::Sha256 { hex, .. } => {
-                    let mut d = [0u8; 32];
-                    for (i, b) in d.iter_mut().enumerate() {
-                        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16)
-                            .unwrap_or(0);
-                    }
-                    keys.push(d);
-                }
-                CallerKey::Env { name, var } => {
-                    let v = std::env::var(var).map_err(|_| SetupError::MissingCallerKey {
-                        name: name.clone(),
-                        var: var.clone(),
-                    })?;
-                    keys.push(Sha256::digest(v.as_bytes()).into());
-                }
-            }
-        }
+        let keys = caller_keys(&config)?;
         let local = Arc::new(IdempotencyStore::new(
             config.idempotency.ttl,
             config.idempotency.max_entries,
@@ -214,6 +195,24 @@ impl Shared {
             self.metrics.in_flight.get_or_create(&label).set(in_flight);
         }
     }
+}
+
+/// The sha256 of every accepted caller key: as configured, or of the key
+/// read from its environment variable now.
+fn caller_keys(config: &Config) -> Result<Vec<[u8; 32]>, SetupError> {
+    config
+        .keys
+        .iter()
+        .map(|k| match k {
+            CallerKey::Sha256 { digest, .. } => Ok(*digest),
+            CallerKey::Env { name, var } => std::env::var(var)
+                .map(|v| Sha256::digest(v.as_bytes()).into())
+                .map_err(|_| SetupError::MissingCallerKey {
+                    name: name.clone(),
+                    var: var.clone(),
+                }),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ impl<'a> LeveeRt<'a> {
             budgets: c
                 .routes
                 .iter()
-                .map(|r| r.targets.iter().map(|_| r.budget.new_budget()).collect())
+                .map(|r| r.targets.iter().map(|_| r.budget.clone()).collect())
                 .collect(),
             limiters: c
                 .routes

@@ -6,8 +6,9 @@
 //! Every number comes from `levee_policy::RoutePolicy::schedule` and
 //! `census`, the code the gateway decides with: derived, not restated here.
 
-use levee_config::raw::RawCaller;
-use levee_config::{Api, Caller, Config, InFlightCap, Route, DEFAULT_ROUTE_MAX_IN_FLIGHT};
+use levee_config::{
+    Api, Caller, Config, ConfigError, InFlightCap, Route, DEFAULT_ROUTE_MAX_IN_FLIGHT,
+};
 use levee_policy::AttemptKind;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -56,28 +57,17 @@ fn load_callers(path: &Path) -> Result<Vec<Caller>, CallersError> {
         path: shown.clone(),
         source,
     })?;
-    let raw: Vec<RawCaller> = serde_norway::from_str(&text).map_err(|e| {
-        let msg = e.to_string();
-        let message = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-        match e.location() {
-            Some(l) => CallersError::AtLine {
-                path: shown.clone(),
-                line: l.line(),
-                message,
-            },
-            None => CallersError::General {
-                path: shown.clone(),
-                message,
-            },
-        }
-    })?;
-    Ok(raw
-        .into_iter()
-        .map(|c| Caller {
-            name: c.name,
-            deadline: c.deadline.0,
-        })
-        .collect())
+    levee_config::parse_callers(&text).map_err(|e| match e {
+        ConfigError::AtLine { line, message } => CallersError::AtLine {
+            path: shown,
+            line,
+            message: message.to_string(),
+        },
+        other => CallersError::General {
+            path: shown,
+            message: other.to_string(),
+        },
+    })
 }
 
 /// Runs `levee check`; returns the exit code.
@@ -286,68 +276,79 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
     );
     render_provider_caps(&mut out, config);
     for route in &config.routes {
-        let _ = writeln!(out, "\nroute `{}`", route.name);
-        let expected: Vec<String> = route
-            .targets
-            .iter()
-            .enumerate()
-            .map(|(t, x)| {
-                format!(
-                    "{} expected_attempt {}",
-                    target_name(config, route, t),
-                    secs(x.expected_attempt)
-                )
-            })
-            .collect();
-        let _ = writeln!(out, "  targets: {}", expected.join("; "));
-        let _ = writeln!(
-            out,
-            "  deadline: default {}, max {}",
-            secs(route.deadline.default_deadline()),
-            secs(route.deadline.max())
-        );
-        render_route_cap(&mut out, config, route);
-        let rows: Vec<Vec<String>> = route
-            .policy
-            .schedule()
-            .iter()
-            .map(|s| {
-                vec![
-                    s.attempt.to_string(),
-                    target_name(config, route, s.target),
-                    kind(s.kind).to_string(),
-                    if s.wait.is_zero() {
-                        "-".to_string()
-                    } else {
-                        secs(s.wait)
-                    },
-                    match s.kind {
-                        AttemptKind::Fallback => "after a failure".to_string(),
-                        _ => secs(s.start_after),
-                    },
-                    secs(s.needs_remaining),
-                    secs(s.needs_deadline),
-                ]
-            })
-            .collect();
-        table(
-            &mut out,
-            &[
-                "attempt",
-                "target",
-                "kind",
-                "wait (max)",
-                "earliest start",
-                "needs remaining",
-                "needs deadline",
-            ],
-            &rows,
-        );
-        for w in dialect_warnings(config, route) {
-            let _ = writeln!(out, "  warning: {w}");
-        }
+        render_route(&mut out, config, route);
     }
+    let stranded = render_census(&mut out, config, callers);
+    (out, stranded)
+}
 
+/// A route's targets, deadline, bulkhead and retry schedule.
+fn render_route(out: &mut String, config: &Config, route: &Route) {
+    let _ = writeln!(out, "\nroute `{}`", route.name);
+    let expected: Vec<String> = route
+        .targets
+        .iter()
+        .enumerate()
+        .map(|(t, x)| {
+            format!(
+                "{} expected_attempt {}",
+                target_name(config, route, t),
+                secs(x.expected_attempt)
+            )
+        })
+        .collect();
+    let _ = writeln!(out, "  targets: {}", expected.join("; "));
+    let _ = writeln!(
+        out,
+        "  deadline: default {}, max {}",
+        secs(route.deadline.default_deadline()),
+        secs(route.deadline.max())
+    );
+    render_route_cap(out, config, route);
+    let rows: Vec<Vec<String>> = route
+        .policy
+        .schedule()
+        .iter()
+        .map(|s| {
+            vec![
+                s.attempt.to_string(),
+                target_name(config, route, s.target),
+                kind(s.kind).to_string(),
+                if s.wait.is_zero() {
+                    "-".to_string()
+                } else {
+                    secs(s.wait)
+                },
+                match s.kind {
+                    AttemptKind::Fallback => "after a failure".to_string(),
+                    _ => secs(s.start_after),
+                },
+                secs(s.needs_remaining),
+                secs(s.needs_deadline),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "attempt",
+            "target",
+            "kind",
+            "wait (max)",
+            "earliest start",
+            "needs remaining",
+            "needs deadline",
+        ],
+        &rows,
+    );
+    for w in dialect_warnings(config, route) {
+        let _ = writeln!(out, "  warning: {w}");
+    }
+}
+
+/// The caller census table; returns every (caller, route) pair that can
+/// neither retry nor fall back.
+fn render_census(out: &mut String, config: &Config, callers: &[Caller]) -> Vec<(String, String)> {
     let mut stranded = Vec::new();
     let _ = writeln!(out, "\ncaller census");
     if callers.is_empty() {
@@ -355,18 +356,13 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
             out,
             "  no callers listed: add `callers:` to the config or pass --callers FILE"
         );
-        return (out, stranded);
+        return stranded;
     }
     let mut rows = Vec::new();
     for c in callers {
         for route in &config.routes {
             let deadline = c.deadline.min(route.deadline.max());
             let row = route.policy.census(deadline);
-            let fallback = match row.fallback_reachable {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "-",
-            };
             if !row.retry_can_start && row.fallback_reachable != Some(true) {
                 stranded.push((c.name.clone(), route.name.clone()));
             }
@@ -386,14 +382,14 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
                 secs(c.deadline),
                 route.name.clone(),
                 row.attempts_can_start.to_string(),
-                if row.retry_can_start { "yes" } else { "no" }.to_string(),
-                fallback.to_string(),
+                yes_no(Some(row.retry_can_start)).to_string(),
+                yes_no(row.fallback_reachable).to_string(),
                 warning.trim().to_string(),
             ]);
         }
     }
     table(
-        &mut out,
+        out,
         &[
             "caller",
             "deadline",
@@ -405,7 +401,7 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
         ],
         &rows,
     );
-    (out, stranded)
+    stranded
 }
 
 fn api_name(api: Api) -> &'static str {
