@@ -1,0 +1,168 @@
+//! Settings that used to be silently replaced or ignored are refused, and
+//! every refusal carries the line the YAML parser gives for the offending
+//! node (never a guess over the text).
+
+use levee_config::{Config, ConfigError, Problem, RouteProblem, StateBackend};
+use levee_policy::deadline::DeadlinePolicy;
+use levee_policy::{BreakerSettings, Classifier};
+
+/// The error's line and message; panics when it has no line.
+fn refused(text: &str) -> (usize, String) {
+    match Config::parse(text) {
+        Err(ConfigError::AtLine { line, message }) => (line, message.to_string()),
+        other => panic!("expected an error with a line for\n{text}\ngot {other:?}"),
+    }
+}
+
+#[test]
+fn zero_replicas_is_refused_not_read_as_one() {
+    let (line, msg) = refused("state:\n  backend: redis\n  replicas: 0\n");
+    assert_eq!(line, 3, "{msg}");
+    assert!(
+        msg.contains("state.replicas") && msg.contains("at least 1"),
+        "{msg}"
+    );
+    let c = Config::parse("state: { backend: redis, replicas: 3 }\n").unwrap();
+    assert!(matches!(c.state, StateBackend::Redis { replicas: 3, .. }));
+}
+
+#[test]
+fn a_zero_attempt_timeout_is_refused_not_read_as_no_timeout() {
+    let (line, msg) =
+        refused("routes:\n  - match: { model_prefix: \"a/\" }\n    attempt_timeout: 0s\n");
+    assert_eq!(line, 3, "{msg}");
+    assert!(
+        msg.contains("route 1 (`a/`)") && msg.contains("attempt_timeout"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn redis_settings_without_the_redis_backend_are_refused_not_ignored() {
+    // `on_unavailable: refuse` on the memory backend promised a refusal
+    // that never happened.
+    for (text, key) in [
+        ("state: { on_unavailable: refuse }\n", "on_unavailable"),
+        ("state:\n  backend: memory\n  url: redis://h:6379\n", "url"),
+    ] {
+        let (line, msg) = refused(text);
+        assert_eq!(line, text.lines().count(), "{msg}");
+        assert!(
+            msg.contains(&format!("state.{key}")) && msg.contains("backend: redis"),
+            "{msg}"
+        );
+    }
+    assert_eq!(
+        Config::parse("state: { backend: memory }\n").unwrap().state,
+        StateBackend::Memory
+    );
+}
+
+#[test]
+fn caller_key_digests_are_decoded_once_and_bad_digits_refused() {
+    let upper = "AB".repeat(32);
+    let c = Config::parse(&format!("keys:\n  - {{ name: a, sha256: {upper} }}\n")).unwrap();
+    match &c.keys[0] {
+        levee_config::CallerKey::Sha256 { name, digest } => {
+            assert_eq!((name.as_str(), *digest), ("a", [0xab; 32]));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A `g` among the digits used to be decoded as 0 by the gateway.
+    let bad = format!("{}g", "a".repeat(63));
+    for digits in [bad.as_str(), "abc"] {
+        let text = format!("listen: 127.0.0.1:1\nkeys:\n  - name: a\n    sha256: {digits}\n");
+        let (line, msg) = refused(&text);
+        assert_eq!(line, 4, "{msg}");
+        assert!(msg.contains("64 hex digits"), "{msg}");
+    }
+    let (line, msg) = refused("keys:\n  - { name: a }\n");
+    assert_eq!(line, 2, "{msg}");
+    assert!(msg.contains("exactly one of"), "{msg}");
+}
+
+#[test]
+fn a_bad_value_in_a_block_names_its_own_line() {
+    let text = "providers:\n  p:\n    api: openai\n    base_url: http://127.0.0.1:1\n    max_in_flight: 0\n";
+    let (line, msg) = refused(text);
+    assert_eq!(line, 5, "{msg}");
+    assert!(
+        msg.contains("providers.p.max_in_flight") && msg.contains("at least 1"),
+        "{msg}"
+    );
+    let (line, msg) = refused("listen: 127.0.0.1:1\nadmin:\n  listen: nowhere\n");
+    assert_eq!(line, 3, "{msg}");
+    assert!(msg.contains("like `127.0.0.1:8080`"), "{msg}");
+    let (line, msg) = refused("providers:\n  p:\n    api: grpc\n    base_url: http://h\n");
+    assert_eq!(line, 3, "{msg}");
+    assert!(msg.contains("`anthropic` or `openai`"), "{msg}");
+    // Inside a target's mapping form, not just "matched no variant".
+    let text = "providers:\n  p: { api: openai, base_url: http://h }\nroutes:\n  - targets:\n      - provider: p\n        expected_attempt_ms: 0\n";
+    let (line, msg) = refused(text);
+    assert_eq!(line, 6, "{msg}");
+    assert!(
+        msg.contains("expected_attempt_ms") && msg.contains("at least 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn cross_references_name_the_line_of_the_referring_node() {
+    let text = "providers:\n  a: { api: openai, base_url: http://h }\nroutes:\n  - match: { model_prefix: \"x/\" }\n    targets:\n      - a\n      - b\n";
+    let (line, msg) = refused(text);
+    assert_eq!(line, 7, "{msg}");
+    assert!(
+        msg.contains("target `b` is not a provider (known: a)"),
+        "{msg}"
+    );
+    let text = "providers:\n  a: { api: openai, base_url: http://h }\nroutes:\n  - match: { model_prefix: \"a/\" }\n  - match: { model_prefix: \"y/\" }\n";
+    match Config::parse(text) {
+        Err(ConfigError::AtLine {
+            line: 5,
+            message:
+                Problem::Route {
+                    number: 2,
+                    problem: RouteProblem::NoDefaultTarget { guess },
+                    ..
+                },
+        }) => assert_eq!(guess, "y"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn defaults_are_the_policy_cores_own() {
+    let c = Config::parse("").unwrap();
+    assert_eq!(
+        c.providers[0].breaker.settings(),
+        BreakerSettings::default()
+    );
+    let r = &c.routes[0];
+    assert_eq!(r.deadline, DeadlinePolicy::default());
+    assert_eq!(r.policy.classifier(), &Classifier::default());
+    // A partial block keeps the core's defaults for the rest.
+    let c = Config::parse(
+        "routes:\n  - deadline: { max: 300s }\n    circuit_breaker: { min_requests: 7 }\n",
+    )
+    .unwrap();
+    let d = DeadlinePolicy::default();
+    assert_eq!(
+        c.routes[0].deadline.default_deadline(),
+        d.default_deadline()
+    );
+    let b = c.providers[0].breaker.settings();
+    assert_eq!(
+        b,
+        BreakerSettings {
+            min_requests: 7,
+            ..BreakerSettings::default()
+        }
+    );
+}
+
+#[test]
+fn a_missing_file_says_which() {
+    let e = Config::load(std::path::Path::new("/nonexistent/levee.yaml")).unwrap_err();
+    assert!(matches!(e, ConfigError::Read { .. }));
+    assert!(e.to_string().contains("/nonexistent/levee.yaml"), "{e}");
+}
