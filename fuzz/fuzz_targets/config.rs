@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
                 let _ = p.new_state();
             }
             for r in &c.routes {
-                let _ = r.budget.new_budget();
+                let _ = r.budget.clone();
                 for t in 0..r.targets.len() {
                     let _ = r.rewrite_model(t, "openai/gpt-4.1");
                 }
