@@ -31,6 +31,39 @@ where
     d.deserialize_str(V(expecting, parse, PhantomData))
 }
 
+/// Reads one of a few words, failing at the word's own position.
+fn one_of<'de, D, T>(
+    d: D,
+    key: &'static str,
+    words: &'static [(&'static str, T)],
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Copy,
+{
+    parse_str(d, "one of a few words", |s| {
+        words
+            .iter()
+            .find(|(w, _)| *w == s)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| {
+                let listed: Vec<String> = words.iter().map(|(w, _)| format!("`{w}`")).collect();
+                format!("`{key}` must be {} (got `{s}`)", listed.join(" or "))
+            })
+    })
+}
+
+/// `Deserialize` for an enum written as one of a few words.
+macro_rules! from_words {
+    ($ty:ty, $key:literal, [$(($word:literal, $variant:expr)),+ $(,)?]) => {
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                one_of(d, $key, &[$(($word, $variant)),+])
+            }
+        }
+    };
+}
+
 /// A listen address such as `127.0.0.1:8080`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListenAddr(pub SocketAddr);
@@ -54,17 +87,11 @@ pub enum Api {
     OpenAi,
 }
 
-impl<'de> serde::Deserialize<'de> for Api {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        parse_str(d, "`anthropic` or `openai`", |s| match s {
-            "anthropic" => Ok(Api::Anthropic),
-            "openai" => Ok(Api::OpenAi),
-            other => Err(format!(
-                "`api` must be `anthropic` or `openai` (got `{other}`)"
-            )),
-        })
-    }
-}
+from_words!(
+    Api,
+    "api",
+    [("anthropic", Api::Anthropic), ("openai", Api::OpenAi)]
+);
 
 /// An http(s) base URL: `scheme://authority` plus an optional path prefix,
 /// kept without a trailing slash.
@@ -142,17 +169,14 @@ pub enum BackendKind {
     Redis,
 }
 
-impl<'de> serde::Deserialize<'de> for BackendKind {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        parse_str(d, "`memory` or `redis`", |s| match s {
-            "memory" => Ok(BackendKind::Memory),
-            "redis" => Ok(BackendKind::Redis),
-            other => Err(format!(
-                "`state.backend` must be `memory` or `redis` (got `{other}`)"
-            )),
-        })
-    }
-}
+from_words!(
+    BackendKind,
+    "state.backend",
+    [
+        ("memory", BackendKind::Memory),
+        ("redis", BackendKind::Redis)
+    ]
+);
 
 /// What a keyed request does when the shared store cannot be consulted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -165,17 +189,14 @@ pub enum OnUnavailable {
     Refuse,
 }
 
-impl<'de> serde::Deserialize<'de> for OnUnavailable {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        parse_str(d, "`local` or `refuse`", |s| match s {
-            "local" => Ok(OnUnavailable::Local),
-            "refuse" => Ok(OnUnavailable::Refuse),
-            other => Err(format!(
-                "`state.on_unavailable` must be `local` or `refuse` (got `{other}`)"
-            )),
-        })
-    }
-}
+from_words!(
+    OnUnavailable,
+    "state.on_unavailable",
+    [
+        ("local", OnUnavailable::Local),
+        ("refuse", OnUnavailable::Refuse)
+    ]
+);
 
 /// A checked Redis URL (see [`check_redis_url`]); errors show it redacted.
 #[derive(Clone, Debug, PartialEq, Eq)]
