@@ -3,8 +3,8 @@
 //! the core's objects built, provider caps derived from the routes.
 
 use crate::defaults;
-use crate::error::{ConfigError, Problem};
-use crate::locate::Seg::{Index, Key};
+use crate::error::{ConfigError, Problem, Source};
+use crate::locate::Seg::{self, Index, Key};
 use crate::model::{
     derived_max_in_flight, CallerKey, IdempotencySettings, InFlightCap, Limits, Provider, Route,
     StateBackend, Telemetry,
@@ -21,6 +21,14 @@ impl Config {
     /// builds the core's objects. `text` is the YAML `raw` was read from: it
     /// gives the line of what is refused.
     pub fn from_raw(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
+        Config::from_raw_in(raw, text, &[])
+    }
+
+    /// [`Config::from_raw`] for a configuration embedded in a larger YAML
+    /// document (a simulator scenario's gateway block): `raw` was read from
+    /// the node at `at` in `text`, and errors give lines of `text`.
+    pub fn from_raw_in(raw: RawConfig, text: &str, at: &[Seg<'_>]) -> Result<Config, ConfigError> {
+        let src = Source { text, prefix: at };
         let builtin_mock = raw.providers.is_empty();
         let (mut providers, declared) = if builtin_mock {
             (
@@ -28,7 +36,7 @@ impl Config {
                 vec![BreakerSettings::default()],
             )
         } else {
-            providers(text, &raw)?
+            providers(src, &raw)?
         };
         let default_route = [RawRoute::default()];
         // No routes: every model, every path, to the first provider.
@@ -38,7 +46,7 @@ impl Config {
             &raw.routes[..]
         };
         let routes =
-            crate::route::resolve_routes(text, raw_routes, &mut providers, declared, builtin_mock)?;
+            crate::route::resolve_routes(src, raw_routes, &mut providers, declared, builtin_mock)?;
         derive_in_flight_caps(&mut providers, &routes);
         Ok(Config {
             listen: addr(raw.listen.map(|a| a.0), defaults::LISTEN),
@@ -58,9 +66,9 @@ impl Config {
                     deadline: c.deadline.0,
                 })
                 .collect(),
-            keys: keys(text, &raw.keys)?,
-            idempotency: idempotency(text, raw.idempotency.as_ref())?,
-            state: state(text, raw.state.as_ref())?,
+            keys: keys(src, &raw.keys)?,
+            idempotency: idempotency(src, raw.idempotency.as_ref())?,
+            state: state(src, raw.state.as_ref())?,
             builtin_mock,
             telemetry: Telemetry {
                 otlp_endpoint: raw.telemetry.and_then(|t| t.otlp_endpoint).map(|e| e.0),
@@ -103,7 +111,7 @@ fn builtin_mock_provider() -> Provider {
 
 /// The configured providers, and the breaker settings each declares.
 fn providers(
-    text: &str,
+    src: Source<'_>,
     raw: &RawConfig,
 ) -> Result<(Vec<Provider>, Vec<BreakerSettings>), ConfigError> {
     let mut providers = Vec::with_capacity(raw.providers.len());
@@ -121,7 +129,7 @@ fn providers(
                 provider: name.clone(),
                 source,
             };
-            ConfigError::at(text, &path, problem)
+            ConfigError::at(src, &path, problem)
         })?;
         providers.push(provider(name, p, breaker));
         declared.push(settings);
@@ -180,7 +188,7 @@ fn derive_in_flight_caps(providers: &mut [Provider], routes: &[Route]) {
     }
 }
 
-fn keys(text: &str, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> {
+fn keys(src: Source<'_>, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> {
     let mut keys = Vec::with_capacity(raw.len());
     for (i, k) in raw.iter().enumerate() {
         let name = k.name.clone().unwrap_or_else(|| format!("key{}", i + 1));
@@ -192,7 +200,7 @@ fn keys(text: &str, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> {
             },
             _ => {
                 let path = [Key("keys"), Index(i)];
-                return Err(ConfigError::at(text, &path, Problem::KeySource));
+                return Err(ConfigError::at(src, &path, Problem::KeySource));
             }
         });
     }
@@ -200,7 +208,7 @@ fn keys(text: &str, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> {
 }
 
 fn idempotency(
-    text: &str,
+    src: Source<'_>,
     raw: Option<&RawIdempotency>,
 ) -> Result<IdempotencySettings, ConfigError> {
     let d = IdempotencySettings::default();
@@ -212,12 +220,12 @@ fn idempotency(
     };
     if s.max_entries == 0 || s.max_bytes < 1024 {
         let path = [Key("idempotency")];
-        return Err(ConfigError::at(text, &path, Problem::IdempotencyTooSmall));
+        return Err(ConfigError::at(src, &path, Problem::IdempotencyTooSmall));
     }
     Ok(s)
 }
 
-fn state(text: &str, raw: Option<&RawState>) -> Result<StateBackend, ConfigError> {
+fn state(src: Source<'_>, raw: Option<&RawState>) -> Result<StateBackend, ConfigError> {
     let Some(s) = raw else {
         return Ok(StateBackend::Memory);
     };
@@ -233,7 +241,7 @@ fn state(text: &str, raw: Option<&RawState>) -> Result<StateBackend, ConfigError
         return match set.iter().find(|(_, is_set)| *is_set) {
             Some((key, _)) => {
                 let path = [Key("state"), Key(key)];
-                Err(ConfigError::at(text, &path, Problem::RedisOnly(key)))
+                Err(ConfigError::at(src, &path, Problem::RedisOnly(key)))
             }
             None => Ok(StateBackend::Memory),
         };

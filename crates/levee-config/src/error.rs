@@ -27,12 +27,23 @@ pub enum ConfigError {
     General(Problem),
 }
 
+/// The YAML a raw configuration was read from, and the path of the
+/// configuration's node in it (empty when it is the whole document).
+#[derive(Clone, Copy)]
+pub(crate) struct Source<'a> {
+    pub text: &'a str,
+    pub prefix: &'a [Seg<'a>],
+}
+
 impl ConfigError {
-    /// `problem`, at the line of the node `path` leads to in `text` (or the
-    /// nearest enclosing node the parser finds).
-    pub(crate) fn at(text: &str, path: &[Seg<'_>], problem: impl Into<Problem>) -> Self {
+    /// `problem`, at the line of the node `path` (relative to the
+    /// configuration) leads to in `src` (or the nearest enclosing node the
+    /// parser finds).
+    pub(crate) fn at(src: Source<'_>, path: &[Seg<'_>], problem: impl Into<Problem>) -> Self {
         let message = problem.into();
-        match locate(text, path) {
+        let mut full = src.prefix.to_vec();
+        full.extend_from_slice(path);
+        match locate(src.text, &full) {
             Some(line) => ConfigError::AtLine { line, message },
             None => ConfigError::General(message),
         }

@@ -3,7 +3,7 @@
 //! blocks applied to the providers they reach.
 
 use crate::defaults;
-use crate::error::{ConfigError, Problem, RouteProblem};
+use crate::error::{ConfigError, Problem, RouteProblem, Source};
 use crate::locate::Seg::{self, Index, Key};
 use crate::model::{Match, Provider, Route, Target};
 use crate::raw::{RawBackoff, RawBreaker, RawOn, RawRetry, RawRoute, RawTarget};
@@ -42,7 +42,7 @@ struct Breakers {
 /// Resolves every route against `providers` (whose breakers route-level
 /// blocks may set); `declared` is each provider's own breaker settings.
 pub(crate) fn resolve_routes(
-    text: &str,
+    src: Source<'_>,
     raw: &[RawRoute],
     providers: &mut [Provider],
     declared: Vec<BreakerSettings>,
@@ -65,7 +65,7 @@ pub(crate) fn resolve_routes(
                     name,
                     problem: e.problem,
                 };
-                ConfigError::at(text, &path, problem)
+                ConfigError::at(src, &path, problem)
             })?;
         routes.push(route);
     }

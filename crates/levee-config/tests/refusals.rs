@@ -166,3 +166,23 @@ fn a_missing_file_says_which() {
     assert!(matches!(e, ConfigError::Read { .. }));
     assert!(e.to_string().contains("/nonexistent/levee.yaml"), "{e}");
 }
+
+#[test]
+fn an_embedded_configuration_names_lines_of_the_whole_document() {
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        variants: Vec<Variant>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Variant {
+        levee: levee_config::raw::RawConfig,
+    }
+    use levee_config::locate::Seg::{Index, Key};
+    let text = "variants:\n  - levee: {}\n  - levee:\n      routes:\n        - retry:\n            max_attempts: 0\n";
+    let mut doc: Doc = serde_norway::from_str(text).unwrap();
+    let raw = doc.variants.remove(1).levee;
+    let at = [Key("variants"), Index(1), Key("levee")];
+    let e = Config::from_raw_in(raw, text, &at).unwrap_err();
+    assert_eq!(e.line(), Some(6), "{e}");
+    assert!(e.to_string().contains("max_attempts"), "{e}");
+}
