@@ -31,7 +31,7 @@ pub use duration::parse_duration;
 pub use error::{yaml_message, ConfigError, Problem, RouteProblem};
 pub use model::{
     derived_max_in_flight, Caller, CallerKey, IdempotencySettings, InFlightCap, Limits, Match,
-    Provider, Route, StateBackend, Target, Telemetry, DEFAULT_IDEMPOTENCY_MAX_BYTES,
+    Provider, Route, StateBackend, Target, Telemetry,
 };
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
 pub use values::{
@@ -42,9 +42,6 @@ pub use values::{
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
-
-/// A route's bulkhead when the config sets none.
-pub const DEFAULT_ROUTE_MAX_IN_FLIGHT: u32 = defaults::ROUTE_MAX_IN_FLIGHT;
 
 /// The name of the built-in mock provider.
 pub const BUILTIN_MOCK: &str = "mock";

@@ -183,16 +183,13 @@ pub struct IdempotencySettings {
     pub max_bytes: u64,
 }
 
-/// The default `idempotency.max_bytes`.
-pub const DEFAULT_IDEMPOTENCY_MAX_BYTES: u64 = 64 * 1024 * 1024;
-
 impl Default for IdempotencySettings {
     /// Keys live 10 minutes; at most 100,000 of them and 64 MiB of answers.
     fn default() -> Self {
         IdempotencySettings {
             ttl: Duration::from_secs(600),
             max_entries: 100_000,
-            max_bytes: DEFAULT_IDEMPOTENCY_MAX_BYTES,
+            max_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -6,9 +6,7 @@
 //! Every number comes from `levee_policy::RoutePolicy::schedule` and
 //! `census`, the code the gateway decides with: derived, not restated here.
 
-use levee_config::{
-    Api, Caller, Config, ConfigError, InFlightCap, Route, DEFAULT_ROUTE_MAX_IN_FLIGHT,
-};
+use levee_config::{Api, Caller, Config, ConfigError, InFlightCap, Route};
 use levee_policy::AttemptKind;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -477,7 +475,7 @@ fn render_provider_caps(out: &mut String, config: &Config) {
 /// A route's bulkhead, what its first target's provider allows, and the
 /// request rate that holds at the first target's expected attempt time.
 fn render_route_cap(out: &mut String, config: &Config, route: &Route) {
-    let origin = if route.max_in_flight == DEFAULT_ROUTE_MAX_IN_FLIGHT {
+    let origin = if route.max_in_flight == levee_config::defaults::ROUTE_MAX_IN_FLIGHT {
         "default"
     } else {
         "configured"
