@@ -117,6 +117,8 @@ fn providers(
     let mut providers = Vec::with_capacity(raw.providers.len());
     let mut declared = Vec::with_capacity(raw.providers.len());
     for (name, p) in &raw.providers {
+        let at =
+            |key, problem| ConfigError::at(src, &[Key("providers"), Key(name), Key(key)], problem);
         let settings = p
             .circuit_breaker
             .as_ref()
@@ -124,27 +126,40 @@ fn providers(
                 b.merge(BreakerSettings::default())
             });
         let breaker = settings.build().map_err(|source| {
-            let path = [Key("providers"), Key(name), Key("circuit_breaker")];
-            let problem = Problem::ProviderBreaker {
-                provider: name.clone(),
-                source,
-            };
-            ConfigError::at(src, &path, problem)
+            let provider = name.clone();
+            at(
+                "circuit_breaker",
+                Problem::ProviderBreaker { provider, source },
+            )
         })?;
-        providers.push(provider(name, p, breaker));
+        let rate_limit = p.rate_limit.as_ref().map(|r| {
+            let rpm = r.requests_per_minute.0;
+            (
+                rpm,
+                r.burst.map_or_else(|| Gcra::default_burst(rpm), |b| b.0),
+            )
+        });
+        let allowance = rate_limit
+            .map(|(rpm, burst)| Gcra::per_minute(rpm, burst))
+            .transpose()
+            .map_err(|source| {
+                let provider = name.clone();
+                at("rate_limit", Problem::ProviderRate { provider, source })
+            })?;
+        providers.push(provider(name, p, rate_limit, allowance, breaker));
         declared.push(settings);
     }
     Ok((providers, declared))
 }
 
-fn provider(name: &str, p: &RawProvider, breaker: levee_policy::CircuitBreaker) -> Provider {
-    let rate_limit = p.rate_limit.as_ref().map(|r| {
-        let rpm = r.requests_per_minute.0;
-        (
-            rpm,
-            r.burst.map_or_else(|| Gcra::default_burst(rpm), |b| b.0),
-        )
-    });
+/// A provider from its raw fields and the core objects built for it.
+fn provider(
+    name: &str,
+    p: &RawProvider,
+    rate_limit: Option<(u32, u32)>,
+    allowance: Option<Gcra>,
+    breaker: levee_policy::CircuitBreaker,
+) -> Provider {
     Provider {
         name: name.to_string(),
         api: p.api,
@@ -157,8 +172,7 @@ fn provider(name: &str, p: &RawProvider, breaker: levee_policy::CircuitBreaker) 
             None => InFlightCap::None,
         },
         rate_limit,
-        // Both at least 1, checked as they were read.
-        allowance: rate_limit.and_then(|(rpm, burst)| Gcra::per_minute(rpm, burst).ok()),
+        allowance,
         breaker,
         connect_timeout: p.connect_timeout.map_or(defaults::CONNECT_TIMEOUT, |d| d.0),
     }

@@ -2,6 +2,7 @@
 //! what to write instead, and — through [`ConfigError::AtLine`] — the line.
 
 use crate::locate::{locate, Seg};
+use levee_policy::admission::RateError;
 use levee_policy::backoff::BackoffError;
 use levee_policy::breaker::BreakerError;
 use levee_policy::budget::BudgetError;
@@ -93,6 +94,8 @@ pub enum Problem {
         provider: String,
         source: BreakerError,
     },
+    #[error("provider `{provider}`: `rate_limit`: {source}")]
+    ProviderRate { provider: String, source: RateError },
     #[error("route {number} (`{name}`): {problem}")]
     Route {
         /// 1-based, in file order.
