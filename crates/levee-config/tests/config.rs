@@ -1,7 +1,7 @@
 use levee_config::{Api, Config, ConfigError};
 use std::time::Duration;
 
-const SEED_000_ROUTES: &str = r#"routes:
+const RETRY_ROUTE_BLOCK: &str = r#"routes:
   - match: { model_prefix: "anthropic/" }
     retry:
       max_attempts: 3
@@ -23,8 +23,8 @@ fn line_of(e: ConfigError) -> (usize, String) {
 }
 
 #[test]
-fn seed_000_routes_block_loads_unchanged() {
-    let c = Config::parse(SEED_000_ROUTES).unwrap();
+fn a_route_block_with_retry_and_breaker_loads_unchanged() {
+    let c = Config::parse(RETRY_ROUTE_BLOCK).unwrap();
     assert!(c.builtin_mock);
     assert_eq!(c.routes.len(), 1);
     assert_eq!(c.routes[0].policy.max_attempts(), 3);
@@ -34,7 +34,7 @@ fn seed_000_routes_block_loads_unchanged() {
     );
     // With a provider of the prefix's name, the route targets it.
     let with_provider = format!(
-        "providers:\n  anthropic:\n    api: anthropic\n    base_url: https://api.anthropic.com\n    api_key_env: ANTHROPIC_API_KEY\n{SEED_000_ROUTES}"
+        "providers:\n  anthropic:\n    api: anthropic\n    base_url: https://api.anthropic.com\n    api_key_env: ANTHROPIC_API_KEY\n{RETRY_ROUTE_BLOCK}"
     );
     let c = Config::parse(&with_provider).unwrap();
     assert!(!c.builtin_mock);

@@ -3,10 +3,12 @@
 
 use levee_config::{Config, ConfigError};
 
-/// `locate` (which finds the line for a validation error) sliced a line at a
-/// byte offset computed from a differently trimmed copy of it; Unicode
-/// whitespace before a key (here inside a multi-line quoted string) put the
-/// offset inside a character: "start byte index 6 is not a char boundary".
+/// The line of a validation error was once found by searching the text,
+/// which sliced a line at a byte offset computed from a differently trimmed
+/// copy of it; Unicode whitespace before a key (here inside a multi-line
+/// quoted string) put the offset inside a character: "start byte index 6 is
+/// not a char boundary". Lines now come from the YAML parser; the input stays
+/// as a regression test.
 #[test]
 fn locate_unicode_whitespace_before_a_key_is_not_a_panic() {
     let text = "routes:\n  - match:\n      model_prefix: \"a\n        - \u{a0}\u{3000}\u{a0}retry: x\"\n    retry:\n      max_attempts: 0\n";
