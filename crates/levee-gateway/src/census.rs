@@ -407,7 +407,7 @@ impl Census {
         if let Some(w) = self.windows.get(route) {
             lock(w).slot(now.since_origin().as_secs()).2 += 1;
         }
-        if matches!(label, "connect_error" | "deadline_cut") {
+        if matches!(label, "connect_error" | "tls" | "deadline_cut") {
             return;
         }
         let Some(stats) = self.targets.get(route).and_then(|r| r.get(target)) else {
