@@ -367,9 +367,10 @@ impl Census {
 
     /// Where `label`'s target is in this census.
     fn position(&self, label: &RouteTargetLabel) -> Option<(usize, usize)> {
-        self.labels.iter().enumerate().find_map(|(ri, ls)| {
-            ls.iter().position(|l| l == label).map(|t| (ri, t))
-        })
+        self.labels
+            .iter()
+            .enumerate()
+            .find_map(|(ri, ls)| ls.iter().position(|l| l == label).map(|t| (ri, t)))
     }
 
     /// Counts one request on `route` with the resolved `deadline`. `key` is

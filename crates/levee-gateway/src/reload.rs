@@ -208,13 +208,9 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
     let mut kept = 0;
     let mut providers = Vec::with_capacity(config.providers.len());
     for p in &config.providers {
-        let fresh = ProviderRuntime::new(
-            p,
-            old.metrics.upstream_connect.clone(),
-            old.clock,
-            replicas,
-        )
-        .map_err(SetupError::from)?;
+        let fresh =
+            ProviderRuntime::new(p, old.metrics.upstream_connect.clone(), old.clock, replicas)
+                .map_err(SetupError::from)?;
         let same = old
             .config
             .providers

@@ -67,7 +67,10 @@ async fn a_valid_reload_serves_new_requests_with_the_new_config() {
     assert_eq!(env.stats(1).requests_total, 1);
     let after = admin_get(&env, "/readyz").await;
     let hash = levee_gateway::reload::hash_of(&std::fs::read(&path).unwrap());
-    assert!(after.contains(&format!("config {hash} generation 2")), "{after}");
+    assert!(
+        after.contains(&format!("config {hash} generation 2")),
+        "{after}"
+    );
     assert!(admin_get(&env, "/").await.contains(&hash));
     let m = env.metrics().await;
     assert_eq!(
@@ -133,7 +136,10 @@ async fn a_stream_in_flight_finishes_under_the_config_it_started_with() {
             .body(http_body_util::Full::new(bytes::Bytes::from(CHAT_STREAM)))
             .unwrap();
         let resp = client.request(req).await.expect("answers");
-        let target = resp.headers()["x-levee-target"].to_str().unwrap().to_string();
+        let target = resp.headers()["x-levee-target"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let body = http_body_util::BodyExt::collect(resp.into_body())
             .await
             .map(|c| c.to_bytes())
@@ -155,7 +161,11 @@ async fn a_stream_in_flight_finishes_under_the_config_it_started_with() {
     reload(&env, &path).expect("accepted");
     assert_eq!(env.stats(0).in_flight, 1, "the stream is still running");
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
-    assert_eq!(r.header("x-levee-target"), "b", "a new request uses the new config");
+    assert_eq!(
+        r.header("x-levee-target"),
+        "b",
+        "a new request uses the new config"
+    );
 
     let (target, body) = watchdog(WATCHDOG, inflight).await.unwrap();
     assert_eq!(target, "a");
@@ -179,7 +189,10 @@ async fn a_provider_whose_definition_did_not_change_keeps_its_open_breaker() {
     )
     .await;
     for _ in 0..2 {
-        assert_eq!(env.post("/v1/chat/completions", CHAT, &[]).await.status, 503);
+        assert_eq!(
+            env.post("/v1/chat/completions", CHAT, &[]).await.status,
+            503
+        );
     }
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
     assert_eq!(r.header("x-levee-reason"), "circuit_open", "{}", r.text());
@@ -201,7 +214,9 @@ async fn a_provider_whose_definition_did_not_change_keeps_its_open_breaker() {
     let path = write_config(
         &env,
         "changed-a",
-        &format!("providers:\n{changed}routes:\n  - targets: [a]\n    retry: {{ max_attempts: 1 }}\n"),
+        &format!(
+            "providers:\n{changed}routes:\n  - targets: [a]\n    retry: {{ max_attempts: 1 }}\n"
+        ),
     );
     reload(&env, &path).expect("accepted");
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;

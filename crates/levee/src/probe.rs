@@ -79,17 +79,15 @@ fn tls_config() -> rustls::ClientConfig {
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
-    rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-    .unwrap_or_else(|_| {
-        // The ring provider supports the default versions; keep a usable config regardless.
-        rustls::ClientConfig::builder()
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth()
-    })
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+        .unwrap_or_else(|_| {
+            // The ring provider supports the default versions; keep a usable config regardless.
+            rustls::ClientConfig::builder()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        })
 }
 
 #[allow(clippy::disallowed_methods)] // timing a probe step for the report
@@ -109,7 +107,11 @@ async fn probe_one(p: Provider, tls: Arc<rustls::ClientConfig>, limit: Duration)
         problem: None,
     };
     let https = p.base_url.scheme_str() == Some("https");
-    let Some(host) = p.base_url.host().map(|h| h.trim_matches(['[', ']']).to_string()) else {
+    let Some(host) = p
+        .base_url
+        .host()
+        .map(|h| h.trim_matches(['[', ']']).to_string())
+    else {
         probe.problem = Some((Step::Dns, "base_url has no host".into()));
         return probe;
     };
@@ -151,7 +153,11 @@ async fn probe_one(p: Provider, tls: Arc<rustls::ClientConfig>, limit: Duration)
         return probe;
     }
     let Ok(name) = rustls::pki_types::ServerName::try_from(host.clone()) else {
-        return fail(probe, Step::Tls, format!("`{host}` is not a valid TLS server name"));
+        return fail(
+            probe,
+            Step::Tls,
+            format!("`{host}` is not a valid TLS server name"),
+        );
     };
     let t = now();
     let connector = tokio_rustls::TlsConnector::from(tls);

@@ -168,12 +168,18 @@ fn sighup_rereads_the_config_and_keeps_it_when_the_new_file_is_invalid() {
             .unwrap()
             .success())
     };
-    let readyz = || http(&admin, "GET", "/readyz", "").map(|r| r.1).unwrap_or_default();
+    let readyz = || {
+        http(&admin, "GET", "/readyz", "")
+            .map(|r| r.1)
+            .unwrap_or_default()
+    };
     assert_eq!(post(), 404, "no route for b/ yet");
 
     std::fs::write(&config, routed("b/")).unwrap();
     hup();
-    wait_until(Duration::from_secs(10), || readyz().contains("generation 2"));
+    wait_until(Duration::from_secs(10), || {
+        readyz().contains("generation 2")
+    });
     assert_eq!(post(), 200, "the reloaded route serves");
 
     std::fs::write(&config, "routes: [ { targets: [p] \n").unwrap();
@@ -190,8 +196,14 @@ fn sighup_rereads_the_config_and_keeps_it_when_the_new_file_is_invalid() {
     assert_eq!(post(), 200, "the running config keeps serving");
     assert!(readyz().contains("generation 2"));
     let (_, metrics) = http(&admin, "GET", "/metrics", "").unwrap();
-    assert!(metrics.contains("levee_config_reloads_total{result=\"error\"} 1"), "{metrics}");
-    assert!(metrics.contains("levee_config_reloads_total{result=\"ok\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("levee_config_reloads_total{result=\"error\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("levee_config_reloads_total{result=\"ok\"} 1"),
+        "{metrics}"
+    );
     drop(gw);
     drop(mock);
     let _ = std::fs::remove_dir_all(&dir);
