@@ -4,7 +4,7 @@
 //! did not change keeps its breaker.
 
 mod support;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use support::*;
 
@@ -25,7 +25,7 @@ fn write_config(env: &Env, name: &str, config: &str) -> PathBuf {
     path
 }
 
-fn reload(env: &Env, path: &PathBuf) -> Result<(), String> {
+fn reload(env: &Env, path: &Path) -> Result<(), String> {
     env.gw
         .reloader
         .reload_file(path, |_| Ok(()))
