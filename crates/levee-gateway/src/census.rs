@@ -703,6 +703,37 @@ pub async fn fetch(admin: &str) -> Result<CensusReport, FetchError> {
 mod tests {
     use super::*;
 
+    fn config(targets: &str) -> Config {
+        let text = format!(
+            "providers:\n  a: {{ api: openai, base_url: \"http://127.0.0.1:1\" }}\n  b: {{ api: openai, base_url: \"http://127.0.0.1:2\" }}\nroutes:\n  - targets: [{targets}]\n"
+        );
+        Config::parse(&text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_reloaded_census_follows_targets_by_name_not_position() {
+        let old = Census::new(&config("a, b"), &mut Registry::default());
+        let now = Instant::from_nanos(0);
+        for _ in 0..MIN_SAMPLES {
+            old.attempt(0, 1, Duration::from_millis(700), "success", now);
+        }
+        let row = |c: &Census, cfg: &Config, provider: &str| {
+            c.report(cfg)
+                .targets
+                .into_iter()
+                .find(|t| t.provider == provider)
+                .and_then(|t| t.observed_p99_ms)
+        };
+        let before = config("a, b");
+        assert_eq!(row(&old, &before, "b"), Some(700));
+        assert_eq!(row(&old, &before, "a"), None);
+        // The targets swap places: b's latency stays b's.
+        let after = config("b, a");
+        let new = old.next(&after);
+        assert_eq!(row(&new, &after, "b"), Some(700));
+        assert_eq!(row(&new, &after, "a"), None);
+    }
+
     #[test]
     fn sketch_floors_to_three_significant_digits() {
         for (v, want) in [
