@@ -169,6 +169,9 @@ impl Reloader {
         let old = self.current();
         match next(&old, config, hash) {
             Ok((next, kept)) => {
+                if let Some(r) = &next.recorder {
+                    r.add_secrets(&next.secrets);
+                }
                 let next = Arc::new(next);
                 self.current.store(Arc::clone(&next));
                 next.generation.count("ok");
