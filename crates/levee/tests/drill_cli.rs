@@ -25,19 +25,22 @@ fn first_line(child: &mut Child) -> String {
 
 /// A replica on an ephemeral port; returns it and its URL.
 fn replica(config: &std::path::Path, log: &std::path::Path) -> (Proc, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_levee"))
-        .args(["serve", "--log-format", "json", "--config"])
-        .arg(config)
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
+    // Owned (killed and waited for on drop) from the start.
+    let child = Proc(
+        Command::new(env!("CARGO_BIN_EXE_levee"))
+            .args(["serve", "--log-format", "json", "--config"])
+            .arg(config)
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let t = Instant::now();
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         if let Some(line) = text.lines().find(|l| l.contains("levee gateway listening")) {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             let url = format!("http://{}", v["listen"].as_str().unwrap());
-            return (Proc(child), url);
+            return (child, url);
         }
         assert!(
             t.elapsed() < Duration::from_secs(10),
