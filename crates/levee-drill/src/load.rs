@@ -424,44 +424,11 @@ pub async fn run(
                 url: stats_url.clone(),
                 reason,
             })?;
-    match tokio::time::timeout(
-        CONTROL_TIMEOUT,
-        tokio::net::TcpStream::connect(plan.gateway.addr),
-    )
-    .await
-    {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Err(DrillError::GatewayUnreachable {
-                addr: plan.gateway.base.clone(),
-                reason: e.to_string(),
-            })
-        }
-        Err(_) => {
-            return Err(DrillError::GatewayUnreachable {
-                addr: plan.gateway.base.clone(),
-                reason: format!("no connection within {CONTROL_TIMEOUT:?}"),
-            })
-        }
-    }
+    preflight(&plan.gateway).await?;
     if let Some(f) = &plan.failover {
         preflight(f).await?;
     }
-    let state =
-        match &plan.pause {
-            None => None,
-            Some(p) => Some(connect_state(&p.url).await.map_err(|reason| {
-                DrillError::StateUnreachable {
-                    url: levee_config::redact_url(&p.url),
-                    reason,
-                }
-            })?),
-        };
-    let stop = match (&plan.stop, stop) {
-        (Some(_), Some(hook)) => Some(hook),
-        (Some(s), None) => s.pid.map(|pid| signal_hook(pid, s.signal)),
-        (None, _) => None,
-    };
+    let (state, stop) = prepare_exercises(plan, stop).await?;
 
     let offsets = schedule(plan);
     // The fault windows count from this POST: it is the drill's time zero.
@@ -500,6 +467,82 @@ pub async fn run(
         })
     };
 
+    let (pausing, stopping) = spawn_events(plan, t0, state, stop);
+    send_all(plan, t0, &offsets, load_client, &tx, &counters, before).await;
+    drop(tx);
+    // Every task ends within its patience; this bound only guards the drill.
+    let patience = plan.timeout + STRAGGLER_MARGIN;
+    let records = match tokio::time::timeout(patience + Duration::from_secs(5), collector).await {
+        Ok(Ok(r)) => r,
+        _ => Vec::new(),
+    };
+    // A last look at the mock once everything is answered.
+    tokio::time::sleep(POLL_EVERY).await;
+    let _ = stop_tx.send(true);
+    let (samples, poll_failures) = poller.await.unwrap_or_default();
+    if let Some(p) = printer {
+        let _ = p.await;
+    }
+    let clear_failed = set_faults(&client, plan, &serde_json::json!({ "faults": [] }))
+        .await
+        .err()
+        .map(|e| e.to_string());
+    let mut records = records;
+    // Tasks that never reported (only if the guard above fired) are unanswered.
+    let missing = offsets.len().saturating_sub(records.len());
+    records.extend((0..missing).map(|_| Record {
+        sent: Duration::ZERO,
+        lag: Duration::ZERO,
+        latency: None,
+        kind: "unanswered".to_owned(),
+        attempts: None,
+        error: None,
+        idempotency: None,
+        failed_over: false,
+    }));
+    Ok(Measured {
+        records,
+        samples,
+        poll_failures,
+        clear_failed,
+        paused: finished(pausing).await,
+        stopped: finished(stopping).await,
+    })
+}
+
+/// Connects to the state store to pause and picks how to stop a replica.
+async fn prepare_exercises(
+    plan: &Plan,
+    stop: Option<StopHook>,
+) -> Result<(Option<redis::aio::MultiplexedConnection>, Option<StopHook>), DrillError> {
+    let state =
+        match &plan.pause {
+            None => None,
+            Some(p) => Some(connect_state(&p.url).await.map_err(|reason| {
+                DrillError::StateUnreachable {
+                    url: levee_config::redact_url(&p.url),
+                    reason,
+                }
+            })?),
+        };
+    let stop = match (&plan.stop, stop) {
+        (Some(_), Some(hook)) => Some(hook),
+        (Some(s), None) => s.pid.map(|pid| signal_hook(pid, s.signal)),
+        (None, _) => None,
+    };
+    Ok((state, stop))
+}
+
+type Event = tokio::task::JoinHandle<Result<Duration, String>>;
+
+/// Schedules the state store's pause and the replica's stop; each task ends
+/// with when it happened (since `t0`).
+fn spawn_events(
+    plan: &Plan,
+    t0: Instant,
+    state: Option<redis::aio::MultiplexedConnection>,
+    stop: Option<StopHook>,
+) -> (Option<Event>, Option<Event>) {
     let pausing = match (&plan.pause, state) {
         (Some(p), Some(conn)) => {
             let (at, length) = (p.at, p.length);
@@ -522,6 +565,19 @@ pub async fn run(
         }
         _ => None,
     };
+    (pausing, stopping)
+}
+
+/// Starts every request on schedule (open loop); each reports on `tx`.
+async fn send_all(
+    plan: &Plan,
+    t0: Instant,
+    offsets: &[Duration],
+    load_client: HttpClient,
+    tx: &mpsc::UnboundedSender<Record>,
+    counters: &Progress,
+    before: u64,
+) {
     let replicas = Arc::new(Replicas {
         urls: std::iter::once(&plan.gateway)
             .chain(plan.failover.as_ref())
@@ -567,50 +623,10 @@ pub async fn run(
             });
         });
     }
-    drop(tx);
-    // Every task ends within its patience; this bound only guards the drill.
-    let records = match tokio::time::timeout(patience + Duration::from_secs(5), collector).await {
-        Ok(Ok(r)) => r,
-        _ => Vec::new(),
-    };
-    // A last look at the mock once everything is answered.
-    tokio::time::sleep(POLL_EVERY).await;
-    let _ = stop_tx.send(true);
-    let (samples, poll_failures) = poller.await.unwrap_or_default();
-    if let Some(p) = printer {
-        let _ = p.await;
-    }
-    let clear_failed = set_faults(&client, plan, &serde_json::json!({ "faults": [] }))
-        .await
-        .err()
-        .map(|e| e.to_string());
-    let mut records = records;
-    // Tasks that never reported (only if the guard above fired) are unanswered.
-    let missing = offsets.len().saturating_sub(records.len());
-    records.extend((0..missing).map(|_| Record {
-        sent: Duration::ZERO,
-        lag: Duration::ZERO,
-        latency: None,
-        kind: "unanswered".to_owned(),
-        attempts: None,
-        error: None,
-        idempotency: None,
-        failed_over: false,
-    }));
-    Ok(Measured {
-        records,
-        samples,
-        poll_failures,
-        clear_failed,
-        paused: finished(pausing).await,
-        stopped: finished(stopping).await,
-    })
 }
 
 /// The result of a scheduled pause or stop (long over by now).
-async fn finished(
-    task: Option<tokio::task::JoinHandle<Result<Duration, String>>>,
-) -> Option<Result<Duration, String>> {
+async fn finished(task: Option<Event>) -> Option<Result<Duration, String>> {
     let task = task?;
     Some(match tokio::time::timeout(CONTROL_TIMEOUT, task).await {
         Ok(Ok(r)) => r,
