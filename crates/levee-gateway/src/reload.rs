@@ -59,7 +59,7 @@ pub struct Generation {
 
 impl Generation {
     /// The first generation; registers `levee_config_reloads_total`.
-    pub(crate) fn first(config: &Config, registry: &mut Registry, clock: &Clock) -> Self {
+    pub fn first(config: &Config, registry: &mut Registry, clock: &Clock) -> Self {
         let reloads = Family::<ResultLabel, Counter>::default();
         registry.register(
             "levee_config_reloads",

@@ -21,6 +21,12 @@ fn exported() -> BTreeSet<String> {
     let mut metrics = levee_gateway::metrics::Metrics::new();
     let config = levee_config::Config::parse("").expect("empty config");
     let census = levee_gateway::census::Census::new(&config, &mut metrics.registry);
+    // Registered with the first config generation (ok and error series at 0).
+    let _ = levee_gateway::reload::Generation::first(
+        &config,
+        &mut metrics.registry,
+        &levee_gateway::clock::Clock::new(),
+    );
     // A family shows in the exposition once it has a series: give each one.
     census.admitted(
         None,
