@@ -58,6 +58,83 @@ pub struct DrillArgs {
     /// The `model` each chat completion asks for (picks the gateway's route).
     #[arg(long, default_value = "drill", value_name = "MODEL")]
     pub model: String,
+    /// Faults outside the provider: the state store and the gateway itself.
+    #[command(flatten)]
+    pub exercise: Exercise,
+}
+
+/// The other two exercises: pause the shared state store, stop a replica.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Exercise {
+    /// Pause the gateway's Redis state store mid-run (`CLIENT PAUSE ms ALL`),
+    /// e.g. `redis://127.0.0.1:6379`; loopback only. Every request then
+    /// carries an `idempotency-key`, and the report counts how many ran
+    /// unshared (`x-levee-idempotency: local`).
+    #[arg(long, value_name = "REDIS_URL")]
+    pub pause_state: Option<String>,
+    /// When the pause starts, since the drill's start.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub pause_at: String,
+    /// How long the state store stays paused.
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub pause_for: String,
+    /// A second gateway replica: callers fail over as `levee_client` does —
+    /// one immediate attempt on the other replica when one sent no response
+    /// at all, never after an HTTP answer, never with a sleep; the replica
+    /// that answered becomes the first choice. Loopback only.
+    #[arg(long, value_name = "URL")]
+    pub failover: Option<String>,
+    /// Stop this gateway replica's process mid-run (a signal to the PID).
+    #[arg(long, value_name = "PID")]
+    pub stop_pid: Option<u32>,
+    /// When to stop it, since the drill's start.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub stop_at: String,
+    /// `term` (a deploy: the replica drains) or `kill` (a crash).
+    #[arg(long, value_enum, default_value_t = StopSignal::Term)]
+    pub stop_signal: StopSignal,
+}
+
+impl Default for Exercise {
+    fn default() -> Self {
+        Exercise {
+            pause_state: None,
+            pause_at: "1s".into(),
+            pause_for: "2s".into(),
+            failover: None,
+            stop_pid: None,
+            stop_at: "1s".into(),
+            stop_signal: StopSignal::Term,
+        }
+    }
+}
+
+/// How a replica is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopSignal {
+    #[default]
+    Term,
+    Kill,
+}
+
+/// A pause of the Redis state store.
+#[derive(Debug, Clone)]
+pub struct StatePause {
+    /// `redis://HOST:PORT[/DB]`, host loopback.
+    pub url: String,
+    pub at: Duration,
+    pub length: Duration,
+}
+
+/// Stopping one replica.
+#[derive(Debug, Clone)]
+pub struct ReplicaStop {
+    /// The process to signal; `None` when the caller stops it (a library
+    /// user passing its own stop, as the tests do).
+    pub pid: Option<u32>,
+    pub signal: StopSignal,
+    pub at: Duration,
 }
 
 /// How request start times are spaced.
@@ -88,6 +165,12 @@ pub struct Plan {
     pub plot: Option<PathBuf>,
     /// The `--fault` flags as given, for the human report.
     pub fault_text: Vec<String>,
+    /// `--pause-state`: pause the state store mid-run.
+    pub pause: Option<StatePause>,
+    /// `--failover`: the second replica callers fail over to.
+    pub failover: Option<Target>,
+    /// `--stop-pid`: stop a replica mid-run.
+    pub stop: Option<ReplicaStop>,
 }
 
 pub use levee_config::parse_duration;
@@ -247,6 +330,7 @@ impl DrillArgs {
         if window.is_none() && !faults.is_empty() {
             window = Some((Duration::ZERO, duration));
         }
+        let (pause, failover, stop) = self.exercise.check(duration)?;
         Ok(Plan {
             gateway,
             mock,
@@ -261,7 +345,61 @@ impl DrillArgs {
             json: self.json,
             plot: self.plot.clone(),
             fault_text: self.faults.clone(),
+            pause,
+            failover,
+            stop,
         })
+    }
+}
+
+type Checked = (Option<StatePause>, Option<Target>, Option<ReplicaStop>);
+
+impl Exercise {
+    /// Checks the exercise flags against the run's `duration`.
+    fn check(&self, duration: Duration) -> Result<Checked, DrillError> {
+        let within = |flag: &'static str, text: &str| {
+            parse_duration(text)
+                .filter(|d| *d < duration)
+                .ok_or_else(|| DrillError::Flag {
+                    flag,
+                    value: text.to_owned(),
+                    reason: "must be a duration within --duration, like 1s or 500ms".to_owned(),
+                })
+        };
+        let pause = match &self.pause_state {
+            None => None,
+            Some(url) => Some(StatePause {
+                url: target::parse_redis("pause-state", url)?,
+                at: within("pause-at", &self.pause_at)?,
+                length: parse_duration(&self.pause_for)
+                    .filter(|d| !d.is_zero() && *d <= Duration::from_secs(600))
+                    .ok_or_else(|| DrillError::Flag {
+                        flag: "pause-for",
+                        value: self.pause_for.clone(),
+                        reason: "must be a duration above 0 and at most 10m".to_owned(),
+                    })?,
+            }),
+        };
+        let failover = match &self.failover {
+            None => None,
+            Some(url) => Some(target::parse("failover", url)?),
+        };
+        let stop = match self.stop_pid {
+            None => None,
+            Some(pid) if pid <= 1 => {
+                return Err(DrillError::Flag {
+                    flag: "stop-pid",
+                    value: pid.to_string(),
+                    reason: "must be the PID of a gateway replica".to_owned(),
+                })
+            }
+            Some(pid) => Some(ReplicaStop {
+                pid: Some(pid),
+                signal: self.stop_signal,
+                at: within("stop-at", &self.stop_at)?,
+            }),
+        };
+        Ok((pause, failover, stop))
     }
 }
 
@@ -282,6 +420,7 @@ mod tests {
             seed: 0,
             arrivals: Arrivals::Even,
             model: "drill".into(),
+            exercise: Exercise::default(),
         }
     }
 

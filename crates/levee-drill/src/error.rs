@@ -29,6 +29,11 @@ pub enum DrillError {
         "cannot connect to the gateway at {addr}: {reason} (is `levee serve` listening there?)"
     )]
     GatewayUnreachable { addr: String, reason: String },
+    #[error(
+        "cannot reach the state store {url}: {reason} (is the gateway's Redis running there? \
+         `--pause-state` takes the URL of its `state.url`)"
+    )]
+    StateUnreachable { url: String, reason: String },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot write the plot {path}: {reason}")]

@@ -24,9 +24,12 @@ mod plot;
 pub mod report;
 mod target;
 
-pub use args::{parse_duration, parse_fault, Arrivals, DrillArgs, Plan};
+pub use args::{
+    parse_duration, parse_fault, Arrivals, DrillArgs, Exercise, Plan, ReplicaStop, StatePause,
+    StopSignal,
+};
 pub use error::DrillError;
-pub use load::{Measured, Record, Sample, STRAGGLER_MARGIN};
+pub use load::{Measured, Record, Sample, StopHook, STRAGGLER_MARGIN};
 pub use report::Report;
 pub use target::Target;
 
@@ -34,7 +37,14 @@ pub use target::Target;
 /// measurements: one [`Record`] per logical request and the mock's counter
 /// over time. [`report::summarise`] turns them into the report.
 pub async fn measure(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
-    load::run(plan, progress).await
+    load::run(plan, progress, None).await
+}
+
+/// [`run`] with the replica stopped by `stop` (awaited at the plan's
+/// `stop.at`, which must be set) instead of a signal to a PID.
+pub async fn run_with_stop(plan: &Plan, stop: StopHook) -> Result<Report, DrillError> {
+    let measured = load::run(plan, false, Some(stop)).await?;
+    Ok(report::summarise(plan, &measured))
 }
 
 /// Runs a checked drill against live servers and summarises it (writing the

@@ -46,6 +46,11 @@ pub struct Record {
     /// What the client saw when there was no HTTP answer (`connection_error`,
     /// `body_error`): the error and its causes.
     pub error: Option<String>,
+    /// The `x-levee-idempotency` header (`local`: the keyed request could
+    /// not be deduplicated across replicas; `rerun`).
+    pub idempotency: Option<String>,
+    /// The first replica sent no response and the second was asked.
+    pub failed_over: bool,
 }
 
 /// One reading of the mock's `requests_total`, since the drill's start.
@@ -66,6 +71,71 @@ pub struct Measured {
     pub poll_failures: u64,
     /// Whether clearing the faults at the end failed (the mock keeps them).
     pub clear_failed: Option<String>,
+    /// When the state store was paused (since the start), or why it was not.
+    pub paused: Option<Result<Duration, String>>,
+    /// When the replica was stopped (since the start), or why it was not.
+    pub stopped: Option<Result<Duration, String>>,
+}
+
+/// Stops a replica when awaited (a signal to its process, or whatever a
+/// library caller passes); `Err` says why it could not.
+pub type StopHook = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+
+/// Sends `signal` to `pid` (`kill -TERM PID`).
+pub fn signal_hook(pid: u32, signal: crate::args::StopSignal) -> StopHook {
+    Box::pin(async move {
+        let flag = match signal {
+            crate::args::StopSignal::Term => "-TERM",
+            crate::args::StopSignal::Kill => "-KILL",
+        };
+        let status = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("kill")
+                .args([flag, &pid.to_string()])
+                .status()
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot run kill: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "kill {flag} {pid} failed ({status}): is that the replica's PID?"
+            ))
+        }
+    })
+}
+
+/// The replicas callers use, in order, and which one they try first: as
+/// `levee_client`, after a failover the replica that answered becomes the
+/// first choice, so a replica that is down costs one failed connection per
+/// failover, not one per request.
+struct Replicas {
+    urls: Vec<Arc<str>>,
+    first: std::sync::atomic::AtomicUsize,
+}
+
+/// A connection to the state store, opened before the run so that a wrong
+/// URL stops the drill before any load.
+async fn connect_state(url: &str) -> Result<redis::aio::MultiplexedConnection, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    tokio::time::timeout(CONTROL_TIMEOUT, client.get_multiplexed_async_connection())
+        .await
+        .map_err(|_| format!("no connection within {CONTROL_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())
+}
+
+/// `CLIENT PAUSE ms ALL`: every client's commands wait until it ends.
+async fn pause_state(
+    mut conn: redis::aio::MultiplexedConnection,
+    length: Duration,
+) -> Result<(), String> {
+    let ms = u64::try_from(length.as_millis()).unwrap_or(u64::MAX);
+    let cmd = redis::cmd("CLIENT").arg("PAUSE").arg(ms).arg("ALL").clone();
+    tokio::time::timeout(CONTROL_TIMEOUT, cmd.query_async::<()>(&mut conn))
+        .await
+        .map_err(|_| format!("CLIENT PAUSE got no answer within {CONTROL_TIMEOUT:?}"))?
+        .map_err(|e| format!("CLIENT PAUSE failed: {e}"))
 }
 
 /// Idle pooled connections are dropped after this: below the gateway's own
@@ -205,57 +275,125 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// One logical request's answer: latency (`None` when unanswered), kind,
-/// attempts, error detail.
-type Answer = (Option<Duration>, String, Option<u32>, Option<String>);
+/// One logical request's answer.
+struct Answer {
+    /// `None` when unanswered.
+    latency: Option<Duration>,
+    kind: String,
+    attempts: Option<u32>,
+    error: Option<String>,
+    idempotency: Option<String>,
+    failed_over: bool,
+}
+
+/// What one logical request sends.
+struct Call {
+    body: Bytes,
+    timeout_ms: u64,
+    key: Option<String>,
+}
+
+fn build(url: &str, call: &Call, spent: Duration) -> Result<Request<Full<Bytes>>, http::Error> {
+    // Like levee_client, a second attempt carries the deadline less what the first took.
+    let left = call
+        .timeout_ms
+        .saturating_sub(u64::try_from(spent.as_millis()).unwrap_or(u64::MAX));
+    let mut b = Request::post(url)
+        .header(CONTENT_TYPE, "application/json")
+        .header(USER_AGENT, "levee-drill")
+        .header("x-timeout-ms", left.to_string());
+    if let Some(k) = &call.key {
+        b = b.header("idempotency-key", k.as_str());
+    }
+    b.body(Full::new(call.body.clone()))
+}
+
+/// Sends `call` to the first-choice replica; when that one sends no
+/// response at all (an error before any response head), once, at once, to
+/// the next.
+async fn send(
+    client: &HttpClient,
+    replicas: &Replicas,
+    call: &Call,
+    sent: Instant,
+) -> Result<(http::Response<hyper::body::Incoming>, bool), String> {
+    let n = replicas.urls.len();
+    let first = replicas.first.load(Relaxed) % n;
+    let req = build(&replicas.urls[first], call, Duration::ZERO).map_err(|e| chain(&e))?;
+    let failed = match client.request(req).await {
+        Ok(resp) => return Ok((resp, false)),
+        Err(e) if n > 1 => chain(&e),
+        Err(e) => return Err(chain(&e)),
+    };
+    let second = (first + 1) % n;
+    let req = build(
+        &replicas.urls[second],
+        call,
+        clock::now().duration_since(sent),
+    )
+    .map_err(|e| chain(&e))?;
+    match client.request(req).await {
+        Ok(resp) => {
+            replicas.first.store(second, Relaxed);
+            Ok((resp, true))
+        }
+        Err(e) => Err(format!("{}; before that: {failed}", chain(&e))),
+    }
+}
 
 async fn one_request(
     client: HttpClient,
-    url: Arc<str>,
-    body: Bytes,
-    timeout_ms: Arc<str>,
+    replicas: Arc<Replicas>,
+    call: Call,
     patience: Duration,
 ) -> Answer {
     let sent = clock::now();
-    let req = match Request::post(&*url)
-        .header(CONTENT_TYPE, "application/json")
-        .header(USER_AGENT, "levee-drill")
-        .header("x-timeout-ms", &*timeout_ms)
-        .body(Full::new(body))
-    {
-        Ok(r) => r,
-        Err(e) => {
-            let detail = Some(chain(&e));
-            return (
-                Some(Duration::ZERO),
-                "request_error".to_owned(),
-                None,
-                detail,
-            );
-        }
-    };
+    let mut failed_over = false;
     let answer = async {
-        let resp = match client.request(req).await {
-            Ok(r) => r,
-            Err(e) => return ("connection_error".to_owned(), None, Some(chain(&e))),
+        let resp = match send(&client, &replicas, &call, sent).await {
+            Ok((r, over)) => {
+                failed_over = over;
+                r
+            }
+            Err(e) => return ("connection_error".to_owned(), None, Some(e), None),
         };
         let kind = classify(resp.status(), resp.headers());
-        let attempts = resp
-            .headers()
-            .get("x-levee-attempts")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u32>().ok());
+        let text = |n: &str| {
+            resp.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let attempts = text("x-levee-attempts").and_then(|v| v.trim().parse::<u32>().ok());
+        let idempotency = text("x-levee-idempotency");
         match resp.into_body().collect().await {
-            Ok(_) => (kind, attempts, None),
-            Err(e) => ("body_error".to_owned(), attempts, Some(chain(&e))),
+            Ok(_) => (kind, attempts, None, idempotency),
+            Err(e) => (
+                "body_error".to_owned(),
+                attempts,
+                Some(chain(&e)),
+                idempotency,
+            ),
         }
     };
-    match tokio::time::timeout(patience, answer).await {
-        Ok((kind, attempts, error)) => {
-            let latency = Some(clock::now().duration_since(sent));
-            (latency, kind, attempts, error)
-        }
-        Err(_) => (None, "unanswered".to_owned(), None, None),
+    let outcome = tokio::time::timeout(patience, answer).await;
+    match outcome {
+        Ok((kind, attempts, error, idempotency)) => Answer {
+            latency: Some(clock::now().duration_since(sent)),
+            kind,
+            attempts,
+            error,
+            idempotency,
+            failed_over,
+        },
+        Err(_) => Answer {
+            latency: None,
+            kind: "unanswered".to_owned(),
+            attempts: None,
+            error: None,
+            idempotency: None,
+            failed_over,
+        },
     }
 }
 
@@ -268,7 +406,13 @@ struct Progress {
 }
 
 /// Runs the drill against live servers and returns the raw measurements.
-pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
+/// `stop` stops the replica at the plan's `stop.at` (by default the signal
+/// to `--stop-pid`).
+pub async fn run(
+    plan: &Plan,
+    progress: bool,
+    stop: Option<StopHook>,
+) -> Result<Measured, DrillError> {
     let client = new_client(Some(CONTROL_TIMEOUT));
     let load_client = new_client(None);
     // Preflight: both servers answer before any fault is set.
@@ -280,26 +424,11 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
                 url: stats_url.clone(),
                 reason,
             })?;
-    match tokio::time::timeout(
-        CONTROL_TIMEOUT,
-        tokio::net::TcpStream::connect(plan.gateway.addr),
-    )
-    .await
-    {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Err(DrillError::GatewayUnreachable {
-                addr: plan.gateway.base.clone(),
-                reason: e.to_string(),
-            })
-        }
-        Err(_) => {
-            return Err(DrillError::GatewayUnreachable {
-                addr: plan.gateway.base.clone(),
-                reason: format!("no connection within {CONTROL_TIMEOUT:?}"),
-            })
-        }
+    preflight(&plan.gateway).await?;
+    if let Some(f) = &plan.failover {
+        preflight(f).await?;
     }
+    let (state, stop) = prepare_exercises(plan, stop).await?;
 
     let offsets = schedule(plan);
     // The fault windows count from this POST: it is the drill's time zero.
@@ -338,42 +467,11 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
         })
     };
 
-    let url: Arc<str> = plan.gateway.url("/v1/chat/completions").into();
-    let timeout_ms: Arc<str> = plan.timeout.as_millis().to_string().into();
-    let patience = plan.timeout + STRAGGLER_MARGIN;
-    for (i, offset) in offsets.iter().enumerate() {
-        let due = t0 + *offset;
-        clock::sleep_until(due).await;
-        let body = serde_json::json!({
-            "model": plan.model,
-            "max_tokens": 16,
-            "messages": [{ "role": "user", "content": format!("levee drill request {i}") }],
-        });
-        let body = Bytes::from(body.to_string());
-        let (client, url, timeout_ms, tx) = (
-            load_client.clone(),
-            url.clone(),
-            timeout_ms.clone(),
-            tx.clone(),
-        );
-        counters.sent.fetch_add(1, Relaxed);
-        tokio::spawn(async move {
-            let now = clock::now();
-            let (sent, lag) = (now.duration_since(t0), now.duration_since(due));
-            let (latency, kind, attempts, error) =
-                one_request(client, url, body, timeout_ms, patience).await;
-            let _ = tx.send(Record {
-                sent,
-                lag,
-                latency,
-                kind,
-                attempts,
-                error,
-            });
-        });
-    }
+    let (pausing, stopping) = spawn_events(plan, t0, state, stop);
+    send_all(plan, t0, &offsets, load_client, &tx, &counters, before).await;
     drop(tx);
     // Every task ends within its patience; this bound only guards the drill.
+    let patience = plan.timeout + STRAGGLER_MARGIN;
     let records = match tokio::time::timeout(patience + Duration::from_secs(5), collector).await {
         Ok(Ok(r)) => r,
         _ => Vec::new(),
@@ -399,13 +497,156 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
         kind: "unanswered".to_owned(),
         attempts: None,
         error: None,
+        idempotency: None,
+        failed_over: false,
     }));
     Ok(Measured {
         records,
         samples,
         poll_failures,
         clear_failed,
+        paused: finished(pausing).await,
+        stopped: finished(stopping).await,
     })
+}
+
+/// Connects to the state store to pause and picks how to stop a replica.
+async fn prepare_exercises(
+    plan: &Plan,
+    stop: Option<StopHook>,
+) -> Result<(Option<redis::aio::MultiplexedConnection>, Option<StopHook>), DrillError> {
+    let state =
+        match &plan.pause {
+            None => None,
+            Some(p) => Some(connect_state(&p.url).await.map_err(|reason| {
+                DrillError::StateUnreachable {
+                    url: levee_config::redact_url(&p.url),
+                    reason,
+                }
+            })?),
+        };
+    let stop = match (&plan.stop, stop) {
+        (Some(_), Some(hook)) => Some(hook),
+        (Some(s), None) => s.pid.map(|pid| signal_hook(pid, s.signal)),
+        (None, _) => None,
+    };
+    Ok((state, stop))
+}
+
+type Event = tokio::task::JoinHandle<Result<Duration, String>>;
+
+/// Schedules the state store's pause and the replica's stop; each task ends
+/// with when it happened (since `t0`).
+fn spawn_events(
+    plan: &Plan,
+    t0: Instant,
+    state: Option<redis::aio::MultiplexedConnection>,
+    stop: Option<StopHook>,
+) -> (Option<Event>, Option<Event>) {
+    let pausing = match (&plan.pause, state) {
+        (Some(p), Some(conn)) => {
+            let (at, length) = (p.at, p.length);
+            Some(tokio::spawn(async move {
+                clock::sleep_until(t0 + at).await;
+                let started = clock::now().duration_since(t0);
+                pause_state(conn, length).await.map(|()| started)
+            }))
+        }
+        _ => None,
+    };
+    let stopping = match (&plan.stop, stop) {
+        (Some(s), Some(hook)) => {
+            let at = s.at;
+            Some(tokio::spawn(async move {
+                clock::sleep_until(t0 + at).await;
+                let started = clock::now().duration_since(t0);
+                hook.await.map(|()| started)
+            }))
+        }
+        _ => None,
+    };
+    (pausing, stopping)
+}
+
+/// Starts every request on schedule (open loop); each reports on `tx`.
+async fn send_all(
+    plan: &Plan,
+    t0: Instant,
+    offsets: &[Duration],
+    load_client: HttpClient,
+    tx: &mpsc::UnboundedSender<Record>,
+    counters: &Progress,
+    before: u64,
+) {
+    let replicas = Arc::new(Replicas {
+        urls: std::iter::once(&plan.gateway)
+            .chain(plan.failover.as_ref())
+            .map(|t| Arc::from(t.url("/v1/chat/completions")))
+            .collect(),
+        first: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let timeout_ms = u64::try_from(plan.timeout.as_millis()).unwrap_or(u64::MAX);
+    let patience = plan.timeout + STRAGGLER_MARGIN;
+    // Unique across runs against one mock: its counter only grows.
+    let run_id = format!("{}-{before}", std::process::id());
+    for (i, offset) in offsets.iter().enumerate() {
+        let due = t0 + *offset;
+        clock::sleep_until(due).await;
+        let body = serde_json::json!({
+            "model": plan.model,
+            "max_tokens": 16,
+            "messages": [{ "role": "user", "content": format!("levee drill request {i}") }],
+        });
+        let call = Call {
+            body: Bytes::from(body.to_string()),
+            timeout_ms,
+            key: plan
+                .pause
+                .is_some()
+                .then(|| format!("levee-drill-{run_id}-{i}")),
+        };
+        let (client, replicas, tx) = (load_client.clone(), replicas.clone(), tx.clone());
+        counters.sent.fetch_add(1, Relaxed);
+        tokio::spawn(async move {
+            let now = clock::now();
+            let (sent, lag) = (now.duration_since(t0), now.duration_since(due));
+            let a = one_request(client, replicas, call, patience).await;
+            let _ = tx.send(Record {
+                sent,
+                lag,
+                latency: a.latency,
+                kind: a.kind,
+                attempts: a.attempts,
+                error: a.error,
+                idempotency: a.idempotency,
+                failed_over: a.failed_over,
+            });
+        });
+    }
+}
+
+/// The result of a scheduled pause or stop (long over by now).
+async fn finished(task: Option<Event>) -> Option<Result<Duration, String>> {
+    let task = task?;
+    Some(match tokio::time::timeout(CONTROL_TIMEOUT, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("did not finish".to_owned()),
+    })
+}
+
+async fn preflight(target: &crate::target::Target) -> Result<(), DrillError> {
+    match tokio::time::timeout(CONTROL_TIMEOUT, tokio::net::TcpStream::connect(target.addr)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(DrillError::GatewayUnreachable {
+            addr: target.base.clone(),
+            reason: e.to_string(),
+        }),
+        Err(_) => Err(DrillError::GatewayUnreachable {
+            addr: target.base.clone(),
+            reason: format!("no connection within {CONTROL_TIMEOUT:?}"),
+        }),
+    }
 }
 
 async fn poll(
@@ -493,6 +734,7 @@ mod tests {
             seed: 9,
             arrivals,
             model: "m".into(),
+            exercise: Default::default(),
         }
         .plan()
         .unwrap_or_else(|e| panic!("{e}"))

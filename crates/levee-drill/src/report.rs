@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::args::Plan;
-use crate::load::{Measured, Sample, POLL_EVERY};
+use crate::load::{Measured, Record, Sample, POLL_EVERY};
 
 /// Answers this much past the deadline still count as on time.
 pub const ON_TIME_MARGIN: Duration = Duration::from_millis(50);
@@ -38,6 +38,55 @@ pub struct Latency {
     pub p50: f64,
     pub p99: f64,
     pub max: f64,
+}
+
+/// p50 and p99 of the latency of answered requests sent in a window, in ms.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Window {
+    pub requests: u64,
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// `--pause-state`: the state store paused mid-run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StatePauseReport {
+    /// When `CLIENT PAUSE` was sent (seconds since the start); `None` when it failed.
+    pub paused_at_seconds: Option<f64>,
+    pub pause_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Requests that carried an `idempotency-key` (all of them in this mode).
+    pub keyed_requests: u64,
+    /// Keyed requests that ran unshared: answered with
+    /// `x-levee-idempotency: local` (deduplicated on one replica only).
+    pub ran_unshared: u64,
+    /// Outcomes of the requests sent while the store was paused.
+    pub outcomes_during: BTreeMap<String, u64>,
+    pub latency_ms_before: Window,
+    pub latency_ms_during: Window,
+}
+
+/// `--stop-pid`: a replica stopped mid-run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReplicaStopReport {
+    /// When the replica was stopped (seconds since the start); `None` when it failed.
+    pub stopped_at_seconds: Option<f64>,
+    pub signal: crate::args::StopSignal,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Whether callers had a second replica (`--failover`).
+    pub callers_fail_over: bool,
+    /// Requests sent after the stop that did not end in `success` (an
+    /// error answer, no answer, or a broken body).
+    pub failed_calls: u64,
+    /// Requests whose first replica sent no response and that were sent
+    /// once more to the other.
+    pub failovers: u64,
+    pub outcomes_after_stop: BTreeMap<String, u64>,
+    pub latency_ms_before: Window,
+    /// Requests sent from the stop to the end of the run.
+    pub latency_ms_after: Window,
 }
 
 /// The drill's result. The first eight fields are the public contract, in its
@@ -75,6 +124,10 @@ pub struct Report {
     /// Distinct client-side errors (no HTTP answer), with counts; at most 5.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub client_errors: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_pause: Option<StatePauseReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_stop: Option<ReplicaStopReport>,
     /// Upstream rps at each 100 ms step, for the plot (not in the JSON).
     #[serde(skip)]
     pub series: Vec<(f64, f64)>,
@@ -251,10 +304,97 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         start_lag_ms_max: round(lag_max.as_secs_f64() * 1000.0, 2),
         stats_poll_failures: m.poll_failures,
         client_errors,
+        state_pause: state_pause(plan, m),
+        replica_stop: replica_stop(plan, m),
         series,
         offered,
         fault_text: plan.fault_text.clone(),
     }
+}
+
+fn secs(d: Duration) -> f64 {
+    round(d.as_secs_f64(), 3)
+}
+
+/// Latency of the answered requests sent in `[from, to)`.
+fn window(records: &[Record], from: Duration, to: Duration) -> Window {
+    let mut ms: Vec<f64> = records
+        .iter()
+        .filter(|r| r.sent >= from && r.sent < to)
+        .filter_map(|r| r.latency)
+        .map(|l| l.as_secs_f64() * 1000.0)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    Window {
+        requests: ms.len() as u64,
+        p50: round(percentile(&ms, 0.5), 2),
+        p99: round(percentile(&ms, 0.99), 2),
+    }
+}
+
+fn outcomes_in(records: &[Record], from: Duration, to: Duration) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for r in records.iter().filter(|r| r.sent >= from && r.sent < to) {
+        *out.entry(r.kind.clone()).or_insert(0u64) += 1;
+    }
+    out
+}
+
+fn state_pause(plan: &Plan, m: &Measured) -> Option<StatePauseReport> {
+    let p = plan.pause.as_ref()?;
+    let (at, error) = match &m.paused {
+        Some(Ok(at)) => (Some(*at), None),
+        Some(Err(e)) => (None, Some(e.clone())),
+        None => (None, Some("not run".to_owned())),
+    };
+    let from = at.unwrap_or(p.at);
+    let to = from + p.length;
+    Some(StatePauseReport {
+        paused_at_seconds: at.map(secs),
+        pause_seconds: secs(p.length),
+        error,
+        keyed_requests: m.records.len() as u64,
+        ran_unshared: m
+            .records
+            .iter()
+            .filter(|r| r.idempotency.as_deref() == Some("local"))
+            .count() as u64,
+        outcomes_during: outcomes_in(&m.records, from, to),
+        latency_ms_before: window(&m.records, Duration::ZERO, from),
+        latency_ms_during: window(&m.records, from, to),
+    })
+}
+
+fn replica_stop(plan: &Plan, m: &Measured) -> Option<ReplicaStopReport> {
+    let s = plan.stop.as_ref()?;
+    let (at, error) = match &m.stopped {
+        Some(Ok(at)) => (Some(*at), None),
+        Some(Err(e)) => (None, Some(e.clone())),
+        None => (None, Some("not run".to_owned())),
+    };
+    let from = at.unwrap_or(s.at);
+    let end = Duration::MAX;
+    let after = outcomes_in(&m.records, from, end);
+    Some(ReplicaStopReport {
+        stopped_at_seconds: at.map(secs),
+        signal: s.signal,
+        error,
+        callers_fail_over: plan.failover.is_some(),
+        failed_calls: after
+            .iter()
+            .filter(|(k, _)| *k != "success")
+            .map(|(_, n)| n)
+            .sum(),
+        failovers: m.records.iter().filter(|r| r.failed_over).count() as u64,
+        outcomes_after_stop: after,
+        latency_ms_before: window(&m.records, Duration::ZERO, from),
+        latency_ms_after: window(&m.records, from, end),
+    })
+}
+
+fn kinds(m: &BTreeMap<String, u64>) -> String {
+    let v: Vec<String> = m.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    v.join(", ")
 }
 
 impl Report {
@@ -312,6 +452,54 @@ impl Report {
         for (e, n) in &self.client_errors {
             let _ = writeln!(s, "  client error        {n} × {e}");
         }
+        if let Some(p) = &self.state_pause {
+            let when = match (p.paused_at_seconds, &p.error) {
+                (Some(at), _) => format!("paused at {at} s for {} s", p.pause_seconds),
+                (None, e) => format!("NOT paused: {}", e.as_deref().unwrap_or("")),
+            };
+            let _ = writeln!(s, "  state store         {when}");
+            let _ = writeln!(
+                s,
+                "  keyed requests      {}, {} ran unshared (x-levee-idempotency: local); during the pause: {}",
+                p.keyed_requests,
+                p.ran_unshared,
+                kinds(&p.outcomes_during)
+            );
+            let _ = writeln!(
+                s,
+                "  latency             before p50 {} / p99 {} ms; during p50 {} / p99 {} ms",
+                p.latency_ms_before.p50,
+                p.latency_ms_before.p99,
+                p.latency_ms_during.p50,
+                p.latency_ms_during.p99
+            );
+        }
+        if let Some(r) = &self.replica_stop {
+            let when = match (r.stopped_at_seconds, &r.error) {
+                (Some(at), _) => format!("stopped ({:?}) at {at} s", r.signal),
+                (None, e) => format!("NOT stopped: {}", e.as_deref().unwrap_or("")),
+            };
+            let _ = writeln!(
+                s,
+                "  replica             {when}; callers fail over: {}",
+                if r.callers_fail_over { "yes" } else { "no" }
+            );
+            let _ = writeln!(
+                s,
+                "  after the stop      {} failed calls, {} failovers; {}",
+                r.failed_calls,
+                r.failovers,
+                kinds(&r.outcomes_after_stop)
+            );
+            let _ = writeln!(
+                s,
+                "  latency             before p50 {} / p99 {} ms; after p50 {} / p99 {} ms",
+                r.latency_ms_before.p50,
+                r.latency_ms_before.p99,
+                r.latency_ms_after.p50,
+                r.latency_ms_after.p99
+            );
+        }
         s
     }
 
@@ -340,6 +528,7 @@ mod tests {
             seed: 0,
             arrivals: Arrivals::Even,
             model: "m".into(),
+            exercise: Default::default(),
         }
         .plan()
         .unwrap_or_else(|e| panic!("{e}"))
@@ -382,6 +571,8 @@ mod tests {
                         1
                     }),
                     error: None,
+                    idempotency: None,
+                    failed_over: false,
                 }
             })
             .chain(std::iter::once(Record {
@@ -391,6 +582,8 @@ mod tests {
                 kind: "unanswered".into(),
                 attempts: None,
                 error: None,
+                idempotency: None,
+                failed_over: false,
             }))
             .collect();
         Measured {
@@ -398,6 +591,8 @@ mod tests {
             samples,
             poll_failures: 0,
             clear_failed: None,
+            paused: None,
+            stopped: None,
         }
     }
 

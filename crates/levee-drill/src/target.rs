@@ -105,6 +105,24 @@ pub fn parse(flag: &'static str, text: &str) -> Result<Target, DrillError> {
     })
 }
 
+/// Parses `--pause-state`: `redis://[USER:PASSWORD@]HOST:PORT[/DB]` with
+/// HOST loopback, as for [`parse`]; returns the URL as given (trimmed).
+pub fn parse_redis(flag: &'static str, text: &str) -> Result<String, DrillError> {
+    let t = text.trim();
+    let Some(rest) = t.strip_prefix("redis://") else {
+        return Err(DrillError::Flag {
+            flag,
+            value: text.to_owned(),
+            reason: "give a URL like redis://127.0.0.1:6379 (the drill pauses a local store only)"
+                .to_owned(),
+        });
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let hostport = authority.rsplit('@').next().unwrap_or("");
+    parse(flag, &format!("http://{hostport}"))?;
+    Ok(t.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +142,17 @@ mod tests {
         );
         let t = parse("mock", "http://localhost:9100");
         assert!(t.as_ref().is_ok_and(|t| t.addr.ip().is_loopback()), "{t:?}");
+    }
+
+    #[test]
+    fn redis_urls_must_be_loopback_too() {
+        assert!(parse_redis("pause-state", "redis://127.0.0.1:6379").is_ok());
+        assert!(parse_redis("pause-state", "redis://:pw@127.0.0.1:6379/2").is_ok());
+        for url in ["redis://10.0.0.1:6379", "redis://cache.internal:6379"] {
+            let e = parse_redis("pause-state", url).expect_err(url);
+            assert!(matches!(e, DrillError::NotLoopback { .. }), "{url}: {e}");
+        }
+        assert!(parse_redis("pause-state", "http://127.0.0.1:6379").is_err());
     }
 
     #[test]

@@ -53,6 +53,7 @@ fn args(gateway: String, mock: String, faults: &[&str]) -> DrillArgs {
         seed: 1,
         arrivals: Arrivals::Even,
         model: "drill".into(),
+        exercise: Default::default(),
     }
 }
 

@@ -136,6 +136,7 @@ pub struct RouteTargetLabel {
     pub target: String,
 }
 
+#[derive(Clone)]
 struct CallerSlot {
     name: Box<str>,
     requests: u64,
@@ -143,6 +144,7 @@ struct CallerSlot {
     counter: Counter,
 }
 
+#[derive(Clone)]
 struct Callers {
     by_name: HashMap<Box<str>, usize>,
     slots: Vec<CallerSlot>,
@@ -161,6 +163,7 @@ struct TargetStats {
 }
 
 /// Requests and attempts per second over the last [`WINDOW_SECS`].
+#[derive(Clone)]
 struct Window {
     slots: Vec<(u64, u32, u32)>,
 }
@@ -202,6 +205,10 @@ pub struct Census {
     windows: Vec<Mutex<Window>>,
     fallbacks: Mutex<VecDeque<FallbackEvent>>,
     caller_requests: Family<CallerLabel, Counter>,
+    exceeded: Family<RouteTargetLabel, Gauge>,
+    /// Each target's label, by route and position.
+    labels: Vec<Vec<RouteTargetLabel>>,
+    route_names: Vec<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -235,11 +242,20 @@ impl Census {
             "1 when more than 1% of a target's attempts took longer than its expected_attempt_ms (its p99 is longer): the census rests on a number that is not true",
             exceeded.clone(),
         );
-        let mut callers = Callers {
+        let callers = Callers {
             by_name: HashMap::new(),
             slots: Vec::new(),
             dynamic: 0,
         };
+        Census::build(config, callers, caller_requests, exceeded)
+    }
+
+    fn build(
+        config: &Config,
+        mut callers: Callers,
+        caller_requests: Family<CallerLabel, Counter>,
+        exceeded: Family<RouteTargetLabel, Gauge>,
+    ) -> Self {
         let key_slots = config
             .keys
             .iter()
@@ -250,19 +266,28 @@ impl Census {
                 callers.slot(name, &caller_requests)
             })
             .collect();
-        let targets = config
+        let labels: Vec<Vec<RouteTargetLabel>> = config
             .routes
             .iter()
             .map(|r| {
+                (0..r.targets.len())
+                    .map(|t| RouteTargetLabel {
+                        route: r.name.clone(),
+                        target: target_name(config, r, t),
+                    })
+                    .collect()
+            })
+            .collect();
+        let targets = config
+            .routes
+            .iter()
+            .zip(&labels)
+            .map(|(r, labels)| {
                 r.targets
                     .iter()
-                    .enumerate()
-                    .map(|(t, target)| {
-                        let label = RouteTargetLabel {
-                            route: r.name.clone(),
-                            target: target_name(config, r, t),
-                        };
-                        let gauge = exceeded.get_or_create(&label).clone();
+                    .zip(labels)
+                    .map(|(target, label)| {
+                        let gauge = exceeded.get_or_create(label).clone();
                         Mutex::new(TargetStats {
                             latency: Sketch::new(),
                             expected_ms: ms(target.expected_attempt),
@@ -290,7 +315,62 @@ impl Census {
             windows,
             fallbacks: Mutex::new(VecDeque::with_capacity(RECENT_FALLBACKS)),
             caller_requests,
+            exceeded,
+            labels,
+            route_names: config.routes.iter().map(|r| r.name.clone()).collect(),
         }
+    }
+
+    /// The census for a reloaded `config`, whose routes and targets may have
+    /// moved: everything indexed by position is re-keyed by name, so nothing
+    /// recorded for one target is ever read as another's. Callers (keyed by
+    /// name) carry over; a target's latency carries over to the target with
+    /// the same route, provider and model and the same `expected_attempt_ms`,
+    /// and starts empty otherwise; a route's recent window carries over to
+    /// the route of the same name; recent fallbacks (positions) start empty.
+    /// Gauges of targets no longer configured are removed.
+    pub fn next(&self, config: &Config) -> Census {
+        let callers = lock(&self.callers).clone();
+        self.exceeded.clear();
+        let next = Census::build(
+            config,
+            callers,
+            self.caller_requests.clone(),
+            self.exceeded.clone(),
+        );
+        for (ri, labels) in next.labels.iter().enumerate() {
+            for (t, label) in labels.iter().enumerate() {
+                let old = self.position(label);
+                let (Some((ori, ot)), Some(new)) = (old, next.targets[ri].get(t)) else {
+                    continue;
+                };
+                let old = lock(&self.targets[ori][ot]);
+                let mut new = lock(new);
+                if old.expected_ms == new.expected_ms {
+                    new.latency = old.latency.clone();
+                    new.over = old.over;
+                    new.warned = old.warned;
+                    let n = new.latency.count();
+                    new.gauge
+                        .set(i64::from(n >= MIN_SAMPLES && new.over * 100 > n));
+                }
+            }
+        }
+        for (ri, name) in next.route_names.iter().enumerate() {
+            if let Some(ori) = self.route_names.iter().position(|n| n == name) {
+                let w = lock(&self.windows[ori]).clone();
+                *lock(&next.windows[ri]) = w;
+            }
+        }
+        next
+    }
+
+    /// Where `label`'s target is in this census.
+    fn position(&self, label: &RouteTargetLabel) -> Option<(usize, usize)> {
+        self.labels
+            .iter()
+            .enumerate()
+            .find_map(|(ri, ls)| ls.iter().position(|l| l == label).map(|t| (ri, t)))
     }
 
     /// Counts one request on `route` with the resolved `deadline`. `key` is
@@ -328,7 +408,7 @@ impl Census {
         if let Some(w) = self.windows.get(route) {
             lock(w).slot(now.since_origin().as_secs()).2 += 1;
         }
-        if matches!(label, "connect_error" | "deadline_cut") {
+        if matches!(label, "connect_error" | "tls" | "deadline_cut") {
             return;
         }
         let Some(stats) = self.targets.get(route).and_then(|r| r.get(target)) else {
@@ -622,6 +702,37 @@ pub async fn fetch(admin: &str) -> Result<CensusReport, FetchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(targets: &str) -> Config {
+        let text = format!(
+            "providers:\n  a: {{ api: openai, base_url: \"http://127.0.0.1:1\" }}\n  b: {{ api: openai, base_url: \"http://127.0.0.1:2\" }}\nroutes:\n  - targets: [{targets}]\n"
+        );
+        Config::parse(&text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_reloaded_census_follows_targets_by_name_not_position() {
+        let old = Census::new(&config("a, b"), &mut Registry::default());
+        let now = Instant::from_nanos(0);
+        for _ in 0..MIN_SAMPLES {
+            old.attempt(0, 1, Duration::from_millis(700), "success", now);
+        }
+        let row = |c: &Census, cfg: &Config, provider: &str| {
+            c.report(cfg)
+                .targets
+                .into_iter()
+                .find(|t| t.provider == provider)
+                .and_then(|t| t.observed_p99_ms)
+        };
+        let before = config("a, b");
+        assert_eq!(row(&old, &before, "b"), Some(700));
+        assert_eq!(row(&old, &before, "a"), None);
+        // The targets swap places: b's latency stays b's.
+        let after = config("b, a");
+        let new = old.next(&after);
+        assert_eq!(row(&new, &after, "b"), Some(700));
+        assert_eq!(row(&new, &after, "a"), None);
+    }
 
     #[test]
     fn sketch_floors_to_three_significant_digits() {

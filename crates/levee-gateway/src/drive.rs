@@ -167,7 +167,7 @@ pub(crate) async fn run(
                     tokio::time::timeout_at(head_deadline, provider.send(upstream_req)).await;
                 let (outcome, label) = match result {
                     Err(_) => (Outcome::Timeout, "timeout"),
-                    Ok(Err(_)) => (Outcome::ConnectError, "connect_error"),
+                    Ok(Err(e)) => (Outcome::ConnectError, crate::upstream::failure_label(&e)),
                     Ok(Ok(resp)) => {
                         let status = resp.status().as_u16();
                         // The core's classifier says what is an answer (1xx–3xx

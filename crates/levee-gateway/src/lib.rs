@@ -23,6 +23,7 @@ pub mod inspect;
 pub mod metrics;
 pub mod record;
 pub mod redact;
+pub mod reload;
 pub mod respond;
 pub mod server;
 pub mod shared;
@@ -64,13 +65,22 @@ pub enum GatewayError {
 pub struct Running {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The first config generation (metrics, stores and signals are shared
+    /// by all generations; [`Running::current`] is the one serving now).
     pub shared: Arc<Shared>,
+    /// Swaps in a new config ([`reload::Reloader::reload`]).
+    pub reloader: Arc<reload::Reloader>,
     stop: watch::Sender<bool>,
     public: tokio::task::JoinHandle<()>,
     admin: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
+    /// The config generation new requests run under.
+    pub fn current(&self) -> Arc<Shared> {
+        self.reloader.current()
+    }
+
     /// Stops accepting, waits for in-flight requests (up to the grace period).
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
@@ -114,6 +124,9 @@ pub struct Options {
     pub record: Option<std::path::PathBuf>,
     /// The tape's bound in bytes (default [`record::DEFAULT_MAX_BYTES`]).
     pub record_max_bytes: Option<u64>,
+    /// The config's version as shown on `/readyz` and the status page
+    /// ([`reload::hash_of`] the file); default: a hash of the validated config.
+    pub config_hash: Option<String>,
 }
 
 /// Binds the config's listeners and serves in background tasks. The gateway
@@ -165,17 +178,21 @@ pub async fn spawn_with(
         source,
     })?;
     let mut shared = Shared::new(config, seed)?;
+    if let Some(hash) = opts.config_hash {
+        shared.generation.hash = hash;
+    }
     shared.recorder = recorder.map(|mut r| {
         r.set_secrets(shared.secrets.clone());
-        r
+        Arc::new(r)
     });
     let shared = Arc::new(shared);
+    let reloader = Arc::new(reload::Reloader::new(Arc::clone(&shared)));
     let (stop, rx) = watch::channel(false);
     let mut rx_public = rx.clone();
     let mut rx_admin = rx;
     let public_task = tokio::spawn(server::serve_public(
         public,
-        Arc::clone(&shared),
+        Arc::clone(&reloader),
         async move {
             tokio::select! {
                 _ = stop_on => {}
@@ -185,7 +202,7 @@ pub async fn spawn_with(
     ));
     let admin_task = tokio::spawn(server::serve_admin(
         admin,
-        Arc::clone(&shared),
+        Arc::clone(&reloader),
         async move {
             let _ = rx_admin.wait_for(|s| *s).await;
         },
@@ -194,6 +211,7 @@ pub async fn spawn_with(
         addr,
         admin_addr,
         shared,
+        reloader,
         stop,
         public: public_task,
         admin: admin_task,

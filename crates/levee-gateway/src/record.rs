@@ -105,7 +105,8 @@ pub struct Recorder {
     pub dropped: AtomicU64,
     /// Set once the tape reached its bound: nothing more is recorded.
     full: Arc<AtomicBool>,
-    secrets: crate::redact::Secrets,
+    /// Swapped when a config reload brings new provider keys.
+    secrets: arc_swap::ArcSwap<crate::redact::Secrets>,
 }
 
 impl Recorder {
@@ -147,13 +148,20 @@ impl Recorder {
             tx,
             dropped: AtomicU64::new(0),
             full,
-            secrets: crate::redact::Secrets::default(),
+            secrets: arc_swap::ArcSwap::default(),
         })
     }
 
     /// Sets the provider keys to redact from every line.
     pub fn set_secrets(&mut self, secrets: crate::redact::Secrets) {
-        self.secrets = secrets;
+        self.secrets.store(Arc::new(secrets));
+    }
+
+    /// Adds the keys of a reloaded config; the earlier ones stay redacted
+    /// (requests that started under the earlier config still record).
+    pub fn add_secrets(&self, more: &crate::redact::Secrets) {
+        let merged = self.secrets.load().merged(more);
+        self.secrets.store(Arc::new(merged));
     }
 
     /// Whether the tape stopped at its bound.
@@ -169,7 +177,7 @@ impl Recorder {
         let Ok(text) = serde_json::to_string(line) else {
             return;
         };
-        let text = self.secrets.text(text);
+        let text = self.secrets.load().text(text);
         if let Err(TrySendError::Full(_)) = self.tx.try_send(text) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -187,5 +195,37 @@ mod tests {
             tape_path("/v1/chat/completions?key=SECRET&api-version=1&flag"),
             "/v1/chat/completions?key&api-version&flag"
         );
+    }
+
+    #[test]
+    fn keys_added_by_a_reload_are_redacted_beside_the_first_ones() {
+        let dir = std::env::temp_dir().join(format!("levee-record-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tape.jsonl");
+        let mut r = Recorder::open(&path, 1 << 20).unwrap();
+        r.set_secrets(crate::redact::Secrets::new(["sk-first-key-1111"]));
+        r.add_secrets(&crate::redact::Secrets::new(["sk-rotated-key-2222"]));
+        let line = TapeLine {
+            body: Some(serde_json::json!(
+                "sk-first-key-1111 and sk-rotated-key-2222"
+            )),
+            ..TapeLine::default()
+        };
+        r.record(&line);
+        drop(r);
+        let mut text = String::new();
+        for _ in 0..200 {
+            text = std::fs::read_to_string(&path).unwrap_or_default();
+            if !text.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!text.is_empty(), "the line was written");
+        assert!(
+            !text.contains("first-key") && !text.contains("rotated-key"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

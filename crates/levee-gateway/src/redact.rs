@@ -34,6 +34,11 @@ impl Secrets {
         Secrets { keys }
     }
 
+    /// These secrets and `other`'s.
+    pub fn merged(&self, other: &Secrets) -> Secrets {
+        Secrets::new(self.keys.iter().chain(&other.keys))
+    }
+
     /// Whether there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()

@@ -3,6 +3,7 @@
 //! listener (`/metrics`, `/healthz`, `/readyz`), with graceful shutdown.
 
 use crate::handler::handle;
+use crate::reload::Reloader;
 use crate::respond::{full, Body};
 use crate::shared::Shared;
 use crate::unread::Unread;
@@ -25,21 +26,22 @@ use tokio::net::{TcpListener, TcpStream};
 const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
 /// Serves the gateway on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish for up to the configured grace period.
+/// in-flight requests finish for up to the configured grace period. Each
+/// request runs under the config generation current when it arrives.
 pub async fn serve_public(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    generations: Arc<Reloader>,
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
-    let builder = connection_builder(&shared.config.limits);
+    let builder = connection_builder(&generations.current().config.limits);
     let unread = Arc::new(Unread::default());
     let serve = |stream: TcpStream| {
         let _ = stream.set_nodelay(true);
         let stream = unread.track(stream);
-        let shared = Arc::clone(&shared);
+        let generations = Arc::clone(&generations);
         let svc = service_fn(move |req: Request<Incoming>| {
-            let shared = Arc::clone(&shared);
+            let shared = generations.current();
             async move { Ok::<_, Infallible>(handle(shared, req).await) }
         });
         let conn = builder.serve_connection(TokioIo::new(stream), svc);
@@ -63,6 +65,7 @@ pub async fn serve_public(
         }
     }
     let taken = take_backlog(listener, serve);
+    let shared = generations.current();
     shared.shutting_down.store(true, Ordering::SeqCst);
     if taken > 0 {
         tracing::info!(target: "levee", connections = taken, "took the connections still queued on the listener before closing it");
@@ -160,10 +163,10 @@ fn connection_builder(limits: &levee_config::Limits) -> http1::Builder {
 /// Serves `/metrics`, `/healthz` and `/readyz` until `shutdown` resolves.
 pub async fn serve_admin(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    generations: Arc<Reloader>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let builder = connection_builder(&shared.config.limits);
+    let builder = connection_builder(&generations.current().config.limits);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -172,9 +175,9 @@ pub async fn serve_admin(
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
-                let shared = Arc::clone(&shared);
+                let generations = Arc::clone(&generations);
                 let svc = service_fn(move |req: Request<Incoming>| {
-                    let shared = Arc::clone(&shared);
+                    let shared = generations.current();
                     async move { Ok::<_, Infallible>(admin(&shared, &req)) }
                 });
                 let conn = builder.serve_connection(TokioIo::new(stream), svc);
@@ -216,7 +219,11 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
                     "shutting down\n".to_string(),
                 )
             } else {
-                (StatusCode::OK, "text/plain", "ready\n".to_string())
+                (
+                    StatusCode::OK,
+                    "text/plain",
+                    format!("ready {}\n", shared.generation.version()),
+                )
             }
         }
         _ => (

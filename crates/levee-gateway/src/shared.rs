@@ -1,6 +1,11 @@
 //! State shared by every request of a running gateway: the validated config,
 //! per-provider runtime (client + policy state), per-route budgets and
 //! bulkheads, metrics, the clock.
+//!
+//! One `Shared` is one config generation: a reload (`crate::reload`) builds
+//! the next one, carrying over by `Arc` what outlives a config (metrics,
+//! stores, unchanged providers and routes), and each request keeps the
+//! generation it started under.
 
 use crate::clock::Clock;
 use crate::idempotency::{IdempotencyBackend, IdempotencyStore, MemoryBackend, RedisBackend};
@@ -30,31 +35,47 @@ impl RouteRuntime {
     }
 }
 
+impl RouteRuntime {
+    /// Fresh budgets (one per target) and bulkhead for `route`.
+    pub fn new(route: &levee_config::Route) -> Self {
+        RouteRuntime {
+            budgets: route
+                .targets
+                .iter()
+                .map(|_| Mutex::new(route.budget.clone()))
+                .collect(),
+            bulkhead: ConcurrencyLimiter::new(route.max_in_flight),
+        }
+    }
+}
+
 /// Everything a request handler needs.
 pub struct Shared {
     pub config: Config,
     pub clock: Clock,
-    pub metrics: Metrics,
-    pub providers: Vec<ProviderRuntime>,
-    pub routes: Vec<RouteRuntime>,
+    pub metrics: Arc<Metrics>,
+    pub providers: Vec<Arc<ProviderRuntime>>,
+    pub routes: Vec<Arc<RouteRuntime>>,
     /// sha256 digests of accepted caller keys (empty: no caller auth).
     pub keys: Vec<[u8; 32]>,
-    pub idempotency: Box<dyn IdempotencyBackend>,
+    pub idempotency: Arc<dyn IdempotencyBackend>,
     /// Set with `state: { backend: redis }`.
     pub redis: Option<Arc<RedisState>>,
-    pub shutting_down: AtomicBool,
+    pub shutting_down: Arc<AtomicBool>,
     /// Set when the shutdown grace period is over.
-    pub grace_over: crate::shutdown::GraceOver,
+    pub grace_over: Arc<crate::shutdown::GraceOver>,
     /// `--record`: where upstream exchanges are written.
-    pub recorder: Option<crate::record::Recorder>,
+    pub recorder: Option<Arc<crate::record::Recorder>>,
     /// The provider keys, redacted from error bodies, logs and tapes.
     pub secrets: crate::redact::Secrets,
     /// Callers and deadlines seen in traffic, targets' observed latency.
     pub census: crate::census::Census,
     /// Set with `telemetry.otlp_endpoint`: spans exported over OTLP/HTTP.
-    pub telemetry: Option<crate::telemetry::Telemetry>,
-    seed: u64,
-    counter: AtomicU64,
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    /// Which config this is (content hash, load time, generation number).
+    pub generation: crate::reload::Generation,
+    pub(crate) seed: u64,
+    pub(crate) counter: Arc<AtomicU64>,
 }
 
 /// Why the gateway could not start.
@@ -76,11 +97,12 @@ impl Shared {
         let clock = Clock::new();
         let mut metrics = Metrics::new();
         let census = crate::census::Census::new(&config, &mut metrics.registry);
+        let generation = crate::reload::Generation::first(&config, &mut metrics.registry, &clock);
         let telemetry = match &config.telemetry.otlp_endpoint {
-            Some(e) => Some(crate::telemetry::Telemetry::start(
+            Some(e) => Some(Arc::new(crate::telemetry::Telemetry::start(
                 e,
                 &mut metrics.registry,
-            )?),
+            )?)),
             None => None,
         };
         let redis = match &config.state {
@@ -104,21 +126,17 @@ impl Shared {
         let providers = config
             .providers
             .iter()
-            .map(|p| ProviderRuntime::new(p, metrics.upstream_connect.clone(), clock, replicas))
+            .map(|p| {
+                ProviderRuntime::new(p, metrics.upstream_connect.clone(), clock, replicas)
+                    .map(Arc::new)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let secrets =
             crate::redact::Secrets::new(providers.iter().filter_map(|p| p.secret.as_deref()));
         let routes = config
             .routes
             .iter()
-            .map(|r| RouteRuntime {
-                budgets: r
-                    .targets
-                    .iter()
-                    .map(|_| Mutex::new(r.budget.clone()))
-                    .collect(),
-                bulkhead: ConcurrencyLimiter::new(r.max_in_flight),
-            })
+            .map(|r| Arc::new(RouteRuntime::new(r)))
             .collect();
         let keys = caller_keys(&config)?;
         let local = Arc::new(IdempotencyStore::new(
@@ -126,9 +144,9 @@ impl Shared {
             config.idempotency.max_entries,
             config.idempotency.max_bytes,
         ));
-        let idempotency: Box<dyn IdempotencyBackend> = match &redis {
-            None => Box::new(MemoryBackend(local)),
-            Some(r) => Box::new(RedisBackend {
+        let idempotency: Arc<dyn IdempotencyBackend> = match &redis {
+            None => Arc::new(MemoryBackend(local)),
+            Some(r) => Arc::new(RedisBackend {
                 redis: Arc::clone(r),
                 local,
                 ttl: config.idempotency.ttl,
@@ -144,20 +162,21 @@ impl Shared {
         Ok(Shared {
             config,
             clock,
-            metrics,
+            metrics: Arc::new(metrics),
             providers,
             routes,
             keys,
             idempotency,
             redis,
-            shutting_down: AtomicBool::new(false),
-            grace_over: crate::shutdown::GraceOver::default(),
+            shutting_down: Arc::new(AtomicBool::new(false)),
+            grace_over: Arc::default(),
             recorder: None,
             secrets,
             census,
             telemetry,
+            generation,
             seed,
-            counter: AtomicU64::new(0),
+            counter: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -199,7 +218,7 @@ impl Shared {
 
 /// The sha256 of every accepted caller key: as configured, or of the key
 /// read from its environment variable now.
-fn caller_keys(config: &Config) -> Result<Vec<[u8; 32]>, SetupError> {
+pub fn caller_keys(config: &Config) -> Result<Vec<[u8; 32]>, SetupError> {
     config
         .keys
         .iter()

@@ -300,3 +300,33 @@ pub fn build_request(
     h.insert("idempotency-key", idempotency_key.clone());
     req
 }
+
+/// The `levee_upstream_attempts_total{result}` label (and the log's
+/// `last_attempt`) of an attempt that got no response: `tls` when the TLS
+/// handshake failed — a certificate the gateway does not trust, expired or
+/// for another name, or a server that does not speak TLS — else
+/// `connect_error` (refused, unreachable, DNS, reset before a response).
+/// Either way the core sees a connection fault (`Outcome::ConnectError`):
+/// the provider cannot be reached, and its breaker counts it.
+pub fn failure_label(e: &hyper_util::client::legacy::Error) -> &'static str {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if is_tls(c) {
+            return "tls";
+        }
+        cause = c.source();
+    }
+    "connect_error"
+}
+
+/// rustls reports a failed handshake as an `io::Error` wrapping its own
+/// error (hyper-rustls wraps that in one more `io::Error`), and an
+/// `io::Error`'s `source()` skips the value it wraps: look inside.
+fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
+    if e.is::<rustls::Error>() {
+        return true;
+    }
+    e.downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+        .is_some_and(|inner| is_tls(inner as &(dyn std::error::Error + 'static)))
+}

@@ -29,6 +29,13 @@ pub struct CheckArgs {
     /// Exit 1 when a caller can neither retry nor fall back on some route.
     #[arg(long)]
     pub strict: bool,
+    /// Also reach each provider's base_url from here (DNS, TCP, TLS for
+    /// https) and exit 1 when one cannot be reached.
+    #[arg(long, requires = "config")]
+    pub probe: bool,
+    /// The longest each probe step may take, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    pub probe_timeout_ms: u64,
 }
 
 /// Why `--callers` could not be read.
@@ -96,6 +103,10 @@ pub fn run(args: CheckArgs) -> i32 {
     };
     let (text, stranded) = render(&config, path, &callers);
     print!("{text}");
+    let probed = match args.probe {
+        true => crate::probe::run(&config, Duration::from_millis(args.probe_timeout_ms)),
+        false => 0,
+    };
     if args.strict && !stranded.is_empty() {
         for (caller, route) in &stranded {
             eprintln!(
@@ -104,7 +115,7 @@ pub fn run(args: CheckArgs) -> i32 {
         }
         return 1;
     }
-    0
+    probed
 }
 
 /// `levee check --census-from`: the census a running gateway measured.

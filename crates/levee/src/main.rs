@@ -2,6 +2,7 @@
 //! over to the library crate that does the work.
 
 mod check;
+mod probe;
 mod serve;
 
 use clap::{Parser, Subcommand};

@@ -1,11 +1,11 @@
 //! `levee serve`: load the config (or use the built-in mock provider), start
-//! the gateway, stop cleanly on SIGTERM/SIGINT.
+//! the gateway, re-read the config on SIGHUP, stop cleanly on SIGTERM/SIGINT.
 
 use levee_config::Config;
 use std::path::PathBuf;
 
 /// Flags of `levee serve`.
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct ServeArgs {
     /// Config file (YAML). Without one, every model is routed to a built-in mock provider.
     #[arg(long)]
@@ -70,6 +70,62 @@ async fn signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Re-reads `--config` on each SIGHUP; the command line's overrides apply
+/// to the new file as they did to the first.
+async fn reload_on_sighup(
+    hup: Hangups,
+    reloader: std::sync::Arc<levee_gateway::reload::Reloader>,
+    args: ServeArgs,
+    mock: Option<std::net::SocketAddr>,
+) {
+    #[cfg(unix)]
+    {
+        let Some(mut hup) = hup else {
+            tracing::warn!(target: "levee", "cannot listen for SIGHUP: config reload is off");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let Some(path) = &args.config else {
+                tracing::error!(target: "levee", "SIGHUP: no --config file to re-read; the running config is kept");
+                continue;
+            };
+            let adjust = |c: &mut Config| {
+                if let Some(l) = args.listen {
+                    c.listen = l;
+                }
+                if let Some(a) = args.admin {
+                    c.admin_listen = a;
+                }
+                if c.builtin_mock {
+                    let addr = mock.ok_or("the new config has no providers, and the built-in mock provider runs only when the process starts without any")?;
+                    c.set_builtin_mock_addr(addr);
+                }
+                Ok(())
+            };
+            // Logged and counted inside, either way.
+            let _ = reloader.reload_file(path, adjust);
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (hup, reloader, args, mock);
+    }
+}
+
+#[cfg(unix)]
+type Hangups = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangups = ();
+
+/// The SIGHUP stream (installing it replaces the default action).
+fn hangups() -> Hangups {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        signal(SignalKind::hangup()).ok()
     }
 }
 
@@ -140,6 +196,11 @@ pub fn run(args: ServeArgs) -> i32 {
             seed,
             record: args.record.clone(),
             record_max_bytes: Some(args.record_max_bytes),
+            config_hash: args
+                .config
+                .as_ref()
+                .and_then(|p| std::fs::read(p).ok())
+                .map(|b| levee_gateway::reload::hash_of(&b)),
         };
         let running = match levee_gateway::spawn_with(config, opts, signal()).await {
             Ok(r) => r,
@@ -148,8 +209,17 @@ pub fn run(args: ServeArgs) -> i32 {
                 return 1;
             }
         };
-        tracing::info!(target: "levee", listen = %running.addr, admin = %running.admin_addr, "levee gateway listening");
+        // Installed before the "listening" line, so a SIGHUP sent after it
+        // is never the default action (which ends the process).
+        let reloads = tokio::spawn(reload_on_sighup(
+            hangups(),
+            std::sync::Arc::clone(&running.reloader),
+            args.clone(),
+            mock.as_ref().map(|m| m.local_addr()),
+        ));
+        tracing::info!(target: "levee", listen = %running.addr, admin = %running.admin_addr, config = %running.shared.generation.hash, "levee gateway listening");
         running.wait().await;
+        reloads.abort();
         if let Some(m) = mock {
             m.shutdown().await;
         }

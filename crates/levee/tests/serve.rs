@@ -123,3 +123,88 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_zero() {
     drop(mock);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sighup_rereads_the_config_and_keeps_it_when_the_new_file_is_invalid() {
+    let bin = env!("CARGO_BIN_EXE_levee");
+    let dir = std::env::temp_dir().join(format!("levee-sighup-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut mock = Command::new(bin)
+        .args(["mock", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(mock.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mock = Proc(mock);
+    let mock_addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let config = dir.join("levee.yaml");
+    let routed = |prefix: &str| {
+        format!("providers:\n  p: {{ api: openai, base_url: \"http://{mock_addr}\" }}\nroutes:\n  - match: {{ model_prefix: \"{prefix}\" }}\n    targets: [p]\n")
+    };
+    std::fs::write(&config, routed("a/")).unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let (addr, admin) = (format!("127.0.0.1:{port}"), format!("127.0.0.1:{admin}"));
+    let log = dir.join("gw.log");
+    let gw = Command::new(bin)
+        .args(["serve", "--log-format", "json", "--config"])
+        .arg(&config)
+        .args(["--listen", &addr, "--admin", &admin])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let gw = Proc(gw);
+    wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("levee gateway listening"))
+    });
+    let chat = r#"{"model":"b/x","messages":[{"role":"user","content":"hi"}]}"#;
+    let post = || http(&addr, "POST", "/v1/chat/completions", chat).unwrap().0;
+    let hup = || {
+        assert!(Command::new("kill")
+            .args(["-HUP", &gw.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success())
+    };
+    let readyz = || {
+        http(&admin, "GET", "/readyz", "")
+            .map(|r| r.1)
+            .unwrap_or_default()
+    };
+    assert_eq!(post(), 404, "no route for b/ yet");
+
+    std::fs::write(&config, routed("b/")).unwrap();
+    hup();
+    wait_until(Duration::from_secs(10), || {
+        readyz().contains("generation 2")
+    });
+    assert_eq!(post(), 200, "the reloaded route serves");
+
+    std::fs::write(&config, "routes: [ { targets: [p] \n").unwrap();
+    hup();
+    wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("config reload refused"))
+    });
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let refusal = logged
+        .lines()
+        .find(|l| l.contains("config reload refused"))
+        .unwrap();
+    assert!(refusal.contains("\"level\":\"ERROR\""), "{refusal}");
+    assert_eq!(post(), 200, "the running config keeps serving");
+    assert!(readyz().contains("generation 2"));
+    let (_, metrics) = http(&admin, "GET", "/metrics", "").unwrap();
+    assert!(
+        metrics.contains("levee_config_reloads_total{result=\"error\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("levee_config_reloads_total{result=\"ok\"} 1"),
+        "{metrics}"
+    );
+    drop(gw);
+    drop(mock);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The exercises beyond the provider, live, on loopback: `levee drill` through
+# release gateways in front of `levee mock`, with the gateways' Redis state
+# store paused mid-run, and with one of two replicas stopped mid-run.
+#
+#   bench/exercises.sh [RATE] [DURATION]     # default 200 20s; events at 5 s
+#
+# Four drills, each with fresh gateway processes:
+#   pause      --pause-state (CLIENT PAUSE 5 s): keyed requests, how many ran unshared
+#   term       --failover B --stop-pid A --stop-signal term (a deploy)
+#   kill       --failover B --stop-pid A --stop-signal kill (a crash)
+#   term-alone --stop-pid A without --failover (what callers see without it)
+#
+# Environment: LEVEE_BIN (skip the release build and use this binary), OUT
+# (default bench/exercises: writes OUT-<drill>.json). Needs redis-server and
+# jq. Stops every process it started, whatever happens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RATE="${1:-200}"
+DURATION="${2:-20s}"
+OUT="${OUT:-bench/exercises}"
+
+if [ -z "${LEVEE_BIN:-}" ]; then
+  cargo build --release -p levee >&2
+  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
+fi
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# wait_for FILE REGEX: the first match in FILE, within 20 s.
+wait_for() {
+  for _ in $(seq 1 400); do
+    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
+    sleep 0.05
+  done
+  echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
+}
+
+redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
+pids+=($!)
+wait_for "$work/redis.log" 'Ready to accept connections' >/dev/null
+
+"$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 0 2>"$work/mock.log" &
+pids+=($!)
+mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
+
+cat >"$work/levee.yaml" <<EOF
+listen: 127.0.0.1:0
+admin: { listen: 127.0.0.1:0 }
+state: { backend: redis, url: "redis://127.0.0.1:$redis_port", key_prefix: "bench", replicas: 2 }
+providers:
+  p: { api: openai, base_url: "http://$mock" }
+routes:
+  - targets: [p]
+EOF
+
+# start_gateway NAME: a replica; sets NAME_url and NAME_pid.
+start_gateway() {
+  "$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json 2>"$work/$1.log" &
+  local pid=$!
+  pids+=("$pid")
+  local line
+  line="$(wait_for "$work/$1.log" '\{.*"levee gateway listening".*\}')"
+  printf -v "$1_url" 'http://%s' "$(jq -r .listen <<<"$line")"
+  printf -v "$1_pid" '%s' "$pid"
+}
+
+drill() { # NAME FLAGS...
+  local name="$1"; shift
+  echo "--- $name: $*" >&2
+  set +e
+  "$LEVEE_BIN" drill --mock "http://$mock" --rate "$RATE" --duration "$DURATION" \
+    --timeout-ms 10000 --json "$@" >"$OUT-$name.json"
+  set -e
+  jq -c '{logical_requests, outcomes, latency_ms, unanswered, state_pause, replica_stop}' "$OUT-$name.json" >&2
+}
+
+start_gateway a
+drill pause --gateway "$a_url" --pause-state "redis://127.0.0.1:$redis_port" --pause-at 5s --pause-for 5s
+
+for variant in term kill; do
+  start_gateway a; start_gateway b
+  drill "$variant" --gateway "$a_url" --failover "$b_url" --stop-pid "$a_pid" --stop-at 5s --stop-signal "$variant"
+done
+
+start_gateway a
+drill term-alone --gateway "$a_url" --stop-pid "$a_pid" --stop-at 5s --stop-signal term

@@ -1,0 +1,319 @@
+//! Config reload without a restart: the running config is a generation, one
+//! [`Shared`], and [`Reloader`] swaps in the next one atomically (`SIGHUP` in
+//! the binary).
+//!
+//! Each request takes the generation current when it arrives and holds that
+//! `Arc` until its answer or stream ends, so a request in flight finishes
+//! under the config it started with while new requests see the new one, and
+//! no connection is dropped. What outlives a config is carried over by `Arc`:
+//! metrics, the idempotency and Redis stores, the shutdown signals, the tape.
+//! A provider whose definition did not change (every key of its block, its
+//! derived caps and breaker settings, and the key its `api_key_env` names)
+//! keeps its runtime — breakers, throttles, in-flight count, allowance and
+//! pooled connections — and a route whose definition did not change keeps its
+//! retry budgets and bulkhead; a changed or new one starts fresh. The census,
+//! indexed by route and target position, is re-keyed by name.
+//!
+//! An invalid file (bad YAML, a route naming an unknown provider, a missing
+//! key variable) is refused before anything is swapped: the error is logged
+//! and the running generation keeps serving.
+//! `levee_config_reloads_total{result="ok"|"error"}` counts both.
+//!
+//! The swap is an [`arc_swap::ArcSwap`]: every request reads the current
+//! generation, so the read must not take a lock that a reload (or another
+//! request) holds; `ArcSwap::load_full` is a lock-free pointer read plus a
+//! reference count, where an `RwLock<Arc<_>>` would put every request behind
+//! the writer. The crate is already in the build (the Redis client uses it).
+
+use crate::clock::Clock;
+use crate::shared::{caller_keys, RouteRuntime, SetupError, Shared};
+use crate::upstream::ProviderRuntime;
+use arc_swap::ArcSwap;
+use levee_config::Config;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+/// Which config a generation runs.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// 1 for the config the process started with, +1 per accepted reload.
+    pub number: u64,
+    /// The first 12 hex digits of the sha256 of the config file as read
+    /// (`sha256sum levee.yaml` starts with them); without a file, of the
+    /// validated config.
+    pub hash: String,
+    /// When this generation was loaded (unix ms).
+    pub loaded_unix_ms: u64,
+    reloads: Family<ResultLabel, Counter>,
+}
+
+impl Generation {
+    /// The first generation; registers `levee_config_reloads_total`.
+    pub fn first(config: &Config, registry: &mut Registry, clock: &Clock) -> Self {
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "levee_config_reloads",
+            "Config reloads (SIGHUP) by result: ok (the new config serves new requests) or error (refused; the running config kept)",
+            reloads.clone(),
+        );
+        for result in ["ok", "error"] {
+            let _ = reloads.get_or_create(&ResultLabel {
+                result: result.into(),
+            });
+        }
+        Generation {
+            number: 1,
+            hash: hash_of(format!("{config:?}").as_bytes()),
+            loaded_unix_ms: clock.unix_ms(),
+            reloads,
+        }
+    }
+
+    /// The config's version as `/readyz` and the status page show it.
+    pub fn version(&self) -> String {
+        format!(
+            "config {} generation {} loaded_unix_ms {}",
+            self.hash, self.number, self.loaded_unix_ms
+        )
+    }
+
+    fn count(&self, result: &str) {
+        self.reloads
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+}
+
+/// A short content hash: the first 12 hex digits of sha256.
+pub fn hash_of(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Why a reload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("{0}; fix the file and send SIGHUP again (the running config is kept)")]
+    Config(#[from] levee_config::ConfigError),
+    #[error("{0}; fix it and send SIGHUP again (the running config is kept)")]
+    Setup(#[from] SetupError),
+    #[error("{0} (the running config is kept)")]
+    Other(String),
+}
+
+/// Owns the current generation and swaps in the next.
+pub struct Reloader {
+    current: ArcSwap<Shared>,
+    /// One reload at a time (two SIGHUPs in a row build in order).
+    reloading: Mutex<()>,
+}
+
+impl Reloader {
+    pub fn new(first: Arc<Shared>) -> Self {
+        Reloader {
+            current: ArcSwap::new(first),
+            reloading: Mutex::new(()),
+        }
+    }
+
+    /// The generation a request arriving now runs under.
+    pub fn current(&self) -> Arc<Shared> {
+        self.current.load_full()
+    }
+
+    /// Re-reads `path`; `adjust` applies what the command line overrides
+    /// (listen addresses, the built-in mock's address). Logs and counts the
+    /// result either way.
+    pub fn reload_file(
+        &self,
+        path: &Path,
+        adjust: impl FnOnce(&mut Config) -> Result<(), String>,
+    ) -> Result<Arc<Shared>, ReloadError> {
+        let read = std::fs::read(path).map(|b| hash_of(&b));
+        let loaded = Config::load(path)
+            .map_err(ReloadError::from)
+            .and_then(|mut c| adjust(&mut c).map(|()| c).map_err(ReloadError::Other));
+        match (loaded, read) {
+            (Ok(config), Ok(hash)) => self.reload_with(config, hash),
+            (Err(e), _) => Err(self.refused(e)),
+            (_, Err(e)) => Err(self.refused(ReloadError::Other(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))),
+        }
+    }
+
+    /// Swaps in `config` (hashed as validated).
+    pub fn reload(&self, config: Config) -> Result<Arc<Shared>, ReloadError> {
+        let hash = hash_of(format!("{config:?}").as_bytes());
+        self.reload_with(config, hash)
+    }
+
+    fn reload_with(&self, config: Config, hash: String) -> Result<Arc<Shared>, ReloadError> {
+        let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.current();
+        match next(&old, config, hash) {
+            Ok((next, kept)) => {
+                if let Some(r) = &next.recorder {
+                    r.add_secrets(&next.secrets);
+                }
+                let next = Arc::new(next);
+                self.current.store(Arc::clone(&next));
+                next.generation.count("ok");
+                tracing::info!(
+                    target: "levee",
+                    config = %next.generation.hash,
+                    generation = next.generation.number,
+                    providers_kept = kept,
+                    providers = next.providers.len(),
+                    "config reloaded: new requests use it; requests in flight finish under the previous one"
+                );
+                Ok(next)
+            }
+            Err(e) => Err(self.refused(e)),
+        }
+    }
+
+    fn refused(&self, e: ReloadError) -> ReloadError {
+        let current = self.current();
+        current.generation.count("error");
+        tracing::error!(
+            target: "levee",
+            error = %e,
+            config = %current.generation.hash,
+            generation = current.generation.number,
+            "config reload refused"
+        );
+        e
+    }
+}
+
+/// Builds the generation after `old` for `config`; also returns how many
+/// providers kept their runtime.
+fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize), ReloadError> {
+    keep_restart_only(&old.config, &mut config);
+    let replicas = old.redis.as_ref().map(|r| r.replicas);
+    let mut kept = 0;
+    let mut providers = Vec::with_capacity(config.providers.len());
+    for p in &config.providers {
+        let fresh =
+            ProviderRuntime::new(p, old.metrics.upstream_connect.clone(), old.clock, replicas)
+                .map_err(SetupError::from)?;
+        let same = old
+            .config
+            .providers
+            .iter()
+            .position(|o| o.name == p.name)
+            .filter(|&i| {
+                format!("{:?}", old.config.providers[i]) == format!("{p:?}")
+                    && old.providers[i].secret == fresh.secret
+            });
+        match same {
+            Some(i) => {
+                kept += 1;
+                providers.push(Arc::clone(&old.providers[i]));
+            }
+            None => providers.push(Arc::new(fresh)),
+        }
+    }
+    let carried = |name: &str| {
+        old.providers
+            .iter()
+            .any(|o| o.name == name && providers.iter().any(|n| Arc::ptr_eq(n, o)))
+    };
+    let routes = config
+        .routes
+        .iter()
+        .map(|r| {
+            let same = old.config.routes.iter().position(|o| {
+                o.name == r.name
+                    && format!("{o:?}") == format!("{r:?}")
+                    && r.targets
+                        .iter()
+                        .all(|t| carried(&config.providers[t.provider].name))
+            });
+            match same {
+                Some(i) => Arc::clone(&old.routes[i]),
+                None => Arc::new(RouteRuntime::new(r)),
+            }
+        })
+        .collect();
+    let keys = caller_keys(&config)?;
+    let secrets = crate::redact::Secrets::new(providers.iter().filter_map(|p| p.secret.as_deref()));
+    let census = old.census.next(&config);
+    let generation = Generation {
+        number: old.generation.number + 1,
+        hash,
+        loaded_unix_ms: old.clock.unix_ms(),
+        reloads: old.generation.reloads.clone(),
+    };
+    let shared = Shared {
+        config,
+        clock: old.clock,
+        metrics: Arc::clone(&old.metrics),
+        providers,
+        routes,
+        keys,
+        idempotency: Arc::clone(&old.idempotency),
+        redis: old.redis.clone(),
+        shutting_down: Arc::clone(&old.shutting_down),
+        grace_over: Arc::clone(&old.grace_over),
+        recorder: old.recorder.clone(),
+        secrets,
+        census,
+        telemetry: old.telemetry.clone(),
+        generation,
+        seed: old.seed,
+        counter: Arc::clone(&old.counter),
+    };
+    Ok((shared, kept))
+}
+
+/// Keys bound to sockets, stores and exporters made at start: a reload keeps
+/// the running values (so the generation shows what is in effect) and says
+/// that a changed one takes effect at the next restart.
+fn keep_restart_only(old: &Config, new: &mut Config) {
+    let mut changed = Vec::new();
+    if new.listen != old.listen {
+        changed.push("listen");
+        new.listen = old.listen;
+    }
+    if new.admin_listen != old.admin_listen {
+        changed.push("admin.listen");
+        new.admin_listen = old.admin_listen;
+    }
+    if new.state != old.state {
+        changed.push("state");
+        new.state = old.state.clone();
+    }
+    if format!("{:?}", new.idempotency) != format!("{:?}", old.idempotency) {
+        changed.push("idempotency");
+        new.idempotency = old.idempotency;
+    }
+    if new.telemetry != old.telemetry {
+        changed.push("telemetry");
+        new.telemetry = old.telemetry.clone();
+    }
+    if !changed.is_empty() {
+        tracing::warn!(
+            target: "levee",
+            keys = %changed.join(", "),
+            "config reload: these keys take effect only at the next restart (start a new process beside this one, then SIGTERM this one); the running values are kept"
+        );
+    }
+}
