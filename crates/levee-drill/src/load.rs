@@ -1,6 +1,7 @@
 //! The live part: set the faults, start requests on schedule (open loop),
 //! poll the mock's stats, wait for stragglers, clear the faults.
 
+use levee_wire::{paths, stats::Stats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -116,16 +117,14 @@ async fn control(
 }
 
 async fn upstream_total(client: &HttpClient, plan: &Plan) -> Result<u64, String> {
-    let url = plan.mock.url("/_mock/stats");
+    let url = plan.mock.url(paths::MOCK_STATS);
     let (status, body) = control(client, Method::GET, &url, Bytes::new()).await?;
     if !status.is_success() {
         return Err(format!("GET /_mock/stats answered {status}"));
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|e| format!("stats are not JSON: {e}"))?;
-    v.get("requests_total")
-        .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| "stats have no numeric `requests_total` (is this `levee mock`?)".to_owned())
+    let stats: Stats = serde_json::from_slice(&body)
+        .map_err(|e| format!("these are not `levee mock` stats: {e}"))?;
+    Ok(stats.requests_total)
 }
 
 async fn set_faults(
@@ -133,7 +132,7 @@ async fn set_faults(
     plan: &Plan,
     doc: &serde_json::Value,
 ) -> Result<(), DrillError> {
-    let url = plan.mock.url("/_mock/faults");
+    let url = plan.mock.url(paths::MOCK_FAULTS);
     let text = doc.to_string();
     let (status, body) = control(client, Method::POST, &url, Bytes::from(text.clone()))
         .await
@@ -272,7 +271,7 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
     let client = new_client(Some(CONTROL_TIMEOUT));
     let load_client = new_client(None);
     // Preflight: both servers answer before any fault is set.
-    let stats_url = plan.mock.url("/_mock/stats");
+    let stats_url = plan.mock.url(paths::MOCK_STATS);
     let before =
         upstream_total(&client, plan)
             .await
@@ -338,7 +337,7 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
         })
     };
 
-    let url: Arc<str> = plan.gateway.url("/v1/chat/completions").into();
+    let url: Arc<str> = plan.gateway.url(paths::CHAT_COMPLETIONS).into();
     let timeout_ms: Arc<str> = plan.timeout.as_millis().to_string().into();
     let patience = plan.timeout + STRAGGLER_MARGIN;
     for (i, offset) in offsets.iter().enumerate() {

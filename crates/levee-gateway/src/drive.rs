@@ -6,7 +6,6 @@
 //! `--record` tape).
 
 use crate::attempt::{AttemptFinisher, GatewayDeps};
-use crate::dialect::Dialect;
 use crate::idempotency::{Claim, Stored};
 use crate::record::TapeLine;
 use crate::respond::{copy_headers, error_headers, full, levee_error, Body};
@@ -20,6 +19,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use levee_policy::planner::{AttemptKind, Decision};
 use levee_policy::{Class, Outcome, Reason};
+use levee_wire::Dialect;
 use std::sync::Arc;
 use std::time::Duration;
 

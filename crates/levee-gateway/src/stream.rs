@@ -5,13 +5,13 @@
 
 use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;
-use crate::dialect::Dialect;
 use crate::record::TapeLine;
 use crate::sse::EventFramer;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
 use hyper::body::Incoming;
 use levee_policy::Outcome;
+use levee_wire::Dialect;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
