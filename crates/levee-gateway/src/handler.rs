@@ -4,7 +4,7 @@
 
 use crate::crossing;
 use crate::drive::Ctx;
-use crate::idempotency::{Claim, Claimed, Follow, Scope, Stored};
+use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{inspect, rewrite_model};
 use crate::respond::{full, levee_error, Body};
 use crate::shared::Shared;
@@ -463,7 +463,7 @@ async fn claim_key(
     dialect: Dialect,
     deadline: levee_policy::Instant,
     note: &mut Option<IdemNote>,
-) -> Result<Option<Claim>, Response<Body>> {
+) -> Result<Option<Lease>, Response<Body>> {
     let mut counted = k.counted;
     let mut waited = false;
     let until = shared.clock.to_tokio(deadline);

@@ -57,7 +57,7 @@ pub struct RelayBody {
 /// its idempotency key.
 pub struct Holds {
     pub _bulkhead: Option<levee_policy::ConcurrencyGuard>,
-    pub _lease: Option<crate::idempotency::Claim>,
+    pub _lease: Option<crate::idempotency::Lease>,
 }
 
 impl RelayBody {
