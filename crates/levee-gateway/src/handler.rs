@@ -617,8 +617,9 @@ fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], ()> {
     }
 }
 
+/// Compares key digests in time independent of where they differ.
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    subtle::ConstantTimeEq::ct_eq(&a[..], &b[..]).into()
 }
 
 fn printable(s: &str) -> String {
