@@ -269,37 +269,7 @@ struct Progress {
 /// Runs the drill against live servers and returns the raw measurements.
 pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
     let client = new_client(Some(CONTROL_TIMEOUT));
-    let load_client = new_client(None);
-    // Preflight: both servers answer before any fault is set.
-    let stats_url = plan.mock.url(paths::MOCK_STATS);
-    let before =
-        upstream_total(&client, plan)
-            .await
-            .map_err(|reason| DrillError::MockUnreachable {
-                url: stats_url.clone(),
-                reason,
-            })?;
-    match tokio::time::timeout(
-        CONTROL_TIMEOUT,
-        tokio::net::TcpStream::connect(plan.gateway.addr),
-    )
-    .await
-    {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Err(DrillError::GatewayUnreachable {
-                addr: plan.gateway.base.clone(),
-                reason: e.to_string(),
-            })
-        }
-        Err(_) => {
-            return Err(DrillError::GatewayUnreachable {
-                addr: plan.gateway.base.clone(),
-                reason: format!("no connection within {CONTROL_TIMEOUT:?}"),
-            })
-        }
-    }
-
+    let before = preflight(&client, plan).await?;
     let offsets = schedule(plan);
     // The fault windows count from this POST: it is the drill's time zero.
     set_faults(&client, plan, &plan.fault_doc).await?;
@@ -323,7 +293,72 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
             stop_rx.clone(),
         ))
     });
+    let mut records = send_all(plan, &offsets, t0, &counters).await;
+    // A last look at the mock once everything is answered.
+    tokio::time::sleep(POLL_EVERY).await;
+    let _ = stop_tx.send(true);
+    let (samples, poll_failures) = poller.await.unwrap_or_default();
+    if let Some(p) = printer {
+        let _ = p.await;
+    }
+    let clear_failed = set_faults(&client, plan, &serde_json::json!({ "faults": [] }))
+        .await
+        .err()
+        .map(|e| e.to_string());
+    // Tasks that never reported (only if the collector's guard fired) are unanswered.
+    let missing = offsets.len().saturating_sub(records.len());
+    records.extend((0..missing).map(|_| Record {
+        sent: Duration::ZERO,
+        lag: Duration::ZERO,
+        latency: None,
+        kind: "unanswered".to_owned(),
+        attempts: None,
+        error: None,
+    }));
+    Ok(Measured {
+        records,
+        samples,
+        poll_failures,
+        clear_failed,
+    })
+}
 
+/// Both servers answer before any fault is set; the mock's count now.
+async fn preflight(client: &HttpClient, plan: &Plan) -> Result<u64, DrillError> {
+    let before =
+        upstream_total(client, plan)
+            .await
+            .map_err(|reason| DrillError::MockUnreachable {
+                url: plan.mock.url(paths::MOCK_STATS),
+                reason,
+            })?;
+    let unreachable = |reason| DrillError::GatewayUnreachable {
+        addr: plan.gateway.base.clone(),
+        reason,
+    };
+    match tokio::time::timeout(
+        CONTROL_TIMEOUT,
+        tokio::net::TcpStream::connect(plan.gateway.addr),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(before),
+        Ok(Err(e)) => Err(unreachable(e.to_string())),
+        Err(_) => Err(unreachable(format!(
+            "no connection within {CONTROL_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// Sends one logical request at each offset from `t0` (open loop: a slow
+/// answer never delays the next request) and collects what each got.
+async fn send_all(
+    plan: &Plan,
+    offsets: &[Duration],
+    t0: Instant,
+    counters: &Arc<Progress>,
+) -> Vec<Record> {
+    let load_client = new_client(None);
     let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
     let collector = {
         let counters = counters.clone();
@@ -336,7 +371,6 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
             records
         })
     };
-
     let url: Arc<str> = plan.gateway.url(paths::CHAT_COMPLETIONS).into();
     let timeout_ms: Arc<str> = plan.timeout.as_millis().to_string().into();
     let patience = plan.timeout + STRAGGLER_MARGIN;
@@ -373,38 +407,10 @@ pub async fn run(plan: &Plan, progress: bool) -> Result<Measured, DrillError> {
     }
     drop(tx);
     // Every task ends within its patience; this bound only guards the drill.
-    let records = match tokio::time::timeout(patience + Duration::from_secs(5), collector).await {
+    match tokio::time::timeout(patience + Duration::from_secs(5), collector).await {
         Ok(Ok(r)) => r,
         _ => Vec::new(),
-    };
-    // A last look at the mock once everything is answered.
-    tokio::time::sleep(POLL_EVERY).await;
-    let _ = stop_tx.send(true);
-    let (samples, poll_failures) = poller.await.unwrap_or_default();
-    if let Some(p) = printer {
-        let _ = p.await;
     }
-    let clear_failed = set_faults(&client, plan, &serde_json::json!({ "faults": [] }))
-        .await
-        .err()
-        .map(|e| e.to_string());
-    let mut records = records;
-    // Tasks that never reported (only if the guard above fired) are unanswered.
-    let missing = offsets.len().saturating_sub(records.len());
-    records.extend((0..missing).map(|_| Record {
-        sent: Duration::ZERO,
-        lag: Duration::ZERO,
-        latency: None,
-        kind: "unanswered".to_owned(),
-        attempts: None,
-        error: None,
-    }));
-    Ok(Measured {
-        records,
-        samples,
-        poll_failures,
-        clear_failed,
-    })
 }
 
 async fn poll(
