@@ -72,22 +72,25 @@ pub enum Arrivals {
 pub struct Plan {
     pub gateway: Target,
     pub mock: Target,
+    /// Where to write the SVG plot, if anywhere.
+    pub plot: Option<PathBuf>,
+    /// Logical requests started per second, for `duration`.
     pub rate: f64,
     pub duration: Duration,
-    /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
-    pub fault_doc: Value,
     /// From the earliest `from` to the latest `to` among faults that have
     /// either (a missing `from` is the start, a missing `to` the run's end);
     /// the whole run when no fault has either; `None` without faults.
     pub fault_window: Option<(Duration, Duration)>,
+    /// Each request's deadline (`--timeout-ms`).
     pub timeout: Duration,
     pub seed: u64,
-    pub arrivals: Arrivals,
-    pub model: String,
-    pub json: bool,
-    pub plot: Option<PathBuf>,
     /// The `--fault` flags as given, for the human report.
     pub fault_text: Vec<String>,
+    pub arrivals: Arrivals,
+    pub model: String,
+    /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
+    pub fault_doc: Value,
+    pub json: bool,
 }
 
 pub use levee_config::parse_duration;

@@ -289,25 +289,12 @@ pub(crate) fn anthropic_message_stream(r: &Reply<'_>) -> Vec<Bytes> {
         json_str(&mut block, tool);
         block.push_str(r#","input":{}}}"#);
         chunks.push(event("content_block_start", &block));
-        for partial in ["", "{}"] {
-            let mut delta = String::from(
-                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"#,
-            );
-            json_str(&mut delta, partial);
-            delta.push_str("}}");
-            chunks.push(event("content_block_delta", &delta));
-        }
-        chunks.push(event(
-            "content_block_stop",
-            r#"{"type":"content_block_stop","index":0}"#,
-        ));
-        chunks.push(event(
-            "message_delta",
-            &format!(
-                r#"{{"type":"message_delta","delta":{{"stop_reason":"tool_use","stop_sequence":null}},"usage":{{"output_tokens":{TOOL_CALL_TOKENS}}}}}"#
-            ),
-        ));
-        chunks.push(event("message_stop", r#"{"type":"message_stop"}"#));
+        block_deltas(
+            &mut chunks,
+            r#""input_json_delta","partial_json""#,
+            &["", "{}"],
+        );
+        message_end(&mut chunks, "\"tool_use\"", TOOL_CALL_TOKENS);
         return chunks;
     }
     chunks.push(event(
@@ -315,14 +302,26 @@ pub(crate) fn anthropic_message_stream(r: &Reply<'_>) -> Vec<Bytes> {
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
     ));
     chunks.push(event("ping", r#"{"type":"ping"}"#));
-    for piece in &PIECES[..r.pieces] {
-        let mut delta = String::from(
-            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"#,
-        );
+    block_deltas(&mut chunks, r#""text_delta","text""#, &PIECES[..r.pieces]);
+    message_end(&mut chunks, anthropic_stop_reason(r), r.completion_tokens());
+    chunks
+}
+
+/// One `content_block_delta` per piece; `kind` is the delta's type and the
+/// name of its field (`"text_delta","text"`).
+fn block_deltas(chunks: &mut Vec<Bytes>, kind: &str, pieces: &[&str]) {
+    for piece in pieces {
+        let mut delta =
+            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":{kind}:"#);
         json_str(&mut delta, piece);
         delta.push_str("}}");
         chunks.push(event("content_block_delta", &delta));
     }
+}
+
+/// content_block_stop, message_delta (the stop reason, as JSON, and the
+/// output tokens) and message_stop.
+fn message_end(chunks: &mut Vec<Bytes>, stop_reason: &str, output_tokens: u64) {
     chunks.push(event(
         "content_block_stop",
         r#"{"type":"content_block_stop","index":0}"#,
@@ -330,13 +329,10 @@ pub(crate) fn anthropic_message_stream(r: &Reply<'_>) -> Vec<Bytes> {
     chunks.push(event(
         "message_delta",
         &format!(
-            r#"{{"type":"message_delta","delta":{{"stop_reason":{},"stop_sequence":null}},"usage":{{"output_tokens":{}}}}}"#,
-            anthropic_stop_reason(r),
-            r.completion_tokens()
+            r#"{{"type":"message_delta","delta":{{"stop_reason":{stop_reason},"stop_sequence":null}},"usage":{{"output_tokens":{output_tokens}}}}}"#
         ),
     ));
     chunks.push(event("message_stop", r#"{"type":"message_stop"}"#));
-    chunks
 }
 
 // ---------------------------------------------------------------------------

@@ -780,31 +780,38 @@ mod tests {
     fn effects_are_checked() {
         let e = err("faults:\n  - { status: 503, reset: true }\n");
         assert_eq!(e.line(), Some(2));
-        assert!(e.message().contains("exactly one effect"), "{e}");
-        let e = err("faults:\n  - { from: 1s }\n");
-        assert!(e.message().contains("needs one effect"), "{e}");
-        let e = err("faults:\n  - { reset: false }\n");
-        assert!(e.message().contains("`reset` must be `true`"), "{e}");
-        let e = err("faults:\n  - { status: 200 }\n");
-        assert!(
-            e.message()
-                .contains("`status` must be an HTTP status from 300 to 599"),
-            "{e}"
-        );
-        let e = err("faults:\n  - { retry_after: 2, reset: true }\n");
-        assert!(e.message().contains("only goes with `status`"), "{e}");
-        let e = err("faults:\n  - { status: 503, from: 5s, to: 1s }\n");
-        assert!(e.message().contains("must be before `to`"), "{e}");
-        let e = err("faults:\n  - { reset: true, probability: 1.5 }\n");
-        assert!(
-            e.message()
-                .contains("`probability` must be a number from 0 to 1"),
-            "{e}"
-        );
-        let e = err("faults:\n  - { latency: { p50: 200ms } }\n");
-        assert!(e.message().contains("needs both `p50` and `p99`"), "{e}");
-        let e = err("capacity: { status: 529 }\n");
-        assert!(e.message().contains("needs `max_in_flight`"), "{e}");
+        for (doc, says) in [
+            (
+                "faults:\n  - { status: 503, reset: true }\n",
+                "exactly one effect",
+            ),
+            ("faults:\n  - { from: 1s }\n", "needs one effect"),
+            ("faults:\n  - { reset: false }\n", "`reset` must be `true`"),
+            (
+                "faults:\n  - { status: 200 }\n",
+                "`status` must be an HTTP status from 300 to 599",
+            ),
+            (
+                "faults:\n  - { retry_after: 2, reset: true }\n",
+                "only goes with `status`",
+            ),
+            (
+                "faults:\n  - { status: 503, from: 5s, to: 1s }\n",
+                "must be before `to`",
+            ),
+            (
+                "faults:\n  - { reset: true, probability: 1.5 }\n",
+                "`probability` must be a number from 0 to 1",
+            ),
+            (
+                "faults:\n  - { latency: { p50: 200ms } }\n",
+                "needs both `p50` and `p99`",
+            ),
+            ("capacity: { status: 529 }\n", "needs `max_in_flight`"),
+        ] {
+            let e = err(doc);
+            assert!(e.message().contains(says), "{doc}: {e}");
+        }
     }
 
     #[test]
