@@ -353,41 +353,28 @@ mod tests {
             let e = args(&faults).plan().expect_err(needle).to_string();
             assert!(e.contains("--fault") && e.contains(needle), "{e}");
         }
-        let mut a = args(&[]);
-        a.rate = 0.0;
-        assert!(a.plan().is_err());
-        a.rate = 10_000.0;
-        a.duration = "2h".into();
-        assert!(a
-            .plan()
-            .expect_err("too long")
-            .to_string()
-            .contains("--duration"));
-        a.duration = "200s".into();
-        assert!(a
-            .plan()
-            .expect_err("too many")
-            .to_string()
-            .contains("at most"));
-        let mut a = args(&[]);
-        a.timeout_ms = 0;
-        assert!(a.plan().is_err());
-        let mut a = args(&[]);
-        a.gateway = "http://10.1.2.3:8080".into();
-        assert!(a
-            .plan()
-            .expect_err("remote")
-            .to_string()
-            .contains("loopback"));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("90"), None);
-        assert_eq!(parse_duration("-1s"), None);
+        let refused = |change: &dyn Fn(&mut DrillArgs), says: &str| {
+            let mut a = args(&[]);
+            change(&mut a);
+            let e = a.plan().expect_err(says).to_string();
+            assert!(e.contains(says), "{says}: {e}");
+        };
+        refused(&|a| a.rate = 0.0, "--rate");
+        refused(
+            &|a| {
+                a.rate = 10_000.0;
+                a.duration = "2h".into();
+            },
+            "--duration",
+        );
+        refused(
+            &|a| {
+                a.rate = 10_000.0;
+                a.duration = "200s".into();
+            },
+            "at most",
+        );
+        refused(&|a| a.timeout_ms = 0, "--timeout-ms");
+        refused(&|a| a.gateway = "http://10.1.2.3:8080".into(), "loopback");
     }
 }

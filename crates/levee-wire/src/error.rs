@@ -78,15 +78,15 @@ fn json_str(out: &mut String, s: &str) {
     }
 }
 
-/// The JSON of an error in `dialect`'s shape. `param` and `code` appear in
-/// OpenAI bodies only; `code` replaces the status's default.
-pub fn json(
+/// An error body in `dialect`'s shape. `param` and `code` appear in OpenAI
+/// bodies only; `code` replaces the status's default.
+pub fn body(
     dialect: Dialect,
     status: u16,
     message: &str,
     param: Option<&str>,
     code: Option<&str>,
-) -> String {
+) -> Bytes {
     let (kind, default_code) = labels(dialect, status);
     let mut out = String::with_capacity(160 + message.len());
     match dialect {
@@ -114,18 +114,7 @@ pub fn json(
             out.push_str("}}");
         }
     }
-    out
-}
-
-/// [`json`] as a body.
-pub fn body(
-    dialect: Dialect,
-    status: u16,
-    message: &str,
-    param: Option<&str>,
-    code: Option<&str>,
-) -> Bytes {
-    Bytes::from(json(dialect, status, message, param, code))
+    Bytes::from(out)
 }
 
 impl Dialect {
@@ -151,11 +140,16 @@ impl Dialect {
     /// on `event: error` carrying its error body. `status` picks the error
     /// type (504: Anthropic's `timeout_error`); `code` is Levee's reason.
     pub fn stream_error(self, status: u16, code: &str, message: &str) -> Bytes {
-        let v = json(self, status, message, None, Some(code));
-        Bytes::from(match self {
-            Dialect::OpenAi => format!("data: {v}\n\n"),
-            Dialect::Anthropic => format!("event: error\ndata: {v}\n\n"),
-        })
+        let prefix: &[u8] = match self {
+            Dialect::OpenAi => b"data: ",
+            Dialect::Anthropic => b"event: error\ndata: ",
+        };
+        let json = body(self, status, message, None, Some(code));
+        let mut event = Vec::with_capacity(prefix.len() + json.len() + 2);
+        event.extend_from_slice(prefix);
+        event.extend_from_slice(&json);
+        event.extend_from_slice(b"\n\n");
+        Bytes::from(event)
     }
 
     /// Whether `body` has this family's JSON error shape (either dialect's).
