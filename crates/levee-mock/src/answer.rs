@@ -178,14 +178,7 @@ pub(crate) fn chat_completion_stream(r: &Reply<'_>, include_usage: bool) -> Vec<
             ),
             chunk(r#"{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}"#),
         ];
-        if include_usage {
-            let mut last = head.clone();
-            last.push_str("],\"usage\":");
-            openai_tool_usage(&mut last, r);
-            last.push_str("}\n\n");
-            chunks.push(Bytes::from(last));
-        }
-        chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        stream_end(&mut chunks, &head, include_usage, openai_tool_usage, r);
         return chunks;
     }
 
@@ -204,15 +197,26 @@ pub(crate) fn chat_completion_stream(r: &Reply<'_>, include_usage: bool) -> Vec<
     } else {
         r#"{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}"#
     }));
+    stream_end(&mut chunks, &head, include_usage, openai_usage, r);
+    chunks
+}
+
+/// With `include_usage`, one chunk with empty `choices` carrying the usage
+/// (`usage` writes it); then `data: [DONE]`.
+fn stream_end(
+    chunks: &mut Vec<Bytes>,
+    head: &str,
+    include_usage: bool,
+    usage: fn(&mut String, &Reply<'_>),
+    r: &Reply<'_>,
+) {
     if include_usage {
-        let mut last = head.clone();
-        last.push_str("],\"usage\":");
-        openai_usage(&mut last, r);
+        let mut last = format!("{head}],\"usage\":");
+        usage(&mut last, r);
         last.push_str("}\n\n");
         chunks.push(Bytes::from(last));
     }
     chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    chunks
 }
 
 // ---------------------------------------------------------------------------

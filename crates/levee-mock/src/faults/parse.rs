@@ -318,43 +318,40 @@ enum Key {
     CutStreamAfter,
 }
 
-const FAULT_KEYS: &[&str] = &[
-    "from",
-    "to",
-    "probability",
-    "model",
-    "status",
-    "retry_after",
-    "retry_after_ms",
-    "reset",
-    "stall",
-    "latency",
-    "chunk_delay",
-    "cut_stream_after",
+/// Each key with its name, in `Key`'s order.
+const KEYS: [(Key, &str); 12] = [
+    (Key::From, "from"),
+    (Key::To, "to"),
+    (Key::Probability, "probability"),
+    (Key::Model, "model"),
+    (Key::Status, "status"),
+    (Key::RetryAfter, "retry_after"),
+    (Key::RetryAfterMs, "retry_after_ms"),
+    (Key::Reset, "reset"),
+    (Key::Stall, "stall"),
+    (Key::Latency, "latency"),
+    (Key::ChunkDelay, "chunk_delay"),
+    (Key::CutStreamAfter, "cut_stream_after"),
 ];
+
+/// The names alone, for "unknown field" errors.
+const FAULT_KEYS: &[&str] = &{
+    let mut names = [""; KEYS.len()];
+    let mut i = 0;
+    while i < KEYS.len() {
+        names[i] = KEYS[i].1;
+        i += 1;
+    }
+    names
+};
 
 impl Key {
     fn name(self) -> &'static str {
-        FAULT_KEYS[self as usize]
+        KEYS[self as usize].1
     }
 
     fn parse(name: &str) -> Option<Key> {
-        use Key::*;
-        const ALL: [Key; 12] = [
-            From,
-            To,
-            Probability,
-            Model,
-            Status,
-            RetryAfter,
-            RetryAfterMs,
-            Reset,
-            Stall,
-            Latency,
-            ChunkDelay,
-            CutStreamAfter,
-        ];
-        ALL.into_iter().find(|k| k.name() == name)
+        KEYS.iter().find(|(_, n)| *n == name).map(|(k, _)| *k)
     }
 }
 
@@ -774,6 +771,14 @@ mod tests {
         assert_eq!(e.line(), Some(3), "{e}");
         let e = err("capacity: { max_in_flight: 1, staus: 529 }\n");
         assert!(e.message().contains("unknown field `staus`"), "{e}");
+    }
+
+    #[test]
+    fn every_key_names_itself() {
+        for (i, (key, name)) in KEYS.iter().enumerate() {
+            assert_eq!(*key as usize, i, "{name}");
+            assert_eq!(Key::parse(name), Some(*key));
+        }
     }
 
     #[test]
