@@ -151,15 +151,15 @@ struct RawLayer {
 #[derive(Debug)]
 pub struct Scenario {
     pub name: String,
-    pub streams: Vec<Stream>,
-    pub providers: Vec<ProviderModel>,
-    pub variants: Vec<Variant>,
-    /// How long traffic arrives (the run is `duration` + `drain` long).
+    /// How long traffic arrives.
     pub duration: Duration,
     /// Width of one bucket of the time series (peak rps is measured per bucket).
     pub resolution: Duration,
     /// How long after `duration` in-flight work may still finish.
     pub drain: Duration,
+    pub streams: Vec<Stream>,
+    pub providers: Vec<ProviderModel>,
+    pub variants: Vec<Variant>,
 }
 
 /// One stack of retry layers in front of the scenario's world.
