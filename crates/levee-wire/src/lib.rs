@@ -36,14 +36,23 @@ impl Dialect {
     /// unknown path) a request carrying `anthropic-version` is Anthropic's,
     /// any other OpenAI's.
     pub fn of_request(path: &str, headers: &http::HeaderMap) -> Dialect {
+        match Dialect::of_path(path) {
+            Some(d) => d,
+            None if headers.contains_key("anthropic-version") => Dialect::Anthropic,
+            None => Dialect::OpenAi,
+        }
+    }
+
+    /// The dialect a path alone decides (`None` for `/v1/models` and paths
+    /// of neither dialect): the first half of [`Dialect::of_request`], for a
+    /// route's `match.path` where there are no headers yet.
+    pub fn of_path(path: &str) -> Option<Dialect> {
         if path.starts_with(paths::MESSAGES) {
-            Dialect::Anthropic
+            Some(Dialect::Anthropic)
         } else if paths::OPENAI_ONLY.contains(&path) {
-            Dialect::OpenAi
-        } else if headers.contains_key("anthropic-version") {
-            Dialect::Anthropic
+            Some(Dialect::OpenAi)
         } else {
-            Dialect::OpenAi
+            None
         }
     }
 
