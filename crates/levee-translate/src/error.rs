@@ -6,18 +6,6 @@ use crate::Dialect;
 use bytes::Bytes;
 use levee_wire::error;
 
-/// Anthropic's error `type` for an OpenAI one (mid-stream errors carry no
-/// status): the type Anthropic gives the status OpenAI's type stands for.
-pub fn anthropic_type_for_openai(kind: Option<&str>) -> &'static str {
-    let status = kind.map_or(500, |k| error::status_of_type(Dialect::OpenAi, k));
-    Dialect::Anthropic.error_type(status)
-}
-
-/// OpenAI's error `type` for an Anthropic one.
-pub fn openai_type_for_anthropic(kind: &str) -> &'static str {
-    Dialect::OpenAi.error_type(error::status_of_type(Dialect::Anthropic, kind))
-}
-
 /// The provider's message in either dialect's error shape, or the body's
 /// first 500 characters when it has neither (a proxy's HTML page, say).
 fn message_of(body: &[u8]) -> String {

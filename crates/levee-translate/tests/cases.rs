@@ -365,6 +365,34 @@ fn a_stream_cut_before_its_end_ends_with_an_error_event() {
 }
 
 #[test]
+fn a_mid_stream_error_keeps_its_kind_in_the_other_dialect() {
+    let opts = StreamOptions {
+        include_usage: false,
+        created: 0,
+    };
+    // Anthropic overloaded -> OpenAI's type for 529 (server_error), Levee's code.
+    let up = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}\n\n";
+    let mut t = StreamTranslator::new(Dialect::Anthropic, Dialect::OpenAi, opts).unwrap();
+    let mut out = t.push(up.as_bytes()).to_vec();
+    out.extend_from_slice(&t.finish());
+    let ev = events(&out);
+    let e = &ev.last().unwrap().1["error"];
+    assert_eq!(e["type"], "server_error", "{ev:?}");
+    assert_eq!(e["code"], "upstream_error");
+    assert_eq!(e["message"], "busy");
+    // OpenAI's request-rate 429 (`requests`) -> Anthropic's rate_limit_error.
+    let up = "data: {\"error\":{\"message\":\"slow down\",\"type\":\"requests\",\"param\":null,\"code\":\"rate_limit_exceeded\"}}\n\n";
+    let mut t = StreamTranslator::new(Dialect::OpenAi, Dialect::Anthropic, opts).unwrap();
+    let mut out = t.push(up.as_bytes()).to_vec();
+    out.extend_from_slice(&t.finish());
+    let ev = events(&out);
+    let (name, v) = ev.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(v["error"]["type"], "rate_limit_error", "{ev:?}");
+    assert_eq!(v["error"]["message"], "slow down");
+}
+
+#[test]
 fn a_role_after_the_content_reads_the_same() {
     let first = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]});
     let later = r#"{"model":"m","messages":[{"content":"hi","role":"user"},{"content":"yo","role":"assistant"}]}"#;
