@@ -252,24 +252,9 @@ fn a_backup_answer_that_is_not_its_dialect_is_a_bad_answer() {
     .is_err());
 }
 
-fn events(s: &[u8]) -> Vec<(String, Value)> {
-    let text = std::str::from_utf8(s).unwrap();
-    text.split("\n\n")
-        .filter(|e| !e.is_empty())
-        .map(|e| {
-            let mut name = String::new();
-            let mut data = String::new();
-            for l in e.lines() {
-                if let Some(v) = l.strip_prefix("event: ") {
-                    name = v.to_string();
-                } else if let Some(v) = l.strip_prefix("data: ") {
-                    data = v.to_string();
-                }
-            }
-            let v = serde_json::from_str(&data).unwrap_or(Value::String(data));
-            (name, v)
-        })
-        .collect()
+/// (event name, data) of each translated event.
+fn events(out: &[u8]) -> Vec<(String, Value)> {
+    levee_wire::sse::events(std::str::from_utf8(out).expect("UTF-8 out"))
 }
 
 #[test]

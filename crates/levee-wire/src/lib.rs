@@ -17,6 +17,7 @@
 
 pub mod error;
 pub mod paths;
+pub mod sse;
 pub mod stats;
 pub mod tape;
 
