@@ -149,20 +149,18 @@ pub enum Arrivals {
 pub struct Plan {
     pub gateway: Target,
     pub mock: Target,
+    /// Where to write the SVG plot, if anywhere.
+    pub plot: Option<PathBuf>,
+    /// Logical requests started per second, for `duration`.
     pub rate: f64,
     pub duration: Duration,
-    /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
-    pub fault_doc: Value,
     /// From the earliest `from` to the latest `to` among faults that have
     /// either (a missing `from` is the start, a missing `to` the run's end);
     /// the whole run when no fault has either; `None` without faults.
     pub fault_window: Option<(Duration, Duration)>,
+    /// Each request's deadline (`--timeout-ms`).
     pub timeout: Duration,
     pub seed: u64,
-    pub arrivals: Arrivals,
-    pub model: String,
-    pub json: bool,
-    pub plot: Option<PathBuf>,
     /// The `--fault` flags as given, for the human report.
     pub fault_text: Vec<String>,
     /// `--pause-state`: pause the state store mid-run.
@@ -171,6 +169,11 @@ pub struct Plan {
     pub failover: Option<Target>,
     /// `--stop-pid`: stop a replica mid-run.
     pub stop: Option<ReplicaStop>,
+    pub arrivals: Arrivals,
+    pub model: String,
+    /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
+    pub fault_doc: Value,
+    pub json: bool,
 }
 
 pub use levee_config::parse_duration;
@@ -489,41 +492,28 @@ mod tests {
             let e = args(&faults).plan().expect_err(needle).to_string();
             assert!(e.contains("--fault") && e.contains(needle), "{e}");
         }
-        let mut a = args(&[]);
-        a.rate = 0.0;
-        assert!(a.plan().is_err());
-        a.rate = 10_000.0;
-        a.duration = "2h".into();
-        assert!(a
-            .plan()
-            .expect_err("too long")
-            .to_string()
-            .contains("--duration"));
-        a.duration = "200s".into();
-        assert!(a
-            .plan()
-            .expect_err("too many")
-            .to_string()
-            .contains("at most"));
-        let mut a = args(&[]);
-        a.timeout_ms = 0;
-        assert!(a.plan().is_err());
-        let mut a = args(&[]);
-        a.gateway = "http://10.1.2.3:8080".into();
-        assert!(a
-            .plan()
-            .expect_err("remote")
-            .to_string()
-            .contains("loopback"));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("90"), None);
-        assert_eq!(parse_duration("-1s"), None);
+        let refused = |change: &dyn Fn(&mut DrillArgs), says: &str| {
+            let mut a = args(&[]);
+            change(&mut a);
+            let e = a.plan().expect_err(says).to_string();
+            assert!(e.contains(says), "{says}: {e}");
+        };
+        refused(&|a| a.rate = 0.0, "--rate");
+        refused(
+            &|a| {
+                a.rate = 10_000.0;
+                a.duration = "2h".into();
+            },
+            "--duration",
+        );
+        refused(
+            &|a| {
+                a.rate = 10_000.0;
+                a.duration = "200s".into();
+            },
+            "at most",
+        );
+        refused(&|a| a.timeout_ms = 0, "--timeout-ms");
+        refused(&|a| a.gateway = "http://10.1.2.3:8080".into(), "loopback");
     }
 }

@@ -1,6 +1,7 @@
 //! The live part: set the faults, start requests on schedule (open loop),
 //! poll the mock's stats, wait for stragglers, clear the faults.
 
+use levee_wire::{paths, stats::Stats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -186,16 +187,14 @@ async fn control(
 }
 
 async fn upstream_total(client: &HttpClient, plan: &Plan) -> Result<u64, String> {
-    let url = plan.mock.url("/_mock/stats");
+    let url = plan.mock.url(paths::MOCK_STATS);
     let (status, body) = control(client, Method::GET, &url, Bytes::new()).await?;
     if !status.is_success() {
         return Err(format!("GET /_mock/stats answered {status}"));
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|e| format!("stats are not JSON: {e}"))?;
-    v.get("requests_total")
-        .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| "stats have no numeric `requests_total` (is this `levee mock`?)".to_owned())
+    let stats: Stats = serde_json::from_slice(&body)
+        .map_err(|e| format!("these are not `levee mock` stats: {e}"))?;
+    Ok(stats.requests_total)
 }
 
 async fn set_faults(
@@ -203,7 +202,7 @@ async fn set_faults(
     plan: &Plan,
     doc: &serde_json::Value,
 ) -> Result<(), DrillError> {
-    let url = plan.mock.url("/_mock/faults");
+    let url = plan.mock.url(paths::MOCK_FAULTS);
     let text = doc.to_string();
     let (status, body) = control(client, Method::POST, &url, Bytes::from(text.clone()))
         .await
@@ -414,22 +413,8 @@ pub async fn run(
     stop: Option<StopHook>,
 ) -> Result<Measured, DrillError> {
     let client = new_client(Some(CONTROL_TIMEOUT));
-    let load_client = new_client(None);
-    // Preflight: both servers answer before any fault is set.
-    let stats_url = plan.mock.url("/_mock/stats");
-    let before =
-        upstream_total(&client, plan)
-            .await
-            .map_err(|reason| DrillError::MockUnreachable {
-                url: stats_url.clone(),
-                reason,
-            })?;
-    preflight(&plan.gateway).await?;
-    if let Some(f) = &plan.failover {
-        preflight(f).await?;
-    }
+    let before = preflight(&client, plan).await?;
     let (state, stop) = prepare_exercises(plan, stop).await?;
-
     let offsets = schedule(plan);
     // The fault windows count from this POST: it is the drill's time zero.
     set_faults(&client, plan, &plan.fault_doc).await?;
@@ -453,29 +438,8 @@ pub async fn run(
             stop_rx.clone(),
         ))
     });
-
-    let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
-    let collector = {
-        let counters = counters.clone();
-        tokio::spawn(async move {
-            let mut records = Vec::new();
-            while let Some(r) = rx.recv().await {
-                counters.answered.fetch_add(1, Relaxed);
-                records.push(r);
-            }
-            records
-        })
-    };
-
     let (pausing, stopping) = spawn_events(plan, t0, state, stop);
-    send_all(plan, t0, &offsets, load_client, &tx, &counters, before).await;
-    drop(tx);
-    // Every task ends within its patience; this bound only guards the drill.
-    let patience = plan.timeout + STRAGGLER_MARGIN;
-    let records = match tokio::time::timeout(patience + Duration::from_secs(5), collector).await {
-        Ok(Ok(r)) => r,
-        _ => Vec::new(),
-    };
+    let mut records = load(plan, &offsets, t0, &counters, before).await;
     // A last look at the mock once everything is answered.
     tokio::time::sleep(POLL_EVERY).await;
     let _ = stop_tx.send(true);
@@ -487,8 +451,7 @@ pub async fn run(
         .await
         .err()
         .map(|e| e.to_string());
-    let mut records = records;
-    // Tasks that never reported (only if the guard above fired) are unanswered.
+    // Tasks that never reported (only if the collector's guard fired) are unanswered.
     let missing = offsets.len().saturating_sub(records.len());
     records.extend((0..missing).map(|_| Record {
         sent: Duration::ZERO,
@@ -508,6 +471,53 @@ pub async fn run(
         paused: finished(pausing).await,
         stopped: finished(stopping).await,
     })
+}
+
+/// Every server answers before any fault is set; the mock's count now.
+async fn preflight(client: &HttpClient, plan: &Plan) -> Result<u64, DrillError> {
+    let before =
+        upstream_total(client, plan)
+            .await
+            .map_err(|reason| DrillError::MockUnreachable {
+                url: plan.mock.url(paths::MOCK_STATS),
+                reason,
+            })?;
+    reachable(&plan.gateway).await?;
+    if let Some(f) = &plan.failover {
+        reachable(f).await?;
+    }
+    Ok(before)
+}
+
+/// Sends one logical request at each offset from `t0` (open loop: a slow
+/// answer never delays the next request) and collects what each got.
+async fn load(
+    plan: &Plan,
+    offsets: &[Duration],
+    t0: Instant,
+    counters: &Arc<Progress>,
+    before: u64,
+) -> Vec<Record> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
+    let collector = {
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            let mut records = Vec::new();
+            while let Some(r) = rx.recv().await {
+                counters.answered.fetch_add(1, Relaxed);
+                records.push(r);
+            }
+            records
+        })
+    };
+    send_all(plan, t0, offsets, new_client(None), &tx, counters, before).await;
+    drop(tx);
+    // Every task ends within its patience; this bound only guards the drill.
+    let patience = plan.timeout + STRAGGLER_MARGIN;
+    match tokio::time::timeout(patience + Duration::from_secs(5), collector).await {
+        Ok(Ok(r)) => r,
+        _ => Vec::new(),
+    }
 }
 
 /// Connects to the state store to pause and picks how to stop a replica.
@@ -581,7 +591,7 @@ async fn send_all(
     let replicas = Arc::new(Replicas {
         urls: std::iter::once(&plan.gateway)
             .chain(plan.failover.as_ref())
-            .map(|t| Arc::from(t.url("/v1/chat/completions")))
+            .map(|t| Arc::from(t.url(paths::CHAT_COMPLETIONS)))
             .collect(),
         first: std::sync::atomic::AtomicUsize::new(0),
     });
@@ -635,7 +645,8 @@ async fn finished(task: Option<Event>) -> Option<Result<Duration, String>> {
     })
 }
 
-async fn preflight(target: &crate::target::Target) -> Result<(), DrillError> {
+/// A TCP connection to `target` opens within the control timeout.
+async fn reachable(target: &crate::target::Target) -> Result<(), DrillError> {
     match tokio::time::timeout(CONTROL_TIMEOUT, tokio::net::TcpStream::connect(target.addr)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(DrillError::GatewayUnreachable {

@@ -17,6 +17,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::args::Plan;
+use levee_sim::incident::{self, listing, round};
+
 use crate::load::{Measured, Record, Sample, POLL_EVERY};
 
 /// Answers this much past the deadline still count as on time.
@@ -138,11 +140,6 @@ pub struct Report {
     pub fault_text: Vec<String>,
 }
 
-fn round(x: f64, places: i32) -> f64 {
-    let f = 10f64.powi(places);
-    (x * f).round() / f
-}
-
 /// The mock's count at `t`, linear between polls, clamped at the ends.
 fn upstream_at(samples: &[Sample], t: f64) -> f64 {
     let i = samples.partition_point(|s| s.at.as_secs_f64() <= t);
@@ -173,87 +170,106 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Summarises a drill.
-pub fn summarise(plan: &Plan, m: &Measured) -> Report {
-    let d = plan.duration.as_secs_f64();
-    let deadline = plan.timeout + ON_TIME_MARGIN;
-    let mut outcomes = BTreeMap::new();
-    let mut histogram = BTreeMap::new();
-    let (mut unanswered, mut on_time, mut late) = (0u64, 0u64, 0u64);
-    let mut latencies = Vec::with_capacity(m.records.len());
-    let mut lag_max = Duration::ZERO;
-    let mut client_errors = BTreeMap::new();
-    for r in &m.records {
-        lag_max = lag_max.max(r.lag);
-        if let Some(e) = &r.error {
-            if client_errors.len() < 5 || client_errors.contains_key(e) {
-                *client_errors.entry(e.clone()).or_insert(0u64) += 1;
-            }
-        }
-        let Some(lat) = r.latency else {
-            unanswered += 1;
-            continue;
+/// What the callers got: outcomes, attempts, timeliness, latency.
+struct Answers {
+    outcomes: BTreeMap<String, u64>,
+    attempts: Attempts,
+    unanswered: u64,
+    on_time: u64,
+    late: u64,
+    /// Of answered requests, in ms, sorted.
+    latencies: Vec<f64>,
+    lag_max: Duration,
+    client_errors: BTreeMap<String, u64>,
+}
+
+impl Answers {
+    /// Tallies the records; an answer within `deadline` is on time.
+    fn tally(records: &[Record], deadline: Duration) -> Answers {
+        let mut a = Answers {
+            outcomes: BTreeMap::new(),
+            attempts: Attempts {
+                mean: 0.0,
+                max: 0,
+                histogram: BTreeMap::new(),
+            },
+            unanswered: 0,
+            on_time: 0,
+            late: 0,
+            latencies: Vec::with_capacity(records.len()),
+            lag_max: Duration::ZERO,
+            client_errors: BTreeMap::new(),
         };
-        *outcomes.entry(r.kind.clone()).or_insert(0u64) += 1;
-        if let Some(a) = r.attempts {
-            *histogram.entry(a).or_insert(0u64) += 1;
+        for r in records {
+            a.lag_max = a.lag_max.max(r.lag);
+            if let Some(e) = &r.error {
+                if a.client_errors.len() < 5 || a.client_errors.contains_key(e) {
+                    *a.client_errors.entry(e.clone()).or_insert(0) += 1;
+                }
+            }
+            let Some(lat) = r.latency else {
+                a.unanswered += 1;
+                continue;
+            };
+            *a.outcomes.entry(r.kind.clone()).or_insert(0) += 1;
+            if let Some(n) = r.attempts {
+                *a.attempts.histogram.entry(n).or_insert(0) += 1;
+            }
+            if lat <= deadline {
+                a.on_time += 1;
+            } else {
+                a.late += 1;
+            }
+            a.latencies.push(lat.as_secs_f64() * 1000.0);
         }
-        if lat <= deadline {
-            on_time += 1;
-        } else {
-            late += 1;
+        a.latencies.sort_by(f64::total_cmp);
+        let h = &a.attempts.histogram;
+        let counted: u64 = h.values().sum();
+        let sum: u64 = h.iter().map(|(n, c)| u64::from(*n) * c).sum();
+        if counted > 0 {
+            a.attempts.mean = round(sum as f64 / counted as f64, 4);
         }
-        latencies.push(lat.as_secs_f64() * 1000.0);
+        a.attempts.max = h.keys().next_back().copied().unwrap_or(0);
+        a
     }
-    latencies.sort_by(f64::total_cmp);
-    let counted: u64 = histogram.values().sum();
-    let attempts_sum: u64 = histogram.iter().map(|(a, n)| u64::from(*a) * n).sum();
-    let attempts = Attempts {
-        mean: if counted == 0 {
-            0.0
-        } else {
-            round(attempts_sum as f64 / counted as f64, 4)
-        },
-        max: histogram.keys().next_back().copied().unwrap_or(0),
-        histogram,
-    };
+}
 
-    let samples = &m.samples;
-    let rps = |t: f64| upstream_at(samples, t) - upstream_at(samples, t - 1.0);
-    let step = POLL_EVERY.as_secs_f64();
-    let last = samples.last().map_or(d, |s| s.at.as_secs_f64());
-    let steps = (last / step).floor() as usize;
-    let series: Vec<(f64, f64)> = (10..=steps)
-        .map(|k| {
-            let t = k as f64 * step;
-            (t, rps(t))
-        })
-        .collect();
-    let mut starts: Vec<f64> = m.records.iter().map(|r| r.sent.as_secs_f64()).collect();
-    starts.sort_by(f64::total_cmp);
-    let offered: Vec<(f64, f64)> = (10..=steps)
-        .map(|k| {
-            let t = k as f64 * step;
-            let n = starts.partition_point(|s| *s <= t) - starts.partition_point(|s| *s <= t - 1.0);
-            (t, n as f64)
-        })
-        .collect();
+/// The run over time, in 100 ms steps: the plot's curves (1 s windows from
+/// 1 s on) and the per-step counts the incident numbers are computed from.
+struct Curves {
+    series: Vec<(f64, f64)>,
+    offered: Vec<(f64, f64)>,
+    upstream: Vec<f64>,
+    completed: Vec<f64>,
+    succeeded: Vec<f64>,
+}
 
-    let window = plan
-        .fault_window
-        .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
-    // The mock's count and the callers' answers in 100 ms steps, for the
-    // definitions `levee simulate` uses too.
-    let n = steps + 1;
-    let upstream: Vec<f64> = (0..n)
-        .map(|k| {
-            let t = k as f64 * step;
-            upstream_at(samples, t + step) - upstream_at(samples, t)
-        })
-        .collect();
-    let (mut completed, mut succeeded) = (vec![0.0; n], vec![0.0; n]);
-    for r in &m.records {
-        if let Some(lat) = r.latency {
+impl Curves {
+    fn of(m: &Measured, duration: f64) -> Curves {
+        let samples = &m.samples;
+        let step = POLL_EVERY.as_secs_f64();
+        let last = samples.last().map_or(duration, |s| s.at.as_secs_f64());
+        let steps = (last / step).floor() as usize;
+        let rps = |t: f64| upstream_at(samples, t) - upstream_at(samples, t - 1.0);
+        let mut starts: Vec<f64> = m.records.iter().map(|r| r.sent.as_secs_f64()).collect();
+        starts.sort_by(f64::total_cmp);
+        let started = |t: f64| starts.partition_point(|s| *s <= t) as f64;
+        let (series, offered) = (10..=steps)
+            .map(|k| {
+                let t = k as f64 * step;
+                ((t, rps(t)), (t, started(t) - started(t - 1.0)))
+            })
+            .unzip();
+        let n = steps + 1;
+        let upstream = (0..n)
+            .map(|k| {
+                let t = k as f64 * step;
+                upstream_at(samples, t + step) - upstream_at(samples, t)
+            })
+            .collect();
+        let (mut completed, mut succeeded) = (vec![0.0; n], vec![0.0; n]);
+        for r in &m.records {
+            let Some(lat) = r.latency else { continue };
             let k = ((r.sent + lat).as_secs_f64() / step) as usize;
             if k < n {
                 completed[k] += 1.0;
@@ -262,29 +278,47 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
                 }
             }
         }
+        Curves {
+            series,
+            offered,
+            upstream,
+            completed,
+            succeeded,
+        }
     }
-    let numbers = levee_sim::incident::numbers(
-        &levee_sim::incident::Steps {
-            step,
-            upstream: &upstream,
-            completed: &completed,
-            succeeded: &succeeded,
-            end: d,
-        },
-        window,
-        plan.rate,
-    );
-    let (baseline, peak, recovery) = (numbers.baseline, numbers.peak, numbers.recovery);
 
+    /// Baseline, peak and recovery, as `levee simulate` defines them.
+    fn numbers(&self, end: f64, fault: Option<(f64, f64)>, offered_rate: f64) -> incident::Numbers {
+        let steps = incident::Steps {
+            step: POLL_EVERY.as_secs_f64(),
+            upstream: &self.upstream,
+            completed: &self.completed,
+            succeeded: &self.succeeded,
+            end,
+        };
+        incident::numbers(&steps, fault, offered_rate)
+    }
+}
+
+/// Summarises a drill.
+pub fn summarise(plan: &Plan, m: &Measured) -> Report {
+    let d = plan.duration.as_secs_f64();
+    let a = Answers::tally(&m.records, plan.timeout + ON_TIME_MARGIN);
+    let curves = Curves::of(m, d);
+    let window = plan
+        .fault_window
+        .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
+    let numbers = curves.numbers(d, window, plan.rate);
+    let (baseline, peak) = (numbers.baseline, numbers.peak);
     Report {
         logical_requests: m.records.len() as u64,
-        outcomes,
-        upstream_requests: samples.last().map_or(0, |s| s.upstream),
-        attempts_per_request: attempts,
+        outcomes: a.outcomes,
+        upstream_requests: m.samples.last().map_or(0, |s| s.upstream),
+        attempts_per_request: a.attempts,
         baseline_upstream_rps: round(baseline, 1),
         peak_upstream_rps: round(peak, 1),
-        recovery_seconds_after_fault: recovery,
-        unanswered,
+        recovery_seconds_after_fault: numbers.recovery,
+        unanswered: a.unanswered,
         amplification_peak: if baseline > 0.0 {
             round(peak / baseline, 3)
         } else {
@@ -294,20 +328,20 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         duration_seconds: round(d, 3),
         fault_window_seconds: window.map(|(a, b)| [round(a, 3), round(b, 3)]),
         deadline_ms: plan.timeout.as_millis() as u64,
-        answered_on_time: on_time,
-        answered_late: late,
+        answered_on_time: a.on_time,
+        answered_late: a.late,
         latency_ms: Latency {
-            p50: round(percentile(&latencies, 0.5), 2),
-            p99: round(percentile(&latencies, 0.99), 2),
-            max: round(latencies.last().copied().unwrap_or(0.0), 2),
+            p50: round(percentile(&a.latencies, 0.5), 2),
+            p99: round(percentile(&a.latencies, 0.99), 2),
+            max: round(a.latencies.last().copied().unwrap_or(0.0), 2),
         },
-        start_lag_ms_max: round(lag_max.as_secs_f64() * 1000.0, 2),
+        start_lag_ms_max: round(a.lag_max.as_secs_f64() * 1000.0, 2),
         stats_poll_failures: m.poll_failures,
-        client_errors,
+        client_errors: a.client_errors,
         state_pause: state_pause(plan, m),
         replica_stop: replica_stop(plan, m),
-        series,
-        offered,
+        series: curves.series,
+        offered: curves.offered,
         fault_text: plan.fault_text.clone(),
     }
 }
@@ -410,24 +444,18 @@ impl Report {
             "levee drill: {} logical requests at {}/s over {} s, {fault}",
             self.logical_requests, self.rate, self.duration_seconds
         );
-        let outcomes: Vec<String> = self
-            .outcomes
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let _ = writeln!(s, "  outcomes            {}", outcomes.join(", "));
+        let _ = writeln!(
+            s,
+            "  outcomes            {}",
+            listing(&self.outcomes, " ", ", ")
+        );
         let _ = writeln!(
             s,
             "  upstream requests   {} ({} attempts per logical request on average, at most {})",
             self.upstream_requests, self.attempts_per_request.mean, self.attempts_per_request.max
         );
-        let hist: Vec<String> = self
-            .attempts_per_request
-            .histogram
-            .iter()
-            .map(|(a, n)| format!("{a}: {n}"))
-            .collect();
-        let _ = writeln!(s, "  attempts histogram  {}", hist.join("  "));
+        let hist = listing(&self.attempts_per_request.histogram, ": ", "  ");
+        let _ = writeln!(s, "  attempts histogram  {hist}");
         let _ = writeln!(
             s,
             "  upstream rps        baseline {}, peak {} ({} × baseline)",
@@ -513,7 +541,6 @@ impl Report {
 mod tests {
     use super::*;
     use crate::args::{Arrivals, DrillArgs};
-    use crate::load::Record;
 
     fn plan() -> Plan {
         DrillArgs {

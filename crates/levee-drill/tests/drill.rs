@@ -57,6 +57,20 @@ fn args(gateway: String, mock: String, faults: &[&str]) -> DrillArgs {
     }
 }
 
+/// A mock and a gateway in front of it, on ephemeral loopback ports.
+async fn servers() -> (levee_mock::MockHandle, levee_gateway::Running) {
+    let mock = levee_mock::spawn(
+        "127.0.0.1:0".parse().expect("addr"),
+        levee_mock::MockOptions::default(),
+    )
+    .await
+    .expect("mock starts");
+    let gw = levee_gateway::spawn(config(&mock.url()), 7, std::future::pending())
+        .await
+        .expect("gateway starts");
+    (mock, gw)
+}
+
 /// Status of one chat completion sent straight to the mock (raw HTTP/1.1).
 async fn direct_status(addr: std::net::SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -76,15 +90,7 @@ async fn direct_status(addr: std::net::SocketAddr) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_drill_keeps_the_provider_near_baseline_and_answers_everyone_in_time() {
-    let mock = levee_mock::spawn(
-        "127.0.0.1:0".parse().expect("addr"),
-        levee_mock::MockOptions::default(),
-    )
-    .await
-    .expect("mock starts");
-    let gw = levee_gateway::spawn(config(&mock.url()), 7, std::future::pending())
-        .await
-        .expect("gateway starts");
+    let (mock, gw) = servers().await;
 
     let dir = std::env::temp_dir().join(format!("levee-drill-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -159,15 +165,7 @@ async fn a_short_drill_keeps_the_provider_near_baseline_and_answers_everyone_in_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_the_mock_refuses_and_dead_targets_stop_the_drill_before_any_load() {
-    let mock = levee_mock::spawn(
-        "127.0.0.1:0".parse().expect("addr"),
-        levee_mock::MockOptions::default(),
-    )
-    .await
-    .expect("mock starts");
-    let gw = levee_gateway::spawn(config(&mock.url()), 7, std::future::pending())
-        .await
-        .expect("gateway starts");
+    let (mock, gw) = servers().await;
 
     let plan = args(
         format!("http://{}", gw.addr),
@@ -230,15 +228,7 @@ fn simulated_spread() -> Vec<(f64, f64, f64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_drill_falls_inside_the_simulators_spread_for_the_same_incident() {
-    let mock = levee_mock::spawn(
-        "127.0.0.1:0".parse().expect("addr"),
-        levee_mock::MockOptions::default(),
-    )
-    .await
-    .expect("mock starts");
-    let gw = levee_gateway::spawn(config(&mock.url()), 7, std::future::pending())
-        .await
-        .expect("gateway starts");
+    let (mock, gw) = servers().await;
     let mut a = args(
         format!("http://{}", gw.addr),
         mock.url(),

@@ -10,33 +10,25 @@
 //! target is skipped for that request and the reason counted in
 //! `levee_translation_refused_total{route,provider,reason}`.
 
-use crate::dialect::Dialect;
 use bytes::Bytes;
 use http::header::HeaderMap;
 use levee_config::Api;
-use levee_translate::{Dialect as Wire, StreamOptions, StreamTranslator, Untranslatable};
+use levee_translate::{StreamOptions, StreamTranslator, Untranslatable};
+use levee_wire::Dialect;
 
 /// The wire dialect a provider speaks.
-pub fn provider_dialect(api: Api) -> Wire {
+pub fn provider_dialect(api: Api) -> Dialect {
     match api {
-        Api::OpenAi => Wire::OpenAi,
-        Api::Anthropic => Wire::Anthropic,
-    }
-}
-
-/// The wire dialect a caller speaks.
-pub fn caller_dialect(d: Dialect) -> Wire {
-    match d {
-        Dialect::OpenAi => Wire::OpenAi,
-        Dialect::Anthropic => Wire::Anthropic,
+        Api::OpenAi => Dialect::OpenAi,
+        Api::Anthropic => Dialect::Anthropic,
     }
 }
 
 /// How one target's exchange crosses dialects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Crossing {
-    pub caller: Wire,
-    pub upstream: Wire,
+    pub caller: Dialect,
+    pub upstream: Dialect,
     /// The OpenAI caller asked for usage in its stream.
     pub include_usage: bool,
 }
@@ -59,7 +51,7 @@ pub enum Prepared {
 /// Decides, and translates if needed, what a target of `api` is sent for a
 /// caller request on `path` with `body`, the model renamed to `model`.
 pub fn prepare(caller: Dialect, api: Api, path: &str, body: &[u8], model: &str) -> Prepared {
-    let (from, to) = (caller_dialect(caller), provider_dialect(api));
+    let (from, to) = (caller, provider_dialect(api));
     if from == to {
         return Prepared::Same;
     }
@@ -86,10 +78,10 @@ pub fn prepare(caller: Dialect, api: Api, path: &str, body: &[u8], model: &str) 
 /// The caller's headers without its own dialect's vendor headers
 /// (`anthropic-version`, `anthropic-beta`, `openai-organization`…), which
 /// mean nothing — or something else — to the other provider.
-pub fn headers_for(inbound: &HeaderMap, upstream: Wire) -> HeaderMap {
+pub fn headers_for(inbound: &HeaderMap, upstream: Dialect) -> HeaderMap {
     let foreign = match upstream {
-        Wire::OpenAi => "anthropic-",
-        Wire::Anthropic => "openai-",
+        Dialect::OpenAi => "anthropic-",
+        Dialect::Anthropic => "openai-",
     };
     let mut out = HeaderMap::with_capacity(inbound.len());
     for (n, v) in inbound {
@@ -140,11 +132,11 @@ mod tests {
         h.insert("anthropic-beta", HeaderValue::from_static("x"));
         h.insert("openai-organization", HeaderValue::from_static("org"));
         h.insert("x-stainless-lang", HeaderValue::from_static("python"));
-        let to_openai = headers_for(&h, Wire::OpenAi);
+        let to_openai = headers_for(&h, Dialect::OpenAi);
         assert!(to_openai.get("anthropic-version").is_none());
         assert!(to_openai.get("anthropic-beta").is_none());
         assert!(to_openai.get("x-stainless-lang").is_some());
-        let to_anthropic = headers_for(&h, Wire::Anthropic);
+        let to_anthropic = headers_for(&h, Dialect::Anthropic);
         assert!(to_anthropic.get("openai-organization").is_none());
         assert!(to_anthropic.get("anthropic-version").is_some());
     }

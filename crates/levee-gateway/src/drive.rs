@@ -6,8 +6,7 @@
 //! `--record` tape).
 
 use crate::attempt::{AttemptFinisher, GatewayDeps};
-use crate::dialect::Dialect;
-use crate::idempotency::{Claim, Stored};
+use crate::idempotency::{Lease, Stored};
 use crate::record::TapeLine;
 use crate::respond::{copy_headers, error_headers, full, levee_error, Body};
 use crate::shared::Shared;
@@ -20,6 +19,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use levee_policy::planner::{AttemptKind, Decision};
 use levee_policy::{Class, Outcome, Reason};
+use levee_wire::Dialect;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ struct LastError {
 pub(crate) async fn run(
     ctx: Ctx,
     deadline: levee_policy::Instant,
-    mut lease: Option<Claim>,
+    mut lease: Option<Lease>,
     trace: &crate::telemetry::RequestTrace,
 ) -> Response<Body> {
     let shared = Arc::clone(&ctx.shared);
@@ -278,7 +278,7 @@ pub(crate) async fn run(
 
 enum Delivered {
     Done(Response<Body>),
-    Failed(Outcome, &'static str, Option<Claim>),
+    Failed(Outcome, &'static str, Option<Lease>),
 }
 
 /// A 2xx head arrived: buffer a plain answer, or hold a stream's head until
@@ -290,7 +290,7 @@ async fn deliver(
     attempt_deadline: tokio::time::Instant,
     outside: &mut Duration,
     started: levee_policy::Instant,
-    lease: Option<Claim>,
+    lease: Option<Lease>,
 ) -> Delivered {
     let shared = &ctx.shared;
     let route = &shared.config.routes[ctx.route];

@@ -3,9 +3,8 @@
 //! policy core's planner until it dispatches a success or gives up.
 
 use crate::crossing;
-use crate::dialect::Dialect;
 use crate::drive::Ctx;
-use crate::idempotency::{Claim, Claimed, Follow, Scope, Stored};
+use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{inspect, rewrite_model};
 use crate::respond::{full, levee_error, Body};
 use crate::shared::Shared;
@@ -15,22 +14,18 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use levee_policy::deadline::DeadlineHeaders;
+use levee_wire::Dialect;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
 
-const PATHS: [&str; 4] = [
-    "/v1/chat/completions",
-    "/v1/messages",
-    "/v1/embeddings",
-    "/v1/responses",
-];
+const PATHS: [&str; 4] = levee_wire::paths::POST;
 
 /// Handles one inbound request. Never panics, never answers 500 without a
 /// reason; when the shutdown grace period ends first, answers 503 (or ends
 /// the stream with an error event) in the caller's dialect.
 pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
-    let dialect = Dialect::from_path(req.uri().path());
+    let dialect = Dialect::of_request(req.uri().path(), req.headers());
     let guard = Arc::clone(&shared);
     guard
         .grace_over
@@ -40,7 +35,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
 
 async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
-    let dialect = Dialect::from_path(&path);
+    let dialect = Dialect::of_request(&path, req.headers());
     if req.method() == Method::GET && path == "/v1/models" {
         // The route names are the deployment's map: as private as the routes.
         if authenticate(&shared, req.headers()).is_err() {
@@ -468,7 +463,7 @@ async fn claim_key(
     dialect: Dialect,
     deadline: levee_policy::Instant,
     note: &mut Option<IdemNote>,
-) -> Result<Option<Claim>, Response<Body>> {
+) -> Result<Option<Lease>, Response<Body>> {
     let mut counted = k.counted;
     let mut waited = false;
     let until = shared.clock.to_tokio(deadline);
@@ -622,8 +617,9 @@ fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], ()> {
     }
 }
 
+/// Compares key digests in time independent of where they differ.
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    subtle::ConstantTimeEq::ct_eq(&a[..], &b[..]).into()
 }
 
 fn printable(s: &str) -> String {

@@ -15,7 +15,6 @@ pub mod attempt;
 pub mod census;
 pub mod clock;
 pub mod crossing;
-pub mod dialect;
 mod drive;
 pub mod handler;
 pub mod idempotency;

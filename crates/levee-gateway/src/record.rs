@@ -11,74 +11,14 @@
 //! (`--record-max-bytes`, default 256 MiB): the line that would pass the
 //! bound is not written, recording stops, and one warning says so.
 
-use bytes::Bytes;
-use http::HeaderMap;
-use serde::Serialize;
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 
-/// One exchange, as a tape line.
-#[derive(Debug, Default, Serialize)]
-pub struct TapeLine {
-    pub status: u16,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub body: Option<serde_json::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chunks: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub delay_ms: u64,
-    #[serde(skip_serializing_if = "is_false")]
-    pub reset: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    pub stall: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    pub cut: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub at_ms: Option<u64>,
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-fn is_false(v: &bool) -> bool {
-    !*v
-}
-
-impl TapeLine {
-    /// Response headers worth replaying (not framing, not cookies).
-    pub fn headers_from(h: &HeaderMap) -> BTreeMap<String, String> {
-        h.iter()
-            .filter(|(n, _)| {
-                !matches!(
-                    n.as_str(),
-                    "content-length"
-                        | "transfer-encoding"
-                        | "connection"
-                        | "keep-alive"
-                        | "set-cookie"
-                        | "date"
-                )
-            })
-            .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
-            .collect()
-    }
-
-    /// A body as JSON when it is JSON, else as a string.
-    pub fn body_from(b: &Bytes) -> serde_json::Value {
-        serde_json::from_slice(b)
-            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned()))
-    }
-}
+/// One exchange, as a tape line (the line `levee mock --replay` reads).
+pub use levee_wire::tape::TapeEntry as TapeLine;
 
 /// The tape's default bound in bytes.
 pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;

@@ -1,12 +1,12 @@
 //! Building responses: Levee's own errors in the caller's dialect, and the
 //! headers every response carries.
 
-use crate::dialect::Dialect;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
+use levee_wire::Dialect;
 use std::convert::Infallible;
 use std::time::Duration;
 

@@ -4,12 +4,12 @@
 //! and a stream still relaying gets an error event in its dialect and its
 //! terminating chunk, so every caller can tell what happened.
 
-use crate::dialect::Dialect;
 use crate::respond::{levee_error, Body};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
+use levee_wire::Dialect;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;

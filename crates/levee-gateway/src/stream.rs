@@ -5,13 +5,13 @@
 
 use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;
-use crate::dialect::Dialect;
 use crate::record::TapeLine;
 use crate::sse::EventFramer;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
 use hyper::body::Incoming;
 use levee_policy::Outcome;
+use levee_wire::Dialect;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -57,7 +57,7 @@ pub struct RelayBody {
 /// its idempotency key.
 pub struct Holds {
     pub _bulkhead: Option<levee_policy::ConcurrencyGuard>,
-    pub _lease: Option<crate::idempotency::Claim>,
+    pub _lease: Option<crate::idempotency::Lease>,
 }
 
 impl RelayBody {

@@ -324,7 +324,8 @@ async fn gateway_keys_turn_away_unknown_callers_in_their_dialect() {
         )
         .await;
     assert_eq!(r.status, 401);
-    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    // OpenAI labels a bad key 401 `invalid_request_error`.
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
     assert_eq!(env.stats(0).requests_total, 0);
     let r = env
         .post(

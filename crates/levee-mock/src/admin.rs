@@ -6,6 +6,7 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use levee_wire::paths;
 
 use crate::body::MockBody;
 use crate::faults::parse_faults;
@@ -17,15 +18,15 @@ const MAX_FAULTS_DOC: usize = 1024 * 1024;
 pub(crate) async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<MockBody> {
     let method = req.method().clone();
     match (method, req.uri().path()) {
-        (Method::GET, "/_mock/stats") => match serde_json::to_vec(&shared.stats.snapshot()) {
+        (Method::GET, paths::MOCK_STATS) => match serde_json::to_vec(&shared.stats.snapshot()) {
             Ok(json) => answer(StatusCode::OK, json.into()),
             Err(e) => problem(StatusCode::INTERNAL_SERVER_ERROR, &format!("stats: {e}")),
         },
-        (Method::POST, "/_mock/reset") => {
+        (Method::POST, paths::MOCK_RESET) => {
             shared.stats.reset();
             answer(StatusCode::OK, Bytes::from_static(br#"{"ok":true}"#))
         }
-        (Method::POST, "/_mock/faults") => {
+        (Method::POST, paths::MOCK_FAULTS) => {
             let bytes = match Limited::new(req.into_body(), MAX_FAULTS_DOC)
                 .collect()
                 .await

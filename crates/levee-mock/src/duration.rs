@@ -10,13 +10,17 @@ mod tests {
 
     #[test]
     fn units() {
-        assert_eq!(parse_duration("20s"), Some(Duration::from_secs(20)));
-        assert_eq!(parse_duration("150ms"), Some(Duration::from_millis(150)));
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250us"), Some(Duration::from_micros(250)));
-        assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
+        for (text, want) in [
+            ("20s", Duration::from_secs(20)),
+            ("150ms", Duration::from_millis(150)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+            ("250us", Duration::from_micros(250)),
+            ("0s", Duration::ZERO),
+        ] {
+            assert_eq!(parse_duration(text), Some(want), "{text}");
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! [`parse_faults`] and in the README; the tape format in `TAPE.md`.
 
 mod admin;
+mod answer;
 mod body;
 mod cli;
 mod clock;
@@ -31,7 +32,6 @@ mod request;
 mod server;
 mod stats;
 mod tape;
-mod wire;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -42,8 +42,9 @@ use tokio::task::JoinHandle;
 
 pub use cli::{run_cli, MockArgs};
 pub use faults::{parse_faults, FaultError, FaultSet};
-pub use stats::{FaultCounts, Stats, TimeoutSeen};
-pub use tape::{Tape, TapeEntry, TapeError};
+pub use levee_wire::stats::{FaultCounts, Stats, TimeoutSeen};
+pub use levee_wire::tape::TapeEntry;
+pub use tape::{Tape, TapeError};
 
 /// How to run a mock server in-process.
 #[derive(Debug, Clone, Default)]

@@ -5,11 +5,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use http::{HeaderMap, Method};
+use http::Method;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use crate::wire::Dialect;
+use levee_wire::{paths, Dialect};
 
 /// The provider endpoints the mock answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,12 +34,12 @@ impl Endpoint {
             }
         };
         match path {
-            "/v1/chat/completions" => post(Endpoint::Chat),
-            "/v1/messages" => post(Endpoint::Messages),
-            "/v1/embeddings" => post(Endpoint::Embeddings),
-            "/v1/responses" => post(Endpoint::Responses),
-            "/v1/models" if method == Method::GET => Endpoint::Models,
-            "/v1/models" => Endpoint::MethodNotAllowed,
+            paths::CHAT_COMPLETIONS => post(Endpoint::Chat),
+            paths::MESSAGES => post(Endpoint::Messages),
+            paths::EMBEDDINGS => post(Endpoint::Embeddings),
+            paths::RESPONSES => post(Endpoint::Responses),
+            paths::MODELS if method == Method::GET => Endpoint::Models,
+            paths::MODELS => Endpoint::MethodNotAllowed,
             _ => match path.strip_prefix("/v1/models/") {
                 Some(id) if !id.is_empty() && method == Method::GET => {
                     Endpoint::Model(id.to_owned())
@@ -49,33 +49,11 @@ impl Endpoint {
         }
     }
 
-    /// Index into `stats::PATHS`.
-    pub(crate) fn path_index(path: &str) -> usize {
-        match path {
-            "/v1/chat/completions" => 0,
-            "/v1/messages" => 1,
-            "/v1/embeddings" => 2,
-            "/v1/responses" => 3,
-            p if p == "/v1/models" || p.starts_with("/v1/models/") => 4,
-            _ => 5,
-        }
-    }
-
     fn has_body(&self) -> bool {
         matches!(
             self,
             Endpoint::Chat | Endpoint::Messages | Endpoint::Embeddings | Endpoint::Responses
         )
-    }
-}
-
-/// Anthropic for `/v1/messages` and for any request carrying
-/// `anthropic-version`; OpenAI otherwise.
-pub(crate) fn dialect(path: &str, headers: &HeaderMap) -> Dialect {
-    if path.starts_with("/v1/messages") || headers.contains_key("anthropic-version") {
-        Dialect::Anthropic
-    } else {
-        Dialect::OpenAi
     }
 }
 

@@ -24,13 +24,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
+use crate::answer::{self, EmbeddingsAsk, Reply};
 use crate::body::MockBody;
 use crate::faults::{Decision, ErrorSpec, FaultSet, Outcome};
 use crate::request::{self, Body, Endpoint};
 use crate::stats::{Collector, FaultKind, RequestGuard};
 use crate::tape::{self, Player, Tape};
-use crate::wire::{self, Dialect, EmbeddingsAsk, Reply};
 use crate::{admin, clock, MockApi};
+use levee_wire::{paths, Dialect};
 
 /// Request bodies larger than this get a 413.
 const MAX_BODY: usize = 32 * 1024 * 1024;
@@ -136,21 +137,8 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
     if path.starts_with("/_mock/") || path == "/_mock" {
         return Ok(admin::handle(&shared, req).await);
     }
-    let guard = shared.stats.begin(Endpoint::path_index(path));
-    let (endpoint, dialect) = match shared.api {
-        MockApi::Both => (
-            Endpoint::route(req.method(), path),
-            request::dialect(path, req.headers()),
-        ),
-        MockApi::OpenAi => (
-            served(Endpoint::route(req.method(), path), Dialect::OpenAi),
-            Dialect::OpenAi,
-        ),
-        MockApi::Anthropic => (
-            served(Endpoint::route(req.method(), path), Dialect::Anthropic),
-            Dialect::Anthropic,
-        ),
-    };
+    let guard = shared.stats.begin(paths::counted_index(path));
+    let (endpoint, dialect) = shared.api.route(req.method(), path, req.headers());
     let (parts, body) = req.into_parts();
     if let Some(ms) = header_u64(&parts.headers, "x-timeout-ms") {
         shared.stats.timeout_ms(ms);
@@ -160,20 +148,18 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             let message = format!("Request body is larger than {MAX_BODY} bytes.");
             let status = StatusCode::PAYLOAD_TOO_LARGE;
-            let body = wire::error(dialect, status, &message, None, None);
-            return Ok(json_answer(status, body, guard));
+            return Ok(error_json(dialect, status, &message, None, guard));
         }
         // The client went away mid-body; the guard counts it.
         Err(_) => return Err(ResetConnection),
     };
-    let mut parsed = request::parse(&endpoint, dialect, &bytes);
-    if shared.api != MockApi::Both {
-        if let Ok(body) = &parsed {
-            if let Err(invalid) = request::strict_check(&endpoint, dialect, &bytes) {
-                parsed = Err((body.model.clone(), invalid));
-            }
-        }
-    }
+    let ask = Ask {
+        endpoint,
+        dialect,
+        parts: &parts,
+        bytes: &bytes,
+    };
+    let parsed = ask.parse(shared.api);
     let model = match &parsed {
         Ok(body) => body.model.as_deref(),
         Err((model, _)) => model.as_deref(),
@@ -191,12 +177,10 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
             return Ok(error_answer(dialect, capacity.error, guard));
         }
     }
-
     if let Some(entry) = shared.tape.as_ref().and_then(Player::next) {
         shared.stats.replayed();
         return replay(entry, guard, &reset).await;
     }
-
     let streaming = parsed.as_ref().is_ok_and(Body::streaming);
     let decision = if active.set.has_faults() {
         let elapsed = clock::now().saturating_duration_since(active.epoch);
@@ -205,40 +189,18 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
         Decision::default()
     };
     drop(active);
-    if !decision.delay.is_zero() || (streaming && decision.chunk_delay.is_some()) {
-        shared.stats.fault(FaultKind::Delayed);
-    }
-    if !decision.delay.is_zero() {
-        tokio::time::sleep(decision.delay).await;
-    }
-    let mut cut_after = None;
-    match decision.outcome {
-        Outcome::Normal => {}
-        Outcome::Status(spec) => {
-            shared.stats.fault(FaultKind::Status);
-            return Ok(error_answer(dialect, spec, guard));
-        }
-        Outcome::Reset => {
-            shared.stats.fault(FaultKind::Reset);
-            return reset_connection(guard, &reset);
-        }
-        Outcome::Stall => {
-            shared.stats.fault(FaultKind::Stall);
-            return stall(guard).await;
-        }
-        Outcome::CutStreamAfter(n) => {
-            shared.stats.fault(FaultKind::CutStream);
-            cut_after = Some(n as usize);
-        }
-    }
-
+    let (guard, cut_after) =
+        match misbehave(&shared, &decision, streaming, dialect, guard, &reset).await {
+            Misbehaved::Answered(answer) => return answer,
+            Misbehaved::Go { guard, cut_after } => (guard, cut_after),
+        };
     let body = match parsed {
         Ok(body) => body,
         Err((_, invalid)) => {
             let status = StatusCode::BAD_REQUEST;
-            let body = wire::error(
+            let body = levee_wire::error::body(
                 dialect,
-                status,
+                status.as_u16(),
                 &invalid.message,
                 invalid.param,
                 invalid.code,
@@ -246,66 +208,185 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
             return Ok(json_answer(status, body, guard));
         }
     };
-    let reply = Reply {
-        model: body.model.as_deref().unwrap_or("mock-model"),
-        id: shared.ids.fetch_add(1, Ordering::Relaxed),
-        created: clock::unix_secs(),
-        prompt_tokens: request::prompt_tokens(bytes.len()),
-        pieces: Reply::pieces_for(body.max_tokens()),
-        tool: body.forced_tool(dialect),
+    let stream = Streamed {
+        chunk_delay: decision.chunk_delay,
+        cut_after,
     };
-    let streamed = match endpoint {
-        _ if !body.streaming() => None,
-        Endpoint::Chat => Some(wire::chat_completion_stream(&reply, body.include_usage())),
-        Endpoint::Messages => Some(wire::anthropic_message_stream(&reply)),
-        Endpoint::Responses => Some(wire::response_stream(&reply)),
-        _ => None,
-    };
-    if let Some(chunks) = streamed {
-        return Ok(stream_answer(
-            chunks,
-            decision.chunk_delay,
-            cut_after,
-            guard,
-        ));
+    Ok(ask.answer(&shared, &body, stream, guard))
+}
+
+/// One provider request, read: what the answer is built from.
+struct Ask<'a> {
+    endpoint: Endpoint,
+    dialect: Dialect,
+    parts: &'a http::request::Parts,
+    bytes: &'a Bytes,
+}
+
+/// How a streamed answer is paced and whether it is cut.
+struct Streamed {
+    chunk_delay: Option<Duration>,
+    cut_after: Option<usize>,
+}
+
+type Parsed<'a> = Result<Body<'a>, (Option<std::borrow::Cow<'a, str>>, request::Invalid)>;
+
+impl<'a> Ask<'a> {
+    /// The body's fields; a mock serving one dialect also refuses fields that
+    /// provider does not know.
+    fn parse(&self, api: MockApi) -> Parsed<'a> {
+        let parsed = request::parse(&self.endpoint, self.dialect, self.bytes);
+        if api == MockApi::Both {
+            return parsed;
+        }
+        match parsed {
+            Ok(body) => match request::strict_check(&self.endpoint, self.dialect, self.bytes) {
+                Ok(()) => Ok(body),
+                Err(invalid) => Err((body.model, invalid)),
+            },
+            Err(e) => Err(e),
+        }
     }
-    Ok(match endpoint {
-        Endpoint::Chat => json_answer(StatusCode::OK, wire::chat_completion(&reply), guard),
-        Endpoint::Messages => json_answer(StatusCode::OK, wire::anthropic_message(&reply), guard),
-        Endpoint::Responses => json_answer(StatusCode::OK, wire::response(&reply), guard),
-        Endpoint::Embeddings => {
-            let ask = EmbeddingsAsk {
-                inputs: body.embedding_inputs(),
-                dimensions: body.dimensions(),
-                base64: body.base64(),
-            };
-            let out = wire::embeddings(reply.model, reply.prompt_tokens, &ask);
-            json_answer(StatusCode::OK, out, guard)
+
+    /// The normal answer to a valid request.
+    fn answer(
+        self,
+        shared: &Shared,
+        body: &Body<'_>,
+        stream: Streamed,
+        guard: RequestGuard,
+    ) -> Response<MockBody> {
+        let reply = Reply {
+            model: body.model.as_deref().unwrap_or("mock-model"),
+            id: shared.ids.fetch_add(1, Ordering::Relaxed),
+            created: clock::unix_secs(),
+            prompt_tokens: request::prompt_tokens(self.bytes.len()),
+            pieces: Reply::pieces_for(body.max_tokens()),
+            tool: body.forced_tool(self.dialect),
+        };
+        let streamed = match self.endpoint {
+            _ if !body.streaming() => None,
+            Endpoint::Chat => Some(answer::chat_completion_stream(&reply, body.include_usage())),
+            Endpoint::Messages => Some(answer::anthropic_message_stream(&reply)),
+            Endpoint::Responses => Some(answer::response_stream(&reply)),
+            _ => None,
+        };
+        if let Some(chunks) = streamed {
+            return stream_answer(chunks, stream.chunk_delay, stream.cut_after, guard);
         }
-        Endpoint::Models => json_answer(StatusCode::OK, wire::models(dialect), guard),
-        Endpoint::Model(id) => json_answer(StatusCode::OK, wire::model(dialect, &id), guard),
-        Endpoint::NotFound | Endpoint::MethodNotAllowed => {
-            let status = if endpoint == Endpoint::NotFound {
-                StatusCode::NOT_FOUND
-            } else {
-                StatusCode::METHOD_NOT_ALLOWED
-            };
-            let serves = match shared.api {
-                MockApi::Both => {
-                    "POST /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/responses"
-                }
-                MockApi::OpenAi => "POST /v1/chat/completions, /v1/embeddings, /v1/responses",
-                MockApi::Anthropic => "POST /v1/messages",
-            };
-            let message = format!(
-                "Invalid URL ({} {}): levee mock answers {serves} and GET /v1/models",
-                parts.method,
-                parts.uri.path()
-            );
-            let body = wire::error(dialect, status, &message, None, None);
-            json_answer(status, body, guard)
+        let bytes = match self.endpoint {
+            Endpoint::Chat => answer::chat_completion(&reply),
+            Endpoint::Messages => answer::anthropic_message(&reply),
+            Endpoint::Responses => answer::response(&reply),
+            Endpoint::Embeddings => {
+                let ask = EmbeddingsAsk {
+                    inputs: body.embedding_inputs(),
+                    dimensions: body.dimensions(),
+                    base64: body.base64(),
+                };
+                answer::embeddings(reply.model, reply.prompt_tokens, &ask)
+            }
+            Endpoint::Models => answer::models(self.dialect),
+            Endpoint::Model(ref id) => answer::model(self.dialect, id),
+            Endpoint::NotFound | Endpoint::MethodNotAllowed => {
+                let status = if self.endpoint == Endpoint::NotFound {
+                    StatusCode::NOT_FOUND
+                } else {
+                    StatusCode::METHOD_NOT_ALLOWED
+                };
+                let message = format!(
+                    "Invalid URL ({} {}): levee mock answers {} and GET /v1/models",
+                    self.parts.method,
+                    self.parts.uri.path(),
+                    shared.api.serves()
+                );
+                return error_json(self.dialect, status, &message, None, guard);
+            }
+        };
+        json_answer(StatusCode::OK, bytes, guard)
+    }
+}
+
+/// What the fault decision left to do.
+enum Misbehaved {
+    /// The fault is the answer (an error status, a reset, a stall).
+    Answered(Answer),
+    /// Answer normally (after the delay), the stream cut after `cut_after` chunks.
+    Go {
+        guard: RequestGuard,
+        cut_after: Option<usize>,
+    },
+}
+
+/// Applies the fault decision: waits out its delay, then answers with the
+/// fault or lets the request through.
+async fn misbehave(
+    shared: &Shared,
+    decision: &Decision,
+    streaming: bool,
+    dialect: Dialect,
+    guard: RequestGuard,
+    reset: &AtomicBool,
+) -> Misbehaved {
+    if !decision.delay.is_zero() || (streaming && decision.chunk_delay.is_some()) {
+        shared.stats.fault(FaultKind::Delayed);
+    }
+    if !decision.delay.is_zero() {
+        tokio::time::sleep(decision.delay).await;
+    }
+    let answered = match decision.outcome {
+        Outcome::Normal => {
+            return Misbehaved::Go {
+                guard,
+                cut_after: None,
+            }
         }
-    })
+        Outcome::CutStreamAfter(n) => {
+            shared.stats.fault(FaultKind::CutStream);
+            return Misbehaved::Go {
+                guard,
+                cut_after: Some(n as usize),
+            };
+        }
+        Outcome::Status(spec) => {
+            shared.stats.fault(FaultKind::Status);
+            Ok(error_answer(dialect, spec, guard))
+        }
+        Outcome::Reset => {
+            shared.stats.fault(FaultKind::Reset);
+            reset_connection(guard, reset)
+        }
+        Outcome::Stall => {
+            shared.stats.fault(FaultKind::Stall);
+            stall(guard).await
+        }
+    };
+    Misbehaved::Answered(answered)
+}
+
+impl MockApi {
+    /// The endpoint asked for and the dialect to answer in: both dialects
+    /// read the dialect from the request; one dialect answers every path in
+    /// its own, and knows nothing of the other's paths.
+    fn route(self, method: &http::Method, path: &str, headers: &HeaderMap) -> (Endpoint, Dialect) {
+        let endpoint = Endpoint::route(method, path);
+        match self {
+            MockApi::Both => (endpoint, Dialect::of_request(path, headers)),
+            MockApi::OpenAi => (served(endpoint, Dialect::OpenAi), Dialect::OpenAi),
+            MockApi::Anthropic => (served(endpoint, Dialect::Anthropic), Dialect::Anthropic),
+        }
+    }
+
+    /// The endpoints this mock answers, for a 404's message.
+    fn serves(self) -> &'static str {
+        match self {
+            MockApi::Both => {
+                "POST /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/responses"
+            }
+            MockApi::OpenAi => "POST /v1/chat/completions, /v1/embeddings, /v1/responses",
+            MockApi::Anthropic => "POST /v1/messages",
+        }
+    }
 }
 
 /// A provider serving one dialect knows nothing of the other's paths.
@@ -368,10 +449,21 @@ fn stream_answer(
     res
 }
 
+/// An error in `dialect`'s shape with the status's own `type` and `code`.
+fn error_json(
+    dialect: Dialect,
+    status: StatusCode,
+    message: &str,
+    param: Option<&str>,
+    guard: RequestGuard,
+) -> Response<MockBody> {
+    let body = levee_wire::error::body(dialect, status.as_u16(), message, param, None);
+    json_answer(status, body, guard)
+}
+
 fn error_answer(dialect: Dialect, spec: ErrorSpec, guard: RequestGuard) -> Response<MockBody> {
-    let message = wire::injected_message(dialect, spec.status);
-    let body = wire::error(dialect, spec.status, &message, None, None);
-    let mut res = json_answer(spec.status, body, guard);
+    let message = answer::injected_message(dialect, spec.status);
+    let mut res = error_json(dialect, spec.status, &message, None, guard);
     let headers = res.headers_mut();
     if let Some(secs) = spec.retry_after {
         headers.insert("retry-after", HeaderValue::from(secs));

@@ -1,92 +1,13 @@
 //! Replay tapes (`--replay tape.jsonl`): recorded answers served in order,
 //! one per provider request. The format is documented in `TAPE.md`.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{HeaderMap, StatusCode};
-use serde::{Deserialize, Serialize};
-
-/// One recorded exchange: a line of the tape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TapeEntry {
-    /// Status to answer with (100–999). Default 200.
-    #[serde(default = "ok")]
-    pub status: u16,
-    /// Response headers. `content-length`, `transfer-encoding`, `connection`
-    /// and `keep-alive` are ignored (the mock frames the body itself).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
-    /// Whole body: a string is sent as is; any other JSON value is sent
-    /// serialized. Default content type `application/json`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<serde_json::Value>,
-    /// Streamed body: each string is sent as one chunk, byte for byte
-    /// (e.g. `"data: {...}\n\n"`). Default content type `text/event-stream`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chunks: Option<Vec<String>>,
-    /// Wait between chunks.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub chunk_delay_ms: u64,
-    /// Wait before the response head (time to first byte).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub delay_ms: u64,
-    /// Close the connection without answering (after `delay_ms`).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub reset: bool,
-    /// Never answer; hold the request until the client leaves.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub stall: bool,
-    /// After the last chunk, drop the connection instead of ending the stream.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub cut: bool,
-    /// Informational (what was requested; not matched against requests).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    /// Informational.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// Informational: when the exchange happened, ms since the recording began.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at_ms: Option<u64>,
-    /// Informational free text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-fn ok() -> u16 {
-    200
-}
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-impl Default for TapeEntry {
-    fn default() -> Self {
-        TapeEntry {
-            status: 200,
-            headers: BTreeMap::new(),
-            body: None,
-            chunks: None,
-            chunk_delay_ms: 0,
-            delay_ms: 0,
-            reset: false,
-            stall: false,
-            cut: false,
-            path: None,
-            model: None,
-            at_ms: None,
-            note: None,
-        }
-    }
-}
+use levee_wire::tape::TapeEntry;
 
 /// Why a tape was rejected: "tape line 4: ...".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,6 +3,7 @@
 //! tail, which is what pushes a few requests past their callers' timeouts).
 
 use rand::Rng;
+use rand_distr::LogNormal;
 use std::time::Duration;
 
 /// z-score of the 99th percentile of the standard normal.
@@ -80,17 +81,11 @@ impl Dist {
         Duration::from_nanos(match *self {
             Dist::Fixed(n) => n,
             Dist::Uniform { min, max } => rng.gen_range(min..=max),
-            Dist::LogNormal { mu, sigma } => {
-                if sigma == 0.0 {
-                    mu.exp() as u64
-                } else {
-                    // Box–Muller; u1 in (0, 1] so ln is finite.
-                    let u1: f64 = 1.0 - rng.gen::<f64>();
-                    let u2: f64 = rng.gen::<f64>();
-                    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                    (mu + sigma * z).exp().min(3.6e12) as u64
-                }
-            }
+            Dist::LogNormal { mu, sigma } => match LogNormal::new(mu, sigma) {
+                // At most an hour, whatever the tail does.
+                Ok(d) if sigma > 0.0 => rng.sample(d).min(3.6e12) as u64,
+                _ => mu.exp() as u64,
+            },
         })
     }
 

@@ -14,6 +14,26 @@
 //!   share answered successfully within 5 points of the baseline's. `None`
 //!   when the last window is still unhealthy, or no fault window ends.
 
+/// `x` rounded to `places` decimals, as both reports print their numbers.
+pub fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
+
+/// `k1 v1, k2 v2` (with `kv` between key and value, `sep` between pairs):
+/// a count per kind on one report line.
+pub fn listing<K: std::fmt::Display, V: std::fmt::Display>(
+    pairs: impl IntoIterator<Item = (K, V)>,
+    kv: &str,
+    sep: &str,
+) -> String {
+    pairs
+        .into_iter()
+        .map(|(k, v)| format!("{k}{kv}{v}"))
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// One run, in equal steps from time 0.
 #[derive(Clone, Copy, Debug)]
 pub struct Steps<'a> {

@@ -57,16 +57,19 @@ impl Fault {
 #[derive(Clone, Debug)]
 pub struct ProviderModel {
     pub name: String,
+    /// Requests served at once, each for a draw of `latency`.
     pub workers: u32,
-    /// Requests that may wait for a worker; beyond, refuse.
-    pub queue: u32,
     pub latency: Dist,
+    /// Requests that may wait for a worker; beyond, refuse with
+    /// `overload_status` (and `overload_retry_after`).
+    pub queue: u32,
     pub overload_status: u16,
     pub overload_retry_after: Option<Duration>,
-    /// How long a refusal (overload, allowance) takes to come back.
-    pub reject_latency: Duration,
+    /// The organisation's allowance (429 beyond it) and the fault windows.
     pub rate_limit: Option<RateLimit>,
     pub faults: Vec<Fault>,
+    /// How long a refusal (overload, allowance) takes to come back.
+    pub reject_latency: Duration,
 }
 
 /// What happens to an arriving request.

@@ -4,7 +4,7 @@
 //! Baseline, peak and recovery are [`crate::incident`]'s, the definitions
 //! `levee drill` uses too.
 
-use crate::incident;
+use crate::incident::{self, listing, round};
 use crate::metrics::Metrics;
 use crate::scenario::Scenario;
 use serde::Serialize;
@@ -91,11 +91,6 @@ impl Report {
     pub fn variant(&self, name: &str) -> Option<&VariantReport> {
         self.variants.iter().find(|v| v.name == name)
     }
-}
-
-fn round(x: f64, places: i32) -> f64 {
-    let f = 10f64.powi(places);
-    (x * f).round() / f
 }
 
 /// Summarises one variant's metrics.
@@ -273,13 +268,8 @@ pub fn table(r: &Report) -> String {
             write_table(&mut out, &head, &rows);
         }
         if !v.detail.levee_reasons.is_empty() {
-            let reasons: Vec<String> = v
-                .detail
-                .levee_reasons
-                .iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect();
-            let _ = writeln!(out, "  levee failures by reason: {}", reasons.join(", "));
+            let reasons = listing(&v.detail.levee_reasons, " ", ", ");
+            let _ = writeln!(out, "  levee failures by reason: {reasons}");
         }
     }
     out

@@ -219,34 +219,7 @@ impl Scenario {
 fn resolve(raw: RawScenario, text: &str, base: Option<&Path>) -> Result<Scenario, SimError> {
     use Seg::*;
     let at = |path: &[Seg<'_>], msg: String| SimError::at(locate(text, path), msg);
-    let duration = raw.duration.0;
-    if duration.is_zero() || duration > Duration::from_secs(7 * 24 * 3600) {
-        return Err(at(
-            &[Key("duration")],
-            "`duration` must be between 1ms and 7 days".into(),
-        ));
-    }
-    let resolution = raw
-        .resolution
-        .map(|d| d.0)
-        .unwrap_or(Duration::from_secs(1));
-    if resolution < Duration::from_millis(10) || resolution > duration {
-        return Err(at(
-            &[Key("resolution")],
-            "`resolution` must be at least 10ms and at most `duration`".into(),
-        ));
-    }
-    let drain = raw.drain.map(|d| d.0).unwrap_or(Duration::from_secs(120));
-    if drain > Duration::from_secs(24 * 3600) {
-        return Err(at(&[Key("drain")], "`drain` is at most 24h".into()));
-    }
-    if (duration + drain).as_nanos() / resolution.as_nanos() > 5_000_000 {
-        return Err(at(
-            &[Key("resolution")],
-            "`resolution` is too fine for `duration` + `drain`: at most 5,000,000 buckets; use a coarser resolution".into(),
-        ));
-    }
-
+    let (duration, resolution, drain) = resolve_times(&raw, text)?;
     if raw.providers.is_empty() {
         return Err(at(
             &[Key("providers")],
@@ -299,45 +272,12 @@ fn resolve(raw: RawScenario, text: &str, base: Option<&Path>) -> Result<Scenario
             "list at least one variant under `variants:`".into(),
         ));
     }
-    let mut variants = Vec::new();
-    for (i, v) in raw.variants.into_iter().enumerate() {
-        let mut layers = Vec::new();
-        for (j, l) in v.callers.iter().enumerate() {
-            let path = [Key("variants"), Index(i), Key("callers"), Index(j)];
-            layers.push(resolve_layer(
-                l,
-                &format!("caller {}", j + 1),
-                false,
-                text,
-                &path,
-            )?);
-        }
-        let mut levee = None;
-        match v.gateway.map(|g| (g.naive, g.levee)) {
-            None => {}
-            Some((Some(l), None)) => {
-                let path = [Key("variants"), Index(i), Key("gateway"), Key("naive")];
-                layers.push(resolve_layer(&l, "gateway", true, text, &path)?);
-            }
-            Some((None, Some(cfg))) => {
-                levee = Some(Box::new(resolve_levee(*cfg, i, text, &names)?));
-            }
-            Some(_) => {
-                return Err(at(
-                    &[Key("variants"), Index(i), Key("gateway")],
-                    format!(
-                        "variant `{}`: `gateway` takes exactly one of `naive:` (a retry layer) or `levee:` (a Levee config block); leave it out to call the provider directly",
-                        v.name
-                    ),
-                ))
-            }
-        }
-        variants.push(Variant {
-            name: v.name,
-            layers,
-            levee,
-        });
-    }
+    let variants = raw
+        .variants
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| resolve_variant(v, i, text, &names))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Scenario {
         name: raw.name.unwrap_or_else(|| "scenario".to_string()),
         duration,
@@ -346,6 +286,88 @@ fn resolve(raw: RawScenario, text: &str, base: Option<&Path>) -> Result<Scenario
         streams,
         providers,
         variants,
+    })
+}
+
+/// `duration`, `resolution` and `drain`, checked against each other.
+fn resolve_times(
+    raw: &RawScenario,
+    text: &str,
+) -> Result<(Duration, Duration, Duration), SimError> {
+    use Seg::*;
+    let at = |key: &str, msg: &str| SimError::at(locate(text, &[Key(key)]), msg.to_string());
+    let duration = raw.duration.0;
+    if duration.is_zero() || duration > Duration::from_secs(7 * 24 * 3600) {
+        return Err(at("duration", "`duration` must be between 1ms and 7 days"));
+    }
+    let resolution = raw
+        .resolution
+        .map(|d| d.0)
+        .unwrap_or(Duration::from_secs(1));
+    if resolution < Duration::from_millis(10) || resolution > duration {
+        return Err(at(
+            "resolution",
+            "`resolution` must be at least 10ms and at most `duration`",
+        ));
+    }
+    let drain = raw.drain.map(|d| d.0).unwrap_or(Duration::from_secs(120));
+    if drain > Duration::from_secs(24 * 3600) {
+        return Err(at("drain", "`drain` is at most 24h"));
+    }
+    if (duration + drain).as_nanos() / resolution.as_nanos() > 5_000_000 {
+        return Err(at(
+            "resolution",
+            "`resolution` is too fine for `duration` + `drain`: at most 5,000,000 buckets; use a coarser resolution",
+        ));
+    }
+    Ok((duration, resolution, drain))
+}
+
+/// One variant: its callers' retry layers and the gateway in front of the
+/// providers (none, a naive retry layer, or Levee).
+fn resolve_variant(
+    v: RawVariant,
+    i: usize,
+    text: &str,
+    names: &[&String],
+) -> Result<Variant, SimError> {
+    use Seg::*;
+    let mut layers = Vec::new();
+    for (j, l) in v.callers.iter().enumerate() {
+        let path = [Key("variants"), Index(i), Key("callers"), Index(j)];
+        layers.push(resolve_layer(
+            l,
+            &format!("caller {}", j + 1),
+            false,
+            text,
+            &path,
+        )?);
+    }
+    let mut levee = None;
+    match v.gateway.map(|g| (g.naive, g.levee)) {
+        None => {}
+        Some((Some(l), None)) => {
+            let path = [Key("variants"), Index(i), Key("gateway"), Key("naive")];
+            layers.push(resolve_layer(&l, "gateway", true, text, &path)?);
+        }
+        Some((None, Some(cfg))) => {
+            levee = Some(Box::new(resolve_levee(*cfg, i, text, names)?));
+        }
+        Some(_) => {
+            let path = [Key("variants"), Index(i), Key("gateway")];
+            return Err(SimError::at(
+                locate(text, &path),
+                format!(
+                    "variant `{}`: `gateway` takes exactly one of `naive:` (a retry layer) or `levee:` (a Levee config block); leave it out to call the provider directly",
+                    v.name
+                ),
+            ));
+        }
+    }
+    Ok(Variant {
+        name: v.name,
+        layers,
+        levee,
     })
 }
 

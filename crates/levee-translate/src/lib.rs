@@ -28,32 +28,8 @@ use bytes::Bytes;
 pub use request::DEFAULT_MAX_TOKENS;
 pub use stream::{StreamOptions, StreamTranslator};
 
-/// A wire dialect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dialect {
-    /// OpenAI Chat Completions: `POST /v1/chat/completions`.
-    OpenAi,
-    /// Anthropic Messages: `POST /v1/messages`.
-    Anthropic,
-}
-
-impl Dialect {
-    /// The path a translated request is sent to.
-    pub fn chat_path(self) -> &'static str {
-        match self {
-            Dialect::OpenAi => "/v1/chat/completions",
-            Dialect::Anthropic => "/v1/messages",
-        }
-    }
-
-    /// `openai` / `anthropic`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Dialect::OpenAi => "openai",
-            Dialect::Anthropic => "anthropic",
-        }
-    }
-}
+/// The two dialects (`levee_wire` names them for every Levee crate).
+pub use levee_wire::Dialect;
 
 /// Why a request cannot be carried into the other dialect: a fixed set, so
 /// it can label a metric.

@@ -13,6 +13,7 @@ use crate::openai as o;
 use crate::response::{anthropic_id, finish_reason, openai_id, stop_reason, usage_to_anthropic};
 use crate::Dialect;
 use bytes::Bytes;
+use levee_wire::error;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -204,14 +205,9 @@ fn anthropic_event(out: &mut Vec<u8>, name: &str, ev: &impl Serialize) {
     out.extend_from_slice(b"\n\n");
 }
 
-fn anthropic_error(out: &mut Vec<u8>, kind: &str, message: &str) {
-    let ev = a::StreamEvent::Error {
-        error: a::ErrorObject {
-            kind: kind.into(),
-            message: message.into(),
-        },
-    };
-    anthropic_event(out, "error", &ev);
+/// An `event: error` whose type is the one Anthropic gives `status`.
+fn anthropic_error(out: &mut Vec<u8>, status: u16, message: &str) {
+    out.extend_from_slice(&Dialect::Anthropic.stream_error(status, "upstream_error", message));
 }
 
 impl ToAnthropic {
@@ -226,15 +222,18 @@ impl ToAnthropic {
         match serde_json::from_str::<ChunkIn<'_>>(data) {
             Ok(ChunkIn { error: Some(e), .. }) => {
                 self.done = true;
-                let kind = crate::error::anthropic_type_for_openai(e.kind.as_deref());
-                anthropic_error(out, kind, &e.message);
+                let status = e
+                    .kind
+                    .as_deref()
+                    .map_or(500, |k| error::status_of_type(Dialect::OpenAi, k));
+                anthropic_error(out, status, &e.message);
             }
             Ok(c) => self.on_chunk(c, out),
             Err(_) => {
                 self.done = true;
                 anthropic_error(
                     out,
-                    "api_error",
+                    502,
                     "levee: upstream_error: the backup sent a stream event that could not be translated",
                 );
             }
@@ -394,7 +393,7 @@ impl ToAnthropic {
             self.end_message(out);
         } else {
             self.done = true;
-            anthropic_error(out, "api_error", CUT_SHORT);
+            anthropic_error(out, 502, CUT_SHORT);
         }
     }
 }
@@ -468,7 +467,7 @@ impl ToOpenAi {
             Ok(ev) => ev,
             Err(_) => {
                 self.done = true;
-                openai_error(out, "server_error", "levee: upstream_error: the backup sent a stream event that could not be translated");
+                openai_error(out, 502, "levee: upstream_error: the backup sent a stream event that could not be translated");
                 return;
             }
         };
@@ -510,8 +509,8 @@ impl ToOpenAi {
             a::StreamEvent::MessageStop => self.end(out),
             a::StreamEvent::Error { error } => {
                 self.done = true;
-                let kind = crate::error::openai_type_for_anthropic(&error.kind);
-                openai_error(out, kind, &error.message);
+                let status = error::status_of_type(Dialect::Anthropic, &error.kind);
+                openai_error(out, status, &error.message);
             }
             a::StreamEvent::ContentBlockStop { .. }
             | a::StreamEvent::Ping
@@ -653,23 +652,15 @@ impl ToOpenAi {
             self.end(out);
         } else {
             self.done = true;
-            openai_error(out, "server_error", CUT_SHORT);
+            openai_error(out, 502, CUT_SHORT);
         }
     }
 }
 
-fn openai_error(out: &mut Vec<u8>, kind: &str, message: &str) {
-    let body = o::ErrorBody {
-        error: o::ErrorObject {
-            message: message.into(),
-            kind: Some(kind.into()),
-            param: None,
-            code: Some(Value::String("upstream_error".into())),
-        },
-    };
-    out.extend_from_slice(b"data: ");
-    write_json(out, &body);
-    out.extend_from_slice(b"\n\n");
+/// A `data:` event with an `error` whose type is the one OpenAI gives
+/// `status`, code `upstream_error`.
+fn openai_error(out: &mut Vec<u8>, status: u16, message: &str) {
+    out.extend_from_slice(&Dialect::OpenAi.stream_error(status, "upstream_error", message));
 }
 
 // ---------------------------------------------------------------------------

@@ -252,24 +252,9 @@ fn a_backup_answer_that_is_not_its_dialect_is_a_bad_answer() {
     .is_err());
 }
 
-fn events(s: &[u8]) -> Vec<(String, Value)> {
-    let text = std::str::from_utf8(s).unwrap();
-    text.split("\n\n")
-        .filter(|e| !e.is_empty())
-        .map(|e| {
-            let mut name = String::new();
-            let mut data = String::new();
-            for l in e.lines() {
-                if let Some(v) = l.strip_prefix("event: ") {
-                    name = v.to_string();
-                } else if let Some(v) = l.strip_prefix("data: ") {
-                    data = v.to_string();
-                }
-            }
-            let v = serde_json::from_str(&data).unwrap_or(Value::String(data));
-            (name, v)
-        })
-        .collect()
+/// (event name, data) of each translated event.
+fn events(out: &[u8]) -> Vec<(String, Value)> {
+    levee_wire::sse::events(std::str::from_utf8(out).expect("UTF-8 out"))
 }
 
 #[test]
@@ -362,6 +347,34 @@ fn a_stream_cut_before_its_end_ends_with_an_error_event() {
     let tail = t.finish();
     let ev = events(&tail);
     assert_eq!(ev.last().unwrap().0, "error");
+}
+
+#[test]
+fn a_mid_stream_error_keeps_its_kind_in_the_other_dialect() {
+    let opts = StreamOptions {
+        include_usage: false,
+        created: 0,
+    };
+    // Anthropic overloaded -> OpenAI's type for 529 (server_error), Levee's code.
+    let up = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}\n\n";
+    let mut t = StreamTranslator::new(Dialect::Anthropic, Dialect::OpenAi, opts).unwrap();
+    let mut out = t.push(up.as_bytes()).to_vec();
+    out.extend_from_slice(&t.finish());
+    let ev = events(&out);
+    let e = &ev.last().unwrap().1["error"];
+    assert_eq!(e["type"], "server_error", "{ev:?}");
+    assert_eq!(e["code"], "upstream_error");
+    assert_eq!(e["message"], "busy");
+    // OpenAI's request-rate 429 (`requests`) -> Anthropic's rate_limit_error.
+    let up = "data: {\"error\":{\"message\":\"slow down\",\"type\":\"requests\",\"param\":null,\"code\":\"rate_limit_exceeded\"}}\n\n";
+    let mut t = StreamTranslator::new(Dialect::OpenAi, Dialect::Anthropic, opts).unwrap();
+    let mut out = t.push(up.as_bytes()).to_vec();
+    out.extend_from_slice(&t.finish());
+    let ev = events(&out);
+    let (name, v) = ev.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(v["error"]["type"], "rate_limit_error", "{ev:?}");
+    assert_eq!(v["error"]["message"], "slow down");
 }
 
 #[test]

@@ -193,23 +193,9 @@ fn cuts(len: usize, raw: &[prop::sample::Index]) -> Vec<usize> {
     c
 }
 
-/// (event name, data) of each translated event; the output always uses `\n`.
+/// (event name, data) of each translated event.
 fn events(out: &[u8]) -> Vec<(String, Value)> {
-    let text = std::str::from_utf8(out).expect("UTF-8 out");
-    text.split("\n\n")
-        .filter(|e| !e.is_empty())
-        .map(|e| {
-            let (mut name, mut data) = (String::new(), Value::Null);
-            for l in e.split('\n') {
-                if let Some(v) = l.strip_prefix("event: ") {
-                    name = v.into();
-                } else if let Some(v) = l.strip_prefix("data: ") {
-                    data = serde_json::from_str(v).unwrap_or(Value::String(v.into()));
-                }
-            }
-            (name, data)
-        })
-        .collect()
+    levee_wire::sse::events(std::str::from_utf8(out).expect("UTF-8 out"))
 }
 
 proptest! {

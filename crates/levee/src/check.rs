@@ -8,6 +8,7 @@
 
 use levee_config::{Api, Caller, Config, ConfigError, InFlightCap, Route};
 use levee_policy::AttemptKind;
+use levee_wire::Dialect;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -426,8 +427,8 @@ fn api_name(api: Api) -> &'static str {
 /// carry skip them — the fallback may then not be there when it is needed.
 fn dialect_warnings(config: &Config, route: &Route) -> Vec<String> {
     let api_of = |t: usize| config.providers[route.targets[t].provider].api;
-    let callers = match route.matcher.path.as_deref() {
-        Some(p) if p.starts_with("/v1/messages") => Api::Anthropic,
+    let callers = match route.matcher.path.as_deref().map(Dialect::of_path) {
+        Some(Some(Dialect::Anthropic)) => Api::Anthropic,
         Some(_) => Api::OpenAi,
         None => api_of(0),
     };

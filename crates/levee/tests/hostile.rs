@@ -416,11 +416,7 @@ fn json_u64(text: &str, key: &str) -> Option<u64> {
 
 // ---------------------------------------------------------------- verdicts
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Dialect {
-    OpenAi,
-    Anthropic,
-}
+use levee_wire::Dialect;
 
 /// Every answer: no 5xx without a reason. Also prints the verdict
 /// (`cargo test -- --nocapture` shows the corpus's outcomes).

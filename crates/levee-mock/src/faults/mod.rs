@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::StatusCode;
 use rand::rngs::SmallRng;
 use rand::Rng;
+use rand_distr::LogNormal;
 
 pub use parse::{parse_faults, FaultError};
 
@@ -229,14 +230,11 @@ impl Latency {
         match *self {
             Latency::Fixed(d) => d,
             Latency::LogNormal { mu, sigma } => {
-                let (u1, u2): (f64, f64) = {
-                    let mut rng = lock(rng);
-                    // u1 in (0, 1] so ln(u1) is finite.
-                    (1.0 - rng.gen::<f64>(), rng.gen::<f64>())
+                let secs = match LogNormal::new(mu, sigma) {
+                    Ok(d) => lock(rng).sample(d),
+                    Err(_) => mu.exp(),
                 };
-                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                let secs = (mu + sigma * z).exp().clamp(0.0, MAX_DELAY_SECS);
-                Duration::from_secs_f64(secs)
+                Duration::from_secs_f64(secs.clamp(0.0, MAX_DELAY_SECS))
             }
         }
     }

@@ -318,43 +318,40 @@ enum Key {
     CutStreamAfter,
 }
 
-const FAULT_KEYS: &[&str] = &[
-    "from",
-    "to",
-    "probability",
-    "model",
-    "status",
-    "retry_after",
-    "retry_after_ms",
-    "reset",
-    "stall",
-    "latency",
-    "chunk_delay",
-    "cut_stream_after",
+/// Each key with its name, in `Key`'s order.
+const KEYS: [(Key, &str); 12] = [
+    (Key::From, "from"),
+    (Key::To, "to"),
+    (Key::Probability, "probability"),
+    (Key::Model, "model"),
+    (Key::Status, "status"),
+    (Key::RetryAfter, "retry_after"),
+    (Key::RetryAfterMs, "retry_after_ms"),
+    (Key::Reset, "reset"),
+    (Key::Stall, "stall"),
+    (Key::Latency, "latency"),
+    (Key::ChunkDelay, "chunk_delay"),
+    (Key::CutStreamAfter, "cut_stream_after"),
 ];
+
+/// The names alone, for "unknown field" errors.
+const FAULT_KEYS: &[&str] = &{
+    let mut names = [""; KEYS.len()];
+    let mut i = 0;
+    while i < KEYS.len() {
+        names[i] = KEYS[i].1;
+        i += 1;
+    }
+    names
+};
 
 impl Key {
     fn name(self) -> &'static str {
-        FAULT_KEYS[self as usize]
+        KEYS[self as usize].1
     }
 
     fn parse(name: &str) -> Option<Key> {
-        use Key::*;
-        const ALL: [Key; 12] = [
-            From,
-            To,
-            Probability,
-            Model,
-            Status,
-            RetryAfter,
-            RetryAfterMs,
-            Reset,
-            Stall,
-            Latency,
-            ChunkDelay,
-            CutStreamAfter,
-        ];
-        ALL.into_iter().find(|k| k.name() == name)
+        KEYS.iter().find(|(_, n)| *n == name).map(|(k, _)| *k)
     }
 }
 
@@ -777,34 +774,49 @@ mod tests {
     }
 
     #[test]
+    fn every_key_names_itself() {
+        for (i, (key, name)) in KEYS.iter().enumerate() {
+            assert_eq!(*key as usize, i, "{name}");
+            assert_eq!(Key::parse(name), Some(*key));
+        }
+    }
+
+    #[test]
     fn effects_are_checked() {
         let e = err("faults:\n  - { status: 503, reset: true }\n");
         assert_eq!(e.line(), Some(2));
-        assert!(e.message().contains("exactly one effect"), "{e}");
-        let e = err("faults:\n  - { from: 1s }\n");
-        assert!(e.message().contains("needs one effect"), "{e}");
-        let e = err("faults:\n  - { reset: false }\n");
-        assert!(e.message().contains("`reset` must be `true`"), "{e}");
-        let e = err("faults:\n  - { status: 200 }\n");
-        assert!(
-            e.message()
-                .contains("`status` must be an HTTP status from 300 to 599"),
-            "{e}"
-        );
-        let e = err("faults:\n  - { retry_after: 2, reset: true }\n");
-        assert!(e.message().contains("only goes with `status`"), "{e}");
-        let e = err("faults:\n  - { status: 503, from: 5s, to: 1s }\n");
-        assert!(e.message().contains("must be before `to`"), "{e}");
-        let e = err("faults:\n  - { reset: true, probability: 1.5 }\n");
-        assert!(
-            e.message()
-                .contains("`probability` must be a number from 0 to 1"),
-            "{e}"
-        );
-        let e = err("faults:\n  - { latency: { p50: 200ms } }\n");
-        assert!(e.message().contains("needs both `p50` and `p99`"), "{e}");
-        let e = err("capacity: { status: 529 }\n");
-        assert!(e.message().contains("needs `max_in_flight`"), "{e}");
+        for (doc, says) in [
+            (
+                "faults:\n  - { status: 503, reset: true }\n",
+                "exactly one effect",
+            ),
+            ("faults:\n  - { from: 1s }\n", "needs one effect"),
+            ("faults:\n  - { reset: false }\n", "`reset` must be `true`"),
+            (
+                "faults:\n  - { status: 200 }\n",
+                "`status` must be an HTTP status from 300 to 599",
+            ),
+            (
+                "faults:\n  - { retry_after: 2, reset: true }\n",
+                "only goes with `status`",
+            ),
+            (
+                "faults:\n  - { status: 503, from: 5s, to: 1s }\n",
+                "must be before `to`",
+            ),
+            (
+                "faults:\n  - { reset: true, probability: 1.5 }\n",
+                "`probability` must be a number from 0 to 1",
+            ),
+            (
+                "faults:\n  - { latency: { p50: 200ms } }\n",
+                "needs both `p50` and `p99`",
+            ),
+            ("capacity: { status: 529 }\n", "needs `max_in_flight`"),
+        ] {
+            let e = err(doc);
+            assert!(e.message().contains(says), "{doc}: {e}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Response bodies in the providers' wire formats: OpenAI chat completions,
+//! Answer bodies in the providers' wire formats: OpenAI chat completions,
 //! embeddings, Responses and models; Anthropic messages and models; both as
-//! JSON and as SSE event sequences; and each dialect's error shape.
+//! JSON and as SSE event sequences. Error bodies come from `levee_wire`.
 //!
 //! Bodies are written straight into a byte buffer from fixed fragments; the
 //! only per-request inputs are the model name, an id, a timestamp and token
@@ -10,13 +10,7 @@ use std::fmt::Write as _;
 
 use bytes::Bytes;
 use http::StatusCode;
-
-/// Which provider's conventions an answer follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dialect {
-    OpenAi,
-    Anthropic,
-}
+use levee_wire::Dialect;
 
 /// The assistant's answer, cut into stream pieces (one token each).
 const PIECES: [&str; 8] = [
@@ -184,14 +178,7 @@ pub(crate) fn chat_completion_stream(r: &Reply<'_>, include_usage: bool) -> Vec<
             ),
             chunk(r#"{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}"#),
         ];
-        if include_usage {
-            let mut last = head.clone();
-            last.push_str("],\"usage\":");
-            openai_tool_usage(&mut last, r);
-            last.push_str("}\n\n");
-            chunks.push(Bytes::from(last));
-        }
-        chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        stream_end(&mut chunks, &head, include_usage, openai_tool_usage, r);
         return chunks;
     }
 
@@ -210,15 +197,26 @@ pub(crate) fn chat_completion_stream(r: &Reply<'_>, include_usage: bool) -> Vec<
     } else {
         r#"{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}"#
     }));
+    stream_end(&mut chunks, &head, include_usage, openai_usage, r);
+    chunks
+}
+
+/// With `include_usage`, one chunk with empty `choices` carrying the usage
+/// (`usage` writes it); then `data: [DONE]`.
+fn stream_end(
+    chunks: &mut Vec<Bytes>,
+    head: &str,
+    include_usage: bool,
+    usage: fn(&mut String, &Reply<'_>),
+    r: &Reply<'_>,
+) {
     if include_usage {
-        let mut last = head.clone();
-        last.push_str("],\"usage\":");
-        openai_usage(&mut last, r);
+        let mut last = format!("{head}],\"usage\":");
+        usage(&mut last, r);
         last.push_str("}\n\n");
         chunks.push(Bytes::from(last));
     }
     chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    chunks
 }
 
 // ---------------------------------------------------------------------------
@@ -295,25 +293,12 @@ pub(crate) fn anthropic_message_stream(r: &Reply<'_>) -> Vec<Bytes> {
         json_str(&mut block, tool);
         block.push_str(r#","input":{}}}"#);
         chunks.push(event("content_block_start", &block));
-        for partial in ["", "{}"] {
-            let mut delta = String::from(
-                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"#,
-            );
-            json_str(&mut delta, partial);
-            delta.push_str("}}");
-            chunks.push(event("content_block_delta", &delta));
-        }
-        chunks.push(event(
-            "content_block_stop",
-            r#"{"type":"content_block_stop","index":0}"#,
-        ));
-        chunks.push(event(
-            "message_delta",
-            &format!(
-                r#"{{"type":"message_delta","delta":{{"stop_reason":"tool_use","stop_sequence":null}},"usage":{{"output_tokens":{TOOL_CALL_TOKENS}}}}}"#
-            ),
-        ));
-        chunks.push(event("message_stop", r#"{"type":"message_stop"}"#));
+        block_deltas(
+            &mut chunks,
+            r#""input_json_delta","partial_json""#,
+            &["", "{}"],
+        );
+        message_end(&mut chunks, "\"tool_use\"", TOOL_CALL_TOKENS);
         return chunks;
     }
     chunks.push(event(
@@ -321,14 +306,26 @@ pub(crate) fn anthropic_message_stream(r: &Reply<'_>) -> Vec<Bytes> {
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
     ));
     chunks.push(event("ping", r#"{"type":"ping"}"#));
-    for piece in &PIECES[..r.pieces] {
-        let mut delta = String::from(
-            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"#,
-        );
+    block_deltas(&mut chunks, r#""text_delta","text""#, &PIECES[..r.pieces]);
+    message_end(&mut chunks, anthropic_stop_reason(r), r.completion_tokens());
+    chunks
+}
+
+/// One `content_block_delta` per piece; `kind` is the delta's type and the
+/// name of its field (`"text_delta","text"`).
+fn block_deltas(chunks: &mut Vec<Bytes>, kind: &str, pieces: &[&str]) {
+    for piece in pieces {
+        let mut delta =
+            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":{kind}:"#);
         json_str(&mut delta, piece);
         delta.push_str("}}");
         chunks.push(event("content_block_delta", &delta));
     }
+}
+
+/// content_block_stop, message_delta (the stop reason, as JSON, and the
+/// output tokens) and message_stop.
+fn message_end(chunks: &mut Vec<Bytes>, stop_reason: &str, output_tokens: u64) {
     chunks.push(event(
         "content_block_stop",
         r#"{"type":"content_block_stop","index":0}"#,
@@ -336,13 +333,10 @@ pub(crate) fn anthropic_message_stream(r: &Reply<'_>) -> Vec<Bytes> {
     chunks.push(event(
         "message_delta",
         &format!(
-            r#"{{"type":"message_delta","delta":{{"stop_reason":{},"stop_sequence":null}},"usage":{{"output_tokens":{}}}}}"#,
-            anthropic_stop_reason(r),
-            r.completion_tokens()
+            r#"{{"type":"message_delta","delta":{{"stop_reason":{stop_reason},"stop_sequence":null}},"usage":{{"output_tokens":{output_tokens}}}}}"#
         ),
     ));
     chunks.push(event("message_stop", r#"{"type":"message_stop"}"#));
-    chunks
 }
 
 // ---------------------------------------------------------------------------
@@ -596,36 +590,6 @@ pub(crate) fn model(dialect: Dialect, id: &str) -> Bytes {
 // Errors
 // ---------------------------------------------------------------------------
 
-/// `(type, code)` as each provider labels an error status.
-fn error_labels(dialect: Dialect, status: StatusCode) -> (&'static str, Option<&'static str>) {
-    let code = status.as_u16();
-    match dialect {
-        Dialect::OpenAi => match code {
-            401 => ("invalid_request_error", Some("invalid_api_key")),
-            403 => (
-                "invalid_request_error",
-                Some("unsupported_country_region_territory"),
-            ),
-            404 => ("invalid_request_error", Some("model_not_found")),
-            429 => ("requests", Some("rate_limit_exceeded")),
-            400..=499 => ("invalid_request_error", None),
-            _ => ("server_error", None),
-        },
-        Dialect::Anthropic => match code {
-            401 => ("authentication_error", None),
-            402 => ("billing_error", None),
-            403 => ("permission_error", None),
-            404 => ("not_found_error", None),
-            413 => ("request_too_large", None),
-            429 => ("rate_limit_error", None),
-            504 => ("timeout_error", None),
-            503 | 529 => ("overloaded_error", None),
-            400..=499 => ("invalid_request_error", None),
-            _ => ("api_error", None),
-        },
-    }
-}
-
 /// The message a fault-injected error carries.
 pub(crate) fn injected_message(dialect: Dialect, status: StatusCode) -> String {
     let what = match status.as_u16() {
@@ -636,45 +600,6 @@ pub(crate) fn injected_message(dialect: Dialect, status: StatusCode) -> String {
         _ => status.canonical_reason().unwrap_or("Error"),
     };
     format!("{what} (injected by levee mock: HTTP {})", status.as_u16())
-}
-
-/// An error body in the dialect's own shape. `param` and `code` only appear
-/// in OpenAI bodies; `code` overrides the default for the status.
-pub(crate) fn error(
-    dialect: Dialect,
-    status: StatusCode,
-    message: &str,
-    param: Option<&str>,
-    code: Option<&str>,
-) -> Bytes {
-    let (kind, default_code) = error_labels(dialect, status);
-    let mut out = String::with_capacity(160 + message.len());
-    match dialect {
-        Dialect::OpenAi => {
-            out.push_str(r#"{"error":{"message":"#);
-            json_str(&mut out, message);
-            let _ = write!(out, r#","type":"{kind}","param":"#);
-            match param {
-                Some(p) => json_str(&mut out, p),
-                None => out.push_str("null"),
-            }
-            out.push_str(r#","code":"#);
-            match code.or(default_code) {
-                Some(c) => json_str(&mut out, c),
-                None => out.push_str("null"),
-            }
-            out.push_str("}}");
-        }
-        Dialect::Anthropic => {
-            let _ = write!(
-                out,
-                r#"{{"type":"error","error":{{"type":"{kind}","message":"#
-            );
-            json_str(&mut out, message);
-            out.push_str("}}");
-        }
-    }
-    Bytes::from(out)
 }
 
 #[cfg(test)]
@@ -724,23 +649,6 @@ mod tests {
         json(&models(Dialect::OpenAi));
         json(&models(Dialect::Anthropic));
         json(&model(Dialect::Anthropic, "x"));
-        let err = json(&error(
-            Dialect::OpenAi,
-            StatusCode::BAD_REQUEST,
-            "bad",
-            Some("messages"),
-            None,
-        ));
-        assert_eq!(err["error"]["param"], "messages");
-        assert_eq!(err["error"]["type"], "invalid_request_error");
-        let err = json(&error(
-            Dialect::Anthropic,
-            StatusCode::from_u16(529).unwrap(),
-            "o",
-            None,
-            None,
-        ));
-        assert_eq!(err["error"]["type"], "overloaded_error");
     }
 
     #[test]

@@ -1,48 +1,13 @@
-//! The idempotency store: nothing runs twice.
-//!
-//! Keyed by (caller identity, `idempotency-key`). The first request with a key
-//! leads; a second one while it is in flight waits for its result instead of
-//! calling the provider; after completion a non-streaming success is replayed
-//! (`x-levee-replayed: true`) until the TTL expires. The same key with a
-//! different body is refused (422). A lease that is dropped — the request
-//! failed, was cancelled or timed out — releases the entry at once, so a later
-//! retry runs again instead of finding it stuck "in progress".
-//! Bounded in count (`max_entries`) and in bytes of stored answers
-//! (`max_bytes`), shared fairly among callers: when the store is full, the
-//! caller holding the most gives way first (its oldest answer is evicted), so
-//! one caller's burst of keys can never evict another caller's answer while it
-//! holds more than that caller. Expired answers are evicted before anything
-//! else. When nothing can be evicted fairly, a new key is not deduplicated
-//! (`Untracked`). An answer larger than a quarter of `max_bytes` is delivered
-//! and handed to the requests waiting on it, but not stored: a later request
-//! with that key runs again.
-//!
-//! Streams are not stored: they are relayed event by event as generated, and
-//! SDKs retry a stream only before its first event. A request with the key of
-//! a running stream waits for it to end, then runs (its response says
-//! `x-levee-idempotency: rerun`).
-//!
-//! Where keys live is an [`IdempotencyBackend`]: [`MemoryBackend`] (the
-//! default, one process) or [`RedisBackend`] (shared by replicas, falling back
-//! to the local store when Redis is unavailable).
+//! The in-process store: keys, in-flight markers and stored answers in one
+//! map, bounded in count and bytes and shared fairly among callers.
 
-use crate::state::{RedisState, RemoteBegin};
-use bytes::Bytes;
+use super::{Claimed, Follow, IdempotencyBackend, Scope, Stored};
 use futures_util::future::BoxFuture;
-use http::HeaderMap;
 use levee_policy::Instant;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
-
-/// A stored successful response.
-#[derive(Debug)]
-pub struct Stored {
-    pub status: u16,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
 
 type Key = ([u8; 32], String);
 
@@ -59,21 +24,6 @@ enum Entry {
         expires: Instant,
         size: u64,
     },
-}
-
-/// What to do with a request that carries a key.
-#[derive(Debug)]
-pub enum Begin {
-    /// Run it; hand the result to the lease.
-    Lead(Lease),
-    /// Another request with this key is running: wait for its result.
-    Follow(watch::Receiver<Option<Arc<Stored>>>),
-    /// Already answered: replay.
-    Replay(Arc<Stored>),
-    /// Same key, different body.
-    Conflict,
-    /// The store is full of live entries: run without deduplication.
-    Untracked,
 }
 
 /// The in-memory store.
@@ -244,14 +194,14 @@ impl IdempotencyStore {
         }
     }
 
-    /// Starts a request with `key` from `caller` whose body hashes to `body_hash`.
-    pub fn begin(
+    /// Claims `key` for a request from `caller` whose body hashes to `body_hash`.
+    pub fn claim(
         self: &Arc<Self>,
         caller: [u8; 32],
         key: &str,
         body_hash: [u8; 32],
         now: Instant,
-    ) -> Begin {
+    ) -> Claimed {
         let mut g = self.lock();
         let k: Key = (caller, key.to_string());
         match g.map.get(&k) {
@@ -259,9 +209,9 @@ impl IdempotencyStore {
                 body_hash: h, done, ..
             }) => {
                 return if *h == body_hash {
-                    Begin::Follow(done.clone())
+                    Claimed::Follow(Follow::Local(done.clone()))
                 } else {
-                    Begin::Conflict
+                    Claimed::Conflict
                 };
             }
             Some(Entry::Done {
@@ -272,9 +222,9 @@ impl IdempotencyStore {
             }) => {
                 if *expires > now {
                     return if *h == body_hash {
-                        Begin::Replay(Arc::clone(stored))
+                        Claimed::Replay(Arc::clone(stored))
                     } else {
-                        Begin::Conflict
+                        Claimed::Conflict
                     };
                 }
                 g.remove(&k);
@@ -282,7 +232,7 @@ impl IdempotencyStore {
             None => {}
         }
         if !g.make_room(caller, Need::Entry, now, self.max_entries, self.max_bytes) {
-            return Begin::Untracked;
+            return Claimed::Untracked;
         }
         let (tx, rx) = watch::channel(None);
         g.next_lease += 1;
@@ -296,12 +246,12 @@ impl IdempotencyStore {
             },
         );
         g.callers.entry(caller).or_default().entries += 1;
-        Begin::Lead(Lease {
+        Claimed::Lead(super::Lease::Local(Lease {
             store: Arc::clone(self),
             key: Some(k),
             id,
             tx,
-        })
+        }))
     }
 
     /// Keys held now.
@@ -391,85 +341,9 @@ impl Drop for Lease {
     }
 }
 
-/// Where idempotency keys live.
-pub trait IdempotencyBackend: Send + Sync {
-    /// Starts a request with `key` from `caller` whose body hashes to `body_hash`.
-    fn claim<'a>(
-        &'a self,
-        caller: [u8; 32],
-        key: &'a str,
-        body_hash: [u8; 32],
-        now: Instant,
-    ) -> BoxFuture<'a, (Claimed, Scope)>;
-}
-
-/// Where a claim was decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
-    /// The backend's own store (shared by replicas, for Redis).
-    Shared,
-    /// The shared store could not be consulted: this replica's local store
-    /// decided, so the key is not deduplicated across replicas.
-    Local,
-}
-
-/// What to do with a request that carries a key.
-#[derive(Debug)]
-pub enum Claimed {
-    /// Run it; hand the result to the claim.
-    Lead(Claim),
-    /// Another request with this key is running: wait for its result.
-    Follow(Follow),
-    /// Already answered: replay.
-    Replay(Arc<Stored>),
-    /// Same key, different body.
-    Conflict,
-    /// Not deduplicated (store full).
-    Untracked,
-    /// The shared store could not be consulted and `state.on_unavailable`
-    /// is `refuse`: the request must not run.
-    Unavailable,
-}
-
-/// How a follower learns the leader's result.
-#[derive(Debug)]
-pub enum Follow {
-    /// Same process: woken when the leader finishes (or gives up).
-    Local(watch::Receiver<Option<Arc<Stored>>>),
-    /// Another replica leads: ask again shortly.
-    Poll,
-}
-
-/// The leader's hold on a key; dropping it without completing releases the key.
-#[derive(Debug)]
-pub enum Claim {
-    Local(Lease),
-    Remote(RemoteLease),
-}
-
-impl Claim {
-    /// Stores a successful answer for replay and wakes the followers.
-    pub async fn complete(self, stored: Stored, now: Instant) {
-        match self {
-            Claim::Local(l) => l.complete(stored, now),
-            Claim::Remote(r) => r.complete(stored).await,
-        }
-    }
-}
-
 /// The in-process backend.
 #[derive(Debug)]
 pub struct MemoryBackend(pub Arc<IdempotencyStore>);
-
-fn from_local(b: Begin) -> Claimed {
-    match b {
-        Begin::Lead(l) => Claimed::Lead(Claim::Local(l)),
-        Begin::Follow(rx) => Claimed::Follow(Follow::Local(rx)),
-        Begin::Replay(s) => Claimed::Replay(s),
-        Begin::Conflict => Claimed::Conflict,
-        Begin::Untracked => Claimed::Untracked,
-    }
-}
 
 impl IdempotencyBackend for MemoryBackend {
     fn claim<'a>(
@@ -479,126 +353,24 @@ impl IdempotencyBackend for MemoryBackend {
         body_hash: [u8; 32],
         now: Instant,
     ) -> BoxFuture<'a, (Claimed, Scope)> {
-        let b = self.0.begin(caller, key, body_hash, now);
-        Box::pin(std::future::ready((from_local(b), Scope::Shared)))
-    }
-}
-
-/// Keys in Redis, shared by every replica; the local store when Redis is down.
-#[derive(Debug)]
-pub struct RedisBackend {
-    pub redis: Arc<RedisState>,
-    pub local: Arc<IdempotencyStore>,
-    pub ttl: Duration,
-    /// `state.on_unavailable: refuse`: no local fallback for keyed requests.
-    pub refuse_unshared: bool,
-}
-
-impl IdempotencyBackend for RedisBackend {
-    fn claim<'a>(
-        &'a self,
-        caller: [u8; 32],
-        key: &'a str,
-        body_hash: [u8; 32],
-        now: Instant,
-    ) -> BoxFuture<'a, (Claimed, Scope)> {
-        Box::pin(async move {
-            let id = uuid::Uuid::now_v7().to_string();
-            let claimed = match self.redis.begin(&caller, key, &body_hash, &id).await {
-                None if self.refuse_unshared => return (Claimed::Unavailable, Scope::Local),
-                None => {
-                    let b = self.local.begin(caller, key, body_hash, now);
-                    return (from_local(b), Scope::Local);
-                }
-                Some(RemoteBegin::Lead) => {
-                    let redis = Arc::clone(&self.redis);
-                    let (k, lease) = (key.to_string(), id.clone());
-                    let renew = tokio::spawn(async move {
-                        loop {
-                            tokio::time::sleep(crate::state::LEASE / 3).await;
-                            redis.renew(&caller, &k, &lease).await;
-                        }
-                    });
-                    self.redis.hold(&id, caller, key);
-                    Claimed::Lead(Claim::Remote(RemoteLease {
-                        redis: Arc::clone(&self.redis),
-                        caller,
-                        key: key.to_string(),
-                        id,
-                        ttl: self.ttl,
-                        max_bytes: self.local.max_answer_bytes(),
-                        renew,
-                        done: false,
-                    }))
-                }
-                Some(RemoteBegin::Follow) => Claimed::Follow(Follow::Poll),
-                Some(RemoteBegin::Conflict) => Claimed::Conflict,
-                Some(RemoteBegin::Done(s)) => Claimed::Replay(Arc::new(s)),
-            };
-            (claimed, Scope::Shared)
-        })
-    }
-}
-
-/// A key held in Redis, its lease renewed while the request runs.
-#[derive(Debug)]
-pub struct RemoteLease {
-    redis: Arc<RedisState>,
-    caller: [u8; 32],
-    key: String,
-    id: String,
-    ttl: Duration,
-    /// The largest answer stored for replay.
-    max_bytes: u64,
-    renew: tokio::task::JoinHandle<()>,
-    done: bool,
-}
-
-impl RemoteLease {
-    async fn complete(mut self, stored: Stored) {
-        self.done = true;
-        self.renew.abort();
-        self.redis
-            .complete(
-                &self.caller,
-                &self.key,
-                &self.id,
-                &stored,
-                self.ttl,
-                self.max_bytes,
-            )
-            .await;
-        self.redis.unhold(&self.id);
-    }
-}
-
-impl Drop for RemoteLease {
-    fn drop(&mut self) {
-        self.renew.abort();
-        if !self.done {
-            // Release on a fresh task: the request that held it may be gone
-            // (cleanup after a timeout must still happen).
-            let (redis, caller, key, id) = (
-                Arc::clone(&self.redis),
-                self.caller,
-                std::mem::take(&mut self.key),
-                std::mem::take(&mut self.id),
-            );
-            // Shutdown releases whatever is still held (this task may never
-            // run on a runtime that is stopping).
-            if let Ok(h) = tokio::runtime::Handle::try_current() {
-                h.spawn(async move {
-                    redis.release(&caller, &key, &id).await;
-                    redis.unhold(&id);
-                });
-            }
-        }
+        let claimed = self.0.claim(caller, key, body_hash, now);
+        Box::pin(std::future::ready((claimed, Scope::Shared)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use http::HeaderMap;
+
+    /// The local lease of a claim that leads.
+    fn led(c: Claimed) -> Lease {
+        match c {
+            Claimed::Lead(super::super::Lease::Local(l)) => l,
+            other => panic!("{other:?}"),
+        }
+    }
 
     fn stored() -> Stored {
         Stored {
@@ -612,27 +384,28 @@ mod tests {
     fn lead_follow_replay_conflict_and_expiry() {
         let s = Arc::new(IdempotencyStore::new(Duration::from_secs(10), 10, 1 << 20));
         let t = Instant::from_millis(1000);
-        let Begin::Lead(lease) = s.begin([1; 32], "k", [9; 32], t) else {
-            panic!()
-        };
+        let lease = led(s.claim([1; 32], "k", [9; 32], t));
         assert!(matches!(
-            s.begin([1; 32], "k", [9; 32], t),
-            Begin::Follow(_)
+            s.claim([1; 32], "k", [9; 32], t),
+            Claimed::Follow(_)
         ));
-        assert!(matches!(s.begin([1; 32], "k", [8; 32], t), Begin::Conflict));
+        assert!(matches!(
+            s.claim([1; 32], "k", [8; 32], t),
+            Claimed::Conflict
+        ));
         assert!(
-            matches!(s.begin([2; 32], "k", [9; 32], t), Begin::Lead(_)),
+            matches!(s.claim([2; 32], "k", [9; 32], t), Claimed::Lead(_)),
             "another caller's key is its own"
         );
         lease.complete(stored(), t);
         assert!(matches!(
-            s.begin([1; 32], "k", [9; 32], t),
-            Begin::Replay(_)
+            s.claim([1; 32], "k", [9; 32], t),
+            Claimed::Replay(_)
         ));
         let later = t + Duration::from_secs(11);
         assert!(matches!(
-            s.begin([1; 32], "k", [9; 32], later),
-            Begin::Lead(_)
+            s.claim([1; 32], "k", [9; 32], later),
+            Claimed::Lead(_)
         ));
     }
 
@@ -640,16 +413,17 @@ mod tests {
     fn a_dropped_lease_releases_the_key() {
         let s = Arc::new(IdempotencyStore::new(Duration::from_secs(10), 10, 1 << 20));
         let t = Instant::from_millis(1000);
-        let Begin::Lead(lease) = s.begin([1; 32], "k", [9; 32], t) else {
-            panic!()
-        };
-        let Begin::Follow(rx) = s.begin([1; 32], "k", [9; 32], t) else {
+        let lease = led(s.claim([1; 32], "k", [9; 32], t));
+        let Claimed::Follow(Follow::Local(rx)) = s.claim([1; 32], "k", [9; 32], t) else {
             panic!()
         };
         drop(lease);
         assert!(s.is_empty());
         assert!(rx.has_changed().is_err(), "follower sees the leader gone");
-        assert!(matches!(s.begin([1; 32], "k", [9; 32], t), Begin::Lead(_)));
+        assert!(matches!(
+            s.claim([1; 32], "k", [9; 32], t),
+            Claimed::Lead(_)
+        ));
     }
 
     fn answer(n: usize) -> Stored {
@@ -661,10 +435,7 @@ mod tests {
     }
 
     fn lead(s: &Arc<IdempotencyStore>, caller: u8, key: &str, t: Instant) -> Lease {
-        match s.begin([caller; 32], key, [0; 32], t) {
-            Begin::Lead(l) => l,
-            other => panic!("{key}: {other:?}"),
-        }
+        led(s.claim([caller; 32], key, [0; 32], t))
     }
 
     #[test]
@@ -677,15 +448,18 @@ mod tests {
         }
         assert!(s.len() <= 10);
         assert!(matches!(
-            s.begin([2; 32], "b", [0; 32], t),
-            Begin::Replay(_)
+            s.claim([2; 32], "b", [0; 32], t),
+            Claimed::Replay(_)
         ));
         // A's newest answers are kept, its oldest gave way.
         assert!(matches!(
-            s.begin([1; 32], "a29", [0; 32], t),
-            Begin::Replay(_)
+            s.claim([1; 32], "a29", [0; 32], t),
+            Claimed::Replay(_)
         ));
-        assert!(matches!(s.begin([1; 32], "a0", [0; 32], t), Begin::Lead(_)));
+        assert!(matches!(
+            s.claim([1; 32], "a0", [0; 32], t),
+            Claimed::Lead(_)
+        ));
     }
 
     #[test]
@@ -697,13 +471,16 @@ mod tests {
             assert!(s.bytes() <= 40_000, "{}", s.bytes());
         }
         assert!(matches!(
-            s.begin([1; 32], "k19", [0; 32], t),
-            Begin::Replay(_)
+            s.claim([1; 32], "k19", [0; 32], t),
+            Claimed::Replay(_)
         ));
-        assert!(matches!(s.begin([1; 32], "k0", [0; 32], t), Begin::Lead(_)));
+        assert!(matches!(
+            s.claim([1; 32], "k0", [0; 32], t),
+            Claimed::Lead(_)
+        ));
         // Over a quarter of max_bytes: followers get it, nobody later does.
         let l = lead(&s, 3, "big", t);
-        let Begin::Follow(mut rx) = s.begin([3; 32], "big", [0; 32], t) else {
+        let Claimed::Follow(Follow::Local(mut rx)) = s.claim([3; 32], "big", [0; 32], t) else {
             panic!()
         };
         l.complete(answer(20_000), t);
@@ -712,8 +489,8 @@ mod tests {
             "the waiting request gets it"
         );
         assert!(matches!(
-            s.begin([3; 32], "big", [0; 32], t),
-            Begin::Lead(_)
+            s.claim([3; 32], "big", [0; 32], t),
+            Claimed::Lead(_)
         ));
     }
 
@@ -721,11 +498,11 @@ mod tests {
     fn bounded_in_size() {
         let s = Arc::new(IdempotencyStore::new(Duration::from_secs(10), 2, 1 << 20));
         let t = Instant::from_millis(1000);
-        let _a = s.begin([1; 32], "a", [0; 32], t);
-        let _b = s.begin([1; 32], "b", [0; 32], t);
+        let _a = s.claim([1; 32], "a", [0; 32], t);
+        let _b = s.claim([1; 32], "b", [0; 32], t);
         assert!(matches!(
-            s.begin([1; 32], "c", [0; 32], t),
-            Begin::Untracked
+            s.claim([1; 32], "c", [0; 32], t),
+            Claimed::Untracked
         ));
     }
 }

@@ -1,0 +1,240 @@
+//! Shared state across replicas on Redis (`state: { backend: redis }`): the
+//! connection with its time budget and fallback accounting, used by two
+//! jobs — the providers' per-minute allowance (`allowance`, here) and the
+//! idempotency keys (`crate::idempotency::redis`).
+//!
+//! Retry budgets stay per process (funded by local successes, no
+//! coordination needed); what must be shared is what the provider meters per
+//! organisation (every replica's attempts spend the same allowance)
+//! and the idempotency keys (a caller's last-resort retry lands on another
+//! replica and must not run twice).
+//!
+//! Every Redis call has a small time budget (default 5 ms). When Redis is slow
+//! or down, Levee keeps serving: the allowance falls back to a local limiter at
+//! 1/N of the rate (N = `state.replicas`), idempotency to the local store; a
+//! metric counts each fallback and one warning per minute is logged. After
+//! three failures in a row Redis is skipped for a second (so a dead Redis
+//! costs nothing per request), then tried again: sharing resumes by itself
+//! when it returns. A single slow call falls back for that call only.
+
+mod allowance;
+
+use crate::clock::Clock;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use redis::aio::ConnectionManager;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The Redis connection, with its time budget and the degradation logic
+/// both jobs share.
+pub struct RedisState {
+    conn: ConnectionManager,
+    prefix: String,
+    timeout: Duration,
+    pub replicas: u32,
+    clock: Clock,
+    skip_until_ns: AtomicU64,
+    failures_in_a_row: AtomicU64,
+    last_warn_ns: AtomicU64,
+    fallbacks: Family<crate::metrics::WhatLabel, Counter>,
+    /// Idempotency leases this replica holds in Redis (lease id → Redis
+    /// key), released at shutdown.
+    held: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for RedisState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisState")
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// Why the Redis backend could not be set up (the URL shown redacted).
+#[derive(Debug, thiserror::Error)]
+#[error("state.url `{url}` is not a Redis URL like `redis://127.0.0.1:6379`: {source}")]
+pub struct RedisSetupError {
+    url: String,
+    source: redis::RedisError,
+}
+
+impl RedisState {
+    /// Connects lazily: a Redis that is down at start is a fallback, not a failure.
+    pub fn new(
+        url: &str,
+        prefix: &str,
+        replicas: u32,
+        timeout: Duration,
+        clock: Clock,
+        fallbacks: Family<crate::metrics::WhatLabel, Counter>,
+    ) -> Result<Self, RedisSetupError> {
+        let err = |source| RedisSetupError {
+            url: levee_config::redact_url(url),
+            source,
+        };
+        let client = redis::Client::open(url).map_err(err)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(250)))
+            .set_response_timeout(Some(Duration::from_millis(250)))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(err)?;
+        Ok(RedisState {
+            conn,
+            prefix: prefix.to_string(),
+            timeout,
+            replicas: replicas.max(1),
+            clock,
+            skip_until_ns: AtomicU64::new(0),
+            failures_in_a_row: AtomicU64::new(0),
+            last_warn_ns: AtomicU64::new(0),
+            fallbacks,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a lease this replica holds on the Redis key `key`.
+    pub fn hold(&self, lease_id: &str, key: &str) {
+        self.held().insert(lease_id.to_string(), key.to_string());
+    }
+
+    /// Takes every lease still held (to release them at shutdown).
+    pub(crate) fn take_held(&self) -> Vec<(String, String)> {
+        self.held().drain().collect()
+    }
+
+    /// Forgets a lease (completed or released).
+    pub fn unhold(&self, lease_id: &str) {
+        self.held().remove(lease_id);
+    }
+
+    fn available(&self) -> bool {
+        self.clock.now().as_nanos() >= self.skip_until_ns.load(Ordering::Relaxed)
+    }
+
+    fn degraded(&self, what: &'static str, why: &str) {
+        let now = self.clock.now().as_nanos();
+        if self.failures_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= 3 {
+            self.failures_in_a_row.store(0, Ordering::Relaxed);
+            self.skip_until_ns
+                .store(now + 1_000_000_000, Ordering::Relaxed);
+        }
+        self.fallbacks
+            .get_or_create(&crate::metrics::WhatLabel {
+                what: what.to_string(),
+            })
+            .inc();
+        let last = self.last_warn_ns.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= 60_000_000_000)
+            && self
+                .last_warn_ns
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(target: "levee::state", what, why, "Redis unavailable: using local state (allowance at 1/N of the rate, local idempotency) until it returns");
+        }
+    }
+
+    /// Counts a fallback taken without trying Redis (it is being skipped).
+    fn skipped(&self, what: &'static str) {
+        self.fallbacks
+            .get_or_create(&crate::metrics::WhatLabel {
+                what: what.to_string(),
+            })
+            .inc();
+    }
+
+    /// The prefix of every key this gateway keeps in Redis.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The base time budget of one call.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs one script invocation within the time budget; `None` when Redis
+    /// is down, slow or skipped.
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Option<T> {
+        self.run_within(what, inv, self.timeout).await
+    }
+
+    /// [`Self::run`] with a given time budget.
+    pub(crate) async fn run_within<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: redis::ScriptInvocation<'_>,
+        budget: Duration,
+    ) -> Option<T> {
+        if !self.available() {
+            self.skipped(what);
+            return None;
+        }
+        let mut conn = self.conn.clone();
+        let called = tokio::time::timeout(budget, inv.invoke_async::<T>(&mut conn)).await;
+        self.settle(what, called)
+    }
+
+    /// One command within `budget` (Redis is not skipped: the caller has
+    /// just reached it).
+    pub(crate) async fn query_within<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        cmd: redis::Cmd,
+        budget: Duration,
+    ) -> Option<T> {
+        let mut conn = self.conn.clone();
+        let called = tokio::time::timeout(budget, cmd.query_async::<T>(&mut conn)).await;
+        self.settle(what, called)
+    }
+
+    /// One script invocation within `budget`, outside the degradation logic
+    /// (at shutdown: Redis is tried even if skipped, and a failure counts
+    /// for nothing).
+    pub(crate) async fn run_once<T: redis::FromRedisValue>(
+        &self,
+        inv: redis::ScriptInvocation<'_>,
+        budget: Duration,
+    ) -> Option<T> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(budget, inv.invoke_async::<T>(&mut conn)).await {
+            Ok(Ok(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Counts a call's outcome: a success resets the failure run, a failure
+    /// or timeout degrades.
+    fn settle<T>(
+        &self,
+        what: &'static str,
+        called: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+    ) -> Option<T> {
+        match called {
+            Ok(Ok(v)) => {
+                self.failures_in_a_row.store(0, Ordering::Relaxed);
+                Some(v)
+            }
+            Ok(Err(e)) => {
+                self.degraded(what, &e.to_string());
+                None
+            }
+            Err(_) => {
+                self.degraded(what, "timed out");
+                None
+            }
+        }
+    }
+}
