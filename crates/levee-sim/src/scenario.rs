@@ -637,7 +637,7 @@ fn resolve_layer(
 }
 
 /// Resolves a variant's `gateway: { levee: … }` block through `levee-config`.
-/// Validation errors are located inside the block and shifted to file lines.
+/// Validation errors carry the scenario file's lines (the parser locates them).
 fn resolve_levee(
     raw: RawConfig,
     variant: usize,
@@ -645,22 +645,16 @@ fn resolve_levee(
     sim_names: &[&String],
 ) -> Result<LeveeGateway, SimError> {
     use Seg::*;
-    let key_line = locate(
-        text,
-        &[
-            Key("variants"),
-            Index(variant),
-            Key("gateway"),
-            Key("levee"),
-        ],
-    );
-    let (block, offset) = match key_line {
-        Some(line) => sub_block(text, line),
-        None => (String::new(), 0),
-    };
-    let config = Config::from_raw(raw, &block).map_err(|e| match e {
+    let path = [
+        Key("variants"),
+        Index(variant),
+        Key("gateway"),
+        Key("levee"),
+    ];
+    let key_line = locate(text, &path);
+    let config = Config::from_raw_in(raw, text, &path).map_err(|e| match e {
         ConfigError::AtLine { line, message } => SimError::AtLine {
-            line: line + offset,
+            line,
             message: format!("levee config: {message}"),
         },
         other => SimError::at(key_line, format!("levee {other}")),
@@ -690,37 +684,6 @@ fn resolve_levee(
         config,
         sim_provider,
     })
-}
-
-/// The indented block under the key on 1-based `line`, dedented, and the
-/// number of lines before it (so a line inside the block plus that number is
-/// the file's line).
-fn sub_block(text: &str, line: usize) -> (String, usize) {
-    let lines: Vec<&str> = text.lines().collect();
-    let Some(key) = lines.get(line - 1) else {
-        return (String::new(), 0);
-    };
-    let key_indent = key.len() - key.trim_start().len();
-    let mut out = Vec::new();
-    for l in &lines[line..] {
-        let t = l.trim_start();
-        let ind = l.len() - t.len();
-        if !t.is_empty() && !t.starts_with('#') && ind <= key_indent {
-            break;
-        }
-        out.push(*l);
-    }
-    let min = out
-        .iter()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start().len())
-        .min()
-        .unwrap_or(0);
-    let body: Vec<&str> = out
-        .iter()
-        .map(|l| if l.len() >= min { &l[min..] } else { "" })
-        .collect();
-    (body.join("\n"), line)
 }
 
 #[cfg(test)]
