@@ -21,6 +21,7 @@ pub mod handler;
 pub mod idempotency;
 pub mod inspect;
 pub mod metrics;
+pub mod observe;
 pub mod record;
 pub mod redact;
 pub mod respond;
