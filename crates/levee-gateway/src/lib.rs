@@ -11,6 +11,7 @@
 //! is not a cache or a load balancer across replicas.
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod attempt;
 pub mod census;
 pub mod clock;
@@ -33,9 +34,11 @@ pub mod state;
 pub mod status;
 pub mod stream;
 pub mod telemetry;
+pub mod transport;
 pub mod unread;
 pub mod upstream;
 
+pub use app::App;
 use levee_config::Config;
 use shared::{SetupError, Shared};
 use std::future::Future;

@@ -2,7 +2,7 @@
 //! task per client, header-size and header-read-time limits) and the admin
 //! listener (`/metrics`, `/healthz`, `/readyz`), with graceful shutdown.
 
-use crate::handler::handle;
+use crate::app::App;
 use crate::respond::{full, Body};
 use crate::shared::Shared;
 use crate::unread::Unread;
@@ -37,12 +37,8 @@ pub async fn serve_public(
     let serve = |stream: TcpStream| {
         let _ = stream.set_nodelay(true);
         let stream = unread.track(stream);
-        let shared = Arc::clone(&shared);
-        let svc = service_fn(move |req: Request<Incoming>| {
-            let shared = Arc::clone(&shared);
-            async move { Ok::<_, Infallible>(handle(shared, req).await) }
-        });
-        let conn = builder.serve_connection(TokioIo::new(stream), svc);
+        let app = App::from(Arc::clone(&shared));
+        let conn = builder.serve_connection(TokioIo::new(stream), app);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;

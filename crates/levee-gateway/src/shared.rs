@@ -73,6 +73,16 @@ pub enum SetupError {
 impl Shared {
     /// Builds the runtime from a validated config. `seed` seeds the per-request RNGs.
     pub fn new(config: Config, seed: u64) -> Result<Self, SetupError> {
+        Self::with_dial(config, seed, None)
+    }
+
+    /// [`Shared::new`] whose providers are reached through `dial` (in-memory
+    /// pipes to in-process providers) instead of the network, when given.
+    pub fn with_dial(
+        config: Config,
+        seed: u64,
+        dial: Option<crate::transport::Dial>,
+    ) -> Result<Self, SetupError> {
         let clock = Clock::new();
         let mut metrics = Metrics::new();
         let census = crate::census::Census::new(&config, &mut metrics.registry);
@@ -104,7 +114,10 @@ impl Shared {
         let providers = config
             .providers
             .iter()
-            .map(|p| ProviderRuntime::new(p, metrics.upstream_connect.clone(), clock, replicas))
+            .map(|p| {
+                let hist = metrics.upstream_connect.clone();
+                ProviderRuntime::with_dial(p, hist, clock, replicas, dial.as_ref())
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let secrets =
             crate::redact::Secrets::new(providers.iter().filter_map(|p| p.secret.as_deref()));
@@ -120,46 +133,8 @@ impl Shared {
                 bulkhead: ConcurrencyLimiter::new(r.max_in_flight),
             })
             .collect();
-        let mut keys = Vec::new();
-        for k in &config.keys {
-            match k {
-                CallerKey::Sha256 { hex, .. } => {
-                    let mut d = [0u8; 32];
-                    for (i, b) in d.iter_mut().enumerate() {
-                        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16)
-                            .unwrap_or(0);
-                    }
-                    keys.push(d);
-                }
-                CallerKey::Env { name, var } => {
-                    let v = std::env::var(var).map_err(|_| SetupError::MissingCallerKey {
-                        name: name.clone(),
-                        var: var.clone(),
-                    })?;
-                    keys.push(Sha256::digest(v.as_bytes()).into());
-                }
-            }
-        }
-        let local = Arc::new(IdempotencyStore::new(
-            config.idempotency.ttl,
-            config.idempotency.max_entries,
-            config.idempotency.max_bytes,
-        ));
-        let idempotency: Box<dyn IdempotencyBackend> = match &redis {
-            None => Box::new(MemoryBackend(local)),
-            Some(r) => Box::new(RedisBackend {
-                redis: Arc::clone(r),
-                local,
-                ttl: config.idempotency.ttl,
-                refuse_unshared: matches!(
-                    config.state,
-                    StateBackend::Redis {
-                        on_unavailable: levee_config::OnUnavailable::Refuse,
-                        ..
-                    }
-                ),
-            }),
-        };
+        let keys = caller_keys(&config)?;
+        let idempotency = idempotency_backend(&config, redis.as_ref());
         Ok(Shared {
             config,
             clock,
@@ -214,6 +189,59 @@ impl Shared {
             self.metrics.in_flight.get_or_create(&label).set(in_flight);
         }
     }
+}
+
+/// The sha256 digests of the accepted caller keys.
+fn caller_keys(config: &Config) -> Result<Vec<[u8; 32]>, SetupError> {
+    let mut keys = Vec::new();
+    for k in &config.keys {
+        match k {
+            CallerKey::Sha256 { hex, .. } => {
+                let mut d = [0u8; 32];
+                for (i, b) in d.iter_mut().enumerate() {
+                    *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16)
+                        .unwrap_or(0);
+                }
+                keys.push(d);
+            }
+            CallerKey::Env { name, var } => {
+                let v = std::env::var(var).map_err(|_| SetupError::MissingCallerKey {
+                    name: name.clone(),
+                    var: var.clone(),
+                })?;
+                keys.push(Sha256::digest(v.as_bytes()).into());
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// The idempotency store: in memory, or Redis with the local store beside it.
+fn idempotency_backend(
+    config: &Config,
+    redis: Option<&Arc<RedisState>>,
+) -> Box<dyn IdempotencyBackend> {
+    let local = Arc::new(IdempotencyStore::new(
+        config.idempotency.ttl,
+        config.idempotency.max_entries,
+        config.idempotency.max_bytes,
+    ));
+    let idempotency: Box<dyn IdempotencyBackend> = match redis {
+        None => Box::new(MemoryBackend(local)),
+        Some(r) => Box::new(RedisBackend {
+            redis: Arc::clone(r),
+            local,
+            ttl: config.idempotency.ttl,
+            refuse_unshared: matches!(
+                config.state,
+                StateBackend::Redis {
+                    on_unavailable: levee_config::OnUnavailable::Refuse,
+                    ..
+                }
+            ),
+        }),
+    };
+    idempotency
 }
 
 #[cfg(test)]
