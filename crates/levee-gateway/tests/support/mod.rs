@@ -123,6 +123,11 @@ pub fn local(faults: &[&str], config: &str) -> Local {
         .enumerate()
         .map(|(i, f)| levee_mock::InProcess::new(mock_options(f, api_of(config, i))))
         .collect();
+    local_with(mocks, config)
+}
+
+/// [`local`] with mocks made by the caller.
+pub fn local_with(mocks: Vec<levee_mock::InProcess>, config: &str) -> Local {
     let mut text = format!("shutdown_grace: 5s\n{config}");
     for i in 0..mocks.len() {
         text = text.replace(&format!("{{mock{i}}}"), &format!("http://mock{i}.test"));
@@ -160,7 +165,7 @@ impl Local {
 }
 
 /// The config of one OpenAI provider (`{mock0}`) and one route with `route_extra`.
-fn one_route(route_extra: &str) -> String {
+pub fn one_route(route_extra: &str) -> String {
     format!(
         "providers:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n{route_extra}"
     )
@@ -236,6 +241,20 @@ pub async fn watchdog<T>(limit: Duration, fut: impl std::future::Future<Output =
     tokio::time::timeout(limit, fut)
         .await
         .expect("watchdog: took too long")
+}
+
+/// Waits until `cond` holds, looking again after each 1 ms tick (of the
+/// paused clock in-process, of the real one over sockets); fails the test
+/// when `limit` passes first.
+pub async fn until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let polled = async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    if tokio::time::timeout(limit, polled).await.is_err() {
+        panic!("watchdog: {what} did not happen within {limit:?}");
+    }
 }
 
 /// Sum of a metric's samples whose line contains all `parts`.
