@@ -128,16 +128,28 @@ pub fn local(faults: &[&str], config: &str) -> Local {
 
 /// [`local`] with mocks made by the caller.
 pub fn local_with(mocks: Vec<levee_mock::InProcess>, config: &str) -> Local {
+    local_dial(mocks, config, std::sync::Arc::new(|_: &http::Uri| None))
+}
+
+/// [`local_with`] where hosts other than the mocks' are reached through
+/// `other` (a hand-written provider, say).
+pub fn local_dial(
+    mocks: Vec<levee_mock::InProcess>,
+    config: &str,
+    other: levee_gateway::transport::Dial,
+) -> Local {
     let mut text = format!("shutdown_grace: 5s\n{config}");
     for i in 0..mocks.len() {
         text = text.replace(&format!("{{mock{i}}}"), &format!("http://mock{i}.test"));
     }
     let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
     let dialed = mocks.clone();
-    let dial: levee_gateway::transport::Dial = std::sync::Arc::new(move |uri: &http::Uri| {
+    let mock_at = move |uri: &http::Uri| {
         let host = uri.host()?.strip_prefix("mock")?.strip_suffix(".test")?;
         dialed.get(host.parse::<usize>().ok()?).map(|m| m.connect())
-    });
+    };
+    let dial: levee_gateway::transport::Dial =
+        std::sync::Arc::new(move |uri: &http::Uri| mock_at(uri).or_else(|| other(uri)));
     let app = levee_gateway::App::in_process(config, 42, dial).expect("gateway starts");
     Local { mocks, app }
 }
