@@ -245,6 +245,36 @@ fn caller_layer(shared: &Shared, h: &HeaderMap) -> Result<(Option<String>, bool)
     Ok((key, sdk_retry))
 }
 
+/// The request's deadline: its headers (or its SDK's patience) within the
+/// route's bounds.
+fn resolve_deadline(
+    shared: &Shared,
+    route: &levee_config::Route,
+    r: &Inbound,
+    arrived: levee_policy::Instant,
+) -> Result<levee_policy::Instant, LeveeError> {
+    let h = &r.parts.headers;
+    let patience = if r.stream { None } else { sdk_patience(h) };
+    let headers = DeadlineHeaders {
+        timeout_ms: h.get("x-timeout-ms").map(|v| v.as_bytes()),
+        deadline_ms: h.get("x-deadline-ms").map(|v| v.as_bytes()),
+        patience_secs: patience,
+    };
+    route
+        .deadline
+        .resolve(headers, arrived, shared.clock.unix_ms())
+        .map_err(|e| {
+            let e = LeveeError::bad_request(400, format!("levee: {e}"));
+            reject(shared, "bad_request", e)
+        })
+}
+
+/// The idempotency key Levee sends for a request that has none.
+fn generated_key(shared: &Shared) -> HeaderValue {
+    HeaderValue::from_str(&shared.uuid_v7().to_string())
+        .unwrap_or(HeaderValue::from_static("levee"))
+}
+
 /// Admission: the deadline, what each target is sent, the bulkhead slot and
 /// the idempotency key; then the driver.
 async fn admit(
@@ -255,25 +285,7 @@ async fn admit(
     let route = &shared.config.routes[r.route];
     let arrived = shared.clock.now();
     let h = &r.parts.headers;
-    let patience = if r.stream { None } else { sdk_patience(h) };
-    let deadline = route
-        .deadline
-        .resolve(
-            DeadlineHeaders {
-                timeout_ms: h.get("x-timeout-ms").map(|v| v.as_bytes()),
-                deadline_ms: h.get("x-deadline-ms").map(|v| v.as_bytes()),
-                patience_secs: patience,
-            },
-            arrived,
-            shared.clock.unix_ms(),
-        )
-        .map_err(|e| {
-            reject(
-                shared,
-                "bad_request",
-                LeveeError::bad_request(400, format!("levee: {e}")),
-            )
-        })?;
+    let deadline = resolve_deadline(shared, route, &r, arrived)?;
     shared.census.admitted(
         crate::census::key_index(&shared.keys, &r.caller),
         h.get(crate::census::CALLER_HEADER).map(|v| v.as_bytes()),
@@ -323,10 +335,7 @@ async fn admit(
     let idem = key_header
         .as_deref()
         .and_then(|k| HeaderValue::from_str(k).ok())
-        .unwrap_or_else(|| {
-            HeaderValue::from_str(&shared.uuid_v7().to_string())
-                .unwrap_or(HeaderValue::from_static("levee"))
-        });
+        .unwrap_or_else(|| generated_key(shared));
     let trace = match &shared.telemetry {
         Some(t) => t.request(h, &route.name),
         None => crate::telemetry::RequestTrace::off(),

@@ -178,7 +178,7 @@ async fn a_plain_answer_whose_body_stalls_after_its_2xx_head_is_not_sent_to_the_
         "providers:\n  a: { api: openai, base_url: \"http://fake.test\" }\n  b: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n",
         dial,
     );
-    let t = tokio::time::Instant::now();
+    let t = paused_now();
     let r = watchdog(
         WATCHDOG,
         env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "4000")]),
@@ -200,7 +200,7 @@ async fn an_answer_over_the_size_limit_is_fetched_once_and_never_retried() {
     for kind in [Fake::HugeChunked, Fake::HugeDeclared] {
         let (count, dial) = fake_upstream(kind);
         let env = gateway_before(dial);
-        let t = tokio::time::Instant::now();
+        let t = paused_now();
         let r = watchdog(
             WATCHDOG,
             env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
@@ -238,7 +238,7 @@ async fn a_committed_stream_ends_at_the_callers_deadline_with_an_error_event_in_
     let env = local_one("faults:\n  - { chunk_delay: 1s }\n", "");
     let anthropic = r#"{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
     let deadline = [("x-timeout-ms", "3000")];
-    let t = tokio::time::Instant::now();
+    let t = paused_now();
     let (o, a) = watchdog(WATCHDOG, async {
         tokio::join!(
             env.post("/v1/chat/completions", CHAT_STREAM, &deadline),

@@ -26,7 +26,7 @@ async fn a_full_route_sheds_at_once_instead_of_queueing() {
         || env.stats(0).in_flight == 1,
     )
     .await;
-    let t = tokio::time::Instant::now();
+    let t = paused_now();
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
     assert_eq!(t.elapsed(), Duration::ZERO, "shed at once, not queued");
     assert_eq!(r.status, 503);
@@ -203,7 +203,7 @@ async fn a_stream_with_no_first_event_in_time_falls_back_before_committing() {
         &["faults:\n  - { stall: true }\n", "faults: []"],
         "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n    retry: { max_attempts: 1 }\n    first_byte_timeout: 300ms\n",
     );
-    let t = tokio::time::Instant::now();
+    let t = paused_now();
     let r = watchdog(
         Duration::from_secs(5),
         env.post(
@@ -229,7 +229,7 @@ async fn a_stream_that_stalls_after_its_first_byte_ends_with_an_error_event() {
         "faults:\n  - { chunk_delay: 2s }\n",
         "    stream_idle_timeout: 200ms\n",
     );
-    let t = tokio::time::Instant::now();
+    let t = paused_now();
     let r = watchdog(
         Duration::from_secs(10),
         env.post(
@@ -268,7 +268,7 @@ async fn callers_with_short_deadlines_leave_no_orphaned_work_behind() {
     for _ in 0..60 {
         let e = env.clone();
         calls.push(tokio::spawn(async move {
-            let t = tokio::time::Instant::now();
+            let t = paused_now();
             let r = e
                 .post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "300")])
                 .await;

@@ -103,7 +103,7 @@ async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
     // A long deadline (20 s) and a longer Retry-After (30 s): code that waits
     // trips the watchdog; code that gives up answers at once.
     let env = local_one("faults:\n  - { status: 503, retry_after: 30 }\n", "");
-    let t = tokio::time::Instant::now();
+    let t = paused_now();
     let r = watchdog(
         Duration::from_secs(5),
         env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
@@ -122,7 +122,7 @@ async fn retry_after_is_honoured_when_the_deadline_holds_it() {
         "faults:\n  - { status: 429, retry_after_ms: 400, to: 150ms }\n",
         "    retry: { on: [429, 503] }\n",
     );
-    let t = tokio::time::Instant::now();
+    let t = paused_now();
     let r = watchdog(
         WATCHDOG,
         env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
@@ -188,7 +188,7 @@ async fn a_timeout_cut_short_by_the_callers_deadline_is_not_retried() {
         "faults:\n  - { stall: true }\n",
         "    expected_attempt_ms: 30000\n",
     );
-    let t = tokio::time::Instant::now();
+    let t = paused_now();
     let r = watchdog(
         WATCHDOG,
         env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "1000")]),

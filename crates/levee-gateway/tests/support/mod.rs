@@ -282,6 +282,13 @@ pub fn metric(text: &str, name: &str, parts: &[&str]) -> f64 {
         .sum()
 }
 
+/// Now on tokio's clock: in-process tests under paused time measure exact
+/// elapsed times with it (time moves only when every task waits on a timer).
+#[allow(clippy::disallowed_methods)]
+pub fn paused_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}
+
 /// The wall clock, for black-box timing of real servers over real sockets
 /// (the one place tests read it).
 #[allow(clippy::disallowed_methods)]
