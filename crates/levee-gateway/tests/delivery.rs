@@ -131,11 +131,7 @@ fn gateway_before(dial: levee_gateway::transport::Dial) -> Local {
 async fn a_plain_answer_that_breaks_off_after_its_2xx_head_is_not_run_again() {
     let (count, dial) = fake_upstream(Fake::CutBody);
     let env = gateway_before(dial);
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
-    )
-    .await;
+    let (r, _) = env.timed_chat(CHAT, 20000).await;
     assert_eq!(
         count.load(Ordering::SeqCst),
         1,
@@ -147,23 +143,8 @@ async fn a_plain_answer_that_breaks_off_after_its_2xx_head_is_not_run_again() {
     assert_eq!(r.header("x-levee-attempts"), "1");
     assert!(r.text().contains("broke off"), "{}", r.text());
     let m = env.metrics();
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"body_cut\""]
-        ),
-        1.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"connect_error\""]
-        ),
-        0.0
-    );
+    assert_eq!(attempts_labelled(&m, "body_cut"), 1.0, "{m}");
+    assert_eq!(attempts_labelled(&m, "connect_error"), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -178,16 +159,11 @@ async fn a_plain_answer_whose_body_stalls_after_its_2xx_head_is_not_sent_to_the_
         "providers:\n  a: { api: openai, base_url: \"http://fake.test\" }\n  b: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n",
         dial,
     );
-    let t = paused_now();
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "4000")]),
-    )
-    .await;
+    let (r, took) = env.timed_chat(CHAT, 4000).await;
     assert!(
-        t.elapsed() <= Duration::from_secs(4),
+        took <= Duration::from_secs(4),
         "answered by the caller's deadline: {:?}",
-        t.elapsed()
+        took
     );
     assert_eq!(r.status, 504, "{}", r.text());
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
@@ -217,15 +193,7 @@ async fn an_answer_over_the_size_limit_is_fetched_once_and_never_retried() {
         assert_eq!(r.header("x-should-retry"), "false");
         assert!(r.text().contains("64 MiB"), "{}", r.text());
         let m = env.metrics();
-        assert_eq!(
-            metric(
-                &m,
-                "levee_upstream_attempts_total",
-                &["result=\"response_too_large\""]
-            ),
-            1.0,
-            "{m}"
-        );
+        assert_eq!(attempts_labelled(&m, "response_too_large"), 1.0, "{m}");
         // Not the provider's fault: the breaker does not count it.
         assert_eq!(metric(&m, "levee_circuit_state", &["provider=\"p\""]), 0.0);
     }
@@ -332,15 +300,7 @@ async fn a_stream_cut_after_its_2xx_head_before_any_event_is_labelled_as_such() 
         "faults:\n  - { cut_stream_after: 0 }\n",
         "    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n",
     );
-    let r = watchdog(
-        WATCHDOG,
-        env.post(
-            "/v1/chat/completions",
-            CHAT_STREAM,
-            &[("x-timeout-ms", "20000")],
-        ),
-    )
-    .await;
+    let (r, _) = env.timed_chat(CHAT_STREAM, 20000).await;
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(
         env.stats(0).requests_total,
@@ -348,21 +308,6 @@ async fn a_stream_cut_after_its_2xx_head_before_any_event_is_labelled_as_such() 
         "retryable before the commit point"
     );
     let m = env.metrics();
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"cut_before_first_event\""]
-        ),
-        2.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"connect_error\""]
-        ),
-        0.0
-    );
+    assert_eq!(attempts_labelled(&m, "cut_before_first_event"), 2.0, "{m}");
+    assert_eq!(attempts_labelled(&m, "connect_error"), 0.0);
 }

@@ -38,11 +38,7 @@ async fn a_stalled_primary_leaves_time_to_ask_the_backup() {
         &primary_and_backup(""),
     );
     // 3 s: the primary may run until the backup's 1 s + margin are left.
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "3000")]),
-    )
-    .await;
+    let (r, _) = env.timed_chat(CHAT, 3000).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "b");
     assert_eq!(r.header("x-levee-attempts"), "2");
@@ -100,11 +96,7 @@ async fn a_retry_after_of_a_day_holds_the_model_for_the_cap_only() {
         "faults:\n  - { status: 429, retry_after: 86400 }\n",
         "    retry: { retry_after_cap: 30s }\n",
     );
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "60000")]),
-    )
-    .await;
+    let (r, _) = env.timed_chat(CHAT, 60000).await;
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("x-levee-attempts"), "1", "a day is not waited on");
     assert_eq!(
@@ -120,11 +112,7 @@ async fn anthropic_overloaded_529_is_retried_by_default() {
         "faults:\n  - { status: 529 }\n",
         "    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
     );
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
-    )
-    .await;
+    let (r, _) = env.timed_chat(CHAT, 20000).await;
     assert_eq!(r.status, 529);
     assert_eq!(r.header("x-levee-attempts"), "3");
     assert_eq!(env.stats(0).requests_total, 3);

@@ -203,20 +203,11 @@ async fn a_stream_with_no_first_event_in_time_falls_back_before_committing() {
         &["faults:\n  - { stall: true }\n", "faults: []"],
         "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n    retry: { max_attempts: 1 }\n    first_byte_timeout: 300ms\n",
     );
-    let t = paused_now();
-    let r = watchdog(
-        Duration::from_secs(5),
-        env.post(
-            "/v1/chat/completions",
-            CHAT_STREAM,
-            &[("x-timeout-ms", "20000")],
-        ),
-    )
-    .await;
+    let (r, took) = env.timed_chat(CHAT_STREAM, 20000).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "b");
     assert_eq!(
-        t.elapsed(),
+        took,
         Duration::from_millis(300),
         "the backup is asked at first_byte_timeout"
     );
@@ -229,19 +220,10 @@ async fn a_stream_that_stalls_after_its_first_byte_ends_with_an_error_event() {
         "faults:\n  - { chunk_delay: 2s }\n",
         "    stream_idle_timeout: 200ms\n",
     );
-    let t = paused_now();
-    let r = watchdog(
-        Duration::from_secs(10),
-        env.post(
-            "/v1/chat/completions",
-            CHAT_STREAM,
-            &[("x-timeout-ms", "60000")],
-        ),
-    )
-    .await;
+    let (r, took) = env.timed_chat(CHAT_STREAM, 60000).await;
     assert_eq!(r.status, 200);
     assert_eq!(
-        t.elapsed(),
+        took,
         Duration::from_millis(200),
         "ended at stream_idle_timeout"
     );

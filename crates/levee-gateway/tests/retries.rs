@@ -73,14 +73,7 @@ async fn a_503_window_is_retried_up_to_max_attempts_with_one_idempotency_key() {
         s.idempotency_keys
     );
     let m = env.metrics();
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"http_5xx\""]
-        ),
-        3.0
-    );
+    assert_eq!(attempts_labelled(&m, "http_5xx"), 3.0);
     assert_eq!(metric(&m, "levee_attempts_per_request_sum", &[]), 3.0);
 }
 
@@ -103,13 +96,8 @@ async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
     // A long deadline (20 s) and a longer Retry-After (30 s): code that waits
     // trips the watchdog; code that gives up answers at once.
     let env = local_one("faults:\n  - { status: 503, retry_after: 30 }\n", "");
-    let t = paused_now();
-    let r = watchdog(
-        Duration::from_secs(5),
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
-    )
-    .await;
-    assert_eq!(t.elapsed(), Duration::ZERO, "answered without waiting");
+    let (r, took) = env.timed_chat(CHAT, 20000).await;
+    assert_eq!(took, Duration::ZERO, "answered without waiting");
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
     assert_eq!(r.header("retry-after"), "30");
@@ -122,18 +110,9 @@ async fn retry_after_is_honoured_when_the_deadline_holds_it() {
         "faults:\n  - { status: 429, retry_after_ms: 400, to: 150ms }\n",
         "    retry: { on: [429, 503] }\n",
     );
-    let t = paused_now();
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
-    )
-    .await;
+    let (r, took) = env.timed_chat(CHAT, 20000).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert!(
-        t.elapsed() >= Duration::from_millis(400),
-        "waited {:?}",
-        t.elapsed()
-    );
+    assert!(took >= Duration::from_millis(400), "waited {:?}", took);
     assert_eq!(r.header("x-levee-attempts"), "2");
 }
 
@@ -188,18 +167,13 @@ async fn a_timeout_cut_short_by_the_callers_deadline_is_not_retried() {
         "faults:\n  - { stall: true }\n",
         "    expected_attempt_ms: 30000\n",
     );
-    let t = paused_now();
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "1000")]),
-    )
-    .await;
+    let (r, took) = env.timed_chat(CHAT, 1000).await;
     assert_eq!(r.status, 504);
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
     assert!(
-        t.elapsed() <= Duration::from_millis(1000),
+        took <= Duration::from_millis(1000),
         "answered by the caller's deadline, not after it: {:?}",
-        t.elapsed()
+        took
     );
     assert_eq!(env.stats(0).requests_total, 1);
     let m = env.metrics();

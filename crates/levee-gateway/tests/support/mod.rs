@@ -168,6 +168,21 @@ impl Local {
         self.mocks[i].stats()
     }
 
+    /// A chat request with `body` and a deadline of `timeout_ms`, under a
+    /// watchdog longer than any deadline the tests use; returns the answer
+    /// and the time it took on the paused clock.
+    pub async fn timed_chat(&self, body: &str, timeout_ms: u64) -> (Resp, Duration) {
+        let t = paused_now();
+        let timeout = timeout_ms.to_string();
+        let headers = [("x-timeout-ms", timeout.as_str())];
+        let r = watchdog(
+            Duration::from_secs(120),
+            self.post("/v1/chat/completions", body, &headers),
+        )
+        .await;
+        (r, t.elapsed())
+    }
+
     /// The `/metrics` exposition.
     pub fn metrics(&self) -> String {
         let shared = self.app.shared();
@@ -267,6 +282,12 @@ pub async fn until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) 
     if tokio::time::timeout(limit, polled).await.is_err() {
         panic!("watchdog: {what} did not happen within {limit:?}");
     }
+}
+
+/// `levee_upstream_attempts_total{result}`, summed over providers.
+pub fn attempts_labelled(text: &str, result: &str) -> f64 {
+    let label = format!("result=\"{result}\"");
+    metric(text, "levee_upstream_attempts_total", &[&label])
 }
 
 /// Sum of a metric's samples whose line contains all `parts`.
