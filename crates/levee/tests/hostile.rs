@@ -501,6 +501,20 @@ fn assert_refused_or_closed(what: &str, a: &Answer, allowed: &[u16]) {
     }
 }
 
+/// Waits until `cond` holds, looking again every 10 ms: for what another
+/// process or thread does, with no event to wait on. Fails the test when
+/// `limit` passes first.
+fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + limit;
+    while !cond() {
+        assert!(
+            Instant::now() < until,
+            "{what} did not happen within {limit:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 // ---------------------------------------------------------------- normal traffic
 
 struct Background {
@@ -1132,37 +1146,26 @@ fn provider_keys_never_appear_in_logs_metrics_tapes_or_error_bodies() {
     let successes = 4;
     let metrics = gw.metrics();
     assert!(metrics.contains("levee_"), "metrics look empty: {metrics}");
-    // Logs are written line by line from another process: poll for the
-    // request lines (bounded), rather than sleeping and hoping.
-    let until = Instant::now() + Duration::from_secs(10);
-    while gw
-        .proc
-        .stderr()
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .count()
-        < 3
-        && Instant::now() < until
-    {
-        thread::sleep(Duration::from_millis(10));
-    }
+    // Logs are written line by line from another process, the tape by the
+    // recorder's thread: each is awaited (bounded) for its lines.
+    let json_lines = |gw: &Gateway| {
+        gw.proc
+            .stderr()
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .count()
+    };
+    wait_for(Duration::from_secs(10), "three JSON log lines", || {
+        json_lines(&gw) >= 3
+    });
     gw.assert_healthy();
     let logs = gw.proc.stderr();
-    assert!(
-        logs.lines().filter(|l| l.starts_with('{')).count() >= 3,
-        "expected JSON log lines: {logs}"
-    );
-    // The recorder writes from a background thread: wait (bounded) for lines.
     let tape_text = tape.as_ref().map(|t| {
-        let until = Instant::now() + Duration::from_secs(5);
-        loop {
-            let text = std::fs::read_to_string(&t.0).unwrap_or_default();
-            if text.lines().count() >= successes || Instant::now() > until {
-                assert!(!text.is_empty(), "--record wrote no tape");
-                return text;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
+        let read = || std::fs::read_to_string(&t.0).unwrap_or_default();
+        wait_for(Duration::from_secs(5), "the tape's lines", || {
+            read().lines().count() >= successes
+        });
+        read()
     });
     for needle in needles {
         assert!(!logs.contains(needle), "the key is in the logs:\n{logs}");
@@ -1261,14 +1264,11 @@ fn sigterm_answers_waiting_requests_and_releases_redis_leases() {
             STUCK,
         )
     });
-    let until = Instant::now() + Duration::from_secs(10);
-    while json_u64(&mock.stats(), "in_flight") != Some(1) {
-        assert!(
-            Instant::now() < until,
-            "the request never reached the provider"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(
+        Duration::from_secs(10),
+        "the request reaches the provider",
+        || json_u64(&mock.stats(), "in_flight") == Some(1),
+    );
     let keys = redis_cli(port, &["--scan", "--pattern", "sigterm:idem:*"]).unwrap_or_default();
     assert_eq!(keys.lines().count(), 1, "one lease held: {keys:?}");
     let state = redis_cli(port, &["HGET", keys.trim(), "state"]);
