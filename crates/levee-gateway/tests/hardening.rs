@@ -351,13 +351,12 @@ async fn bodies_that_cannot_be_parsed_in_full_are_refused_on_every_route() {
     env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn one_callers_keys_cannot_evict_another_callers_stored_answer() {
-    let env = start(
+    let env = local(
         &["faults: []"],
         &keyed_config("idempotency: { max_entries: 10 }\n"),
-    )
-    .await;
+    );
     let b = [
         ("authorization", "Bearer key-b"),
         ("idempotency-key", "b-1"),
@@ -389,16 +388,14 @@ async fn one_callers_keys_cannot_evict_another_callers_stored_answer() {
         "B's answer was evicted by A's keys"
     );
     assert_eq!(env.stats(0).requests_total, 26, "B's request ran twice");
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn stored_answers_are_bounded_in_bytes() {
-    let env = start(
+    let env = local(
         &["faults: []"],
         &keyed_config("idempotency: { max_entries: 1000, max_bytes: 16384 }\n"),
-    )
-    .await;
+    );
     let post = |i: usize| {
         let key = format!("k-{i}");
         let env = &env;
@@ -421,12 +418,11 @@ async fn stored_answers_are_bounded_in_bytes() {
         "",
         "60 answers fit in 16 KiB?"
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_keyed_stream_twice_waits_then_runs_and_says_so() {
-    let env = one("faults:\n  - { chunk_delay: 100ms }\n", "").await;
+    let env = local_one("faults:\n  - { chunk_delay: 100ms }\n", "");
     let h = [("idempotency-key", "stream-1")];
     let first = env.post("/v1/chat/completions", CHAT_STREAM, &h);
     let second = async {
@@ -445,7 +441,6 @@ async fn a_keyed_stream_twice_waits_then_runs_and_says_so() {
         "the second ran again silently"
     );
     assert_eq!(env.stats(0).requests_total, 2);
-    env.stop().await;
 }
 
 #[tokio::test]
