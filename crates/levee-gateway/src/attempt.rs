@@ -4,7 +4,9 @@
 //! or gives its permit back if the request is dropped first.
 
 use crate::shared::Shared;
-use levee_policy::{Class, Dependencies, Outcome, Permit, Refusal, RequestState};
+use levee_policy::{
+    Class, Dependencies, Instant, Outcome, Permit, Refusal, RequestState, RoutePolicy,
+};
 use std::sync::Arc;
 
 /// [`Dependencies`] for one request on one route of a running gateway.
@@ -79,10 +81,13 @@ pub struct AttemptFinisher {
 }
 
 impl AttemptFinisher {
-    /// Records the in-flight attempt's outcome; returns its class.
-    pub fn record(&mut self, outcome: Outcome) -> Class {
+    /// Calls `f` with the route's policy, the request's state, the
+    /// dependencies and now.
+    fn with_policy<T>(
+        &mut self,
+        f: impl FnOnce(&RoutePolicy, &mut RequestState, &mut GatewayDeps<'_>, Instant) -> T,
+    ) -> T {
         let shared = Arc::clone(&self.shared);
-        let now = shared.clock.now();
         let policy = &shared.config.routes[self.route].policy;
         // Only finishing, depositing and refunding happen here: no model needed.
         let mut deps = GatewayDeps {
@@ -91,22 +96,17 @@ impl AttemptFinisher {
             model: "",
             skip: &[],
         };
-        policy.record(&mut self.req, &mut deps, now, outcome)
+        f(policy, &mut self.req, &mut deps, shared.clock.now())
+    }
+
+    /// Records the in-flight attempt's outcome; returns its class.
+    pub fn record(&mut self, outcome: Outcome) -> Class {
+        self.with_policy(|p, req, deps, now| p.record(req, deps, now, outcome))
     }
 
     /// The dispatched attempt could not be sent (a shared allowance refused it).
     pub fn refuse(&mut self, refusal: Refusal) {
-        let shared = Arc::clone(&self.shared);
-        let now = shared.clock.now();
-        let policy = &shared.config.routes[self.route].policy;
-        // Only finishing, depositing and refunding happen here: no model needed.
-        let mut deps = GatewayDeps {
-            shared: &shared,
-            route: self.route,
-            model: "",
-            skip: &[],
-        };
-        policy.refuse(&mut self.req, &mut deps, now, refusal);
+        self.with_policy(|p, req, deps, now| p.refuse(req, deps, now, refusal))
     }
 
     /// Records the outcome of a committed stream's attempt and consumes self.
@@ -133,16 +133,7 @@ impl AttemptFinisher {
 impl Drop for AttemptFinisher {
     fn drop(&mut self) {
         if self.req.has_in_flight() {
-            let shared = Arc::clone(&self.shared);
-            let now = shared.clock.now();
-            let policy = &shared.config.routes[self.route].policy;
-            let mut deps = GatewayDeps {
-                shared: &shared,
-                route: self.route,
-                model: "",
-                skip: &[],
-            };
-            policy.abandon(&mut self.req, &mut deps, now);
+            self.with_policy(|p, req, deps, now| p.abandon(req, deps, now));
         }
     }
 }

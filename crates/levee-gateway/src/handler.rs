@@ -6,13 +6,13 @@ use crate::crossing;
 use crate::drive::Ctx;
 use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{inspect, rewrite_model};
-use crate::respond::{full, levee_error, Body};
+use crate::observe::{self, Observer};
+use crate::respond::{full, Body, LeveeError, Why};
 use crate::shared::Shared;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use levee_policy::deadline::DeadlineHeaders;
 use levee_wire::Dialect;
 use sha2::{Digest, Sha256};
@@ -21,52 +21,145 @@ use std::time::Duration;
 
 const PATHS: [&str; 4] = levee_wire::paths::POST;
 
+/// Errors a request body may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Handles one inbound request. Never panics, never answers 500 without a
 /// reason; when the shutdown grace period ends first, answers 503 (or ends
 /// the stream with an error event) in the caller's dialect.
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+///
+/// Generic over the request body, so that the whole gateway runs in-process
+/// (tests drive it with in-memory bodies under paused time) as well as
+/// behind the listener.
+pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let dialect = Dialect::of_request(req.uri().path(), req.headers());
     let guard = Arc::clone(&shared);
     guard
         .grace_over
-        .guard(dialect, &guard.metrics, handle_request(shared, req))
+        .guard(dialect, &guard.metrics, answer(shared, req, dialect))
         .await
 }
 
-async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+/// The request's answer: a provider's, Levee's, or the one place a
+/// [`LeveeError`] becomes a response.
+async fn answer<B>(shared: Arc<Shared>, req: Request<B>, dialect: Dialect) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut note = None;
+    let resp = match serve(&shared, req, dialect, &mut note).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(dialect),
+    };
+    noted(&shared, resp, note)
+}
+
+/// Counts a refusal under `label` in `levee_rejected` and returns it.
+fn reject(shared: &Shared, label: &str, e: LeveeError) -> LeveeError {
+    observe::rejected(shared, label);
+    e
+}
+
+async fn serve<B>(
+    shared: &Arc<Shared>,
+    req: Request<B>,
+    dialect: Dialect,
+    note: &mut Option<IdemNote>,
+) -> Result<Response<Body>, LeveeError>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let path = req.uri().path().to_string();
-    let dialect = Dialect::of_request(&path, req.headers());
     if req.method() == Method::GET && path == "/v1/models" {
         // The route names are the deployment's map: as private as the routes.
-        if authenticate(&shared, req.headers()).is_err() {
-            return unauthorized(&shared, dialect);
-        }
-        return models(&shared);
+        authenticate(shared, req.headers())?;
+        return Ok(models(shared));
     }
     if !PATHS.contains(&path.as_str()) {
-        shared.metrics.reject("not_found");
-        return levee_error(
-            dialect,
-            404,
-            "bad_request",
-            &format!(
-                "levee: no such endpoint `{}`; use one of {}",
-                printable(&path),
-                PATHS.join(", ")
-            ),
-            0,
-            None,
+        let msg = format!(
+            "levee: no such endpoint `{}`; use one of {}",
+            printable(&path),
+            PATHS.join(", ")
         );
+        return Err(reject(
+            shared,
+            "not_found",
+            LeveeError::bad_request(404, msg),
+        ));
     }
     if req.method() != Method::POST {
-        shared.metrics.reject("bad_request");
-        return levee_error(dialect, 405, "bad_request", "levee: use POST", 0, None);
+        let e = LeveeError::bad_request(405, "levee: use POST");
+        return Err(reject(shared, "bad_request", e));
     }
-    let caller = match authenticate(&shared, req.headers()) {
-        Ok(c) => c,
-        Err(()) => return unauthorized(&shared, dialect),
+    let caller = authenticate(shared, req.headers())?;
+    let (parts, body) = read_body(shared, req).await?;
+    let inspected = inspect(&body).map_err(|e| {
+        reject(
+            shared,
+            "bad_request",
+            LeveeError::bad_request(400, format!("levee: {e}")),
+        )
+    })?;
+    let Some(route) = shared.config.route_for(&path, &inspected.model) else {
+        let msg = format!(
+            "levee: no route for model `{}`",
+            printable(&inspected.model)
+        );
+        return Err(reject(
+            shared,
+            "no_route",
+            LeveeError::bad_request(404, msg),
+        ));
     };
+    let request = Inbound {
+        parts,
+        body,
+        path,
+        model: inspected.model,
+        stream: inspected.stream,
+        caller,
+        route,
+        dialect,
+    };
+    admit(shared, request, note).await
+}
+
+/// A request whose body is read and whose route is known.
+struct Inbound {
+    parts: http::request::Parts,
+    body: Bytes,
+    path: String,
+    model: String,
+    stream: bool,
+    caller: [u8; 32],
+    route: usize,
+    dialect: Dialect,
+}
+
+/// Reads the whole body within `limits.max_body_bytes` and
+/// `limits.body_read_timeout`.
+async fn read_body<B>(
+    shared: &Shared,
+    req: Request<B>,
+) -> Result<(http::request::Parts, Bytes), LeveeError>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let max_body = shared.config.limits.max_body_bytes;
+    let too_large = |msg: String| {
+        reject(
+            shared,
+            "payload_too_large",
+            LeveeError::bad_request(413, msg),
+        )
+    };
     if let Some(len) = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -74,15 +167,8 @@ async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response
         .and_then(|v| v.parse::<u64>().ok())
     {
         if len > max_body {
-            shared.metrics.reject("payload_too_large");
-            return levee_error(
-                dialect,
-                413,
-                "bad_request",
-                &format!("levee: request body of {len} bytes exceeds the limit of {max_body}"),
-                0,
-                None,
-            );
+            let msg = format!("levee: request body of {len} bytes exceeds the limit of {max_body}");
+            return Err(too_large(msg));
         }
     }
     let (parts, incoming) = req.into_parts();
@@ -91,151 +177,56 @@ async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response
         shared.config.limits.body_read_timeout,
         Limited::new(incoming, limit).collect(),
     );
-    let body = match read.await {
-        Err(_) => {
-            shared.metrics.reject("bad_request");
-            return levee_error(
-                dialect,
-                408,
-                "bad_request",
-                "levee: the request body did not arrive within limits.body_read_timeout",
-                0,
-                None,
-            );
-        }
-        Ok(Ok(c)) => c.to_bytes(),
-        Ok(Err(e)) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                shared.metrics.reject("payload_too_large");
-                return levee_error(
-                    dialect,
-                    413,
-                    "bad_request",
-                    &format!("levee: request body exceeds the limit of {max_body} bytes"),
-                    0,
-                    None,
-                );
-            }
-            shared.metrics.reject("bad_request");
-            return levee_error(
-                dialect,
-                400,
-                "bad_request",
-                "levee: could not read the request body",
-                0,
-                None,
-            );
-        }
-    };
-    let inspected = match inspect(&body) {
-        Ok(i) => i,
-        Err(e) => {
-            shared.metrics.reject("bad_request");
-            return levee_error(dialect, 400, "bad_request", &format!("levee: {e}"), 0, None);
-        }
-    };
-    let Some(route_ix) = shared.config.route_for(&path, &inspected.model) else {
-        shared.metrics.reject("no_route");
-        return levee_error(
-            dialect,
-            404,
+    match read.await {
+        Err(_) => Err(reject(
+            shared,
             "bad_request",
-            &format!(
-                "levee: no route for model `{}`",
-                printable(&inspected.model)
+            LeveeError::bad_request(
+                408,
+                "levee: the request body did not arrive within limits.body_read_timeout",
             ),
-            0,
-            None,
-        );
-    };
-    let route = &shared.config.routes[route_ix];
-    let arrived = shared.clock.now();
-    let h = &parts.headers;
-    // The SDK's own patience, for non-streaming calls: the Anthropic SDK sends
-    // `x-stainless-timeout` (or `NOT_GIVEN`), the OpenAI SDK only
-    // `x-stainless-read-timeout`. The first that is a number wins.
-    let patience = if inspected.stream {
-        None
-    } else {
-        ["x-stainless-timeout", "x-stainless-read-timeout"]
-            .iter()
-            .filter_map(|n| h.get(*n))
-            .map(|v| v.as_bytes())
-            .find(|v| {
-                std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<f64>().ok())
-                    .is_some_and(|x| x.is_finite() && x > 0.0)
-            })
-    };
-    let deadline = match route.deadline.resolve(
-        DeadlineHeaders {
-            timeout_ms: h.get("x-timeout-ms").map(|v| v.as_bytes()),
-            deadline_ms: h.get("x-deadline-ms").map(|v| v.as_bytes()),
-            patience_secs: patience,
-        },
-        arrived,
-        shared.clock.unix_ms(),
-    ) {
-        Ok(d) => d,
-        Err(e) => {
-            shared.metrics.reject("bad_request");
-            return levee_error(dialect, 400, "bad_request", &format!("levee: {e}"), 0, None);
-        }
-    };
-    shared.census.admitted(
-        crate::census::key_index(&shared.keys, &caller),
-        h.get(crate::census::CALLER_HEADER).map(|v| v.as_bytes()),
-        route_ix,
-        deadline.saturating_since(arrived),
-        arrived,
-    );
+        )),
+        Ok(Ok(c)) => Ok((parts, c.to_bytes())),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(format!(
+            "levee: request body exceeds the limit of {max_body} bytes"
+        ))),
+        Ok(Err(_)) => Err(reject(
+            shared,
+            "bad_request",
+            LeveeError::bad_request(400, "levee: could not read the request body"),
+        )),
+    }
+}
 
-    // What each target will be sent, checked now so that nothing about the
-    // request itself can fail later and be blamed on a provider.
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| path.clone());
-    let Targets {
-        bodies,
-        uris,
-        crossings,
-        skip,
-        foreign_headers,
-    } = match prepare_targets(
-        &shared,
-        route,
-        dialect,
-        &parts.headers,
-        &path,
-        &path_and_query,
-        &body,
-        &inspected.model,
-    ) {
-        Ok(t) => t,
-        Err((status, msg)) => {
-            shared.metrics.reject("bad_request");
-            return levee_error(dialect, status, "bad_request", &msg, 0, None);
-        }
-    };
-    // Cross-layer accounting: is a caller layer still retrying?
-    let key_header = match h.get("idempotency-key").map(|v| v.to_str()) {
+/// The SDK's own patience, for non-streaming calls: the Anthropic SDK sends
+/// `x-stainless-timeout` (or `NOT_GIVEN`), the OpenAI SDK only
+/// `x-stainless-read-timeout`. The first that is a number wins.
+fn sdk_patience(h: &HeaderMap) -> Option<&[u8]> {
+    ["x-stainless-timeout", "x-stainless-read-timeout"]
+        .iter()
+        .filter_map(|n| h.get(*n))
+        .map(|v| v.as_bytes())
+        .find(|v| {
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .is_some_and(|x| x.is_finite() && x > 0.0)
+        })
+}
+
+/// The caller's `idempotency-key`, checked; and whether its SDK says this
+/// is its own retry (counted as a caller-layer retry).
+fn caller_layer(shared: &Shared, h: &HeaderMap) -> Result<(Option<String>, bool), LeveeError> {
+    let key = match h.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
         Some(Ok(k)) if !k.trim().is_empty() && k.len() <= 256 => Some(k.to_string()),
         Some(_) => {
-            shared.metrics.reject("bad_request");
-            return levee_error(
-                dialect,
-                400,
+            let msg = "levee: header `idempotency-key` must be 1 to 256 visible ASCII characters";
+            return Err(reject(
+                shared,
                 "bad_request",
-                "levee: header `idempotency-key` must be 1 to 256 visible ASCII characters",
-                0,
-                None,
-            );
+                LeveeError::bad_request(400, msg),
+            ));
         }
     };
     let sdk_retry = h
@@ -244,86 +235,131 @@ async fn handle_request(shared: Arc<Shared>, req: Request<Incoming>) -> Response
         .and_then(|v| v.trim().parse::<u32>().ok())
         .is_some_and(|n| n > 0);
     if sdk_retry {
-        shared.metrics.caller_retries.inc();
+        observe::caller_retry(shared);
     }
+    Ok((key, sdk_retry))
+}
 
-    let Some(bulkhead) = shared.routes[route_ix].bulkhead.try_acquire() else {
-        let shed = levee_policy::Failure::shed();
-        let reason = shed.reason.as_str();
-        shared.metrics.reject(reason);
-        shared.metrics.request(&route.name, reason);
-        shared.metrics.attempts_per_request.observe(0.0);
-        return levee_error(
-            dialect,
-            shed.status,
-            reason,
-            &format!(
-                "levee: route `{}` is at its max_in_flight; rejected at once rather than queued",
-                route.name
-            ),
-            0,
-            shed.retry_after,
-        );
+/// The request's deadline: its headers (or its SDK's patience) within the
+/// route's bounds.
+fn resolve_deadline(
+    shared: &Shared,
+    route: &levee_config::Route,
+    r: &Inbound,
+    arrived: levee_policy::Instant,
+) -> Result<levee_policy::Instant, LeveeError> {
+    let h = &r.parts.headers;
+    let patience = if r.stream { None } else { sdk_patience(h) };
+    let headers = DeadlineHeaders {
+        timeout_ms: h.get("x-timeout-ms").map(|v| v.as_bytes()),
+        deadline_ms: h.get("x-deadline-ms").map(|v| v.as_bytes()),
+        patience_secs: patience,
     };
+    route
+        .deadline
+        .resolve(headers, arrived, shared.clock.unix_ms())
+        .map_err(|e| {
+            let e = LeveeError::bad_request(400, format!("levee: {e}"));
+            reject(shared, "bad_request", e)
+        })
+}
 
+/// The idempotency key Levee sends for a request that has none.
+fn generated_key(shared: &Shared) -> HeaderValue {
+    HeaderValue::from_str(&shared.uuid_v7().to_string())
+        .unwrap_or(HeaderValue::from_static("levee"))
+}
+
+/// Admission: the deadline, what each target is sent, the bulkhead slot and
+/// the idempotency key; then the driver.
+async fn admit(
+    shared: &Arc<Shared>,
+    r: Inbound,
+    note: &mut Option<IdemNote>,
+) -> Result<Response<Body>, LeveeError> {
+    let route = &shared.config.routes[r.route];
+    let arrived = shared.clock.now();
+    let h = &r.parts.headers;
+    let deadline = resolve_deadline(shared, route, &r, arrived)?;
+    shared.census.admitted(
+        crate::census::key_index(&shared.keys, &r.caller),
+        h.get(crate::census::CALLER_HEADER).map(|v| v.as_bytes()),
+        r.route,
+        deadline.saturating_since(arrived),
+        arrived,
+    );
+    // What each target will be sent, checked now so that nothing about the
+    // request itself can fail later and be blamed on a provider.
+    let path_and_query = r
+        .parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| r.path.clone());
+    let targets =
+        prepare_targets(shared, route, &r, &path_and_query).map_err(|(status, msg)| {
+            reject(shared, "bad_request", LeveeError::bad_request(status, msg))
+        })?;
+    // Cross-layer accounting: is a caller layer still retrying?
+    let (key_header, sdk_retry) = caller_layer(shared, h)?;
+    let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
+        let shed = levee_policy::Failure::shed();
+        observe::shed(shared, &route.name, &shed);
+        let msg = format!(
+            "levee: route `{}` is at its max_in_flight; rejected at once rather than queued",
+            route.name
+        );
+        return Err(LeveeError::failure(&shed, msg));
+    };
     // Idempotency: the caller's key, or one Levee makes for this request.
-    let mut note = None;
     let lease = match key_header.as_deref() {
         None => None,
         Some(k) => {
-            let body_hash: [u8; 32] = Sha256::digest(&body).into();
             let key = KeyClaim {
-                caller,
+                caller: r.caller,
                 key: k,
-                body_hash,
+                body_hash: Sha256::digest(&r.body).into(),
                 counted: sdk_retry,
             };
-            match claim_key(&shared, key, &route.name, dialect, deadline, &mut note).await {
-                Ok(lease) => lease,
-                Err(answer) => return noted(&shared, answer, note),
+            match claim_key(shared, key, &route.name, deadline, note).await? {
+                Led::Lead(lease) => lease,
+                Led::Replayed(resp) => return Ok(resp),
             }
         }
     };
-    let idem_value = match key_header
+    let idem = key_header
         .as_deref()
         .and_then(|k| HeaderValue::from_str(k).ok())
-    {
-        Some(v) => v,
-        None => HeaderValue::from_str(&shared.uuid_v7().to_string())
-            .unwrap_or(HeaderValue::from_static("levee")),
-    };
-
+        .unwrap_or_else(|| generated_key(shared));
     let trace = match &shared.telemetry {
-        Some(t) => t.request(&parts.headers, &route.name),
+        Some(t) => t.request(h, &route.name),
         None => crate::telemetry::RequestTrace::off(),
     };
-    let ctx = Ctx {
-        shared: Arc::clone(&shared),
-        bulkhead: std::sync::Mutex::new(Some(bulkhead)),
-        route: route_ix,
-        dialect,
-        parts_headers: parts.headers,
-        path_and_query,
-        bodies,
-        uris,
-        crossings,
-        skip,
-        foreign_headers,
-        model: inspected.model,
-        stream: inspected.stream,
-        idem: idem_value,
+    let obs = Observer::admitted(
+        Arc::clone(shared),
+        r.route,
+        trace,
         arrived,
+        path_and_query,
+        r.model.clone(),
+    );
+    let ctx = Ctx {
+        shared: Arc::clone(shared),
+        bulkhead: std::sync::Mutex::new(Some(bulkhead)),
+        route: r.route,
+        dialect: r.dialect,
+        parts_headers: r.parts.headers,
+        bodies: targets.bodies,
+        uris: targets.uris,
+        crossings: targets.crossings,
+        skip: targets.skip,
+        foreign_headers: targets.foreign_headers,
+        model: r.model,
+        stream: r.stream,
+        idem,
         caller_retry: sdk_retry,
     };
-    let resp = crate::drive::run(ctx, deadline, lease, &trace).await;
-    let h = resp.headers();
-    let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
-    trace.finish(
-        resp.status().as_u16(),
-        text("x-levee-reason"),
-        text("x-levee-target"),
-    );
-    noted(&shared, resp, note)
+    crate::drive::run(ctx, deadline, lease, obs).await
 }
 
 /// What `x-levee-idempotency` says about a keyed request.
@@ -341,7 +377,7 @@ fn noted(shared: &Shared, mut answer: Response<Body>, note: Option<IdemNote>) ->
     let value = match note {
         None => return answer,
         Some(IdemNote::Local) => {
-            shared.metrics.idempotency_local.inc();
+            observe::idempotency_local(shared);
             "local"
         }
         Some(IdemNote::Rerun) => "rerun",
@@ -367,17 +403,14 @@ struct Targets {
 /// request itself can fail later and be blamed on a provider. `Err` is the
 /// status and message of a 400-class answer when no target can take the
 /// request as sent.
-#[allow(clippy::too_many_arguments)]
 fn prepare_targets(
     shared: &Shared,
     route: &levee_config::Route,
-    caller: Dialect,
-    headers: &HeaderMap,
-    path: &str,
+    r: &Inbound,
     path_and_query: &str,
-    body: &Bytes,
-    model: &str,
 ) -> Result<Targets, (u16, String)> {
+    let (caller, headers, path, body, model) =
+        (r.dialect, &r.parts.headers, &r.path, &r.body, &r.model);
     let bad = |status: u16, msg: &str| Err((status, msg.to_string()));
     let n = route.targets.len();
     let (mut bodies, mut uris, mut crossings, mut skip) = (
@@ -408,9 +441,12 @@ fn prepare_targets(
                 crossed = Some(crossing);
             }
             crossing::Prepared::Skip(why) => {
-                shared
-                    .metrics
-                    .translation_refused(&route.name, &provider.name, why.reason.label());
+                observe::translation_refused(
+                    shared,
+                    &route.name,
+                    &provider.name,
+                    why.reason.label(),
+                );
                 refused.get_or_insert(why);
                 bodies.push(Bytes::new());
                 skipped = true;
@@ -453,17 +489,22 @@ struct KeyClaim<'a> {
     counted: bool,
 }
 
-/// Leads, follows or replays the key. `Ok(None)`: run without deduplication;
-/// `Err`: the answer is already known (a replay, a conflict, or the deadline
-/// passed while following).
+/// What claiming a key gave: the lease to lead with (`None`: run without
+/// deduplication), or the stored answer replayed.
+enum Led {
+    Lead(Option<Lease>),
+    Replayed(Response<Body>),
+}
+
+/// Leads, follows or replays the key. `Err`: a conflict, the shared store
+/// refused, or the deadline passed while following.
 async fn claim_key(
     shared: &Arc<Shared>,
     k: KeyClaim<'_>,
     route: &str,
-    dialect: Dialect,
     deadline: levee_policy::Instant,
     note: &mut Option<IdemNote>,
-) -> Result<Option<Lease>, Response<Body>> {
+) -> Result<Led, LeveeError> {
     let mut counted = k.counted;
     let mut waited = false;
     let until = shared.clock.to_tokio(deadline);
@@ -484,35 +525,25 @@ async fn claim_key(
             )
         {
             // A repeated key: a caller layer is still retrying.
-            shared.metrics.caller_retries.inc();
+            observe::caller_retry(shared);
             counted = true;
         }
         let follow = match claimed {
-            Claimed::Lead(l) => return Ok(Some(l)),
-            Claimed::Untracked => return Ok(None),
+            Claimed::Lead(l) => return Ok(Led::Lead(Some(l))),
+            Claimed::Untracked => return Ok(Led::Lead(None)),
             Claimed::Unavailable => {
                 *note = None;
-                shared.metrics.reject("state_unavailable");
-                shared.metrics.request(route, "state_unavailable");
-                return Err(levee_error(
-                    dialect,
-                    503,
-                    "state_unavailable",
-                    "levee: the shared idempotency store is unavailable and state.on_unavailable is `refuse`: this keyed request was not sent (it could run twice across replicas)",
-                    0,
-                    None,
-                ));
+                observe::state_unavailable(shared, route);
+                let msg = "levee: the shared idempotency store is unavailable and state.on_unavailable is `refuse`: this keyed request was not sent (it could run twice across replicas)";
+                return Err(LeveeError::new(Why::StateUnavailable, 503, msg));
             }
-            Claimed::Replay(stored) => return Err(replay(shared, route, &stored)),
+            Claimed::Replay(stored) => return Ok(Led::Replayed(replay(shared, route, &stored))),
             Claimed::Conflict => {
-                shared.metrics.reject("bad_request");
-                return Err(levee_error(
-                    dialect,
-                    422,
+                let msg = "levee: this idempotency-key was used with a different request body";
+                return Err(reject(
+                    shared,
                     "bad_request",
-                    "levee: this idempotency-key was used with a different request body",
-                    0,
-                    None,
+                    LeveeError::bad_request(422, msg),
                 ));
             }
             Claimed::Follow(f) => f,
@@ -522,7 +553,7 @@ async fn claim_key(
             Follow::Local(mut rx) => {
                 match tokio::time::timeout_at(until, rx.wait_for(|v| v.is_some())).await {
                     Ok(Ok(v)) => match v.clone() {
-                        Some(stored) => return Err(replay(shared, route, &stored)),
+                        Some(stored) => return Ok(Led::Replayed(replay(shared, route, &stored))),
                         None => true,
                     },
                     // The leader gave up without an answer: try to lead.
@@ -538,22 +569,16 @@ async fn claim_key(
             }
         };
         if !in_time {
-            shared.metrics.request(route, "deadline_exceeded");
-            return Err(levee_error(
-                dialect,
-                504,
-                "deadline_exceeded",
-                "levee: deadline passed while waiting for an earlier request with the same idempotency-key",
-                0,
-                None,
-            ));
+            observe::follow_timed_out(shared, route);
+            let msg = "levee: deadline passed while waiting for an earlier request with the same idempotency-key";
+            let why = Why::Policy(levee_policy::Reason::DeadlineExceeded);
+            return Err(LeveeError::new(why, 504, msg));
         }
     }
 }
 
 fn replay(shared: &Shared, route: &str, stored: &Stored) -> Response<Body> {
-    shared.metrics.replayed.inc();
-    shared.metrics.request(route, "replayed");
+    observe::replayed(shared, route);
     let mut out = Response::new(full(stored.body.clone()));
     *out.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     *out.headers_mut() = stored.headers.clone();
@@ -578,18 +603,6 @@ fn models(shared: &Shared) -> Response<Body> {
     out
 }
 
-fn unauthorized(shared: &Shared, dialect: Dialect) -> Response<Body> {
-    shared.metrics.reject("unauthorized");
-    levee_error(
-        dialect,
-        401,
-        "bad_request",
-        "levee: missing or invalid API key for this gateway",
-        0,
-        None,
-    )
-}
-
 /// The token of an `authorization` value: the auth scheme is
 /// case-insensitive (`Bearer`, `bearer`, `BEARER`).
 fn bearer_token(v: &[u8]) -> &[u8] {
@@ -600,9 +613,9 @@ fn bearer_token(v: &[u8]) -> &[u8] {
 }
 
 /// The caller's identity for idempotency: its gateway key, else a digest of
-/// the credentials it sent, else anonymous. `Err` when gateway keys are
-/// configured and none matches.
-fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], ()> {
+/// the credentials it sent, else anonymous. `Err` (401) when gateway keys
+/// are configured and none matches.
+fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], LeveeError> {
     let presented = h.get("x-api-key").map(|v| v.as_bytes()).or_else(|| {
         h.get(http::header::AUTHORIZATION)
             .map(|v| bearer_token(v.as_bytes()))
@@ -613,7 +626,14 @@ fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], ()> {
     }
     match digest {
         Some(d) if shared.keys.iter().any(|k| constant_time_eq(k, &d)) => Ok(d),
-        _ => Err(()),
+        _ => {
+            let msg = "levee: missing or invalid API key for this gateway";
+            Err(reject(
+                shared,
+                "unauthorized",
+                LeveeError::bad_request(401, msg),
+            ))
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 //! is not a cache or a load balancer across replicas.
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod attempt;
 pub mod census;
 pub mod clock;
@@ -20,6 +21,7 @@ pub mod handler;
 pub mod idempotency;
 pub mod inspect;
 pub mod metrics;
+pub mod observe;
 pub mod record;
 pub mod redact;
 pub mod reload;
@@ -32,9 +34,11 @@ pub mod state;
 pub mod status;
 pub mod stream;
 pub mod telemetry;
+pub mod transport;
 pub mod unread;
 pub mod upstream;
 
+pub use app::App;
 use levee_config::Config;
 use shared::{SetupError, Shared};
 use std::future::Future;

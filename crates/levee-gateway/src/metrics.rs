@@ -10,7 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteOutcome {
@@ -76,140 +76,137 @@ pub struct Metrics {
     pub translation_refused: Family<RouteProviderReason, Counter>,
 }
 
+/// Every metric's name and help text.
+const HELP: [(&str, &str); 18] = [
+    (
+        "levee_requests",
+        "Logical requests by route and outcome (success or the x-levee-reason)",
+    ),
+    (
+        "levee_upstream_attempts",
+        "Attempts sent upstream, by provider and result: success, http_4xx, http_4xx_foreign_body, http_5xx, throttled, connect_error, timeout, deadline_cut, cut_before_first_event (a stream's 2xx head, then nothing), body_cut and body_timeout (a plain 2xx whose body broke off or stalled), response_too_large",
+    ),
+    (
+        "levee_attempts_per_request",
+        "Upstream attempts per logical request: the amplification factor",
+    ),
+    (
+        "levee_added_latency_seconds",
+        "Handler time minus time in upstream attempts and backoff waits: the gateway's own cost",
+    ),
+    (
+        "levee_deadline_remaining_at_dispatch_seconds",
+        "Caller deadline left when an attempt is dispatched",
+    ),
+    (
+        "levee_retry_budget_exhausted",
+        "Retries refused because the target's retry budget was empty",
+    ),
+    (
+        "levee_rejected",
+        "Requests Levee answered itself, by reason",
+    ),
+    (
+        "levee_circuit_state",
+        "Circuit breaker state: 0 closed, 1 open, 2 half-open",
+    ),
+    (
+        "levee_in_flight",
+        "Upstream attempts in flight",
+    ),
+    (
+        "levee_caller_retries",
+        "Requests that a caller layer retried (x-stainless-retry-count > 0 or a repeated idempotency key)",
+    ),
+    (
+        "levee_upstream_connect_seconds",
+        "Time for an attempt to obtain an upstream connection: the wait for a pooled one, or a new connect plus TLS",
+    ),
+    (
+        "levee_time_to_first_byte_seconds",
+        "Time from request arrival to the first body byte sent to the caller",
+    ),
+    (
+        "levee_streams_failed",
+        "Streams ended by an upstream failure after the first byte",
+    ),
+    (
+        "levee_fallbacks",
+        "Attempts sent to a later target, by route and why",
+    ),
+    (
+        "levee_idempotency_replayed",
+        "Responses answered from the idempotency store",
+    ),
+    (
+        "levee_state_fallback",
+        "Shared-state operations served locally because Redis was slow or down",
+    ),
+    (
+        "levee_idempotency_local",
+        "Keyed requests answered without consulting the shared store (not deduplicated across replicas)",
+    ),
+    (
+        "levee_translation_refused",
+        "Requests a target of the other dialect could not carry (that target is skipped for the request), by route, provider and reason",
+    ),
+];
+
+/// Registers `metric` under `name` with its help text from [`HELP`].
+fn reg<M: Metric + Clone>(registry: &mut Registry, name: &str, metric: M) -> M {
+    let help = HELP
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, h)| *h);
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     /// Registers everything.
     pub fn new() -> Self {
-        let mut registry = Registry::default();
-        let requests = Family::<RouteOutcome, Counter>::default();
-        registry.register(
-            "levee_requests",
-            "Logical requests by route and outcome (success or the x-levee-reason)",
-            requests.clone(),
-        );
-        let upstream_attempts = Family::<ProviderResult, Counter>::default();
-        registry.register(
-            "levee_upstream_attempts",
-            "Attempts sent upstream, by provider and result: success, http_4xx, http_4xx_foreign_body, http_5xx, throttled, connect_error, timeout, deadline_cut, cut_before_first_event (a stream's 2xx head, then nothing), body_cut and body_timeout (a plain 2xx whose body broke off or stalled), response_too_large",
-            upstream_attempts.clone(),
-        );
-        // 0: answered without any attempt (shed, rate limited, breaker open).
-        let attempts_per_request =
-            Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 27.0]);
-        registry.register(
-            "levee_attempts_per_request",
-            "Upstream attempts per logical request: the amplification factor",
-            attempts_per_request.clone(),
-        );
-        let added_latency = Histogram::new(exponential_buckets(0.000_01, 2.0, 20));
-        registry.register(
-            "levee_added_latency_seconds",
-            "Handler time minus time in upstream attempts and backoff waits: the gateway's own cost",
-            added_latency.clone(),
-        );
-        let deadline_remaining_at_dispatch = Histogram::new(exponential_buckets(0.01, 2.0, 16));
-        registry.register(
-            "levee_deadline_remaining_at_dispatch_seconds",
-            "Caller deadline left when an attempt is dispatched",
-            deadline_remaining_at_dispatch.clone(),
-        );
-        let budget_exhausted = Family::<ProviderLabel, Counter>::default();
-        registry.register(
-            "levee_retry_budget_exhausted",
-            "Retries refused because the target's retry budget was empty",
-            budget_exhausted.clone(),
-        );
-        let rejected = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "levee_rejected",
-            "Requests Levee answered itself, by reason",
-            rejected.clone(),
-        );
-        let circuit_state = Family::<ProviderLabel, Gauge>::default();
-        registry.register(
-            "levee_circuit_state",
-            "Circuit breaker state: 0 closed, 1 open, 2 half-open",
-            circuit_state.clone(),
-        );
-        let in_flight = Family::<ProviderLabel, Gauge>::default();
-        registry.register(
-            "levee_in_flight",
-            "Upstream attempts in flight",
-            in_flight.clone(),
-        );
-        let caller_retries = Counter::default();
-        registry.register(
-            "levee_caller_retries",
-            "Requests that a caller layer retried (x-stainless-retry-count > 0 or a repeated idempotency key)",
-            caller_retries.clone(),
-        );
-        let upstream_connect = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
-        registry.register(
-            "levee_upstream_connect_seconds",
-            "Time for an attempt to obtain an upstream connection: the wait for a pooled one, or a new connect plus TLS",
-            upstream_connect.clone(),
-        );
-        let time_to_first_byte = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        registry.register(
-            "levee_time_to_first_byte_seconds",
-            "Time from request arrival to the first body byte sent to the caller",
-            time_to_first_byte.clone(),
-        );
-        let streams_failed = Family::<ProviderLabel, Counter>::default();
-        registry.register(
-            "levee_streams_failed",
-            "Streams ended by an upstream failure after the first byte",
-            streams_failed.clone(),
-        );
-        let fallbacks = Family::<RouteReason, Counter>::default();
-        registry.register(
-            "levee_fallbacks",
-            "Attempts sent to a later target, by route and why",
-            fallbacks.clone(),
-        );
-        let replayed = Counter::default();
-        registry.register(
-            "levee_idempotency_replayed",
-            "Responses answered from the idempotency store",
-            replayed.clone(),
-        );
-        let state_fallbacks = Family::<WhatLabel, Counter>::default();
-        registry.register(
-            "levee_state_fallback",
-            "Shared-state operations served locally because Redis was slow or down",
-            state_fallbacks.clone(),
-        );
-        let idempotency_local = Counter::default();
-        registry.register(
-            "levee_idempotency_local",
-            "Keyed requests answered without consulting the shared store (not deduplicated across replicas)",
-            idempotency_local.clone(),
-        );
-        let translation_refused = Family::<RouteProviderReason, Counter>::default();
-        registry.register(
-            "levee_translation_refused",
-            "Requests a target of the other dialect could not carry (that target is skipped for the request), by route, provider and reason",
-            translation_refused.clone(),
-        );
+        let mut r = Registry::default();
         Metrics {
-            translation_refused,
-            state_fallbacks,
-            idempotency_local,
-            registry,
-            requests,
-            upstream_attempts,
-            attempts_per_request,
-            added_latency,
-            deadline_remaining_at_dispatch,
-            budget_exhausted,
-            rejected,
-            circuit_state,
-            in_flight,
-            caller_retries,
-            upstream_connect,
-            time_to_first_byte,
-            streams_failed,
-            fallbacks,
-            replayed,
+            requests: reg(&mut r, "levee_requests", Family::default()),
+            upstream_attempts: reg(&mut r, "levee_upstream_attempts", Family::default()),
+            // 0: answered without any attempt (shed, rate limited, breaker open).
+            attempts_per_request: reg(
+                &mut r,
+                "levee_attempts_per_request",
+                Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 27.0]),
+            ),
+            added_latency: reg(
+                &mut r,
+                "levee_added_latency_seconds",
+                Histogram::new(exponential_buckets(0.000_01, 2.0, 20)),
+            ),
+            deadline_remaining_at_dispatch: reg(
+                &mut r,
+                "levee_deadline_remaining_at_dispatch_seconds",
+                Histogram::new(exponential_buckets(0.01, 2.0, 16)),
+            ),
+            budget_exhausted: reg(&mut r, "levee_retry_budget_exhausted", Family::default()),
+            rejected: reg(&mut r, "levee_rejected", Family::default()),
+            circuit_state: reg(&mut r, "levee_circuit_state", Family::default()),
+            in_flight: reg(&mut r, "levee_in_flight", Family::default()),
+            caller_retries: reg(&mut r, "levee_caller_retries", Counter::default()),
+            upstream_connect: reg(
+                &mut r,
+                "levee_upstream_connect_seconds",
+                Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            ),
+            time_to_first_byte: reg(
+                &mut r,
+                "levee_time_to_first_byte_seconds",
+                Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            ),
+            streams_failed: reg(&mut r, "levee_streams_failed", Family::default()),
+            fallbacks: reg(&mut r, "levee_fallbacks", Family::default()),
+            replayed: reg(&mut r, "levee_idempotency_replayed", Counter::default()),
+            state_fallbacks: reg(&mut r, "levee_state_fallback", Family::default()),
+            idempotency_local: reg(&mut r, "levee_idempotency_local", Counter::default()),
+            translation_refused: reg(&mut r, "levee_translation_refused", Family::default()),
+            registry: r,
         }
     }
 
@@ -308,6 +305,23 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_metric_is_registered_with_its_help_text() {
+        let names: std::collections::HashSet<&str> = HELP.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.len(), HELP.len(), "a name twice");
+        let m = Metrics::new();
+        m.request("r", "success");
+        let text = m.encode();
+        for name in [
+            "levee_requests",
+            "levee_caller_retries",
+            "levee_added_latency_seconds",
+        ] {
+            let (_, help) = HELP.iter().find(|(n, _)| *n == name).unwrap();
+            assert!(text.contains(help), "{name} has no help: {text}");
+        }
+    }
 
     #[test]
     fn counters_are_named_with_total_and_eof_is_dropped() {

@@ -1,11 +1,16 @@
 //! Building responses: Levee's own errors in the caller's dialect, and the
 //! headers every response carries.
+//!
+//! Every answer Levee gives in place of a provider's is a [`LeveeError`]
+//! value until the last moment; [`LeveeError::into_response`] is the one
+//! place such a value becomes a response.
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
+use levee_policy::Reason;
 use levee_wire::Dialect;
 use std::convert::Infallible;
 use std::time::Duration;
@@ -18,13 +23,123 @@ pub fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into()).boxed_unsync()
 }
 
+/// Why Levee answered a request itself: the `x-levee-reason` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The planner's verdict, or the same reason reached at admission.
+    Policy(Reason),
+    /// The shared idempotency store is unavailable and
+    /// `state.on_unavailable` is `refuse`.
+    StateUnavailable,
+    /// The shutdown grace period ended before the answer.
+    ShuttingDown,
+}
+
+impl Why {
+    /// The header and metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Why::Policy(r) => r.as_str(),
+            Why::StateUnavailable => "state_unavailable",
+            Why::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+/// A provider's own deterministic 4xx answer, passed on unchanged (its body
+/// already in the caller's dialect) under Levee's error headers.
+#[derive(Debug)]
+pub struct Verdict {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// An answer Levee gives in place of a provider's: the reason, the status,
+/// a message that says what happened and what to do, and what the caller's
+/// retry logic needs (`x-levee-attempts`, `retry-after`).
+#[derive(Debug)]
+pub struct LeveeError {
+    pub why: Why,
+    pub status: u16,
+    pub message: String,
+    pub attempts: u32,
+    pub retry_after: Option<Duration>,
+    /// Set when the provider's own verdict is the answer.
+    pub verdict: Option<Box<Verdict>>,
+}
+
+impl LeveeError {
+    /// An error with no attempts made and no `retry-after`.
+    pub fn new(why: Why, status: u16, message: impl Into<String>) -> Self {
+        LeveeError {
+            why,
+            status,
+            message: message.into(),
+            attempts: 0,
+            retry_after: None,
+            verdict: None,
+        }
+    }
+
+    /// Something about the request itself (`x-levee-reason: bad_request`),
+    /// answered with `status` (400, 404, 405, 408, 413, 414, 422, 401).
+    pub fn bad_request(status: u16, message: impl Into<String>) -> Self {
+        LeveeError::new(Why::Policy(Reason::BadRequest), status, message)
+    }
+
+    /// The planner (or admission) gave up for `f`.
+    pub fn failure(f: &levee_policy::Failure, message: impl Into<String>) -> Self {
+        LeveeError::new(Why::Policy(f.reason), f.status, message).retry_after(f.retry_after)
+    }
+
+    /// After `n` upstream attempts.
+    pub fn attempts(mut self, n: u32) -> Self {
+        self.attempts = n;
+        self
+    }
+
+    /// With a `retry-after`.
+    pub fn retry_after(mut self, ra: Option<Duration>) -> Self {
+        self.retry_after = ra;
+        self
+    }
+
+    /// The answer's status code.
+    pub fn status(&self) -> u16 {
+        self.verdict.as_ref().map_or(self.status, |v| v.status)
+    }
+
+    /// The one place an error becomes a response: Levee's JSON error in the
+    /// caller's dialect (or the provider's verdict), with `x-should-retry:
+    /// false`, `x-levee-reason`, `x-levee-attempts` and `retry-after`.
+    pub fn into_response(self, dialect: Dialect) -> Response<Body> {
+        let reason = self.why.as_str();
+        let mut resp = match self.verdict.map(|v| *v) {
+            Some(v) => {
+                let mut out = Response::new(full(v.body));
+                *out.status_mut() =
+                    StatusCode::from_u16(v.status).unwrap_or(StatusCode::BAD_REQUEST);
+                copy_headers(&v.headers, out.headers_mut());
+                out
+            }
+            None => {
+                let body = dialect.error_body(self.status, reason, &self.message);
+                let mut out = Response::new(full(body));
+                *out.status_mut() =
+                    StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_GATEWAY);
+                out.headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                out
+            }
+        };
+        error_headers(resp.headers_mut(), reason, self.attempts, self.retry_after);
+        resp
+    }
+}
+
 /// Sets `x-should-retry: false`, `x-levee-reason`, `x-levee-attempts` and `retry-after`.
-pub fn error_headers(
-    h: &mut HeaderMap,
-    reason: &str,
-    attempts: u32,
-    retry_after: Option<Duration>,
-) {
+fn error_headers(h: &mut HeaderMap, reason: &str, attempts: u32, retry_after: Option<Duration>) {
     h.insert("x-should-retry", HeaderValue::from_static("false"));
     if let Ok(v) = HeaderValue::from_str(reason) {
         h.insert("x-levee-reason", v);
@@ -40,21 +155,29 @@ pub fn error_headers(
     }
 }
 
-/// An error Levee generates, in the caller's dialect.
-pub fn levee_error(
-    dialect: Dialect,
-    status: u16,
-    reason: &str,
-    message: &str,
+/// The headers of a provider's answer relayed as Levee's: how many
+/// attempts it took and which target gave it.
+pub fn success_headers(h: &mut HeaderMap, attempts: u32, target: &str) {
+    h.insert("x-levee-attempts", HeaderValue::from(attempts));
+    if let Ok(v) = HeaderValue::from_str(target) {
+        h.insert("x-levee-target", v);
+    }
+}
+
+/// A provider's answer relayed to the caller: its status and end-to-end
+/// headers, Levee's success headers, and `body`.
+pub fn relayed(
+    status: StatusCode,
+    upstream: &HeaderMap,
+    body: Body,
     attempts: u32,
-    retry_after: Option<Duration>,
+    target: &str,
 ) -> Response<Body> {
-    let mut resp = Response::new(full(dialect.error_body(status, reason, message)));
-    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    error_headers(resp.headers_mut(), reason, attempts, retry_after);
-    resp
+    let mut out = Response::new(body);
+    *out.status_mut() = status;
+    copy_headers(upstream, out.headers_mut());
+    success_headers(out.headers_mut(), attempts, target);
+    out
 }
 
 /// Response headers from upstream that are not passed back.
@@ -77,5 +200,44 @@ pub fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
         if !is_hop_by_hop(n.as_str()) {
             to.append(n.clone(), v.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_carries_the_reason_attempts_and_a_rounded_up_retry_after() {
+        let e = LeveeError::new(Why::StateUnavailable, 503, "levee: down")
+            .attempts(2)
+            .retry_after(Some(Duration::from_millis(1200)));
+        let r = e.into_response(Dialect::Anthropic);
+        assert_eq!(r.status(), 503);
+        let h = r.headers();
+        assert_eq!(h["x-should-retry"], "false");
+        assert_eq!(h["x-levee-reason"], "state_unavailable");
+        assert_eq!(h["x-levee-attempts"], "2");
+        assert_eq!(h["retry-after"], "2");
+        assert_eq!(h["content-type"], "application/json");
+    }
+
+    #[test]
+    fn a_providers_verdict_is_passed_on_under_levees_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-request-id", HeaderValue::from_static("req_1"));
+        headers.insert("content-length", HeaderValue::from_static("2"));
+        let mut e = LeveeError::bad_request(400, "unused").attempts(1);
+        e.verdict = Some(Box::new(Verdict {
+            status: 422,
+            headers,
+            body: Bytes::from_static(b"{}"),
+        }));
+        assert_eq!(e.status(), 422);
+        let r = e.into_response(Dialect::OpenAi);
+        assert_eq!(r.status(), 422);
+        assert_eq!(r.headers()["x-request-id"], "req_1");
+        assert!(r.headers().get("content-length").is_none());
+        assert_eq!(r.headers()["x-levee-reason"], "bad_request");
     }
 }

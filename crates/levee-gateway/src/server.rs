@@ -2,7 +2,7 @@
 //! task per client, header-size and header-read-time limits) and the admin
 //! listener (`/metrics`, `/healthz`, `/readyz`), with graceful shutdown.
 
-use crate::handler::handle;
+use crate::app::App;
 use crate::reload::Reloader;
 use crate::respond::{full, Body};
 use crate::shared::Shared;
@@ -40,9 +40,10 @@ pub async fn serve_public(
         let _ = stream.set_nodelay(true);
         let stream = unread.track(stream);
         let generations = Arc::clone(&generations);
+        // Each request runs under the generation current when it arrives.
         let svc = service_fn(move |req: Request<Incoming>| {
-            let shared = generations.current();
-            async move { Ok::<_, Infallible>(handle(shared, req).await) }
+            let app = App::from(generations.current());
+            async move { Ok::<_, Infallible>(app.call(req).await) }
         });
         let conn = builder.serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);

@@ -94,6 +94,16 @@ pub enum SetupError {
 impl Shared {
     /// Builds the runtime from a validated config. `seed` seeds the per-request RNGs.
     pub fn new(config: Config, seed: u64) -> Result<Self, SetupError> {
+        Self::with_dial(config, seed, None)
+    }
+
+    /// [`Shared::new`] whose providers are reached through `dial` (in-memory
+    /// pipes to in-process providers) instead of the network, when given.
+    pub fn with_dial(
+        config: Config,
+        seed: u64,
+        dial: Option<crate::transport::Dial>,
+    ) -> Result<Self, SetupError> {
         let clock = Clock::new();
         let mut metrics = Metrics::new();
         let census = crate::census::Census::new(&config, &mut metrics.registry);
@@ -127,8 +137,8 @@ impl Shared {
             .providers
             .iter()
             .map(|p| {
-                ProviderRuntime::new(p, metrics.upstream_connect.clone(), clock, replicas)
-                    .map(Arc::new)
+                let hist = metrics.upstream_connect.clone();
+                ProviderRuntime::with_dial(p, hist, clock, replicas, dial.as_ref()).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
         let secrets =
@@ -139,26 +149,7 @@ impl Shared {
             .map(|r| Arc::new(RouteRuntime::new(r)))
             .collect();
         let keys = caller_keys(&config)?;
-        let local = Arc::new(IdempotencyStore::new(
-            config.idempotency.ttl,
-            config.idempotency.max_entries,
-            config.idempotency.max_bytes,
-        ));
-        let idempotency: Arc<dyn IdempotencyBackend> = match &redis {
-            None => Arc::new(MemoryBackend(local)),
-            Some(r) => Arc::new(RedisBackend {
-                redis: Arc::clone(r),
-                local,
-                ttl: config.idempotency.ttl,
-                refuse_unshared: matches!(
-                    config.state,
-                    StateBackend::Redis {
-                        on_unavailable: levee_config::OnUnavailable::Refuse,
-                        ..
-                    }
-                ),
-            }),
-        };
+        let idempotency = idempotency_backend(&config, redis.as_ref());
         Ok(Shared {
             config,
             clock,
@@ -232,6 +223,34 @@ pub fn caller_keys(config: &Config) -> Result<Vec<[u8; 32]>, SetupError> {
                 }),
         })
         .collect()
+}
+
+/// The idempotency store: in memory, or Redis with the local store beside it.
+fn idempotency_backend(
+    config: &Config,
+    redis: Option<&Arc<RedisState>>,
+) -> Arc<dyn IdempotencyBackend> {
+    let local = Arc::new(IdempotencyStore::new(
+        config.idempotency.ttl,
+        config.idempotency.max_entries,
+        config.idempotency.max_bytes,
+    ));
+    let idempotency: Arc<dyn IdempotencyBackend> = match redis {
+        None => Arc::new(MemoryBackend(local)),
+        Some(r) => Arc::new(RedisBackend {
+            redis: Arc::clone(r),
+            local,
+            ttl: config.idempotency.ttl,
+            refuse_unshared: matches!(
+                config.state,
+                StateBackend::Redis {
+                    on_unavailable: levee_config::OnUnavailable::Refuse,
+                    ..
+                }
+            ),
+        }),
+    };
+    idempotency
 }
 
 #[cfg(test)]

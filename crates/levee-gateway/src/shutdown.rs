@@ -4,7 +4,7 @@
 //! and a stream still relaying gets an error event in its dialect and its
 //! terminating chunk, so every caller can tell what happened.
 
-use crate::respond::{levee_error, Body};
+use crate::respond::{Body, LeveeError, Why};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -54,14 +54,8 @@ impl GraceOver {
             r = answer => r,
             _ = self.wait() => {
                 metrics.reject("shutting_down");
-                return levee_error(
-                    dialect,
-                    503,
-                    "shutting_down",
-                    "levee: the gateway is shutting down and its grace period is over; this request was not answered in time",
-                    0,
-                    None,
-                );
+                let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
+                return LeveeError::new(Why::ShuttingDown, 503, msg).into_response(dialect);
             }
         };
         let is_stream = resp

@@ -62,7 +62,7 @@ impl HttpBody for ConnTimed {
 }
 
 /// The client type used for every provider.
-pub type UpstreamClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, ConnTimed>;
+pub type UpstreamClient = Client<crate::transport::Connector, ConnTimed>;
 
 /// Why a provider could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +127,18 @@ impl ProviderRuntime {
         clock: Clock,
         replicas: Option<u32>,
     ) -> Result<Self, UpstreamError> {
+        Self::with_dial(p, connect_hist, clock, replicas, None)
+    }
+
+    /// [`ProviderRuntime::new`], connecting through `dial` (in-memory
+    /// pipes to in-process providers) instead of the network when given.
+    pub fn with_dial(
+        p: &Provider,
+        connect_hist: Histogram,
+        clock: Clock,
+        replicas: Option<u32>,
+        dial: Option<&crate::transport::Dial>,
+    ) -> Result<Self, UpstreamError> {
         let mut secret = None;
         let auth = match &p.api_key_env {
             None => None,
@@ -157,10 +169,14 @@ impl ProviderRuntime {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
+        let connector = match dial {
+            Some(d) => crate::transport::Connector::Memory(std::sync::Arc::clone(d)),
+            None => crate::transport::Connector::Net(https),
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(1024)
-            .build(https);
+            .build(connector);
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
             .base_url

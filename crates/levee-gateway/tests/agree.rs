@@ -1,4 +1,5 @@
-//! One table of incidents, run through the live gateway (against the mock)
+//! One table of incidents, run through the gateway (in-process, against the
+//! mock, under paused time)
 //! and through the simulator (against a modelled provider). Both drive the
 //! same decision function, so they must agree on what happened: how many
 //! attempts the request made and why Levee gave up, if it did.
@@ -107,7 +108,7 @@ fn levee_providers(case: &Case, url: impl Fn(usize) -> String) -> String {
 async fn live(case: &Case) -> (u32, Option<String>) {
     let faults: Vec<&str> = case.providers.iter().map(|s| s.mock).collect();
     let config = levee_providers(case, |i| format!("{{mock{i}}}")) + "routes:\n  -\n" + case.route;
-    let env = start(&faults, &config).await;
+    let env = local(&faults, &config);
     let timeout = case.timeout_ms.to_string();
     let r = watchdog(
         WATCHDOG,
@@ -116,7 +117,6 @@ async fn live(case: &Case) -> (u32, Option<String>) {
     .await;
     let attempts = r.header("x-levee-attempts").parse().unwrap_or(u32::MAX);
     let reason = Some(r.header("x-levee-reason").to_string()).filter(|s| !s.is_empty());
-    env.stop().await;
     (attempts, reason)
 }
 
@@ -146,7 +146,7 @@ fn simulated(case: &Case) -> (u32, Option<String>) {
     (v.attempts_per_request_max, reason)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_gateway_and_the_simulator_agree_on_every_case() {
     for case in CASES {
         let want = (case.want.0, case.want.1.map(str::to_string));

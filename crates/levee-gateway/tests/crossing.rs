@@ -35,9 +35,9 @@ fn sse(text: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_anthropic_caller_is_answered_by_an_openai_backup() {
-    let env = start(&[DOWN, "faults: []"], A_TO_O).await;
+    let env = local(&[DOWN, "faults: []"], A_TO_O);
     let body = r#"{"model":"anthropic/claude-x","max_tokens":16,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}"#;
     let r = watchdog(
         WATCHDOG,
@@ -72,12 +72,11 @@ async fn an_anthropic_caller_is_answered_by_an_openai_backup() {
         "a body the strict mock accepts"
     );
     assert_eq!(o.idempotency_keys.get("k"), Some(&1));
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_anthropic_stream_is_translated_event_by_event() {
-    let env = start(&[DOWN, "faults: []"], A_TO_O).await;
+    let env = local(&[DOWN, "faults: []"], A_TO_O);
     let body = r#"{"model":"anthropic/claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = watchdog(WATCHDOG, env.post("/v1/messages", body, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -95,12 +94,11 @@ async fn an_anthropic_stream_is_translated_event_by_event() {
     assert_eq!(delta["delta"]["stop_reason"], "end_turn");
     assert!(delta["usage"]["output_tokens"].as_u64().unwrap() > 0);
     assert!(delta["usage"]["input_tokens"].as_u64().unwrap() > 0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_openai_caller_is_answered_by_an_anthropic_backup_plain_and_streamed() {
-    let env = start(&[DOWN, "faults: []"], O_TO_A).await;
+    let env = local(&[DOWN, "faults: []"], O_TO_A);
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
@@ -130,12 +128,11 @@ async fn an_openai_caller_is_answered_by_an_anthropic_backup_plain_and_streamed(
     let s = env.stats(1);
     assert_eq!(s.by_path.get("/v1/messages"), Some(&2));
     assert_eq!(s.by_status.get("200"), Some(&2), "{s:?}");
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_forced_tool_crosses_both_ways() {
-    let env = start(&[DOWN, "faults: []"], A_TO_O).await;
+    let env = local(&[DOWN, "faults: []"], A_TO_O);
     let body = r#"{"model":"anthropic/c","max_tokens":64,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"lookup","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"lookup"}}"#;
     let r = watchdog(WATCHDOG, env.post("/v1/messages", body, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -144,9 +141,8 @@ async fn a_forced_tool_crosses_both_ways() {
     assert_eq!(v["content"][0]["type"], "tool_use");
     assert_eq!(v["content"][0]["name"], "lookup");
     assert_eq!(v["content"][0]["input"], json!({}));
-    env.stop().await;
 
-    let env = start(&[DOWN, "faults: []"], O_TO_A).await;
+    let env = local(&[DOWN, "faults: []"], O_TO_A);
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"lookup"}}}"#;
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", body, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -166,12 +162,11 @@ async fn a_forced_tool_crosses_both_ways() {
         .filter_map(|(_, d)| d["choices"][0]["finish_reason"].as_str())
         .collect();
     assert_eq!(finish, ["tool_calls"]);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_backup_that_cannot_carry_the_request_is_skipped_and_counted() {
-    let env = start(&[DOWN, "faults: []"], O_TO_A).await;
+    let env = local(&[DOWN, "faults: []"], O_TO_A);
     let body = r#"{"model":"m","n":2,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", body, &[])).await;
     assert_eq!(r.status, 503, "the primary's answer: {}", r.text());
@@ -181,7 +176,7 @@ async fn a_backup_that_cannot_carry_the_request_is_skipped_and_counted() {
         0,
         "the backup is never sent it"
     );
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(
         metric(
             &m,
@@ -191,13 +186,12 @@ async fn a_backup_that_cannot_carry_the_request_is_skipped_and_counted() {
         1.0,
         "{m}"
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_request_no_target_can_carry_is_a_400_in_the_callers_dialect() {
     let config = "providers:\n  anthropic: { api: anthropic, base_url: \"{mock0}\" }\nroutes:\n  - targets: [anthropic]\n";
-    let env = start(&["faults: []"], config).await;
+    let env = local(&["faults: []"], config);
     let body = r#"{"model":"m","logprobs":true,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = env.post("/v1/chat/completions", body, &[]).await;
     assert_eq!(r.status, 400, "{}", r.text());
@@ -209,12 +203,11 @@ async fn a_request_no_target_can_carry_is_a_400_in_the_callers_dialect() {
         .await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(env.stats(0).requests_total, 0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_backups_error_reaches_the_caller_in_the_callers_dialect() {
-    let env = start(&[DOWN, "faults:\n  - { status: 400 }\n"], A_TO_O).await;
+    let env = local(&[DOWN, "faults:\n  - { status: 400 }\n"], A_TO_O);
     let body =
         r#"{"model":"anthropic/c","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = watchdog(WATCHDOG, env.post("/v1/messages", body, &[])).await;
@@ -225,12 +218,11 @@ async fn the_backups_error_reaches_the_caller_in_the_callers_dialect() {
     assert!(v["error"]["message"]
         .as_str()
         .is_some_and(|m| !m.is_empty()));
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_translated_stream_cut_by_the_backup_ends_with_an_error_event_in_the_callers_dialect() {
-    let env = start(&[DOWN, "faults:\n  - { cut_stream_after: 3 }\n"], A_TO_O).await;
+    let env = local(&[DOWN, "faults:\n  - { cut_stream_after: 3 }\n"], A_TO_O);
     let body = r#"{"model":"anthropic/claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = watchdog(WATCHDOG, env.post("/v1/messages", body, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -241,5 +233,4 @@ async fn a_translated_stream_cut_by_the_backup_ends_with_an_error_event_in_the_c
     assert_eq!(data["type"], "error");
     assert!(!ev.iter().any(|(n, _)| n == "message_stop"));
     assert_eq!(env.stats(1).requests_total, 1, "never restarted");
-    env.stop().await;
 }

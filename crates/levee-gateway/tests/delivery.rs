@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-const WATCHDOG: Duration = Duration::from_secs(30);
+/// Longer than any deadline below: under paused time it trips at once (in
+/// real time) when the gateway waits on a timer it should not.
+const WATCHDOG: Duration = Duration::from_secs(60);
 
 /// How the hand-written upstream answers every request.
 #[derive(Clone, Copy)]
@@ -26,28 +27,33 @@ enum Fake {
     StalledBody,
 }
 
-/// A hand-written HTTP/1.1 upstream on 127.0.0.1 (the mock cannot break a
-/// plain answer off mid-body): answers every request as `kind` says, counts
-/// the requests, closes each connection after one answer.
-async fn fake_upstream(kind: Fake) -> (String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+/// A hand-written HTTP/1.1 upstream (the mock cannot break a plain answer
+/// off mid-body) at `http://fake.test`, in-process: answers every request
+/// as `kind` says, counts the requests, closes each connection after one
+/// answer. Returns the count and the dial that reaches it.
+fn fake_upstream(kind: Fake) -> (Arc<AtomicUsize>, levee_gateway::transport::Dial) {
     let count = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&count);
-    let task = tokio::spawn(async move {
-        while let Ok((conn, _)) = listener.accept().await {
-            let seen = Arc::clone(&seen);
-            tokio::spawn(async move {
-                let mut conn = conn;
-                // `None`: the gateway hung up first.
-                let _ = answer(&mut conn, kind, &seen).await;
-            });
+    let dial: levee_gateway::transport::Dial = Arc::new(move |uri: &http::Uri| {
+        if uri.host() != Some("fake.test") {
+            return None;
         }
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            // `None`: the gateway hung up first.
+            let _ = answer(&mut server, kind, &seen).await;
+        });
+        Some(client)
     });
-    (url, count, task)
+    (count, dial)
 }
 
-async fn answer(conn: &mut TcpStream, kind: Fake, seen: &AtomicUsize) -> Option<()> {
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut S,
+    kind: Fake,
+    seen: &AtomicUsize,
+) -> Option<()> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -112,23 +118,20 @@ async fn answer(conn: &mut TcpStream, kind: Fake, seen: &AtomicUsize) -> Option<
     Some(())
 }
 
-async fn gateway_before(url: &str) -> Env {
-    start(
-        &[],
-        &format!("providers:\n  p: {{ api: openai, base_url: \"{url}\" }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 3, backoff: {{ base_ms: 1, max_ms: 2 }} }}\n"),
+/// A gateway whose one provider is the fake behind `dial`.
+fn gateway_before(dial: levee_gateway::transport::Dial) -> Local {
+    local_dial(
+        vec![],
+        "providers:\n  p: { api: openai, base_url: \"http://fake.test\" }\nroutes:\n  - targets: [p]\n    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 2 } }\n",
+        dial,
     )
-    .await
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_plain_answer_that_breaks_off_after_its_2xx_head_is_not_run_again() {
-    let (url, count, task) = fake_upstream(Fake::CutBody).await;
-    let env = gateway_before(&url).await;
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
-    )
-    .await;
+    let (count, dial) = fake_upstream(Fake::CutBody);
+    let env = gateway_before(dial);
+    let (r, _) = env.timed_chat(CHAT, 20000).await;
     assert_eq!(
         count.load(Ordering::SeqCst),
         1,
@@ -139,96 +142,71 @@ async fn a_plain_answer_that_breaks_off_after_its_2xx_head_is_not_run_again() {
     assert_eq!(r.header("x-should-retry"), "false");
     assert_eq!(r.header("x-levee-attempts"), "1");
     assert!(r.text().contains("broke off"), "{}", r.text());
-    let m = env.metrics().await;
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"body_cut\""]
-        ),
-        1.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"connect_error\""]
-        ),
-        0.0
-    );
-    env.stop().await;
-    task.abort();
+    let m = env.metrics();
+    assert_eq!(attempts_labelled(&m, "body_cut"), 1.0, "{m}");
+    assert_eq!(attempts_labelled(&m, "connect_error"), 0.0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_plain_answer_whose_body_stalls_after_its_2xx_head_is_not_sent_to_the_backup() {
     // The head arrived, so the primary has run the generation: its body is
     // awaited until the caller's deadline, and the backup is never asked
     // even though its expected attempt (1 s) fits in the 4 s deadline.
-    let (url, count, task) = fake_upstream(Fake::StalledBody).await;
-    let env = start(
-        &["faults: []"],
-        &format!("providers:\n  a: {{ api: openai, base_url: \"{url}\" }}\n  b: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets:\n      - {{ provider: a, expected_attempt_ms: 1000 }}\n      - {{ provider: b, expected_attempt_ms: 1000 }}\n"),
-    )
-    .await;
-    let t = stopwatch();
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "4000")]),
-    )
-    .await;
-    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    let (count, dial) = fake_upstream(Fake::StalledBody);
+    let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
+    let env = local_dial(
+        vec![mock],
+        "providers:\n  a: { api: openai, base_url: \"http://fake.test\" }\n  b: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n",
+        dial,
+    );
+    let (r, took) = env.timed_chat(CHAT, 4000).await;
+    assert!(
+        took <= Duration::from_secs(4),
+        "answered by the caller's deadline: {:?}",
+        took
+    );
     assert_eq!(r.status, 504, "{}", r.text());
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
     assert_eq!(count.load(Ordering::SeqCst), 1);
     assert_eq!(env.stats(0).requests_total, 0, "the backup was not asked");
-    env.stop().await;
-    task.abort();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_answer_over_the_size_limit_is_fetched_once_and_never_retried() {
     for kind in [Fake::HugeChunked, Fake::HugeDeclared] {
-        let (url, count, task) = fake_upstream(kind).await;
-        let env = gateway_before(&url).await;
-        let t = stopwatch();
+        let (count, dial) = fake_upstream(kind);
+        let env = gateway_before(dial);
+        let t = paused_now();
         let r = watchdog(
             WATCHDOG,
             env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
         )
         .await;
-        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert_eq!(
+            t.elapsed(),
+            Duration::ZERO,
+            "refused without waiting for more"
+        );
         assert_eq!(count.load(Ordering::SeqCst), 1, "fetched once");
         assert_eq!(r.status, 502, "{}", r.text());
         assert_eq!(r.header("x-levee-reason"), "upstream_error");
         assert_eq!(r.header("x-should-retry"), "false");
         assert!(r.text().contains("64 MiB"), "{}", r.text());
-        let m = env.metrics().await;
-        assert_eq!(
-            metric(
-                &m,
-                "levee_upstream_attempts_total",
-                &["result=\"response_too_large\""]
-            ),
-            1.0,
-            "{m}"
-        );
+        let m = env.metrics();
+        assert_eq!(attempts_labelled(&m, "response_too_large"), 1.0, "{m}");
         // Not the provider's fault: the breaker does not count it.
         assert_eq!(metric(&m, "levee_circuit_state", &["provider=\"p\""]), 0.0);
-        env.stop().await;
-        task.abort();
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_committed_stream_ends_at_the_callers_deadline_with_an_error_event_in_its_dialect() {
     // About ten events a second apart: a 10 s stream, well inside the 60 s
     // idle timer. The callers allow 3 s.
-    let env = one("faults:\n  - { chunk_delay: 1s }\n", "").await;
+    let env = local_one("faults:\n  - { chunk_delay: 1s }\n", "");
     let anthropic = r#"{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
     let deadline = [("x-timeout-ms", "3000")];
-    let t = stopwatch();
+    let t = paused_now();
     let (o, a) = watchdog(WATCHDOG, async {
         tokio::join!(
             env.post("/v1/chat/completions", CHAT_STREAM, &deadline),
@@ -238,7 +216,7 @@ async fn a_committed_stream_ends_at_the_callers_deadline_with_an_error_event_in_
     .await;
     let took = t.elapsed();
     assert!(
-        took < Duration::from_secs(7),
+        took <= Duration::from_secs(3),
         "both streams end by the deadline, not after ~10 s: {took:?}"
     );
     assert_eq!(o.status, 200);
@@ -268,19 +246,17 @@ async fn a_committed_stream_ends_at_the_callers_deadline_with_an_error_event_in_
     assert_eq!(v["error"]["type"], "timeout_error", "{text}");
     assert_eq!(env.stats(0).requests_total, 2, "never restarted");
     // The caller's deadline says nothing about the provider.
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(metric(&m, "levee_streams_failed_total", &[]), 0.0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_request_that_made_no_attempt_is_observed_as_zero_attempts() {
     // One request a minute: the second is refused before any attempt.
-    let env = start(
+    let env = local(
         &["faults: []"],
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { requests_per_minute: 1, burst: 1 } }\nroutes:\n  - targets: [p]\n",
-    )
-    .await;
+    );
     assert_eq!(
         env.post("/v1/chat/completions", CHAT, &[]).await.status,
         200
@@ -288,7 +264,7 @@ async fn a_request_that_made_no_attempt_is_observed_as_zero_attempts() {
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
     assert_eq!(r.header("x-levee-attempts"), "0", "{}", r.text());
     assert_eq!(env.stats(0).requests_total, 1);
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(metric(&m, "levee_attempts_per_request_count", &[]), 2.0);
     assert_eq!(
         metric(&m, "levee_attempts_per_request_sum", &[]),
@@ -300,65 +276,38 @@ async fn a_request_that_made_no_attempt_is_observed_as_zero_attempts() {
         1.0,
         "{m}"
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn every_attempt_observes_the_time_to_obtain_a_connection_pooled_or_new() {
-    let env = one("faults: []", "").await;
+    let env = local_one("faults: []", "");
     for _ in 0..3 {
         let r = env.post("/v1/chat/completions", CHAT, &[]).await;
         assert_eq!(r.status, 200);
     }
     // One new connection, then two taken from the pool: three observations.
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(
         metric(&m, "levee_upstream_connect_seconds_count", &[]),
         3.0,
         "{m}"
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_cut_after_its_2xx_head_before_any_event_is_labelled_as_such() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { cut_stream_after: 0 }\n",
         "    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n",
-    )
-    .await;
-    let r = watchdog(
-        WATCHDOG,
-        env.post(
-            "/v1/chat/completions",
-            CHAT_STREAM,
-            &[("x-timeout-ms", "20000")],
-        ),
-    )
-    .await;
+    );
+    let (r, _) = env.timed_chat(CHAT_STREAM, 20000).await;
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(
         env.stats(0).requests_total,
         2,
         "retryable before the commit point"
     );
-    let m = env.metrics().await;
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"cut_before_first_event\""]
-        ),
-        2.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"connect_error\""]
-        ),
-        0.0
-    );
-    env.stop().await;
+    let m = env.metrics();
+    assert_eq!(attempts_labelled(&m, "cut_before_first_event"), 2.0, "{m}");
+    assert_eq!(attempts_labelled(&m, "connect_error"), 0.0);
 }

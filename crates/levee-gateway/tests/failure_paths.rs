@@ -12,7 +12,7 @@ fn chat(model: &str) -> String {
 }
 
 /// One chat request for `model` with a 2 s deadline, under the watchdog.
-async fn ask(env: &Env, model: &str) -> Resp {
+async fn ask(env: &Local, model: &str) -> Resp {
     watchdog(
         WATCHDOG,
         env.post(
@@ -31,37 +31,30 @@ fn primary_and_backup(route_extra: &str) -> String {
     )
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stalled_primary_leaves_time_to_ask_the_backup() {
-    let env = start(
+    let env = local(
         &["faults:\n  - { stall: true }\n", "faults: []"],
         &primary_and_backup(""),
-    )
-    .await;
+    );
     // 3 s: the primary may run until the backup's 1 s + margin are left.
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "3000")]),
-    )
-    .await;
+    let (r, _) = env.timed_chat(CHAT, 3000).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "b");
     assert_eq!(r.header("x-levee-attempts"), "2");
     assert_eq!(env.stats(1).requests_total, 1, "the backup was asked");
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_dead_primary_with_a_healthy_backup_answers_everyone_before_its_breaker_opens() {
     // The primary's breaker never opens here: every request meets the dead
     // primary, retries within the budget, and falls back.
-    let env = start(
+    let env = local(
         &["faults:\n  - { status: 503 }\n", "faults: []"],
         &primary_and_backup(
             "    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n    circuit_breaker: { min_requests: 100000 }\n",
         ),
-    )
-    .await;
+    );
     let mut ok = 0;
     for _ in 0..30 {
         let r = watchdog(
@@ -78,16 +71,14 @@ async fn a_dead_primary_with_a_healthy_backup_answers_everyone_before_its_breake
         ok, 30,
         "a fallback to a healthy backup spends no retry budget"
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_429_on_one_model_leaves_the_providers_other_models_alone() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { status: 429, retry_after: 3, model: hot }\n",
         "",
-    )
-    .await;
+    );
     let r = ask(&env, "hot").await;
     assert_eq!(r.status, 429, "{}", r.text());
     let r = ask(&env, "cool").await;
@@ -97,21 +88,15 @@ async fn a_429_on_one_model_leaves_the_providers_other_models_alone() {
     let r = ask(&env, "hot").await;
     assert_eq!(r.header("x-levee-reason"), "rate_limited");
     assert_eq!(r.header("x-levee-attempts"), "0");
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_retry_after_of_a_day_holds_the_model_for_the_cap_only() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { status: 429, retry_after: 86400 }\n",
         "    retry: { retry_after_cap: 30s }\n",
-    )
-    .await;
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "60000")]),
-    )
-    .await;
+    );
+    let (r, _) = env.timed_chat(CHAT, 60000).await;
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("x-levee-attempts"), "1", "a day is not waited on");
     assert_eq!(
@@ -119,23 +104,16 @@ async fn a_retry_after_of_a_day_holds_the_model_for_the_cap_only() {
         "30",
         "the caller hears the capped hold"
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn anthropic_overloaded_529_is_retried_by_default() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { status: 529 }\n",
         "    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
-    )
-    .await;
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
-    )
-    .await;
+    );
+    let (r, _) = env.timed_chat(CHAT, 20000).await;
     assert_eq!(r.status, 529);
     assert_eq!(r.header("x-levee-attempts"), "3");
     assert_eq!(env.stats(0).requests_total, 3);
-    env.stop().await;
 }

@@ -194,16 +194,10 @@ async fn a_provider_echoing_the_key_is_redacted_in_answers_and_tapes() {
         "{}",
         r.text()
     );
-    let text = watchdog(WATCHDOG, async {
-        loop {
-            let t = std::fs::read_to_string(&tape).unwrap_or_default();
-            if !t.is_empty() {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    // The tape is written by its own thread.
+    let read = || std::fs::read_to_string(&tape).unwrap_or_default();
+    until(WATCHDOG, "a tape line", || !read().is_empty()).await;
+    let text = read();
     assert!(!text.contains(KEY), "the key is in the tape: {text}");
     assert!(
         !text.contains("query-secret-value"),
@@ -241,12 +235,7 @@ async fn the_tape_stops_at_its_size_bound() {
         assert_eq!(r.status, 200);
     }
     let recorder = env.gw.shared.recorder.as_ref().expect("recording");
-    watchdog(WATCHDOG, async {
-        while !recorder.is_full() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    until(WATCHDOG, "the tape is full", || recorder.is_full()).await;
     let len = std::fs::metadata(&tape).map(|m| m.len()).unwrap_or(0);
     assert!(len > 0 && len <= 3000, "tape is {len} bytes");
     env.stop().await;
@@ -362,13 +351,12 @@ async fn bodies_that_cannot_be_parsed_in_full_are_refused_on_every_route() {
     env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn one_callers_keys_cannot_evict_another_callers_stored_answer() {
-    let env = start(
+    let env = local(
         &["faults: []"],
         &keyed_config("idempotency: { max_entries: 10 }\n"),
-    )
-    .await;
+    );
     let b = [
         ("authorization", "Bearer key-b"),
         ("idempotency-key", "b-1"),
@@ -400,16 +388,14 @@ async fn one_callers_keys_cannot_evict_another_callers_stored_answer() {
         "B's answer was evicted by A's keys"
     );
     assert_eq!(env.stats(0).requests_total, 26, "B's request ran twice");
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn stored_answers_are_bounded_in_bytes() {
-    let env = start(
+    let env = local(
         &["faults: []"],
         &keyed_config("idempotency: { max_entries: 1000, max_bytes: 16384 }\n"),
-    )
-    .await;
+    );
     let post = |i: usize| {
         let key = format!("k-{i}");
         let env = &env;
@@ -432,19 +418,16 @@ async fn stored_answers_are_bounded_in_bytes() {
         "",
         "60 answers fit in 16 KiB?"
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_keyed_stream_twice_waits_then_runs_and_says_so() {
-    let env = one("faults:\n  - { chunk_delay: 100ms }\n", "").await;
+    let env = local_one("faults:\n  - { chunk_delay: 100ms }\n", "");
     let h = [("idempotency-key", "stream-1")];
     let first = env.post("/v1/chat/completions", CHAT_STREAM, &h);
     let second = async {
-        watchdog(WATCHDOG, async {
-            while env.stats(0).in_flight < 1 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+        until(WATCHDOG, "the first stream reaches the provider", || {
+            env.stats(0).in_flight == 1
         })
         .await;
         env.post("/v1/chat/completions", CHAT_STREAM, &h).await
@@ -458,7 +441,6 @@ async fn a_keyed_stream_twice_waits_then_runs_and_says_so() {
         "the second ran again silently"
     );
     assert_eq!(env.stats(0).requests_total, 2);
-    env.stop().await;
 }
 
 #[tokio::test]
@@ -492,10 +474,8 @@ async fn at_the_end_of_the_grace_period_waiting_requests_get_a_503_and_streams_a
     let waiting = send("/v1/chat/completions", slow);
     let anthropic_stream = send("/v1/messages", msgs_stream);
     let openai_stream = send("/v1/chat/completions", CHAT_STREAM);
-    watchdog(WATCHDOG, async {
-        while m.stats().in_flight < 3 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    until(WATCHDOG, "three requests reach the provider", || {
+        m.stats().in_flight == 3
     })
     .await;
     let shutdown = tokio::spawn(gw.shutdown());

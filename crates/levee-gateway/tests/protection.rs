@@ -1,52 +1,51 @@
-//! Load shedding, the breaker, fallback, idempotency and streams.
+//! Load shedding, the breaker, fallback, idempotency and streams: in-process
+//! under paused time, where elapsed times are exact.
 
 mod support;
 use std::time::Duration;
 use support::*;
 
-const WATCHDOG: Duration = Duration::from_secs(20);
+/// Longer than any deadline below: under paused time it trips at once (in
+/// real time) when the gateway waits on a timer it should not.
+const WATCHDOG: Duration = Duration::from_secs(60);
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_route_sheds_at_once_instead_of_queueing() {
-    let env =
-        std::sync::Arc::new(one("faults:\n  - { stall: true }\n", "    max_in_flight: 1\n").await);
+    let env = std::sync::Arc::new(local_one(
+        "faults:\n  - { stall: true }\n",
+        "    max_in_flight: 1\n",
+    ));
     let e2 = env.clone();
     let held = tokio::spawn(async move {
         e2.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "3000")])
             .await
     });
-    // Wait until the first request holds the slot at the provider.
-    watchdog(WATCHDOG, async {
-        while env.stats(0).in_flight < 1 {
-            tokio::task::yield_now().await;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
+    until(
+        WATCHDOG,
+        "the first request holds the slot at the provider",
+        || env.stats(0).in_flight == 1,
+    )
     .await;
-    let t = stopwatch();
+    let t = paused_now();
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
-    assert!(t.elapsed() < Duration::from_millis(500));
+    assert_eq!(t.elapsed(), Duration::ZERO, "shed at once, not queued");
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "shed");
     assert_eq!(r.header("retry-after"), "1");
     let _ = held.await;
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(
         metric(&m, "levee_rejected_total", &["reason=\"shed\""]),
         1.0
     );
-    if let Ok(env) = std::sync::Arc::try_unwrap(env) {
-        env.stop().await;
-    }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_breaker_opens_on_provider_faults_and_fails_fast() {
-    let env = start(
+    let env = local(
         &["faults:\n  - { status: 500 }\n"],
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 30s } }\nroutes:\n  - targets: [p]\n",
-    )
-    .await;
+    );
     for _ in 0..4 {
         assert_eq!(
             env.post("/v1/chat/completions", CHAT, &[]).await.status,
@@ -58,18 +57,16 @@ async fn the_breaker_opens_on_provider_faults_and_fails_fast() {
     assert_eq!(r.header("x-levee-reason"), "circuit_open");
     assert!(!r.header("retry-after").is_empty());
     assert_eq!(env.stats(0).requests_total, 4);
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(metric(&m, "levee_circuit_state", &["provider=\"p\""]), 1.0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_breaker_ignores_deterministic_400s() {
-    let env = start(
+    let env = local(
         &["faults:\n  - { status: 400 }\n"],
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", circuit_breaker: { min_requests: 2 } }\nroutes:\n  - targets: [p]\n",
-    )
-    .await;
+    );
     for _ in 0..6 {
         assert_eq!(
             env.post("/v1/chat/completions", CHAT, &[]).await.status,
@@ -77,16 +74,14 @@ async fn the_breaker_ignores_deterministic_400s() {
         );
     }
     assert_eq!(env.stats(0).requests_total, 6);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failing_primary_falls_back_to_the_backup_with_its_model() {
-    let env = start(
+    let env = local(
         &["faults:\n  - { status: 503 }\n", "faults: []"],
         "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - match: { model_prefix: \"x/\" }\n    targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, model: backup-model, expected_attempt_ms: 1000 }\n    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n",
-    )
-    .await;
+    );
     let body = r#"{"model":"x/primary","messages":[{"role":"user","content":"hi"}]}"#;
     let r = watchdog(
         WATCHDOG,
@@ -107,14 +102,13 @@ async fn a_failing_primary_falls_back_to_the_backup_with_its_model() {
         Some(&1),
         "same key on the fallback"
     );
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(metric(&m, "levee_fallbacks_total", &[]), 1.0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_same_idempotency_key_runs_once_and_is_replayed() {
-    let env = one("faults:\n  - { latency: 300ms }\n", "").await;
+    let env = local_one("faults:\n  - { latency: 300ms }\n", "");
     let h = [("idempotency-key", "once")];
     let (a, b) = tokio::join!(
         env.post("/v1/chat/completions", CHAT, &h),
@@ -143,14 +137,13 @@ async fn the_same_idempotency_key_runs_once_and_is_replayed() {
         "true",
         "another caller never gets this caller's answer"
     );
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert!(metric(&m, "levee_caller_retries_total", &[]) >= 2.0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_request_releases_its_idempotency_key() {
-    let env = one("faults:\n  - { status: 400, to: 200ms }\n", "").await;
+    let env = local_one("faults:\n  - { status: 400, to: 200ms }\n", "");
     let h = [("idempotency-key", "retry-me")];
     assert_eq!(env.post("/v1/chat/completions", CHAT, &h).await.status, 400);
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -158,12 +151,11 @@ async fn a_failed_request_releases_its_idempotency_key() {
     assert_eq!(r.status, 200);
     assert_ne!(r.header("x-levee-replayed"), "true");
     assert_eq!(env.stats(0).requests_total, 2);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn streams_pass_through_in_both_dialects() {
-    let env = one("faults: []", "").await;
+    let env = local_one("faults: []", "");
     let r = env.post("/v1/chat/completions", CHAT_STREAM, &[]).await;
     assert_eq!(r.status, 200);
     assert!(r.header("content-type").starts_with("text/event-stream"));
@@ -175,12 +167,11 @@ async fn streams_pass_through_in_both_dialects() {
     let body = r#"{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = env.post("/v1/messages", body, &[]).await;
     assert!(r.text().contains("event: message_stop"), "{}", r.text());
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_cut_after_the_first_byte_ends_with_an_error_event_and_is_never_restarted() {
-    let env = one("faults:\n  - { cut_stream_after: 2 }\n", "").await;
+    let env = local_one("faults:\n  - { cut_stream_after: 2 }\n", "");
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT_STREAM, &[])).await;
     assert_eq!(r.status, 200);
     let text = r.text();
@@ -190,94 +181,76 @@ async fn a_stream_cut_after_the_first_byte_ends_with_an_error_event_and_is_never
     let body = r#"{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = env.post("/v1/messages", body, &[]).await;
     assert!(r.text().contains("event: error"), "{}", r.text());
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_fails_before_its_first_byte_is_retried() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { status: 503, to: 100ms }\n",
         "    retry: { backoff: { base_ms: 150, max_ms: 200, jitter: none } }\n",
-    )
-    .await;
+    );
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT_STREAM, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-attempts"), "2");
     assert!(r.text().contains("[DONE]"));
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_with_no_first_event_in_time_falls_back_before_committing() {
     // The primary never answers; first_byte_timeout (300 ms) lets the backup
     // answer well inside the caller's 20 s deadline.
-    let env = start(
+    let env = local(
         &["faults:\n  - { stall: true }\n", "faults: []"],
         "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets:\n      - { provider: a, expected_attempt_ms: 1000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n    retry: { max_attempts: 1 }\n    first_byte_timeout: 300ms\n",
-    )
-    .await;
-    let t = stopwatch();
-    let r = watchdog(
-        Duration::from_secs(5),
-        env.post(
-            "/v1/chat/completions",
-            CHAT_STREAM,
-            &[("x-timeout-ms", "20000")],
-        ),
-    )
-    .await;
+    );
+    let (r, took) = env.timed_chat(CHAT_STREAM, 20000).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "b");
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(
+        took,
+        Duration::from_millis(300),
+        "the backup is asked at first_byte_timeout"
+    );
     assert!(r.text().contains("[DONE]"));
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_stalls_after_its_first_byte_ends_with_an_error_event() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { chunk_delay: 2s }\n",
         "    stream_idle_timeout: 200ms\n",
-    )
-    .await;
-    let t = stopwatch();
-    let r = watchdog(
-        Duration::from_secs(10),
-        env.post(
-            "/v1/chat/completions",
-            CHAT_STREAM,
-            &[("x-timeout-ms", "60000")],
-        ),
-    )
-    .await;
+    );
+    let (r, took) = env.timed_chat(CHAT_STREAM, 60000).await;
     assert_eq!(r.status, 200);
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(
+        took,
+        Duration::from_millis(200),
+        "ended at stream_idle_timeout"
+    );
     let text = r.text();
     assert!(text.contains("stalled"), "{text}");
     assert!(!text.contains("[DONE]"));
     assert_eq!(env.stats(0).requests_total, 1, "never restarted");
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(metric(&m, "levee_streams_failed_total", &[]), 1.0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn callers_with_short_deadlines_leave_no_orphaned_work_behind() {
     // Slow and flaky provider, callers with 300 ms deadlines: every request the
     // provider sees carries a positive x-timeout-ms, nothing arrives after the
     // callers are gone, and nothing is left running there.
     let env = std::sync::Arc::new(
-        one(
+        local_one(
             "faults:\n  - { status: 503, probability: 0.5 }\n  - { latency: { p50: 150ms, p99: 600ms } }\n",
             "    expected_attempt_ms: 100\n    retry: { max_attempts: 3, budget: { ratio: 1.0, min_per_second: 1000 }, backoff: { base_ms: 10, max_ms: 50 } }\n",
-        )
-        .await,
+        ),
     );
     let mut calls = Vec::new();
     for _ in 0..60 {
         let e = env.clone();
         calls.push(tokio::spawn(async move {
-            let t = stopwatch();
+            let t = paused_now();
             let r = e
                 .post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "300")])
                 .await;
@@ -287,7 +260,7 @@ async fn callers_with_short_deadlines_leave_no_orphaned_work_behind() {
     for c in calls {
         let (status, took) = watchdog(Duration::from_secs(10), c).await.unwrap();
         assert!(
-            took < Duration::from_millis(300 + 150),
+            took <= Duration::from_millis(300),
             "answered after {took:?} (status {status})"
         );
     }
@@ -304,14 +277,13 @@ async fn callers_with_short_deadlines_leave_no_orphaned_work_behind() {
     assert!(later.timeout_ms_seen.max.unwrap_or(u64::MAX) <= 300);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn gateway_keys_turn_away_unknown_callers_in_their_dialect() {
     // sha256("caller-secret")
-    let env = start(
+    let env = local(
         &["faults: []"],
         "keys:\n  - { name: svc, sha256: \"ef463420edc797e78fe3cdfcaddb67f822b4482788cb1009d0467eea8694736f\" }\nproviders:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets: [p]\n",
-    )
-    .await;
+    );
     let r = env.post("/v1/messages", MESSAGES, &[]).await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["type"], "error");
@@ -339,16 +311,14 @@ async fn gateway_keys_turn_away_unknown_callers_in_their_dialect() {
         .post("/v1/messages", MESSAGES, &[("x-api-key", "caller-secret")])
         .await;
     assert_eq!(r.status, 200);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_per_minute_allowance_is_spent_per_attempt_and_refuses_before_sending() {
-    let env = start(
+    let env = local(
         &["faults:\n  - { status: 503 }\n"],
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { requests_per_minute: 60, burst: 3 } }\nroutes:\n  - targets: [p]\n    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 2 } }\n",
-    )
-    .await;
+    );
     // One request, three attempts: the whole burst.
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
     assert_eq!(r.header("x-levee-attempts"), "3");
@@ -361,46 +331,24 @@ async fn the_per_minute_allowance_is_spent_per_attempt_and_refuses_before_sendin
         3,
         "the refused request never reached the provider"
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_4xx_that_is_not_the_providers_json_error_is_labelled_as_such() {
     // A proxy in between answering with an HTML page.
     let tape = levee_mock::Tape::parse(
         r#"{"status":400,"headers":{"content-type":"text/html"},"body":"<html><body>400 Bad Request</body></html>"}"#,
     )
     .unwrap();
-    let mock = levee_mock::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        levee_mock::MockOptions {
-            replay: Some(tape),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let text = format!(
-        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
-        mock.url()
-    );
-    let gw = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        1,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
-    let env = Env {
-        mocks: vec![mock],
-        gw,
-        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http(),
-    };
+    let mock = levee_mock::InProcess::new(levee_mock::MockOptions {
+        replay: Some(tape),
+        ..Default::default()
+    });
+    let env = local_with(vec![mock], &one_route(""));
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.header("x-levee-attempts"), "1");
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(
         metric(
             &m,
@@ -409,25 +357,19 @@ async fn a_4xx_that_is_not_the_providers_json_error_is_labelled_as_such() {
         ),
         1.0
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_holds_its_route_slot_until_it_ends() {
-    let env = std::sync::Arc::new(
-        one(
-            "faults:\n  - { chunk_delay: 100ms }\n",
-            "    max_in_flight: 1\n",
-        )
-        .await,
-    );
+    let env = std::sync::Arc::new(local_one(
+        "faults:\n  - { chunk_delay: 100ms }\n",
+        "    max_in_flight: 1\n",
+    ));
     let e2 = env.clone();
     let stream =
         tokio::spawn(async move { e2.post("/v1/chat/completions", CHAT_STREAM, &[]).await });
-    watchdog(WATCHDOG, async {
-        while env.stats(0).in_flight < 1 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    until(WATCHDOG, "the stream reaches the provider", || {
+        env.stats(0).in_flight == 1
     })
     .await;
     // Past the commit point, the stream is still running: the slot is taken.

@@ -1,14 +1,18 @@
-//! Retries settled in one layer, against a real mock provider.
+//! Retries settled in one layer, against the mock provider. Most run
+//! in-process under paused time (`local`), where elapsed times are exact;
+//! the last two need the listener's sockets.
 
 mod support;
 use std::time::Duration;
 use support::*;
 
-const WATCHDOG: Duration = Duration::from_secs(20);
+/// Longer than any deadline below: under paused time it trips at once (in
+/// real time) when the gateway waits on a timer it should not.
+const WATCHDOG: Duration = Duration::from_secs(60);
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn success_passes_through_with_attempts_target_and_timeout_header() {
-    let env = one("faults: []", "").await;
+    let env = local_one("faults: []", "");
     let r = env
         .post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")])
         .await;
@@ -24,12 +28,11 @@ async fn success_passes_through_with_attempts_target_and_timeout_header() {
         .expect("x-timeout-ms reached the provider");
     assert!(seen <= 20_000 && seen > 19_000, "{seen}");
     assert_eq!(s.idempotency_keys.len(), 1, "a generated idempotency key");
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn deterministic_400_is_answered_after_one_attempt_with_the_providers_body() {
-    let env = one("faults:\n  - { status: 400 }\n", "").await;
+    let env = local_one("faults:\n  - { status: 400 }\n", "");
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.header("x-should-retry"), "false");
@@ -40,16 +43,14 @@ async fn deterministic_400_is_answered_after_one_attempt_with_the_providers_body
         r.text()
     );
     assert_eq!(env.stats(0).requests_total, 1);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_503_window_is_retried_up_to_max_attempts_with_one_idempotency_key() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { status: 503 }\n",
         "    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 5 } }\n",
-    )
-    .await;
+    );
     let r = watchdog(
         WATCHDOG,
         env.post("/v1/chat/completions", CHAT, &[("idempotency-key", "abc")]),
@@ -71,80 +72,53 @@ async fn a_503_window_is_retried_up_to_max_attempts_with_one_idempotency_key() {
         "{:?}",
         s.idempotency_keys
     );
-    let m = env.metrics().await;
-    assert_eq!(
-        metric(
-            &m,
-            "levee_upstream_attempts_total",
-            &["result=\"http_5xx\""]
-        ),
-        3.0
-    );
+    let m = env.metrics();
+    assert_eq!(attempts_labelled(&m, "http_5xx"), 3.0);
     assert_eq!(metric(&m, "levee_attempts_per_request_sum", &[]), 3.0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_empty_budget_stops_retries_and_says_budget_exhausted() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { status: 503 }\n",
         "    retry: { max_attempts: 3, budget: { ratio: 0.1, min_per_second: 0 } }\n",
-    )
-    .await;
+    );
     let r = env.post("/v1/chat/completions", CHAT, &[]).await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "budget_exhausted");
     assert_eq!(env.stats(0).requests_total, 1);
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(metric(&m, "levee_retry_budget_exhausted_total", &[]), 1.0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
     // A long deadline (20 s) and a longer Retry-After (30 s): code that waits
     // trips the watchdog; code that gives up answers at once.
-    let env = one("faults:\n  - { status: 503, retry_after: 30 }\n", "").await;
-    let t = stopwatch();
-    let r = watchdog(
-        Duration::from_secs(5),
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
-    )
-    .await;
-    assert!(t.elapsed() < Duration::from_secs(3));
+    let env = local_one("faults:\n  - { status: 503, retry_after: 30 }\n", "");
+    let (r, took) = env.timed_chat(CHAT, 20000).await;
+    assert_eq!(took, Duration::ZERO, "answered without waiting");
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
     assert_eq!(r.header("retry-after"), "30");
     assert_eq!(env.stats(0).requests_total, 1);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retry_after_is_honoured_when_the_deadline_holds_it() {
-    let env = one(
+    let env = local_one(
         "faults:\n  - { status: 429, retry_after_ms: 400, to: 150ms }\n",
         "    retry: { on: [429, 503] }\n",
-    )
-    .await;
-    let t = stopwatch();
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert!(
-        t.elapsed() >= Duration::from_millis(400),
-        "waited {:?}",
-        t.elapsed()
     );
+    let (r, took) = env.timed_chat(CHAT, 20000).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(took >= Duration::from_millis(400), "waited {:?}", took);
     assert_eq!(r.header("x-levee-attempts"), "2");
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn malformed_and_expired_deadlines_never_reach_the_provider() {
-    let env = one("faults: []", "").await;
+    let env = local_one("faults: []", "");
     let r = env
         .post("/v1/chat/completions", CHAT, &[("x-deadline-ms", "abc")])
         .await;
@@ -166,12 +140,11 @@ async fn malformed_and_expired_deadlines_never_reach_the_provider() {
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
     assert_eq!(r.header("x-levee-attempts"), "0");
     assert_eq!(env.stats(0).requests_total, 0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bad_requests_are_answered_in_dialect_without_touching_a_provider() {
-    let env = one("faults: []", "").await;
+    let env = local_one("faults: []", "");
     for (path, body, status) in [
         ("/v1/chat/completions", "{not json", 400),
         ("/v1/chat/completions", r#"{"messages":[]}"#, 400),
@@ -184,43 +157,35 @@ async fn bad_requests_are_answered_in_dialect_without_touching_a_provider() {
         assert!(r.json()["error"].is_object(), "{}", r.text());
     }
     assert_eq!(env.stats(0).requests_total, 0);
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_timeout_cut_short_by_the_callers_deadline_is_not_retried() {
     // The attempt's timeout is the caller's 1 s, far below expected_attempt_ms:
     // when it times out nothing can follow and the breaker is not told.
-    let env = one(
+    let env = local_one(
         "faults:\n  - { stall: true }\n",
         "    expected_attempt_ms: 30000\n",
-    )
-    .await;
-    let t = stopwatch();
-    let r = watchdog(
-        WATCHDOG,
-        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "1000")]),
-    )
-    .await;
+    );
+    let (r, took) = env.timed_chat(CHAT, 1000).await;
     assert_eq!(r.status, 504);
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
     assert!(
-        t.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        t.elapsed()
+        took <= Duration::from_millis(1000),
+        "answered by the caller's deadline, not after it: {:?}",
+        took
     );
     assert_eq!(env.stats(0).requests_total, 1);
-    let m = env.metrics().await;
+    let m = env.metrics();
     assert_eq!(
         metric(&m, "levee_upstream_attempts_total", &["deadline_cut"]),
         1.0
     );
-    env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_sdks_read_timeout_is_the_callers_patience_for_plain_calls() {
-    let env = one("faults: []", "").await;
+    let env = local_one("faults: []", "");
     // The OpenAI SDK sends only x-stainless-read-timeout; Anthropic's may say NOT_GIVEN.
     env.post(
         "/v1/chat/completions",
@@ -233,7 +198,6 @@ async fn an_sdks_read_timeout_is_the_callers_patience_for_plain_calls() {
     .await;
     let seen = env.stats(0).timeout_ms_seen.min.unwrap_or(0);
     assert!((4000..=5000).contains(&seen), "{seen}");
-    env.stop().await;
 }
 
 #[tokio::test]
@@ -273,13 +237,12 @@ async fn a_request_too_long_to_forward_is_refused_without_blaming_the_provider()
     env.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn arrays_unrewritable_bodies_and_odd_keys_are_bad_requests() {
-    let env = start(
+    let env = local(
         &["faults: []"],
         "providers:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - match: { model_prefix: \"x/\" }\n    targets: [p]\n",
-    )
-    .await;
+    );
     let r = env
         .post("/v1/chat/completions", r#"["x/m", true]"#, &[])
         .await;
@@ -299,7 +262,6 @@ async fn arrays_unrewritable_bodies_and_odd_keys_are_bad_requests() {
         .await;
     assert_eq!(r.status, 400);
     assert_eq!(env.stats(0).requests_total, 0);
-    env.stop().await;
 }
 
 #[tokio::test]

@@ -7,10 +7,12 @@
 
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-/// Monotonic now, for fault windows (`from` / `to`).
+/// Monotonic now, for fault windows (`from` / `to`): tokio's clock, which
+/// is the wall clock except in tests that pause tokio time, where the
+/// windows then follow the paused clock like every delay the mock sleeps.
 #[allow(clippy::disallowed_methods)] // the mock's fault clock is wall time by design
 pub(crate) fn now() -> Instant {
-    Instant::now()
+    tokio::time::Instant::now().into_std()
 }
 
 /// Seconds since the unix epoch, for `created` fields in response bodies.

@@ -185,6 +185,52 @@ impl std::fmt::Debug for MockHandle {
     }
 }
 
+/// A mock without a socket: each [`InProcess::connect`] is an in-memory pipe
+/// whose far end the mock serves on the current tokio runtime. For tests
+/// under tokio's paused time, where waiting on a real socket lets the clock
+/// jump to the next timer.
+#[derive(Clone)]
+pub struct InProcess {
+    shared: Arc<server::Shared>,
+}
+
+impl InProcess {
+    /// A mock with `opts`, serving nothing until a connection is opened.
+    pub fn new(opts: MockOptions) -> Self {
+        InProcess {
+            shared: Arc::new(server::Shared::new(
+                opts.faults,
+                opts.seed,
+                opts.replay,
+                opts.api,
+            )),
+        }
+    }
+
+    /// Opens a connection: the client's end of a pipe the mock serves.
+    pub fn connect(&self) -> tokio::io::DuplexStream {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(server::serve_io(server, Arc::clone(&self.shared)));
+        client
+    }
+
+    /// What the mock has seen.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats.snapshot()
+    }
+
+    /// Replaces the fault set and restarts the fault clock.
+    pub fn set_faults(&self, faults: FaultSet) {
+        self.shared.set_faults(faults);
+    }
+}
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcess").finish_non_exhaustive()
+    }
+}
+
 /// Binds `addr` (port 0 for any free port) and serves in background tasks on
 /// the current tokio runtime.
 pub async fn spawn(addr: SocketAddr, opts: MockOptions) -> Result<MockHandle, MockError> {

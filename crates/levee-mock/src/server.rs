@@ -108,6 +108,28 @@ pub(crate) async fn accept_loop(
 }
 
 async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    serve_io(stream, shared).await
+}
+
+/// A connection the mock can serve: a TCP socket, or an in-memory pipe.
+pub(crate) trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Makes the coming close abortive (a reset, where the transport has one).
+    fn reset_on_close(&self);
+}
+
+impl Socket for TcpStream {
+    fn reset_on_close(&self) {
+        let _ = socket2::SockRef::from(self).set_linger(Some(Duration::ZERO));
+    }
+}
+
+/// An in-memory pipe has no reset: the close itself is what the client sees.
+impl Socket for tokio::io::DuplexStream {
+    fn reset_on_close(&self) {}
+}
+
+/// Serves one connection until the client closes it.
+pub(crate) async fn serve_io<S: Socket>(stream: S, shared: Arc<Shared>) {
     let reset = Arc::new(AtomicBool::new(false));
     let io = TokioIo::new(ConnIo {
         stream,
@@ -497,22 +519,22 @@ async fn replay(entry: &tape::Compiled, guard: RequestGuard, reset: &AtomicBool)
     Ok(res)
 }
 
-/// The accepted socket. When the service asked for a reset, dropping it
+/// The accepted connection. When the service asked for a reset, dropping it
 /// sets `SO_LINGER` to zero first so the close is a TCP RST, not a FIN.
-struct ConnIo {
-    stream: TcpStream,
+struct ConnIo<S: Socket> {
+    stream: S,
     reset: Arc<AtomicBool>,
 }
 
-impl Drop for ConnIo {
+impl<S: Socket> Drop for ConnIo<S> {
     fn drop(&mut self) {
         if self.reset.load(Ordering::Relaxed) {
-            let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+            self.stream.reset_on_close();
         }
     }
 }
 
-impl AsyncRead for ConnIo {
+impl<S: Socket> AsyncRead for ConnIo<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -522,7 +544,7 @@ impl AsyncRead for ConnIo {
     }
 }
 
-impl AsyncWrite for ConnIo {
+impl<S: Socket> AsyncWrite for ConnIo<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -497,6 +497,20 @@ fn assert_refused_or_closed(what: &str, a: &Answer, allowed: &[u16]) {
     }
 }
 
+/// Waits until `cond` holds, looking again every 10 ms: for what another
+/// process or thread does, with no event to wait on. Fails the test when
+/// `limit` passes first.
+fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + limit;
+    while !cond() {
+        assert!(
+            Instant::now() < until,
+            "{what} did not happen within {limit:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 // ---------------------------------------------------------------- normal traffic
 
 struct Background {
@@ -629,27 +643,10 @@ fn streamed_huge_body(gw: SocketAddr) -> (u64, Answer) {
     (sent, parse_response(&got))
 }
 
-#[test]
-fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
-    let started = Instant::now();
-    let mock = start_mock();
-    let mut gw = start_gateway(&hostile_config(mock.addr), &[], &[]);
-    let g = gw.addr;
-
-    // Sanity: one normal request in each dialect works before anything else.
-    for (path, body) in [("/v1/chat/completions", CHAT), ("/v1/messages", MESSAGES)] {
-        match exchange(g, &post(path, body.as_bytes(), b""), STUCK) {
-            Answer::Resp(r) if r.status == 200 => {}
-            other => panic!("normal {path}: {other:?}"),
-        }
-    }
-    let before = mock.requests_total();
-    assert_eq!(before, 2);
-
-    let normal = normal_traffic(g);
+/// Invalid JSON and bodies without a usable `model`, in both dialects: 400 in dialect.
+fn bodies_that_are_not_requests(g: SocketAddr) {
     let chat = "/v1/chat/completions";
     let msgs = "/v1/messages";
-
     // Invalid JSON and a body without `model`, in both dialects.
     for (path, d) in [(chat, Dialect::OpenAi), (msgs, Dialect::Anthropic)] {
         for (what, body) in [
@@ -671,7 +668,12 @@ fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
             assert_dialect_4xx(&format!("{what} on {path}"), &a, d, Some(400));
         }
     }
+}
 
+/// Bodies over the 10 MiB limit, announced or streamed: 413 (or a close), never swallowed whole.
+fn bodies_over_the_limit(g: SocketAddr) {
+    let chat = "/v1/chat/completions";
+    let msgs = "/v1/messages";
     // A 50 MiB body announced by content-length: 413 at once, body unread.
     for (path, d) in [(chat, Dialect::OpenAi), (msgs, Dialect::Anthropic)] {
         let raw = format!(
@@ -707,7 +709,12 @@ fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
         sent < 50 << 20,
         "the gateway swallowed the whole 50 MiB body ({sent} bytes sent)"
     );
+}
 
+/// Header sections too large, header values that are not UTF-8 or hold control bytes: refused.
+fn headers_that_are_not_acceptable(g: SocketAddr) {
+    let chat = "/v1/chat/completions";
+    let msgs = "/v1/messages";
     // 1,000 headers: 431 from the HTTP layer, or a closed connection.
     let many: String = (0..1000).map(|i| format!("x-h{i}: v\r\n")).collect();
     let a = exchange(g, &post(chat, CHAT.as_bytes(), many.as_bytes()), STUCK);
@@ -751,7 +758,12 @@ fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
             &[400],
         );
     }
+}
 
+/// Deadline headers that are not deadlines: 400 naming the header.
+fn deadlines_that_are_not_deadlines(g: SocketAddr) {
+    let chat = "/v1/chat/completions";
+    let msgs = "/v1/messages";
     // Deadline headers that are not deadlines.
     for (path, d) in [(chat, Dialect::OpenAi), (msgs, Dialect::Anthropic)] {
         let body = if path == chat { CHAT } else { MESSAGES };
@@ -771,7 +783,10 @@ fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
             }
         }
     }
+}
 
+/// Path traversal, plain and percent-encoded: never served, never forwarded.
+fn paths_that_escape(g: SocketAddr) {
     // Path traversal, plain and percent-encoded: 404 in the path's dialect
     // (nothing is served from disk and nothing is forwarded), or a bare 400
     // from the HTTP layer for a target it cannot parse.
@@ -811,7 +826,11 @@ fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
         let a = exchange(g, raw, STUCK);
         assert_refused_or_closed(&String::from_utf8_lossy(raw), &a, &[400, 404]);
     }
+}
 
+/// Framing tricks: conflicting lengths, a bad chunk size, length and chunked together.
+fn framing_tricks(g: SocketAddr) {
+    let chat = "/v1/chat/completions";
     // Framing tricks: conflicting lengths, a bad chunk size, length and chunked together.
     for (what, raw) in [
         ("two content-lengths", format!("POST {chat} HTTP/1.1\r\nhost: l\r\ncontent-length: 5\r\ncontent-length: 7\r\nconnection: close\r\n\r\n{CHAT}")),
@@ -827,7 +846,12 @@ fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
             _ => assert_refused_or_closed(what, &a, &[400]),
         }
     }
+}
 
+/// Slowloris, and clients that leave mid-body.
+fn slow_and_leaving_clients(g: SocketAddr) {
+    let chat = "/v1/chat/completions";
+    let msgs = "/v1/messages";
     // Slowloris: closed by Levee shortly after the 1 s header-read timeout.
     let (took, a) = slowloris(g);
     eprintln!("hostile: slowloris closed after {took:?}");
@@ -842,6 +866,35 @@ fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
         leave_mid_body(g, path, false);
         leave_mid_body(g, path, true);
     }
+}
+
+#[test]
+fn hostile_requests_get_clear_refusals_while_normal_traffic_flows() {
+    let started = Instant::now();
+    let mock = start_mock();
+    let mut gw = start_gateway(&hostile_config(mock.addr), &[], &[]);
+    let g = gw.addr;
+
+    // Sanity: one normal request in each dialect works before anything else.
+    for (path, body) in [("/v1/chat/completions", CHAT), ("/v1/messages", MESSAGES)] {
+        match exchange(g, &post(path, body.as_bytes(), b""), STUCK) {
+            Answer::Resp(r) if r.status == 200 => {}
+            other => panic!("normal {path}: {other:?}"),
+        }
+    }
+    let before = mock.requests_total();
+    assert_eq!(before, 2);
+
+    let normal = normal_traffic(g);
+    let chat = "/v1/chat/completions";
+
+    bodies_that_are_not_requests(g);
+    bodies_over_the_limit(g);
+    headers_that_are_not_acceptable(g);
+    deadlines_that_are_not_deadlines(g);
+    paths_that_escape(g);
+    framing_tricks(g);
+    slow_and_leaving_clients(g);
 
     // The normal loop is joined here: every normal request has its answer.
     let (ok, failed) = normal.finish();
@@ -965,14 +1018,10 @@ fn spy_provider() -> (SocketAddr, thread::JoinHandle<Vec<u8>>) {
     (addr, h)
 }
 
-#[test]
-fn provider_keys_never_appear_in_logs_metrics_tapes_or_error_bodies() {
-    const KEY: &str = "sk-levee-hostile-7f3a9c2e5b1d4e60-SECRET";
-    // Distinctive fragments too, in case something truncates or splits it.
-    let needles = [KEY, "7f3a9c2e5b1d4e60", "hostile-7f3a"];
-    let mock = start_mock();
-    let (spy, spy_seen) = spy_provider();
-    let config = format!(
+/// Mock-backed OpenAI and Anthropic providers and a spy provider, all with
+/// the key in `LEVEE_TEST_KEY`.
+fn keyed_config(mock: SocketAddr, spy: SocketAddr) -> String {
+    format!(
         "providers:\n  \
            oa: {{ api: openai, base_url: \"http://{m}\", api_key_env: LEVEE_TEST_KEY }}\n  \
            an: {{ api: anthropic, base_url: \"http://{m}\", api_key_env: LEVEE_TEST_KEY }}\n  \
@@ -981,9 +1030,12 @@ fn provider_keys_never_appear_in_logs_metrics_tapes_or_error_bodies() {
            - match: {{ path: /v1/messages }}\n    targets: [an]\n    retry: {{ max_attempts: 2, backoff: {{ base_ms: 1, max_ms: 2 }} }}\n  \
            - match: {{ model_prefix: \"spy/\" }}\n    targets: [spy]\n    retry: {{ max_attempts: 1 }}\n  \
            - targets: [oa]\n    retry: {{ max_attempts: 2, backoff: {{ base_ms: 1, max_ms: 2 }} }}\n",
-        m = mock.addr
-    );
-    // Tapes: only if this build of `levee serve` can record them.
+        m = mock
+    )
+}
+
+/// `--record FILE` when this build of `levee serve` can record tapes.
+fn record_args() -> (Option<TempFile>, Vec<String>) {
     let help = Command::new(BIN)
         .args(["serve", "--help"])
         .output()
@@ -998,13 +1050,18 @@ fn provider_keys_never_appear_in_logs_metrics_tapes_or_error_bodies() {
     } else {
         eprintln!("note: `levee serve` has no --record here; tapes not checked");
     }
-    let env = [
-        ("LEVEE_TEST_KEY", KEY),
-        // As much logging as there is: a key must not hide in debug output either.
-        ("LEVEE_LOG", "debug,levee=trace,levee_gateway=trace"),
-    ];
-    let mut gw = start_gateway(&config, &env, &extra);
-    let g = gw.addr;
+    (tape, extra)
+}
+
+/// Every kind of answer that could carry the key: successes (plain and
+/// streamed, both dialects), the provider's 401 about the key, Levee's
+/// own errors after 503s, 400s and resets, and bad requests.
+fn answers_that_could_leak(
+    g: SocketAddr,
+    mock: &Mock,
+    spy_seen: thread::JoinHandle<Vec<u8>>,
+    key: &str,
+) -> Vec<Answer> {
     let mut answers = Vec::new();
     let stream_chat =
         r#"{"model":"gpt-4.1","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
@@ -1035,7 +1092,7 @@ fn provider_keys_never_appear_in_logs_metrics_tapes_or_error_bodies() {
     answers.push(a);
     let seen = String::from_utf8_lossy(&spy_seen.join().expect("spy thread")).to_lowercase();
     assert!(
-        seen.contains(&format!("authorization: bearer {}", KEY.to_lowercase())),
+        seen.contains(&format!("authorization: bearer {}", key.to_lowercase())),
         "the key was not sent upstream at all (so this test would prove nothing): {seen}"
     );
     // Failures: a 503 window (retried, then Levee's own error), a 400, a reset.
@@ -1061,39 +1118,50 @@ fn provider_keys_never_appear_in_logs_metrics_tapes_or_error_bodies() {
     }
     mock.set_faults(r#"{"faults":[]}"#);
 
+    answers
+}
+
+#[test]
+fn provider_keys_never_appear_in_logs_metrics_tapes_or_error_bodies() {
+    const KEY: &str = "sk-levee-hostile-7f3a9c2e5b1d4e60-SECRET";
+    // Distinctive fragments too, in case something truncates or splits it.
+    let needles = [KEY, "7f3a9c2e5b1d4e60", "hostile-7f3a"];
+    let mock = start_mock();
+    let (spy, spy_seen) = spy_provider();
+    let config = keyed_config(mock.addr, spy);
+    let (tape, extra) = record_args();
+    let env = [
+        ("LEVEE_TEST_KEY", KEY),
+        // As much logging as there is: a key must not hide in debug output either.
+        ("LEVEE_LOG", "debug,levee=trace,levee_gateway=trace"),
+    ];
+    let mut gw = start_gateway(&config, &env, &extra);
+    let g = gw.addr;
+    let answers = answers_that_could_leak(g, &mock, spy_seen, KEY);
+    // The four successful calls (plain and streamed, both dialects).
+    let successes = 4;
     let metrics = gw.metrics();
     assert!(metrics.contains("levee_"), "metrics look empty: {metrics}");
-    // Logs are written line by line from another process: poll for the
-    // request lines (bounded), rather than sleeping and hoping.
-    let until = Instant::now() + Duration::from_secs(10);
-    while gw
-        .proc
-        .stderr()
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .count()
-        < 3
-        && Instant::now() < until
-    {
-        thread::sleep(Duration::from_millis(10));
-    }
+    // Logs are written line by line from another process, the tape by the
+    // recorder's thread: each is awaited (bounded) for its lines.
+    let json_lines = |gw: &Gateway| {
+        gw.proc
+            .stderr()
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .count()
+    };
+    wait_for(Duration::from_secs(10), "three JSON log lines", || {
+        json_lines(&gw) >= 3
+    });
     gw.assert_healthy();
     let logs = gw.proc.stderr();
-    assert!(
-        logs.lines().filter(|l| l.starts_with('{')).count() >= 3,
-        "expected JSON log lines: {logs}"
-    );
-    // The recorder writes from a background thread: wait (bounded) for lines.
     let tape_text = tape.as_ref().map(|t| {
-        let until = Instant::now() + Duration::from_secs(5);
-        loop {
-            let text = std::fs::read_to_string(&t.0).unwrap_or_default();
-            if text.lines().count() >= calls.len() || Instant::now() > until {
-                assert!(!text.is_empty(), "--record wrote no tape");
-                return text;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
+        let read = || std::fs::read_to_string(&t.0).unwrap_or_default();
+        wait_for(Duration::from_secs(5), "the tape's lines", || {
+            read().lines().count() >= successes
+        });
+        read()
     });
     for needle in needles {
         assert!(!logs.contains(needle), "the key is in the logs:\n{logs}");
@@ -1192,14 +1260,11 @@ fn sigterm_answers_waiting_requests_and_releases_redis_leases() {
             STUCK,
         )
     });
-    let until = Instant::now() + Duration::from_secs(10);
-    while json_u64(&mock.stats(), "in_flight") != Some(1) {
-        assert!(
-            Instant::now() < until,
-            "the request never reached the provider"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(
+        Duration::from_secs(10),
+        "the request reaches the provider",
+        || json_u64(&mock.stats(), "in_flight") == Some(1),
+    );
     let keys = redis_cli(port, &["--scan", "--pattern", "sigterm:idem:*"]).unwrap_or_default();
     assert_eq!(keys.lines().count(), 1, "one lease held: {keys:?}");
     let state = redis_cli(port, &["HGET", keys.trim(), "state"]);

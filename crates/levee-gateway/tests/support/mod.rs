@@ -1,5 +1,16 @@
-//! Test harness: a real `levee mock` and a real gateway on 127.0.0.1 ephemeral
-//! ports, a plain hyper client, and the mock's stats as the oracle.
+//! Test kit, two ways to run the gateway against `levee mock`:
+//!
+//! - [`local`]: in-process. The gateway is called as a service value
+//!   ([`levee_gateway::App`]) and reaches in-process mocks over in-memory
+//!   pipes: no sockets, so tests run under `#[tokio::test(start_paused =
+//!   true)]`, where time moves only when every task waits on a timer. Timing
+//!   tests belong here: a long deadline, exact bounds on the paused clock, and
+//!   a watchdog that trips at once (in real time) when the gateway waits on
+//!   a timer it should not.
+//! - [`start`] / [`one`]: a real gateway and real mocks on 127.0.0.1
+//!   ephemeral ports, for what needs sockets (framing, limits, the listener).
+//!
+//! Both answer with a [`Resp`], and the mock's stats are the oracle.
 #![allow(dead_code)]
 
 use bytes::Bytes;
@@ -24,6 +35,21 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// Reads a whole response.
+    pub async fn read<B: http_body::Body<Data = Bytes>>(resp: http::Response<B>) -> Resp {
+        let (parts, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        }
+    }
+
     pub fn header(&self, name: &str) -> &str {
         self.headers
             .get(name)
@@ -44,18 +70,9 @@ pub async fn mock(faults: &str) -> MockHandle {
 
 /// A mock serving `api` (one dialect strictly, as the real provider).
 pub async fn mock_api(faults: &str, api: MockApi) -> MockHandle {
-    let faults = levee_mock::parse_faults(faults).expect("test faults parse");
-    levee_mock::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        MockOptions {
-            faults,
-            seed: 7,
-            api,
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("mock starts")
+    levee_mock::spawn("127.0.0.1:0".parse().unwrap(), mock_options(faults, api))
+        .await
+        .expect("mock starts")
 }
 
 /// The `api:` of the provider whose `base_url` is `{mockN}`: each mock
@@ -69,6 +86,116 @@ fn api_of(config: &str, i: usize) -> MockApi {
         Some(r) if r.starts_with("openai") => MockApi::OpenAi,
         _ => MockApi::Both,
     }
+}
+
+/// A JSON POST to `uri` (a URL, or a path for the in-process gateway).
+pub fn post_request(uri: &str, body: &str, headers: &[(&str, &str)]) -> http::Request<Full<Bytes>> {
+    let mut b = http::Request::post(uri).header("content-type", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+}
+
+/// A mock's options: `faults`, strict in `api`, seeded.
+fn mock_options(faults: &str, api: MockApi) -> MockOptions {
+    let faults = levee_mock::parse_faults(faults).expect("test faults parse");
+    MockOptions {
+        faults,
+        seed: 7,
+        api,
+        ..Default::default()
+    }
+}
+
+/// The gateway and its mocks in this process, joined by in-memory pipes.
+pub struct Local {
+    pub mocks: Vec<levee_mock::InProcess>,
+    pub app: levee_gateway::App,
+}
+
+/// Starts in-process mocks (one per fault document, each strict in its
+/// provider's dialect) and an in-process gateway whose config is `config`
+/// with `{mock0}`, `{mock1}`… replaced by the mocks' addresses.
+pub fn local(faults: &[&str], config: &str) -> Local {
+    let mocks: Vec<_> = faults
+        .iter()
+        .enumerate()
+        .map(|(i, f)| levee_mock::InProcess::new(mock_options(f, api_of(config, i))))
+        .collect();
+    local_with(mocks, config)
+}
+
+/// [`local`] with mocks made by the caller.
+pub fn local_with(mocks: Vec<levee_mock::InProcess>, config: &str) -> Local {
+    local_dial(mocks, config, std::sync::Arc::new(|_: &http::Uri| None))
+}
+
+/// [`local_with`] where hosts other than the mocks' are reached through
+/// `other` (a hand-written provider, say).
+pub fn local_dial(
+    mocks: Vec<levee_mock::InProcess>,
+    config: &str,
+    other: levee_gateway::transport::Dial,
+) -> Local {
+    let mut text = format!("shutdown_grace: 5s\n{config}");
+    for i in 0..mocks.len() {
+        text = text.replace(&format!("{{mock{i}}}"), &format!("http://mock{i}.test"));
+    }
+    let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+    let dialed = mocks.clone();
+    let mock_at = move |uri: &http::Uri| {
+        let host = uri.host()?.strip_prefix("mock")?.strip_suffix(".test")?;
+        dialed.get(host.parse::<usize>().ok()?).map(|m| m.connect())
+    };
+    let dial: levee_gateway::transport::Dial =
+        std::sync::Arc::new(move |uri: &http::Uri| mock_at(uri).or_else(|| other(uri)));
+    let app = levee_gateway::App::in_process(config, 42, dial).expect("gateway starts");
+    Local { mocks, app }
+}
+
+/// [`local`] with one provider (a mock) and one route with `route_extra`.
+pub fn local_one(faults: &str, route_extra: &str) -> Local {
+    local(&[faults], &one_route(route_extra))
+}
+
+impl Local {
+    pub async fn post(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
+        Resp::read(self.app.call(post_request(path, body, headers)).await).await
+    }
+
+    pub fn stats(&self, i: usize) -> levee_mock::Stats {
+        self.mocks[i].stats()
+    }
+
+    /// A chat request with `body` and a deadline of `timeout_ms`, under a
+    /// watchdog longer than any deadline the tests use; returns the answer
+    /// and the time it took on the paused clock.
+    pub async fn timed_chat(&self, body: &str, timeout_ms: u64) -> (Resp, Duration) {
+        let t = paused_now();
+        let timeout = timeout_ms.to_string();
+        let headers = [("x-timeout-ms", timeout.as_str())];
+        let r = watchdog(
+            Duration::from_secs(120),
+            self.post("/v1/chat/completions", body, &headers),
+        )
+        .await;
+        (r, t.elapsed())
+    }
+
+    /// The `/metrics` exposition.
+    pub fn metrics(&self) -> String {
+        let shared = self.app.shared();
+        shared.refresh_gauges();
+        shared.metrics.encode()
+    }
+}
+
+/// The config of one OpenAI provider (`{mock0}`) and one route with `route_extra`.
+pub fn one_route(route_extra: &str) -> String {
+    format!(
+        "providers:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n{route_extra}"
+    )
 }
 
 /// Starts mocks (one per fault document, each strict in its provider's
@@ -95,10 +222,7 @@ pub async fn start(faults: &[&str], config: &str) -> Env {
 
 /// One provider (the mock) and one route with the given extra route YAML.
 pub async fn one(faults: &str, route_extra: &str) -> Env {
-    let config = format!(
-        "providers:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n{route_extra}"
-    );
-    start(&[faults], &config).await
+    start(&[faults], &one_route(route_extra)).await
 }
 
 pub const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
@@ -113,23 +237,9 @@ impl Env {
     }
 
     pub async fn post(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
-        let mut b = http::Request::post(self.url(path)).header("content-type", "application/json");
-        for (k, v) in headers {
-            b = b.header(*k, *v);
-        }
-        let req = b.body(Full::new(Bytes::from(body.to_string()))).unwrap();
+        let req = post_request(&self.url(path), body, headers);
         let resp = self.client.request(req).await.expect("gateway answers");
-        let (parts, body) = resp.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        Resp {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body,
-        }
+        Resp::read(resp).await
     }
 
     pub fn stats(&self, i: usize) -> levee_mock::Stats {
@@ -160,6 +270,26 @@ pub async fn watchdog<T>(limit: Duration, fut: impl std::future::Future<Output =
         .expect("watchdog: took too long")
 }
 
+/// Waits until `cond` holds, looking again after each 1 ms tick (of the
+/// paused clock in-process, of the real one over sockets); fails the test
+/// when `limit` passes first.
+pub async fn until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let polled = async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    if tokio::time::timeout(limit, polled).await.is_err() {
+        panic!("watchdog: {what} did not happen within {limit:?}");
+    }
+}
+
+/// `levee_upstream_attempts_total{result}`, summed over providers.
+pub fn attempts_labelled(text: &str, result: &str) -> f64 {
+    let label = format!("result=\"{result}\"");
+    metric(text, "levee_upstream_attempts_total", &[&label])
+}
+
 /// Sum of a metric's samples whose line contains all `parts`.
 pub fn metric(text: &str, name: &str, parts: &[&str]) -> f64 {
     text.lines()
@@ -171,6 +301,13 @@ pub fn metric(text: &str, name: &str, parts: &[&str]) -> f64 {
         .filter(|l| parts.iter().all(|p| l.contains(p)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// Now on tokio's clock: in-process tests under paused time measure exact
+/// elapsed times with it (time moves only when every task waits on a timer).
+#[allow(clippy::disallowed_methods)]
+pub fn paused_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
 }
 
 /// The wall clock, for black-box timing of real servers over real sockets

@@ -1,0 +1,71 @@
+//! The gateway as a service value: a request in, a response out, with no
+//! listener in between. The public listener serves it per connection
+//! (`server`), and tests call it in-process, with in-memory bodies and
+//! in-process providers, under tokio's paused time.
+
+use crate::handler::{handle, BoxError};
+use crate::respond::Body;
+use crate::shared::{SetupError, Shared};
+use crate::transport::Dial;
+use bytes::Bytes;
+use http::{Request, Response};
+use levee_config::Config;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// The gateway over one shared state.
+#[derive(Clone)]
+pub struct App {
+    shared: Arc<Shared>,
+}
+
+impl App {
+    /// A gateway for `config`; `seed` seeds the per-request RNGs.
+    pub fn new(config: Config, seed: u64) -> Result<App, SetupError> {
+        Ok(App::from(Arc::new(Shared::new(config, seed)?)))
+    }
+
+    /// A gateway whose providers are reached through `dial`: in-memory
+    /// pipes to providers in this process.
+    pub fn in_process(config: Config, seed: u64, dial: Dial) -> Result<App, SetupError> {
+        let shared = Shared::with_dial(config, seed, Some(dial))?;
+        Ok(App::from(Arc::new(shared)))
+    }
+
+    /// The state every request shares (metrics, providers, config).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Answers one request.
+    pub async fn call<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        handle(Arc::clone(&self.shared), req).await
+    }
+}
+
+impl From<Arc<Shared>> for App {
+    fn from(shared: Arc<Shared>) -> Self {
+        App { shared }
+    }
+}
+
+impl<B> hyper::service::Service<Request<B>> for App
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<B>) -> Self::Future {
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move { Ok(handle(shared, req).await) })
+    }
+}

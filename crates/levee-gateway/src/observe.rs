@@ -1,0 +1,405 @@
+//! The request's observer: the driver reports what happens to a request —
+//! admitted, shed, replayed, an attempt started or finished, delivered,
+//! failed — and the observer turns each event into everything that watches
+//! requests: the metrics, the census, the summary log line, the trace spans
+//! and the `--record` tape. The driver decides; the observer keeps the books.
+//!
+//! Events before a request has a route (or before it is admitted) are free
+//! functions over [`Shared`]; from admission on, one [`Observer`] per request
+//! carries what the books need (the route, the trace, the time spent
+//! outside the gateway).
+
+use crate::record::TapeLine;
+use crate::respond::{Body, LeveeError};
+use crate::shared::Shared;
+use crate::telemetry::{AttemptTrace, RequestTrace};
+use bytes::Bytes;
+use http::{HeaderMap, Response};
+use levee_policy::planner::{AttemptKind, Dispatch};
+use levee_policy::{Class, Failure, Instant, Outcome, RequestState};
+use levee_wire::Dialect;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Levee refused the request before any attempt, counted under `label` in
+/// `levee_rejected` (`not_found`, `unauthorized`, `payload_too_large`,
+/// `no_route`, `bad_request`, `shutting_down`).
+pub fn rejected(shared: &Shared, label: &str) {
+    shared.metrics.reject(label);
+}
+
+/// The route's bulkhead was full: shed at once.
+pub fn shed(shared: &Shared, route: &str, f: &Failure) {
+    let reason = f.reason.as_str();
+    shared.metrics.reject(reason);
+    shared.metrics.request(route, reason);
+    shared.metrics.attempts_per_request.observe(0.0);
+}
+
+/// A keyed request could not be deduplicated across replicas and was refused.
+pub fn state_unavailable(shared: &Shared, route: &str) {
+    shared.metrics.reject("state_unavailable");
+    shared.metrics.request(route, "state_unavailable");
+}
+
+/// The deadline passed while following an earlier request with the same key.
+pub fn follow_timed_out(shared: &Shared, route: &str) {
+    shared.metrics.request(route, "deadline_exceeded");
+}
+
+/// Answered from the idempotency store.
+pub fn replayed(shared: &Shared, route: &str) {
+    shared.metrics.replayed.inc();
+    shared.metrics.request(route, "replayed");
+}
+
+/// A caller layer is retrying (its SDK's retry count, or a repeated key).
+pub fn caller_retry(shared: &Shared) {
+    shared.metrics.caller_retries.inc();
+}
+
+/// A keyed request was deduplicated on this replica only.
+pub fn idempotency_local(shared: &Shared) {
+    shared.metrics.idempotency_local.inc();
+}
+
+/// A target of the other dialect cannot carry the request: skipped.
+pub fn translation_refused(shared: &Shared, route: &str, provider: &str, reason: &str) {
+    shared.metrics.translation_refused(route, provider, reason);
+}
+
+/// The last upstream error answer, kept to pass on or log once.
+pub(crate) struct LastError {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// A 4xx without the provider's JSON error shape (a proxy in between).
+    pub foreign: bool,
+}
+
+/// How one failed attempt ended.
+pub(crate) struct Finished<'a> {
+    pub target: usize,
+    pub started: Instant,
+    pub outcome: Outcome,
+    pub label: &'static str,
+    pub class: Class,
+    /// The error answer the attempt got, when it got one.
+    pub error: Option<&'a LastError>,
+}
+
+/// One admitted request's books.
+pub(crate) struct Observer {
+    shared: Arc<Shared>,
+    route: usize,
+    trace: RequestTrace,
+    arrived: Instant,
+    /// Time in upstream attempts and backoff waits: not the gateway's own cost.
+    outside: Duration,
+    /// The last attempt's result label (why a fallback happens).
+    last_label: &'static str,
+    /// The attempt in flight's span.
+    span: Option<AttemptTrace>,
+    path_and_query: String,
+    model: String,
+}
+
+impl Observer {
+    /// The request was admitted to `route`.
+    pub fn admitted(
+        shared: Arc<Shared>,
+        route: usize,
+        trace: RequestTrace,
+        arrived: Instant,
+        path_and_query: String,
+        model: String,
+    ) -> Self {
+        Observer {
+            shared,
+            route,
+            trace,
+            arrived,
+            outside: Duration::ZERO,
+            last_label: "none",
+            span: None,
+            path_and_query,
+            model,
+        }
+    }
+
+    fn route_name(&self) -> &str {
+        &self.shared.config.routes[self.route].name
+    }
+
+    fn provider_name(&self, target: usize) -> &str {
+        let route = &self.shared.config.routes[self.route];
+        let t = target.min(route.targets.len().saturating_sub(1));
+        &self.shared.providers[route.targets[t].provider].name
+    }
+
+    /// A backoff (or Retry-After) wait from `now` until `until` begins.
+    pub fn waiting(&self, now: Instant, until: Instant) {
+        self.trace.wait(until.saturating_since(now));
+    }
+
+    /// The wait that began at `since` is over.
+    pub fn waited(&mut self, since: Instant) {
+        self.outside += self.shared.clock.since(since);
+    }
+
+    /// Attempt `n` (the planner's dispatch `d`) is about to be sent; returns
+    /// the upstream request's trace headers to set.
+    pub fn attempt_started(
+        &mut self,
+        d: &Dispatch,
+        n: u32,
+        deadline: Instant,
+        now: Instant,
+        headers: &mut HeaderMap,
+    ) {
+        let shared = &self.shared;
+        if d.kind == AttemptKind::Fallback || (d.kind == AttemptKind::First && d.target > 0) {
+            let reason = if d.kind == AttemptKind::First {
+                "primary_refused"
+            } else {
+                self.last_label
+            };
+            shared
+                .metrics
+                .fallbacks
+                .get_or_create(&crate::metrics::RouteReason {
+                    route: self.route_name().to_string(),
+                    reason: reason.to_string(),
+                })
+                .inc();
+            shared
+                .census
+                .fallback(self.route, d.target, reason, &shared.clock);
+        }
+        shared
+            .metrics
+            .deadline_remaining_at_dispatch
+            .observe(deadline.saturating_since(now).as_secs_f64());
+        let span = self
+            .trace
+            .attempt(self.route_name(), self.provider_name(d.target), n);
+        span.inject(headers);
+        self.span = Some(span);
+    }
+
+    /// The attempt ended without an answer to relay; returns its result label.
+    pub fn attempt_finished(&mut self, f: Finished<'_>) -> &'static str {
+        let shared = Arc::clone(&self.shared);
+        self.outside += shared.clock.since(f.started);
+        let mut line = TapeLine {
+            delay_ms: ms(shared.clock.since(f.started)),
+            ..TapeLine::default()
+        };
+        match f.outcome {
+            Outcome::Timeout => line.stall = true,
+            Outcome::Status { status, .. } => {
+                line.status = status;
+                if let Some(e) = f.error {
+                    line.headers = TapeLine::headers_from(&e.headers);
+                    line.body = Some(TapeLine::body_from(&e.body));
+                }
+            }
+            _ => line.reset = true,
+        }
+        self.tape(f.target, line);
+        // An attempt the caller's deadline cut short is not the provider's slowness.
+        let label = if f.class == Class::NotProviderFault
+            && (f.label == "timeout" || f.label == "body_timeout")
+        {
+            "deadline_cut"
+        } else {
+            f.label
+        };
+        shared.metrics.attempt(self.provider_name(f.target), label);
+        let status = match f.outcome {
+            Outcome::Status { status, .. } => Some(status),
+            _ => None,
+        };
+        if let Some(span) = self.span.take() {
+            span.finish(status, Some(label));
+        }
+        let at = shared.clock.now();
+        shared.census.attempt(
+            self.route,
+            f.target,
+            at.saturating_since(f.started),
+            label,
+            at,
+        );
+        self.last_label = label;
+        label
+    }
+
+    /// A 2xx answer from `target` (attempt begun at `started`) is being
+    /// relayed: buffered whole (`body`), or a stream from its commit point
+    /// (`body` is `None`; its tape line is returned for the relay to finish).
+    pub fn delivered(
+        &mut self,
+        req: &RequestState,
+        started: Instant,
+        head: &http::response::Parts,
+        body: Option<&Bytes>,
+    ) -> Option<TapeLine> {
+        let shared = Arc::clone(&self.shared);
+        let target = req.target();
+        self.outside += shared.clock.since(started);
+        shared
+            .metrics
+            .attempt(self.provider_name(target), "success");
+        let at = shared.clock.now();
+        shared.census.attempt(
+            self.route,
+            target,
+            at.saturating_since(started),
+            "success",
+            at,
+        );
+        shared
+            .metrics
+            .attempts_per_request
+            .observe(f64::from(req.attempts()));
+        let total = shared.clock.since(self.arrived);
+        if body.is_none() {
+            shared
+                .metrics
+                .time_to_first_byte
+                .observe(total.as_secs_f64());
+        }
+        let added = total.saturating_sub(self.outside);
+        shared.metrics.added_latency.observe(added.as_secs_f64());
+        shared.metrics.request(self.route_name(), "success");
+        self.log_summary(req, "success", None, added, None, "success");
+        if let Some(span) = self.span.take() {
+            span.finish(Some(head.status.as_u16()), None);
+        }
+        let mut line = TapeLine {
+            status: head.status.as_u16(),
+            headers: TapeLine::headers_from(&head.headers),
+            body: body.map(TapeLine::body_from),
+            delay_ms: ms(shared.clock.since(started)),
+            ..TapeLine::default()
+        };
+        match body {
+            Some(_) => {
+                self.tape(target, line);
+                None
+            }
+            None => shared.recorder.is_some().then(|| {
+                self.fill_tape(target, &mut line);
+                line
+            }),
+        }
+    }
+
+    /// The planner gave up with `f` after `req.attempts()` attempts.
+    pub fn failed(&mut self, req: &RequestState, f: &Failure, last_error: Option<&LastError>) {
+        let shared = &self.shared;
+        let attempts = req.attempts();
+        shared
+            .metrics
+            .attempts_per_request
+            .observe(f64::from(attempts));
+        let reason = f.reason.as_str();
+        shared.metrics.request(self.route_name(), reason);
+        if attempts == 0 || !f.upstream_status {
+            shared.metrics.reject(reason);
+        }
+        let total = shared.clock.since(self.arrived);
+        let added = total.saturating_sub(self.outside);
+        shared.metrics.added_latency.observe(added.as_secs_f64());
+        self.log_summary(
+            req,
+            reason,
+            Some(f.status),
+            added,
+            last_error,
+            self.last_label,
+        );
+    }
+
+    /// The last attempt's result label.
+    pub fn last_result(&self) -> &'static str {
+        self.last_label
+    }
+
+    /// The answer is known: ends the request's span.
+    pub fn answered(self, answer: &Result<Response<Body>, LeveeError>) {
+        match answer {
+            Ok(resp) => {
+                let h = resp.headers();
+                let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+                self.trace.finish(
+                    resp.status().as_u16(),
+                    text("x-levee-reason"),
+                    text("x-levee-target"),
+                );
+            }
+            Err(e) => self.trace.finish(e.status(), Some(e.why.as_str()), None),
+        }
+    }
+
+    /// The summary log line, once per logical request.
+    fn log_summary(
+        &self,
+        req: &RequestState,
+        outcome: &str,
+        status: Option<u16>,
+        added: Duration,
+        err: Option<&LastError>,
+        last_result: &str,
+    ) {
+        let left = req.deadline().saturating_since(self.shared.clock.now());
+        // The provider's error body, once per logical request (five copies of
+        // one validator complaint bury it).
+        let upstream_error = err.map(|e| {
+            let s = String::from_utf8_lossy(&e.body[..e.body.len().min(512)]).into_owned();
+            if e.foreign {
+                format!("(not the provider's JSON error shape: a proxy in between?) {s}")
+            } else {
+                s
+            }
+        });
+        tracing::info!(
+            target: "levee::request",
+            route = %self.route_name(),
+            target = %self.provider_name(req.target()),
+            attempts = req.attempts(),
+            outcome,
+            last_attempt = last_result,
+            status = status.unwrap_or(200),
+            added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),
+            deadline_left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+            upstream_error = upstream_error.as_deref().unwrap_or(""),
+            "request"
+        );
+    }
+
+    fn fill_tape(&self, target: usize, line: &mut TapeLine) {
+        let model = self.shared.config.routes[self.route].rewrite_model(target, &self.model);
+        line.path = Some(crate::record::tape_path(&self.path_and_query));
+        line.model = Some(model.to_string());
+        line.at_ms = Some(ms(self.shared.clock.now().since_origin()));
+    }
+
+    /// Writes one exchange with `target` to the `--record` tape.
+    fn tape(&self, target: usize, mut line: TapeLine) {
+        if let Some(r) = &self.shared.recorder {
+            self.fill_tape(target, &mut line);
+            r.record(&line);
+        }
+    }
+}
+
+/// Whether a provider's 4xx body has its JSON error shape.
+pub(crate) fn is_foreign(status: u16, body: &[u8]) -> bool {
+    (400..500).contains(&status) && !Dialect::is_provider_error_shape(body)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

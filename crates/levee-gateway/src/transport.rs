@@ -1,0 +1,119 @@
+//! Where an attempt's connection comes from: the network (TCP, and TLS for
+//! https), or an in-memory pipe to a provider running in the same process.
+//!
+//! The pipe exists for tests under tokio's paused time: a task waiting on a
+//! real socket lets the paused clock jump to the next timer, so an attempt
+//! timeout would fire while the provider's answer is already on its way.
+//! Over a pipe, every wake-up is a task's, and time moves only when all of
+//! them wait on timers.
+
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::TokioIo;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::DuplexStream;
+use tokio::net::TcpStream;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Opens an in-memory connection to the provider at a URI's host, or
+/// `None` when no provider lives there.
+pub type Dial = Arc<dyn Fn(&http::Uri) -> Option<DuplexStream> + Send + Sync>;
+
+/// The connector of every provider's client.
+#[derive(Clone)]
+pub enum Connector {
+    Net(HttpsConnector<HttpConnector>),
+    Memory(Dial),
+}
+
+/// A connection made by [`Connector`]. Only `Net` occurs in production, so
+/// it is kept inline rather than boxed (one allocation per connection saved);
+/// the small `Memory` variant wastes space only in tests.
+#[allow(clippy::large_enum_variant)]
+pub enum Conn {
+    Net(MaybeHttpsStream<TokioIo<TcpStream>>),
+    Memory(TokioIo<DuplexStream>),
+}
+
+impl tower_service::Service<http::Uri> for Connector {
+    type Response = Conn;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Conn, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Connector::Net(c) => c.poll_ready(cx),
+            Connector::Memory(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        match self {
+            Connector::Net(c) => {
+                let connecting = c.call(uri);
+                Box::pin(async move { connecting.await.map(Conn::Net) })
+            }
+            Connector::Memory(dial) => {
+                let conn = dial(&uri)
+                    .map(|pipe| Conn::Memory(TokioIo::new(pipe)))
+                    .ok_or_else(|| format!("no in-process provider at {uri}").into());
+                Box::pin(async move { conn })
+            }
+        }
+    }
+}
+
+impl Connection for Conn {
+    fn connected(&self) -> Connected {
+        match self {
+            Conn::Net(s) => s.connected(),
+            Conn::Memory(_) => Connected::new(),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Net(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Memory(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Net(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Memory(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Net(s) => Pin::new(s).poll_flush(cx),
+            Conn::Memory(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Net(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Memory(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
