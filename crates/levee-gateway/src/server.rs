@@ -25,8 +25,32 @@ use tokio::net::{TcpListener, TcpStream};
 const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
 /// Serves the gateway on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish for up to the configured grace period.
+/// in-flight requests finish for up to the configured grace period, then
+/// releases the idempotency leases still held in Redis.
 pub async fn serve_public(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_connections(listener, Arc::clone(&shared), shutdown).await;
+    release_leases(&shared).await;
+}
+
+/// Releases the idempotency leases still held in Redis: once, after every
+/// listener has drained.
+pub async fn release_leases(shared: &Shared) {
+    if let Some(redis) = &shared.redis {
+        let n = redis.release_held().await;
+        if n > 0 {
+            tracing::info!(target: "levee", released = n, "released idempotency leases still held in Redis");
+        }
+    }
+}
+
+/// [`serve_public`] without the lease release: one listener's connections,
+/// accepted until `shutdown` resolves and then drained. With one runtime
+/// per core, each core's listener (`SO_REUSEPORT` on one port) runs this.
+pub async fn serve_connections(
     listener: TcpListener,
     shared: Arc<Shared>,
     shutdown: impl Future<Output = ()>,
@@ -91,12 +115,6 @@ pub async fn serve_public(
             .is_err()
         {
             tracing::warn!(target: "levee", "closing the connections that are still open");
-        }
-    }
-    if let Some(redis) = &shared.redis {
-        let n = redis.release_held().await;
-        if n > 0 {
-            tracing::info!(target: "levee", released = n, "released idempotency leases still held in Redis");
         }
     }
 }
