@@ -6,13 +6,6 @@ mod serve;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of glibc's malloc: the gateway allocates and frees a few
-/// dozen small objects per request (header maps, bodies, futures), and with
-/// glibc that was 5% of its CPU at saturation; mimalloc's per-thread free
-/// lists make those cheaper.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "levee",
