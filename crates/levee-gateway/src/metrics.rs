@@ -23,9 +23,12 @@ use std::sync::RwLock;
 #[derive(Debug, Default)]
 struct Handles1(RwLock<HashMap<Box<str>, Counter>>);
 
+/// Counters by their second label value.
+type BySecond = HashMap<Box<str>, Counter>;
+
 /// As [`Handles1`], by two label values.
 #[derive(Debug, Default)]
-struct Handles2(RwLock<HashMap<Box<str>, HashMap<Box<str>, Counter>>>);
+struct Handles2(RwLock<HashMap<Box<str>, BySecond>>);
 
 impl Handles1 {
     fn inc(&self, a: &str, make: impl FnOnce() -> Counter) {
