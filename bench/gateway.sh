@@ -38,7 +38,8 @@
 # Environment: MODE (default | pinned), ROUNDS (3), SAT_SECONDS (5), FIXED_SECONDS (10), RATES
 # ("1000 5000"), SAT_CONNS (64), RATE_CONNS (64), LOADGEN_CPU (0),
 # SERVER_CPU (1), LEVEE_BIN (skip the build), LEVEE_BIN_B (a second Levee to
-# compare), RAW_OUT (file to keep raw rows). RATES="" runs saturation only.
+# compare), LEVEE_ARGS_B (extra `serve` flags for it, e.g. "--workers 0"),
+# RAW_OUT (file to keep raw rows). RATES="" runs saturation only.
 # Prints a results table on stdout; progress on stderr only on a terminal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -197,8 +198,9 @@ declare -A URL=(
   [levee]="http://127.0.0.1:$LV_PORT/v1/chat/completions"
 )
 if [ -n "${LEVEE_BIN_B:-}" ]; then
+  # shellcheck disable=SC2086
   LEVEE_LOG=warn "${PIN_SRV[@]}" "$LEVEE_BIN_B" serve --config "$work/levee.yaml" \
-    --listen "127.0.0.1:$LB_PORT" --admin "127.0.0.1:$ADMIN_B_PORT" 2>"$work/levee_b.log" &
+    --listen "127.0.0.1:$LB_PORT" --admin "127.0.0.1:$ADMIN_B_PORT" ${LEVEE_ARGS_B:-} 2>"$work/levee_b.log" &
   SRV_PID[levee_b]=$!
   pids+=("${SRV_PID[levee_b]}")
   URL[levee_b]="http://127.0.0.1:$LB_PORT/v1/chat/completions"
