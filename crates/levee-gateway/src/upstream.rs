@@ -138,6 +138,8 @@ struct Pool {
     /// Per worker: most recently used at the back (LIFO reuse keeps few
     /// connections warm); the oldest at the front, where expiry looks.
     idle: [Mutex<VecDeque<Idle>>; POOL_SHARDS],
+    /// Set once the task that closes expired idle connections is running.
+    reaper: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Pool {
@@ -168,6 +170,52 @@ impl Pool {
             }
         }
         None
+    }
+
+    /// Closes the idle connections of every worker unused for
+    /// `POOL_IDLE_TIMEOUT` (dropping a sender ends its connection).
+    fn expire(&self) {
+        let now = self.clock.now();
+        for shard in &self.idle {
+            let mut idle = shard.lock().unwrap_or_else(|e| e.into_inner());
+            while idle
+                .front()
+                .is_some_and(|c| now.saturating_since(c.since) >= POOL_IDLE_TIMEOUT)
+            {
+                idle.pop_front();
+            }
+        }
+    }
+
+    /// Starts, once, the task that expires idle connections while no
+    /// request comes to do it: after a burst of thousands of streams their
+    /// connections and buffers are given back within a minute or so.
+    fn start_reaper(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.reaper.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(POOL_IDLE_TIMEOUT / 4);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match pool.upgrade() {
+                    Some(p) => p.expire(),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// Idle connections across every worker.
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        self.idle
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
     }
 
     /// Back into the pool, unless the pool is full.
@@ -202,6 +250,7 @@ impl Pool {
             .await
             .map_err(SendError::Handshake)?;
         let parked = Arc::new(Parked::default());
+        self.start_reaper();
         tokio::spawn(drive_connection(
             conn,
             Arc::clone(&parked),
@@ -391,6 +440,7 @@ impl ProviderRuntime {
             })?,
             clock,
             idle: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
+            reaper: std::sync::atomic::AtomicBool::new(false),
         });
         let shared_rate = match (replicas, p.rate_limit) {
             (Some(n), Some((rpm, burst))) => Some(SharedRate {
@@ -543,4 +593,58 @@ pub fn build_request(
     );
     h.insert("idempotency-key", idempotency_key.clone());
     req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_is_closed_after_the_idle_timeout_without_traffic() {
+        let mock = levee_mock::spawn(
+            "127.0.0.1:0".parse().unwrap(),
+            levee_mock::MockOptions::default(),
+        )
+        .await
+        .unwrap();
+        let cfg = levee_config::Config::parse(&format!(
+            "providers:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
+            mock.url()
+        ))
+        .unwrap();
+        let p = ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
+            .unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let uri = p.uri_for("/v1/chat/completions").unwrap();
+        let key = HeaderValue::from_static("k");
+        let req = build_request(
+            &p,
+            &HeaderMap::new(),
+            uri,
+            Bytes::from(body),
+            Duration::from_secs(5),
+            &key,
+        );
+        let resp = p.send(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
+        // The connection's task returns it to the pool once the answer is over.
+        for _ in 0..1000 {
+            if p.pool.idle_count() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            p.pool.idle_count(),
+            1,
+            "the connection went back to the pool"
+        );
+        tokio::time::sleep(POOL_IDLE_TIMEOUT / 2).await;
+        assert_eq!(p.pool.idle_count(), 1, "still fresh: kept");
+        tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
+        assert_eq!(p.pool.idle_count(), 0, "expired with no request to notice");
+    }
 }
