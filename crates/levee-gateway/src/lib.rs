@@ -62,6 +62,11 @@ pub enum GatewayError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot start worker thread {worker}: {source}; lower --workers or raise the process/thread limit")]
+    Worker {
+        worker: usize,
+        source: std::io::Error,
+    },
 }
 
 /// A gateway whose listeners are bound; [`Running::shutdown`] stops it.
@@ -130,6 +135,51 @@ pub struct Options {
     /// The config's version as shown on `/readyz` and the status page
     /// ([`reload::hash_of`] the file); default: a hash of the validated config.
     pub config_hash: Option<String>,
+    /// Extra public listeners, each on its own thread with a single-threaded
+    /// runtime, all on the listen port with `SO_REUSEPORT` (the kernel
+    /// spreads connections over them), like nginx's worker processes. A
+    /// connection then lives on one thread with its upstream connections:
+    /// no task moves between cores, no wake crosses one. 0: everything on
+    /// the caller's runtime. The `levee` binary runs one per core beyond
+    /// its own thread.
+    pub extra_workers: usize,
+}
+
+/// Starts one extra public listener on its own thread and single-threaded
+/// runtime; the receiver resolves when it has drained.
+fn spawn_worker(
+    worker: usize,
+    listener: std::net::TcpListener,
+    generations: Arc<reload::Reloader>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<tokio::sync::oneshot::Receiver<()>, GatewayError> {
+    let (done, rx) = tokio::sync::oneshot::channel();
+    let err = |source| GatewayError::Worker { worker, source };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    std::thread::Builder::new()
+        .name(format!("levee-worker-{worker}"))
+        .spawn(move || {
+            upstream::set_worker(worker);
+            rt.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => {
+                        let stop = async move {
+                            let _ = stop.wait_for(|s| *s).await;
+                        };
+                        server::serve_connections(listener, generations, stop).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(target: "levee", worker, error = %e, "worker listener failed; its share of connections goes to the others");
+                    }
+                }
+            });
+            let _ = done.send(());
+        })
+        .map_err(err)?;
+    Ok(rx)
 }
 
 /// Binds the config's listeners and serves in background tasks. The gateway
@@ -192,17 +242,36 @@ pub async fn spawn_with(
     let reloader = Arc::new(reload::Reloader::new(Arc::clone(&shared)));
     let (stop, rx) = watch::channel(false);
     let mut rx_public = rx.clone();
-    let mut rx_admin = rx;
-    let public_task = tokio::spawn(server::serve_public(
-        public,
-        Arc::clone(&reloader),
-        async move {
+    let mut rx_admin = rx.clone();
+    let mut workers = Vec::with_capacity(opts.extra_workers);
+    for worker in 1..=opts.extra_workers {
+        let listener = bind(addr)
+            .await?
+            .into_std()
+            .map_err(|source| GatewayError::Bind { addr, source })?;
+        workers.push(spawn_worker(
+            worker,
+            listener,
+            Arc::clone(&reloader),
+            rx.clone(),
+        )?);
+    }
+    let stop_all = stop.clone();
+    let primary = Arc::clone(&reloader);
+    let public_task = tokio::spawn(async move {
+        let stop = async move {
             tokio::select! {
                 _ = stop_on => {}
                 _ = rx_public.wait_for(|s| *s) => {}
             }
-        },
-    ));
+            let _ = stop_all.send(true);
+        };
+        server::serve_connections(public, Arc::clone(&primary), stop).await;
+        for w in workers {
+            let _ = w.await;
+        }
+        server::release_leases(&primary.current()).await;
+    });
     let admin_task = tokio::spawn(server::serve_admin(
         admin,
         Arc::clone(&reloader),

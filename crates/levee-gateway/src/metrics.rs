@@ -11,6 +11,62 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+/// Counter handles by one label value, built once per value: the hot path
+/// (every request counts an outcome and an attempt) then costs a map lookup
+/// on `&str` under a read lock, not a label set of `String`s allocated,
+/// hashed and dropped per request. The values are route and provider names
+/// from the config and fixed outcome words, so the maps stay as small as the
+/// metric families themselves.
+#[derive(Debug, Default)]
+struct Handles1(RwLock<HashMap<Box<str>, Counter>>);
+
+/// Counters by their second label value.
+type BySecond = HashMap<Box<str>, Counter>;
+
+/// As [`Handles1`], by two label values.
+#[derive(Debug, Default)]
+struct Handles2(RwLock<HashMap<Box<str>, BySecond>>);
+
+impl Handles1 {
+    fn inc(&self, a: &str, make: impl FnOnce() -> Counter) {
+        if let Some(c) = self.0.read().unwrap_or_else(|e| e.into_inner()).get(a) {
+            c.inc();
+            return;
+        }
+        let c = make();
+        c.inc();
+        self.0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(a.into(), c);
+    }
+}
+
+impl Handles2 {
+    fn inc(&self, a: &str, b: &str, make: impl FnOnce() -> Counter) {
+        if let Some(c) = self
+            .0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(a)
+            .and_then(|m| m.get(b))
+        {
+            c.inc();
+            return;
+        }
+        let c = make();
+        c.inc();
+        self.0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(a.into())
+            .or_default()
+            .insert(b.into(), c);
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteOutcome {
@@ -74,6 +130,9 @@ pub struct Metrics {
     pub state_fallbacks: Family<WhatLabel, Counter>,
     pub idempotency_local: Counter,
     pub translation_refused: Family<RouteProviderReason, Counter>,
+    request_handles: Handles2,
+    attempt_handles: Handles2,
+    reject_handles: Handles1,
 }
 
 /// Every metric's name and help text.
@@ -167,6 +226,9 @@ impl Metrics {
     pub fn new() -> Self {
         let mut r = Registry::default();
         Metrics {
+            request_handles: Handles2::default(),
+            attempt_handles: Handles2::default(),
+            reject_handles: Handles1::default(),
             requests: reg(&mut r, "levee_requests", Family::default()),
             upstream_attempts: reg(&mut r, "levee_upstream_attempts", Family::default()),
             // 0: answered without any attempt (shed, rate limited, breaker open).
@@ -212,31 +274,37 @@ impl Metrics {
 
     /// Counts one finished logical request.
     pub fn request(&self, route: &str, outcome: &str) {
-        self.requests
-            .get_or_create(&RouteOutcome {
-                route: route.to_string(),
-                outcome: outcome.to_string(),
-            })
-            .inc();
+        self.request_handles.inc(route, outcome, || {
+            self.requests
+                .get_or_create(&RouteOutcome {
+                    route: route.to_string(),
+                    outcome: outcome.to_string(),
+                })
+                .clone()
+        });
     }
 
     /// Counts one upstream attempt's result.
     pub fn attempt(&self, provider: &str, result: &str) {
-        self.upstream_attempts
-            .get_or_create(&ProviderResult {
-                provider: provider.to_string(),
-                result: result.to_string(),
-            })
-            .inc();
+        self.attempt_handles.inc(provider, result, || {
+            self.upstream_attempts
+                .get_or_create(&ProviderResult {
+                    provider: provider.to_string(),
+                    result: result.to_string(),
+                })
+                .clone()
+        });
     }
 
     /// Counts a rejection.
     pub fn reject(&self, reason: &str) {
-        self.rejected
-            .get_or_create(&ReasonLabel {
-                reason: reason.to_string(),
-            })
-            .inc();
+        self.reject_handles.inc(reason, || {
+            self.rejected
+                .get_or_create(&ReasonLabel {
+                    reason: reason.to_string(),
+                })
+                .clone()
+        });
     }
 
     /// Counts a request a target could not carry across dialects.
@@ -334,6 +402,37 @@ mod tests {
         );
         assert!(text.contains("levee_requests_total{route=\"r\",outcome=\"success\"} 1"));
         assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn cached_handles_count_into_the_exported_families() {
+        let m = Metrics::new();
+        for _ in 0..3 {
+            m.request("r", "success");
+            m.attempt("p", "success");
+            m.reject("shed");
+        }
+        m.request("r", "shed");
+        m.attempt("p", "timeout");
+        m.reject("no_route");
+        // Counted before the first cached call, through the family itself.
+        m.requests
+            .get_or_create(&RouteOutcome {
+                route: "r".into(),
+                outcome: "success".into(),
+            })
+            .inc();
+        let text = m.encode();
+        for line in [
+            "levee_requests_total{route=\"r\",outcome=\"success\"} 4",
+            "levee_requests_total{route=\"r\",outcome=\"shed\"} 1",
+            "levee_upstream_attempts_total{provider=\"p\",result=\"success\"} 3",
+            "levee_upstream_attempts_total{provider=\"p\",result=\"timeout\"} 1",
+            "levee_rejected_total{reason=\"shed\"} 3",
+            "levee_rejected_total{reason=\"no_route\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
     }
 
     #[test]

@@ -26,9 +26,33 @@ use tokio::net::{TcpListener, TcpStream};
 const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
 /// Serves the gateway on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish for up to the configured grace period. Each
-/// request runs under the config generation current when it arrives.
+/// in-flight requests finish for up to the configured grace period, then
+/// releases the idempotency leases still held in Redis. Each request runs
+/// under the config generation current when it arrives.
 pub async fn serve_public(
+    listener: TcpListener,
+    generations: Arc<Reloader>,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_connections(listener, Arc::clone(&generations), shutdown).await;
+    release_leases(&generations.current()).await;
+}
+
+/// Releases the idempotency leases still held in Redis: once, after every
+/// listener has drained.
+pub async fn release_leases(shared: &Shared) {
+    if let Some(redis) = &shared.redis {
+        let n = redis.release_held().await;
+        if n > 0 {
+            tracing::info!(target: "levee", released = n, "released idempotency leases still held in Redis");
+        }
+    }
+}
+
+/// [`serve_public`] without the lease release: one listener's connections,
+/// accepted until `shutdown` resolves and then drained. With one runtime
+/// per core, each core's listener (`SO_REUSEPORT` on one port) runs this.
+pub async fn serve_connections(
     listener: TcpListener,
     generations: Arc<Reloader>,
     shutdown: impl Future<Output = ()>,
@@ -95,12 +119,6 @@ pub async fn serve_public(
             .is_err()
         {
             tracing::warn!(target: "levee", "closing the connections that are still open");
-        }
-    }
-    if let Some(redis) = &shared.redis {
-        let n = redis.release_held().await;
-        if n > 0 {
-            tracing::info!(target: "levee", released = n, "released idempotency leases still held in Redis");
         }
     }
 }

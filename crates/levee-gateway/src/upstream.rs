@@ -1,25 +1,34 @@
-//! Talking to providers: one pooled hyper client per provider (rustls with
-//! bundled web-PKI roots for https), outbound request building, and timing of
-//! how long each attempt waits for a connection, pooled or new, for
-//! `levee_upstream_connect_seconds`.
+//! Talking to providers: one connection pool per provider over hyper's
+//! HTTP/1 client connections (rustls with bundled web-PKI roots for https),
+//! outbound request building, and timing of how long each attempt waits for
+//! a connection, pooled or new, for `levee_upstream_connect_seconds`.
+//!
+//! The pool is Levee's own rather than hyper-util's legacy `Client`: that
+//! client spawns a task per request to watch the connection become idle again
+//! before it returns it to its pool. Here the connection's own task does that
+//! (it is polled anyway when the answer's last byte arrives), so an attempt
+//! costs no spawn.
 
 use crate::clock::Clock;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Uri};
+use http::{Request, Response, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use levee_config::{Api, Provider};
 use levee_policy::ProviderState;
 use prometheus_client::metrics::histogram::Histogram;
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tower_service::Service;
 
 /// An attempt's request body that times how long the attempt waited for a
 /// connection. hyper polls a request's body only once a connection is
@@ -61,8 +70,266 @@ impl HttpBody for ConnTimed {
     }
 }
 
-/// The client type used for every provider.
-pub type UpstreamClient = Client<crate::transport::Connector, ConnTimed>;
+/// How every provider connects: TCP, then TLS for `https` base URLs (or an
+/// in-memory pipe to an in-process provider, in tests).
+use crate::transport::Connector;
+
+/// Longest an idle upstream connection is kept for reuse.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most idle connections kept per provider and worker; a connection freed
+/// beyond that is closed.
+const POOL_MAX_IDLE: usize = 1024;
+/// Upstream read buffer per connection. Answers arrive in small pieces (a
+/// chat completion is ~600 bytes, an SSE event ~300), and hyper's default
+/// adaptive buffer starts at 8 KiB: for 10,000 open streams that is 80 MiB.
+/// A larger head or chunk is still read whole, in more reads.
+const UPSTREAM_READ_BUF: usize = 2048;
+
+/// Idle connections are kept per worker thread (see `Options::extra_workers`):
+/// a connection's task runs on the thread that opened it, so an attempt on
+/// that thread reuses it without waking another core.
+const POOL_SHARDS: usize = 16;
+
+thread_local! {
+    static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the current thread as worker `i`'s (its own pool shard).
+pub fn set_worker(i: usize) {
+    WORKER.with(|w| w.set(i));
+}
+
+fn shard() -> usize {
+    WORKER.with(|w| w.get()) % POOL_SHARDS
+}
+
+/// Why an attempt got no response head.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("connecting to the provider failed: {0}")]
+    Connect(Box<dyn std::error::Error + Send + Sync>),
+    #[error("the HTTP/1 handshake with the provider failed: {0}")]
+    Handshake(hyper::Error),
+    #[error("the provider connection failed: {0}")]
+    Request(hyper::Error),
+}
+
+/// A connection's sender while the connection is busy: the attempt that used
+/// it parks it here, and the connection's task puts it back in the pool once
+/// the connection can take the next request.
+#[derive(Default)]
+struct Parked {
+    sender: Mutex<Option<http1::SendRequest<ConnTimed>>>,
+    waker: futures_util::task::AtomicWaker,
+}
+
+/// An idle connection, ready for a request.
+struct Idle {
+    sender: http1::SendRequest<ConnTimed>,
+    parked: Arc<Parked>,
+    since: levee_policy::Instant,
+}
+
+/// One provider's upstream connections.
+struct Pool {
+    connector: Connector,
+    /// `host` header for every request (the base URL's authority).
+    host: HeaderValue,
+    clock: Clock,
+    /// Per worker: most recently used at the back (LIFO reuse keeps few
+    /// connections warm); the oldest at the front, where expiry looks.
+    idle: [Mutex<VecDeque<Idle>>; POOL_SHARDS],
+    /// Set once the task that closes expired idle connections is running.
+    reaper: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("host", &self.host).finish()
+    }
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
+        self.idle[shard()].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The most recently used idle connection that can take a request now;
+    /// closed and expired ones are dropped on the way.
+    fn checkout(&self) -> Option<Idle> {
+        let now = self.clock.now();
+        let mut idle = self.lock();
+        while let Some(front) = idle.front() {
+            if now.saturating_since(front.since) < POOL_IDLE_TIMEOUT {
+                break;
+            }
+            idle.pop_front();
+        }
+        while let Some(c) = idle.pop_back() {
+            if c.sender.is_ready() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Closes the idle connections of every worker unused for
+    /// `POOL_IDLE_TIMEOUT` (dropping a sender ends its connection).
+    fn expire(&self) {
+        let now = self.clock.now();
+        for shard in &self.idle {
+            let mut idle = shard.lock().unwrap_or_else(|e| e.into_inner());
+            while idle
+                .front()
+                .is_some_and(|c| now.saturating_since(c.since) >= POOL_IDLE_TIMEOUT)
+            {
+                idle.pop_front();
+            }
+        }
+    }
+
+    /// Starts, once, the task that expires idle connections while no
+    /// request comes to do it: after a burst of thousands of streams their
+    /// connections and buffers are given back within a minute or so.
+    fn start_reaper(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.reaper.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(POOL_IDLE_TIMEOUT / 4);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match pool.upgrade() {
+                    Some(p) => p.expire(),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// Idle connections across every worker.
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        self.idle
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    /// Back into the pool, unless the pool is full.
+    fn checkin(&self, sender: http1::SendRequest<ConnTimed>, parked: Arc<Parked>) {
+        let mut idle = self.lock();
+        if idle.len() < POOL_MAX_IDLE {
+            idle.push_back(Idle {
+                sender,
+                parked,
+                since: self.clock.now(),
+            });
+        }
+    }
+
+    /// A new connection: TCP (plus TLS), the HTTP/1 handshake, and the task
+    /// that drives it.
+    async fn connect(
+        self: &Arc<Self>,
+        uri: &Uri,
+    ) -> Result<(http1::SendRequest<ConnTimed>, Arc<Parked>), SendError> {
+        let mut connector = self.connector.clone();
+        std::future::poll_fn(|cx| connector.poll_ready(cx))
+            .await
+            .map_err(SendError::Connect)?;
+        let io = connector
+            .call(uri.clone())
+            .await
+            .map_err(SendError::Connect)?;
+        let (sender, conn) = http1::Builder::new()
+            .read_buf_exact_size(Some(UPSTREAM_READ_BUF))
+            .handshake(io)
+            .await
+            .map_err(SendError::Handshake)?;
+        let parked = Arc::new(Parked::default());
+        self.start_reaper();
+        tokio::spawn(drive_connection(
+            conn,
+            Arc::clone(&parked),
+            Arc::downgrade(self),
+        ));
+        Ok((sender, parked))
+    }
+
+    /// Sends one request on a pooled connection or a new one. A request
+    /// that a reused connection refused before sending any of it (the
+    /// provider closed the idle connection just then) goes on a new one.
+    async fn send(
+        self: &Arc<Self>,
+        mut req: Request<ConnTimed>,
+    ) -> Result<Response<Incoming>, SendError> {
+        // Origin-form request target and a `host` header, as HTTP/1 to an
+        // origin server has them.
+        let full = std::mem::take(req.uri_mut());
+        if let Some(pq) = full.path_and_query() {
+            *req.uri_mut() = Uri::from(pq.clone());
+        }
+        req.headers_mut()
+            .entry(header::HOST)
+            .or_insert_with(|| self.host.clone());
+        loop {
+            let (mut sender, parked, reused) = match self.checkout() {
+                Some(c) => (c.sender, c.parked, true),
+                None => {
+                    let (s, p) = self.connect(&full).await?;
+                    (s, p, false)
+                }
+            };
+            let sent = sender.try_send_request(req);
+            // The connection's task returns the sender to the pool when the
+            // answer is over; it is woken to look.
+            *parked.sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender);
+            parked.waker.wake();
+            match sent.await {
+                Ok(resp) => return Ok(resp),
+                Err(mut e) => match e.take_message() {
+                    Some(back) if reused => req = back,
+                    _ => return Err(SendError::Request(e.into_error())),
+                },
+            }
+        }
+    }
+}
+
+/// Drives one upstream connection until it closes, and returns its parked
+/// sender to the pool each time the connection can take a new request.
+async fn drive_connection(
+    conn: http1::Connection<crate::transport::Conn, ConnTimed>,
+    parked: Arc<Parked>,
+    pool: std::sync::Weak<Pool>,
+) {
+    let mut conn = std::pin::pin!(conn);
+    std::future::poll_fn(|cx| {
+        parked.waker.register(cx.waker());
+        if conn.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        let mut slot = parked.sender.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sender) = slot.as_mut() {
+            match sender.poll_ready(cx) {
+                Poll::Pending => {}
+                Poll::Ready(Err(_)) => *slot = None,
+                Poll::Ready(Ok(())) => {
+                    if let (Some(sender), Some(pool)) = (slot.take(), pool.upgrade()) {
+                        drop(slot);
+                        pool.checkin(sender, Arc::clone(&parked));
+                    }
+                }
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
 
 /// Why a provider could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +380,7 @@ pub struct ProviderRuntime {
     auth: Option<(HeaderName, HeaderValue)>,
     /// The provider key itself, to redact from whatever Levee passes on.
     pub secret: Option<String>,
-    pub client: UpstreamClient,
+    pool: Arc<Pool>,
     pub state: Mutex<ProviderState>,
     connect_hist: Histogram,
     clock: Clock,
@@ -170,19 +437,25 @@ impl ProviderRuntime {
             .enable_http1()
             .wrap_connector(http);
         let connector = match dial {
-            Some(d) => crate::transport::Connector::Memory(std::sync::Arc::clone(d)),
-            None => crate::transport::Connector::Net(https),
+            Some(d) => Connector::Memory(Arc::clone(d)),
+            None => Connector::Net(https),
         };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(1024)
-            .build(connector);
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
             .base_url
             .authority()
             .map(|a| a.as_str().to_string())
             .unwrap_or_default();
+        let pool = Arc::new(Pool {
+            connector,
+            host: host_header(&p.base_url).map_err(|_| UpstreamError::BadKey {
+                provider: p.name.clone(),
+                var: "base_url".into(),
+            })?,
+            clock,
+            idle: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
+            reaper: std::sync::atomic::AtomicBool::new(false),
+        });
         let shared_rate = match (replicas, p.rate_limit) {
             (Some(n), Some((rpm, burst))) => Some(SharedRate {
                 rpm,
@@ -213,7 +486,7 @@ impl ProviderRuntime {
             base_path: p.base_url.path().trim_end_matches('/').to_string(),
             auth,
             secret,
-            client,
+            pool,
             state: Mutex::new(state),
             connect_hist,
             clock,
@@ -221,14 +494,19 @@ impl ProviderRuntime {
     }
 
     /// Sends one attempt, timing how long it waits for a connection.
-    pub fn send(&self, req: Request<Full<Bytes>>) -> hyper_util::client::legacy::ResponseFuture {
+    pub fn send(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + 'static {
         let started = self.clock.now();
-        self.client.request(req.map(|inner| ConnTimed {
+        let req = req.map(|inner| ConnTimed {
             inner,
             started,
             clock: self.clock,
             hist: Some(self.connect_hist.clone()),
-        }))
+        });
+        let pool = Arc::clone(&self.pool);
+        async move { pool.send(req).await }
     }
 
     /// The upstream URI for an inbound path (`/v1/...`), joined to the base
@@ -248,6 +526,20 @@ impl ProviderRuntime {
     /// the state is plain counters).
     pub fn lock(&self) -> std::sync::MutexGuard<'_, ProviderState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The `host` header for a base URL: its host, and its port unless it is the
+/// scheme's default.
+fn host_header(base: &Uri) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
+    let host = base.host().unwrap_or_default();
+    let default_port = match base.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    };
+    match base.port_u16() {
+        Some(port) if port != default_port => HeaderValue::from_str(&format!("{host}:{port}")),
+        _ => HeaderValue::from_str(host),
     }
 }
 
@@ -324,8 +616,12 @@ pub fn build_request(
 /// `connect_error` (refused, unreachable, DNS, reset before a response).
 /// Either way the core sees a connection fault (`Outcome::ConnectError`):
 /// the provider cannot be reached, and its breaker counts it.
-pub fn failure_label(e: &hyper_util::client::legacy::Error) -> &'static str {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+pub fn failure_label(e: &SendError) -> &'static str {
+    let inner: &(dyn std::error::Error + 'static) = match e {
+        SendError::Connect(e) => e.as_ref(),
+        SendError::Handshake(e) | SendError::Request(e) => e,
+    };
+    let mut cause = Some(inner);
     while let Some(c) = cause {
         if is_tls(c) {
             return "tls";
@@ -345,4 +641,58 @@ fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
     e.downcast_ref::<std::io::Error>()
         .and_then(|io| io.get_ref())
         .is_some_and(|inner| is_tls(inner as &(dyn std::error::Error + 'static)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_is_closed_after_the_idle_timeout_without_traffic() {
+        let mock = levee_mock::spawn(
+            "127.0.0.1:0".parse().unwrap(),
+            levee_mock::MockOptions::default(),
+        )
+        .await
+        .unwrap();
+        let cfg = levee_config::Config::parse(&format!(
+            "providers:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
+            mock.url()
+        ))
+        .unwrap();
+        let p = ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
+            .unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let uri = p.uri_for("/v1/chat/completions").unwrap();
+        let key = HeaderValue::from_static("k");
+        let req = build_request(
+            &p,
+            &HeaderMap::new(),
+            uri,
+            Bytes::from(body),
+            Duration::from_secs(5),
+            &key,
+        );
+        let resp = p.send(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
+        // The connection's task returns it to the pool once the answer is over.
+        for _ in 0..1000 {
+            if p.pool.idle_count() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            p.pool.idle_count(),
+            1,
+            "the connection went back to the pool"
+        );
+        tokio::time::sleep(POOL_IDLE_TIMEOUT / 2).await;
+        assert_eq!(p.pool.idle_count(), 1, "still fresh: kept");
+        tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
+        assert_eq!(p.pool.idle_count(), 0, "expired with no request to notice");
+    }
 }

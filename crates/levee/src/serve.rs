@@ -28,6 +28,12 @@ pub struct ServeArgs {
     /// Most bytes the --record tape may hold; recording stops (with a warning) at the limit.
     #[arg(long, default_value_t = levee_gateway::record::DEFAULT_MAX_BYTES)]
     pub record_max_bytes: u64,
+    /// Worker threads, each with its own single-threaded runtime and its own
+    /// listener on the port (SO_REUSEPORT), like nginx's worker processes.
+    /// Default: one per CPU this process may run on. 0: one work-stealing
+    /// multi-threaded runtime instead.
+    #[arg(long)]
+    pub workers: Option<usize>,
 }
 
 /// How log lines look.
@@ -162,10 +168,23 @@ pub fn run(args: ServeArgs) -> i32 {
     if let Some(a) = args.admin {
         config.admin_listen = a;
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // Sized from the CPUs this process may use (its affinity mask, as
+    // nginx's `worker_processes auto`).
+    let workers = args.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let rt = if workers == 0 {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let rt = match rt {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("levee: cannot start the async runtime: {e}");
@@ -201,6 +220,7 @@ pub fn run(args: ServeArgs) -> i32 {
                 .as_ref()
                 .and_then(|p| std::fs::read(p).ok())
                 .map(|b| levee_gateway::reload::hash_of(&b)),
+            extra_workers: workers.saturating_sub(1),
         };
         let running = match levee_gateway::spawn_with(config, opts, signal()).await {
             Ok(r) => r,
