@@ -191,22 +191,24 @@ impl Observer {
     pub fn attempt_finished(&mut self, f: Finished<'_>) -> &'static str {
         let shared = Arc::clone(&self.shared);
         self.outside += shared.clock.since(f.started);
-        let mut line = TapeLine {
-            delay_ms: ms(shared.clock.since(f.started)),
-            ..TapeLine::default()
-        };
-        match f.outcome {
-            Outcome::Timeout => line.stall = true,
-            Outcome::Status { status, .. } => {
-                line.status = status;
-                if let Some(e) = f.error {
-                    line.headers = TapeLine::headers_from(&e.headers);
-                    line.body = Some(TapeLine::body_from(&e.body));
+        if shared.recorder.is_some() {
+            let mut line = TapeLine {
+                delay_ms: ms(shared.clock.since(f.started)),
+                ..TapeLine::default()
+            };
+            match f.outcome {
+                Outcome::Timeout => line.stall = true,
+                Outcome::Status { status, .. } => {
+                    line.status = status;
+                    if let Some(e) = f.error {
+                        line.headers = TapeLine::headers_from(&e.headers);
+                        line.body = Some(TapeLine::body_from(&e.body));
+                    }
                 }
+                _ => line.reset = true,
             }
-            _ => line.reset = true,
+            self.tape(f.target, line);
         }
-        self.tape(f.target, line);
         // An attempt the caller's deadline cut short is not the provider's slowness.
         let label = if f.class == Class::NotProviderFault
             && (f.label == "timeout" || f.label == "body_timeout")
@@ -277,6 +279,9 @@ impl Observer {
         if let Some(span) = self.span.take() {
             span.finish(Some(head.status.as_u16()), None);
         }
+        // Without `--record` no tape line is built: its copies of the head
+        // and body were half of a plain request's heap allocations.
+        shared.recorder.as_ref()?;
         let mut line = TapeLine {
             status: head.status.as_u16(),
             headers: TapeLine::headers_from(&head.headers),
@@ -289,10 +294,10 @@ impl Observer {
                 self.tape(target, line);
                 None
             }
-            None => shared.recorder.is_some().then(|| {
+            None => {
                 self.fill_tape(target, &mut line);
-                line
-            }),
+                Some(line)
+            }
         }
     }
 
