@@ -200,7 +200,8 @@ pub fn run(args: ServeArgs) -> i32 {
                     tracing::warn!(
                         target: "levee",
                         mock = %m.local_addr(),
-                        "no providers configured: routing every model to the built-in mock provider (try `curl -s localhost:8080/v1/chat/completions -d '{{\"model\":\"demo\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'`)"
+                        "no providers configured: routing every model to the built-in mock provider (try `curl -s {}/v1/chat/completions -d '{{\"model\":\"demo\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'`)",
+                        config.listen
                     );
                     config.set_builtin_mock_addr(m.local_addr());
                     mock = Some(m);
