@@ -17,26 +17,9 @@ SECONDS_="${2:-20}"
 ROUNDS="${3:-3}"
 PY=.venv/bin/python
 [ -x "$PY" ] || { echo "brownout.sh: run scripts/python-tests once to create .venv" >&2; exit 1; }
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build --release -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
-
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-wait_for() {
-  for _ in $(seq 1 400); do
-    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
-    sleep 0.05
-  done
-  echo "timed out waiting for /$2/ in $1" >&2; cat "$1" >&2; return 1
-}
+source bench/lib.sh
+levee_bin
+bench_work
 
 printf 'faults:\n  - { status: 503, probability: 0.3 }\n' >"$work/faults.yaml"
 "$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 1 --faults "$work/faults.yaml" 2>"$work/mock.log" &

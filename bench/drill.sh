@@ -21,28 +21,9 @@ TIMEOUT_MS="${TIMEOUT_MS:-30000}"
 FAULT="${FAULT:-status=503,retry_after=2,from=20s,to=50s}"
 OUT="${OUT:-bench/drill}"   # writes $OUT.json and $OUT.svg
 
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build --release -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
-
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# wait_for FILE REGEX: the first match in FILE, within 20 s.
-wait_for() {
-  for _ in $(seq 1 400); do
-    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
-    sleep 0.05
-  done
-  echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
-}
+source bench/lib.sh
+levee_bin
+bench_work
 
 "$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 0 2>"$work/mock.log" &
 pids+=($!)

@@ -21,30 +21,11 @@ RATE="${1:-200}"
 DURATION="${2:-20s}"
 OUT="${OUT:-bench/exercises}"
 
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build --release -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
+source bench/lib.sh
+levee_bin
+bench_work
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# wait_for FILE REGEX: the first match in FILE, within 20 s.
-wait_for() {
-  for _ in $(seq 1 400); do
-    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
-    sleep 0.05
-  done
-  echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
-}
-
-redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 pids+=($!)
 wait_for "$work/redis.log" 'Ready to accept connections' >/dev/null

@@ -1,0 +1,50 @@
+# Shared pieces of the bench scripts; source it after `cd` to the repo root.
+#
+#   levee_bin [release|debug]   sets LEVEE_BIN (builds it unless LEVEE_BIN is set)
+#   bench_work                  sets $work (a temp dir) and pids=(); on exit every
+#                               pid in pids is stopped and waited for, $work removed
+#   wait_for FILE REGEX         prints the first match in FILE, within 20 s
+#   free_port                   prints a free loopback TCP port
+#   need TOOL PACKAGE           installs PACKAGE with apt-get if TOOL is missing
+
+levee_bin() {
+  local profile="${1:-release}"
+  [ -n "${LEVEE_BIN:-}" ] && return 0
+  if [ "$profile" = release ]; then
+    cargo build --release -p levee >&2
+  else
+    cargo build -p levee >&2
+  fi
+  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/$profile/levee"
+}
+
+bench_work() {
+  work="$(mktemp -d)"
+  pids=()
+  trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+
+wait_for() {
+  for _ in $(seq 1 400); do
+    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
+    sleep 0.05
+  done
+  echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || {
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  }
+}
