@@ -18,23 +18,18 @@ ROUNDS="${3:-3}"
 PY=.venv/bin/python
 [ -x "$PY" ] || { echo "brownout.sh: run scripts/python-tests once to create .venv" >&2; exit 1; }
 source bench/lib.sh
-levee_bin
-bench_work
+bench_init
 
 printf 'faults:\n  - { status: 503, probability: 0.3 }\n' >"$work/faults.yaml"
-"$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 1 --faults "$work/faults.yaml" 2>"$work/mock.log" &
-pids+=($!)
-mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
+start_mock --seed 1 --faults "$work/faults.yaml"
 cat >"$work/levee.yaml" <<YAML
 listen: 127.0.0.1:0
 admin: { listen: 127.0.0.1:0 }
 providers:
   p: { api: openai, base_url: "http://$mock" }
 YAML
-"$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json 2>"$work/gateway.log" &
-pids+=($!)
-line="$(wait_for "$work/gateway.log" '\{.*"levee gateway listening".*\}')"
-gateway="$(jq -r .listen <<<"$line")"
+start_serve gateway
+gateway="$(jq -r .listen <<<"$serve_line")"
 
 upstream() { curl -fsS "http://$mock/_mock/stats" | jq .requests_total; }
 for round in $(seq 1 "$ROUNDS"); do

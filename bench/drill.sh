@@ -22,12 +22,9 @@ FAULT="${FAULT:-status=503,retry_after=2,from=20s,to=50s}"
 OUT="${OUT:-bench/drill}"   # writes $OUT.json and $OUT.svg
 
 source bench/lib.sh
-levee_bin
-bench_work
+bench_init
 
-"$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 0 2>"$work/mock.log" &
-pids+=($!)
-mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
+start_mock --seed 0
 
 cat >"$work/levee.yaml" <<EOF
 listen: 127.0.0.1:0
@@ -49,11 +46,9 @@ routes:
       window: 10s
       open_for: 5s
 EOF
-"$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json --seed 42 2>"$work/gateway.log" &
-pids+=($!)
-line="$(wait_for "$work/gateway.log" '\{.*"levee gateway listening".*\}')"
-gateway="$(jq -r .listen <<<"$line")"
-admin="$(jq -r .admin <<<"$line")"
+start_serve gateway --seed 42
+gateway="$(jq -r .listen <<<"$serve_line")"
+admin="$(jq -r .admin <<<"$serve_line")"
 curl -fsS "http://$admin/healthz" >/dev/null
 
 echo "mock http://$mock, gateway http://$gateway (admin $admin); drill $RATE rps for $DURATION" >&2

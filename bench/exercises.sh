@@ -22,17 +22,14 @@ DURATION="${2:-20s}"
 OUT="${OUT:-bench/exercises}"
 
 source bench/lib.sh
-levee_bin
-bench_work
+bench_init
 
 redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 pids+=($!)
 wait_for "$work/redis.log" 'Ready to accept connections' >/dev/null
 
-"$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 0 2>"$work/mock.log" &
-pids+=($!)
-mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
+start_mock --seed 0
 
 cat >"$work/levee.yaml" <<EOF
 listen: 127.0.0.1:0
@@ -46,13 +43,9 @@ EOF
 
 # start_gateway NAME: a replica; sets NAME_url and NAME_pid.
 start_gateway() {
-  "$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json 2>"$work/$1.log" &
-  local pid=$!
-  pids+=("$pid")
-  local line
-  line="$(wait_for "$work/$1.log" '\{.*"levee gateway listening".*\}')"
-  printf -v "$1_url" 'http://%s' "$(jq -r .listen <<<"$line")"
-  printf -v "$1_pid" '%s' "$pid"
+  start_serve "$1"
+  printf -v "$1_url" 'http://%s' "$(jq -r .listen <<<"$serve_line")"
+  printf -v "$1_pid" '%s' "$serve_pid"
 }
 
 drill() { # NAME FLAGS...

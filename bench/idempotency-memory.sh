@@ -15,8 +15,7 @@ cd "$(dirname "$0")/.."
 
 ANSWERS="${1:-40}"
 source bench/lib.sh
-levee_bin debug
-bench_work
+bench_init debug
 MOCK=$(free_port); GW=$(free_port); ADMIN=$(free_port)
 
 "$LEVEE_BIN" mock --listen "127.0.0.1:$MOCK" 2>"$work/mock.log" & pids+=($!)

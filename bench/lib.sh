@@ -1,11 +1,21 @@
 # Shared pieces of the bench scripts; source it after `cd` to the repo root.
 #
+#   bench_init [release|debug]  levee_bin, then bench_work
 #   levee_bin [release|debug]   sets LEVEE_BIN (builds it unless LEVEE_BIN is set)
 #   bench_work                  sets $work (a temp dir) and pids=(); on exit every
 #                               pid in pids is stopped and waited for, $work removed
+#   start_mock [FLAGS...]       `levee mock` on a free port; sets $mock (host:port)
+#   start_serve NAME [FLAGS...] `levee serve --config $work/levee.yaml --log-format json`
+#                               logging to $work/NAME.log; sets $serve_pid and
+#                               $serve_line (its JSON "listening" line)
 #   wait_for FILE REGEX         prints the first match in FILE, within 20 s
 #   free_port                   prints a free loopback TCP port
 #   need TOOL PACKAGE           installs PACKAGE with apt-get if TOOL is missing
+
+bench_init() {
+  levee_bin "$@"
+  bench_work
+}
 
 levee_bin() {
   local profile="${1:-release}"
@@ -47,4 +57,18 @@ need() {
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
   }
+}
+
+start_mock() {
+  "$LEVEE_BIN" mock --listen 127.0.0.1:0 "$@" 2>"$work/mock.log" &
+  pids+=($!)
+  mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
+}
+
+start_serve() {
+  local name="$1"; shift
+  "$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json "$@" 2>"$work/$name.log" &
+  serve_pid=$!
+  pids+=("$serve_pid")
+  serve_line="$(wait_for "$work/$name.log" '\{.*"levee gateway listening".*\}')"
 }

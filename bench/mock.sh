@@ -21,8 +21,7 @@ if ! command -v wrk >/dev/null 2>&1; then
 fi
 
 source bench/lib.sh
-levee_bin
-bench_work
+bench_init
 
 # Port 0: the mock picks a free port and prints it.
 "$LEVEE_BIN" mock --listen 127.0.0.1:0 2>"$work/mock.log" &

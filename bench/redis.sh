@@ -21,8 +21,7 @@ CONNECTIONS="${CONNECTIONS:-4}"
 source bench/lib.sh
 need wrk wrk
 need redis-server redis-server
-levee_bin
-bench_work
+bench_init
 
 "$LEVEE_BIN" mock --listen 127.0.0.1:0 2>"$work/mock.log" &
 pids+=($!)
