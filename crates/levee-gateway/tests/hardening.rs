@@ -38,13 +38,8 @@ async fn spy(
                         continue;
                     };
                     let head = String::from_utf8_lossy(&got[..end]).to_string();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            let (n, v) = l.split_once(':')?;
-                            n.eq_ignore_ascii_case("content-length")
-                                .then(|| v.trim().parse().ok())?
-                        })
+                    let len: usize = header(&head, "content-length")
+                        .and_then(|v| v.parse().ok())
                         .unwrap_or(0);
                     while got.len() < end + 4 + len {
                         match s.read(&mut chunk).await {
@@ -53,14 +48,9 @@ async fn spy(
                         }
                     }
                     got.drain(..end + 4 + len);
-                    let auth = head
-                        .lines()
-                        .find_map(|l| {
-                            let (n, v) = l.split_once(':')?;
-                            n.eq_ignore_ascii_case("authorization")
-                                .then(|| v.trim().to_string())
-                        })
-                        .unwrap_or_default();
+                    let auth = header(&head, "authorization")
+                        .unwrap_or_default()
+                        .to_string();
                     let _ = tx.send(head);
                     let body = body.replace("{auth}", &auth);
                     let resp = format!(

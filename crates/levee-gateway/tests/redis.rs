@@ -3,74 +3,14 @@
 //! resumes when it returns. Needs `redis-server` (scripts/test installs it).
 
 mod support;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use support::*;
 
 const WATCHDOG: Duration = Duration::from_secs(20);
 
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start(port: u16) -> Option<Redis> {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        Some(Redis { child, port })
-    }
-
-    async fn ready(&self) {
-        watchdog(WATCHDOG, async {
-            while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_err()
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-async fn redis() -> Option<Redis> {
-    let Some(r) = Redis::start(free_port()) else {
-        assert!(
-            std::env::var_os("LEVEE_REQUIRE_REDIS").is_none(),
-            "redis-server is required (scripts/test installs it) but could not be started"
-        );
-        eprintln!("redis-server not installed: skipping (scripts/test installs it)");
-        return None;
-    };
-    r.ready().await;
+async fn redis() -> Option<RedisServer> {
+    let r = RedisServer::start_or_skip()?;
+    r.ready(WATCHDOG).await;
     Some(r)
 }
 
@@ -221,8 +161,8 @@ async fn replicas_keep_serving_without_redis_and_share_again_when_it_returns() {
         "fallbacks are counted"
     );
     // Redis returns on the same port; after the skip period sharing resumes.
-    let r2 = Redis::start(port).expect("restart redis");
-    r2.ready().await;
+    let r2 = RedisServer::start(port).expect("restart redis");
+    r2.ready(WATCHDOG).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let h = [("idempotency-key", "after")];
     assert_eq!(

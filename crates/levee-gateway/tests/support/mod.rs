@@ -13,6 +13,13 @@
 //! Both answer with a [`Resp`], and the mock's stats are the oracle.
 #![allow(dead_code)]
 
+mod http_head;
+mod redis_server;
+#[allow(unused_imports)] // each test file uses a part of the kit
+pub use http_head::header;
+#[allow(unused_imports)]
+pub use redis_server::RedisServer;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
