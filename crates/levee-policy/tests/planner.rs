@@ -1,49 +1,25 @@
 //! The planner's rules, pinned to the seeds' arithmetic.
 
+mod kit;
+use kit::{secs, status, World};
 use levee_policy::backoff::{Backoff, Jitter};
 use levee_policy::classify::{Classifier, Outcome, RetryOn};
-use levee_policy::planner::{AttemptKind, Decision, Deps, Reason, RequestState, RoutePolicy};
+use levee_policy::planner::{AttemptKind, Decision, Reason, RequestState, RoutePolicy};
 use levee_policy::{BreakerState, CircuitBreaker, Instant, ProviderState, RetryBudget};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use std::time::Duration;
 
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-/// A small world: providers (one per target) and budgets.
-struct World {
-    providers: Vec<ProviderState>,
-    map: Vec<usize>,
-    budgets: Vec<RetryBudget>,
-}
-
 impl World {
+    /// Unlimited providers, one per target, and generous budgets.
     fn new(targets: usize) -> Self {
-        World {
-            providers: (0..targets).map(|_| ProviderState::unlimited()).collect(),
-            map: (0..targets).collect(),
-            budgets: (0..targets)
+        World::of(
+            (0..targets).map(|_| ProviderState::unlimited()).collect(),
+            (0..targets)
                 .map(|_| RetryBudget::new(0.1, 100.0, secs(1)).unwrap())
                 .collect(),
-        }
-    }
-    fn deps(&mut self) -> Deps<'_> {
-        Deps {
-            providers: &mut self.providers,
-            target_provider: &self.map,
-            target_model: &[],
-            budgets: &mut self.budgets,
-        }
-    }
-}
-
-fn status(s: u16, ra: Option<Duration>) -> Outcome {
-    Outcome::Status {
-        status: s,
-        retry_after: ra,
+        )
     }
 }
 
