@@ -124,15 +124,21 @@ fn seed_004_callers_live_the_census_under_refusals() {
     assert_eq!(f.reason, Reason::DeadlineExceeded);
 }
 
-#[test]
-fn seed_004_refusals_left_unretried_for_lack_of_time_do_not_move_the_breaker() {
-    let p = seed_004();
+/// Two targets; the primary's breaker opens after 5 faults (50 %, 10 s window).
+fn primary_opens_after_5_faults() -> World {
     let mut w = World::new(2);
     w.providers[0] = ProviderState::new(
         CircuitBreaker::new(0.5, secs(10), 5, secs(5), 1).unwrap(),
         None,
         100,
     );
+    w
+}
+
+#[test]
+fn seed_004_refusals_left_unretried_for_lack_of_time_do_not_move_the_breaker() {
+    let p = seed_004();
+    let mut w = primary_opens_after_5_faults();
     for _ in 0..50 {
         drive(&p, &mut w, secs(22), status(429, Some(secs(1))));
         w.providers[0] = w.providers[0].clone();
@@ -150,12 +156,7 @@ fn stalls_cut_short_by_callers_deadlines_do_not_open_the_breaker() {
     // out. Fifty of them, with a breaker that opens after 5 faults: it must
     // stay closed for the patient callers behind them.
     let p = seed_004();
-    let mut w = World::new(2);
-    w.providers[0] = ProviderState::new(
-        CircuitBreaker::new(0.5, secs(10), 5, secs(5), 1).unwrap(),
-        None,
-        100,
-    );
+    let mut w = primary_opens_after_5_faults();
     for _ in 0..50 {
         let (a, f) = drive(&p, &mut w, secs(22), Outcome::Timeout);
         assert_eq!(a, [(0, AttemptKind::First)]);
