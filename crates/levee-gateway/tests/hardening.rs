@@ -443,15 +443,8 @@ async fn at_the_end_of_the_grace_period_waiting_requests_get_a_503_and_streams_a
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 300ms\nproviders:\n  p: {{ api: openai, base_url: \"{u}\" }}\n  q: {{ api: anthropic, base_url: \"{u}\" }}\nroutes:\n  - match: {{ path: /v1/messages }}\n    targets: [q]\n    deadline: {{ default: 60s, max: 60s }}\n  - targets: [p]\n    deadline: {{ default: 60s, max: 60s }}\n",
         u = m.url()
     );
-    let gw = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        1,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
+    let gw = spawn_text(&text, 1).await;
+    let client = http_client();
     let send = |path: &str, body: &'static str| {
         let req = http::Request::post(format!("http://{}{path}", gw.addr))
             .header("content-type", "application/json")

@@ -28,13 +28,7 @@ async fn replicas(
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\n{}",
         config.replace("{mock0}", &a.mocks[0].url())
     );
-    let b = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        7,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
+    let b = spawn_text(&text, 7).await;
     (a, b)
 }
 
@@ -44,27 +38,8 @@ async fn post_to(
     body: &str,
     headers: &[(&str, &str)],
 ) -> Resp {
-    use http_body_util::BodyExt;
-    let mut b = http::Request::post(format!("http://{addr}/v1/chat/completions"));
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let resp = env
-        .client
-        .request(
-            b.body(http_body_util::Full::new(bytes::Bytes::from(
-                body.to_string(),
-            )))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let (parts, body) = resp.into_parts();
-    Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
+    let req = post_request(&format!("http://{addr}/v1/chat/completions"), body, headers);
+    Resp::read(env.client.request(req).await.unwrap()).await
 }
 
 #[tokio::test]
@@ -257,13 +232,7 @@ async fn a_large_answer_stored_by_one_replica_is_replayed_by_the_other() {
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\n{}",
         config.replace("{mock0}", &a.mocks[0].url())
     );
-    let b = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        7,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
+    let b = spawn_text(&text, 7).await;
     let body = big_embeddings();
     let h = [("idempotency-key", "big-1")];
     let first = watchdog(
@@ -351,15 +320,8 @@ async fn shutdown_releases_the_leases_this_replica_holds_in_redis() {
         r.port,
         mock.url()
     );
-    let gw = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        3,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let gw = spawn_text(&text, 3).await;
+    let client = http_client();
     let req = http::Request::post(format!("http://{}/v1/chat/completions", gw.addr))
         .header("idempotency-key", "held-1")
         .body(http_body_util::Full::new(bytes::Bytes::from(CHAT)))

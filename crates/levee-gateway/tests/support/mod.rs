@@ -219,12 +219,25 @@ pub async fn start(faults: &[&str], config: &str) -> Env {
     for (i, m) in mocks.iter().enumerate() {
         text = text.replace(&format!("{{mock{i}}}"), &m.url());
     }
-    let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
-    let gw = levee_gateway::spawn(config, 42, std::future::pending())
+    let gw = spawn_text(&text, 42).await;
+    Env {
+        mocks,
+        gw,
+        client: http_client(),
+    }
+}
+
+/// A gateway on real sockets from a whole config text, its RNG seeded.
+pub async fn spawn_text(text: &str, seed: u64) -> levee_gateway::Running {
+    let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+    levee_gateway::spawn(config, seed, std::future::pending())
         .await
-        .expect("gateway starts");
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    Env { mocks, gw, client }
+        .expect("gateway starts")
+}
+
+/// A plain HTTP/1.1 client for the gateway's real sockets.
+pub fn http_client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
 }
 
 /// One provider (the mock) and one route with the given extra route YAML.
