@@ -2,7 +2,7 @@
 
 mod kit;
 use kit::{BIN, CENSUS_ROUTES};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The deadline census (waits of 7 s then 11 s, a primary answering within 35 s
@@ -33,6 +33,18 @@ fn check(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run levee")
+}
+
+/// `levee check --config CFG --callers CALLERS EXTRA…`.
+fn check_callers(cfg: &Path, callers: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "--config",
+        cfg.to_str().unwrap(),
+        "--callers",
+        callers.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    check(&args)
 }
 
 fn stdout(o: &Output) -> String {
@@ -116,13 +128,7 @@ fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
         "callers.yaml",
         "- { name: interactive request, deadline: 100s }\n- { name: queue worker, deadline: 40s }\n",
     );
-    let o = check(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--callers",
-        callers.to_str().unwrap(),
-        "--strict",
-    ]);
+    let o = check_callers(&cfg, &callers, &["--strict"]);
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -153,12 +159,7 @@ fn a_malformed_callers_file_exits_1_naming_the_line() {
         "bad-callers.yaml",
         "- { name: ok, deadline: 10s }\n- { name: typo, deadlien: 10s }\n",
     );
-    let o = check(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--callers",
-        callers.to_str().unwrap(),
-    ]);
+    let o = check_callers(&cfg, &callers, &[]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("line 2"), "{err}");

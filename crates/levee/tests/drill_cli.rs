@@ -4,9 +4,9 @@
 #![allow(clippy::disallowed_methods)] // black-box timing of real processes
 
 mod kit;
-use kit::{start_mock, Proc, BIN};
+use kit::{start_mock, wait_until, Proc, BIN};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A replica on an ephemeral port; returns it and its URL.
 fn replica(config: &std::path::Path, log: &std::path::Path) -> (Proc, String) {
@@ -19,20 +19,17 @@ fn replica(config: &std::path::Path, log: &std::path::Path) -> (Proc, String) {
             .spawn()
             .unwrap(),
     );
-    let t = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("levee gateway listening")) {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let url = format!("http://{}", v["listen"].as_str().unwrap());
-            return (child, url);
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "watchdog: no listening line"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let listening = || {
+        let text = std::fs::read_to_string(log).ok()?;
+        let line = text
+            .lines()
+            .find(|l| l.contains("levee gateway listening"))?;
+        serde_json::from_str::<serde_json::Value>(line).ok()
+    };
+    wait_until(Duration::from_secs(10), || listening().is_some());
+    let v = listening().expect("a listening line");
+    let url = format!("http://{}", v["listen"].as_str().unwrap());
+    (child, url)
 }
 
 #[test]
