@@ -35,6 +35,12 @@ fn check(args: &[&str]) -> Output {
         .expect("run levee")
 }
 
+/// `levee check --config FILE`, FILE (in the temp dir) holding `text`.
+fn check_config(name: &str, text: &str) -> Output {
+    let cfg = file(name, text);
+    check(&["--config", cfg.to_str().unwrap()])
+}
+
 /// `levee check --config CFG --callers CALLERS EXTRA…`.
 fn check_callers(cfg: &Path, callers: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
@@ -68,8 +74,7 @@ fn census_row(out: &str, caller: &str) -> Vec<String> {
 
 #[test]
 fn seed_004_census_says_which_callers_can_retry_and_fall_back() {
-    let cfg = file("seed004.yaml", &seed_004());
-    let o = check(&["--config", cfg.to_str().unwrap()]);
+    let o = check_config("seed004.yaml", &seed_004());
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -96,8 +101,7 @@ fn seed_004_census_says_which_callers_can_retry_and_fall_back() {
 
 #[test]
 fn seed_004_schedule_derives_72_seconds_for_the_first_retry() {
-    let cfg = file("seed004-schedule.yaml", &seed_004());
-    let out = stdout(&check(&["--config", cfg.to_str().unwrap()]));
+    let out = stdout(&check_config("seed004-schedule.yaml", &seed_004()));
     let row = |n: &str| {
         out.lines()
             .find(|l| l.trim_start().starts_with(n))
@@ -140,11 +144,10 @@ fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
 
 #[test]
 fn an_invalid_config_exits_1_naming_the_line() {
-    let cfg = file(
+    let o = check_config(
         "invalid.yaml",
         "routes:\n  - match: { model_prefix: \"a/\" }\n    retry:\n      max_attempts: 0\n",
     );
-    let o = check(&["--config", cfg.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("config line 4"), "{err}");
@@ -168,8 +171,7 @@ fn a_malformed_callers_file_exits_1_naming_the_line() {
 
 #[test]
 fn a_cross_dialect_fallback_is_warned_about() {
-    let path = file("cross.yaml", &seed_004());
-    let o = check(&["--config", path.to_str().unwrap()]);
+    let o = check_config("cross.yaml", &seed_004());
     assert!(o.status.success());
     let out = stdout(&o);
     let warning = out
@@ -183,21 +185,19 @@ fn a_cross_dialect_fallback_is_warned_about() {
         "{warning}"
     );
     assert!(warning.contains("thinking"), "{warning}");
-    let same = file(
+    let out = stdout(&check_config(
         "same.yaml",
         "providers:\n  a: { api: openai, base_url: https://a.example }\n  b: { api: openai, base_url: https://b.example }\nroutes:\n  - targets: [a, b]\n",
-    );
-    let out = stdout(&check(&["--config", same.to_str().unwrap()]));
+    ));
     assert!(!out.contains("warning: "), "{out}");
 }
 
 #[test]
 fn check_prints_each_providers_and_routes_effective_in_flight_cap() {
-    let path = file(
+    let o = check_config(
         "caps.yaml",
         "providers:\n  a: { api: openai, base_url: http://127.0.0.1:1, rate_limit: { requests_per_minute: 3000 } }\n  b: { api: openai, base_url: http://127.0.0.1:2 }\n  c: { api: openai, base_url: http://127.0.0.1:3, max_in_flight: 40 }\nroutes:\n  - match: { model_prefix: \"x/\" }\n    targets: [a, b, c]\n    expected_attempt_ms: 6000\n  - match: { model_prefix: \"y/\" }\n    targets: [b]\n    max_in_flight: 50\n",
     );
-    let o = check(&["--config", path.to_str().unwrap()]);
     let out = stdout(&o);
     assert!(o.status.success(), "{out}");
     let line = |start: &str| {

@@ -4,7 +4,7 @@
 #![allow(clippy::disallowed_methods)] // black-box timing of real processes
 
 mod kit;
-use kit::{start_mock, wait_until, Proc, BIN};
+use kit::{start_mock, test_dir, wait_until, Proc, BIN};
 use std::process::Command;
 use std::time::Duration;
 
@@ -34,8 +34,7 @@ fn replica(config: &std::path::Path, log: &std::path::Path) -> (Proc, String) {
 
 #[test]
 fn drill_stops_a_replica_by_pid_and_its_callers_fail_over() {
-    let dir = std::env::temp_dir().join(format!("levee-drill-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir("levee-drill-cli");
     let (mock, mock_addr) = start_mock(&[]);
     let config = dir.join("levee.yaml");
     std::fs::write(

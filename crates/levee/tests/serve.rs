@@ -3,7 +3,7 @@
 #![allow(clippy::disallowed_methods)] // black-box timing of real processes
 
 mod kit;
-use kit::{free_port, start_mock, wait_until, Proc, BIN};
+use kit::{free_port, start_mock, test_dir, wait_until, Proc, BIN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -25,8 +25,7 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u1
 
 #[test]
 fn sigterm_lets_the_request_in_flight_finish_then_exits_zero() {
-    let dir = std::env::temp_dir().join(format!("levee-serve-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir("levee-serve-test");
     let faults = dir.join("faults.yaml");
     std::fs::write(&faults, "faults:\n  - { latency: 800ms }\n").unwrap();
     let (mock, mock_addr) = start_mock(&["--faults", faults.to_str().unwrap()]);
@@ -89,8 +88,7 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_zero() {
 
 #[test]
 fn sighup_rereads_the_config_and_keeps_it_when_the_new_file_is_invalid() {
-    let dir = std::env::temp_dir().join(format!("levee-sighup-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir("levee-sighup-test");
     let (mock, mock_addr) = start_mock(&[]);
     let config = dir.join("levee.yaml");
     let routed = |prefix: &str| {

@@ -46,6 +46,13 @@ impl Drop for Proc {
     }
 }
 
+/// A fresh directory `TAG-PID` under the temp dir (the caller removes it).
+pub fn test_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
