@@ -12,22 +12,17 @@
 # (scripts/python-tests creates .venv). Loopback only; stops what it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 RATE="${1:-40}"
 SECONDS_="${2:-20}"
 ROUNDS="${3:-3}"
 PY=.venv/bin/python
 [ -x "$PY" ] || { echo "brownout.sh: run scripts/python-tests once to create .venv" >&2; exit 1; }
-source bench/lib.sh
 bench_init
 
 printf 'faults:\n  - { status: 503, probability: 0.3 }\n' >"$work/faults.yaml"
 start_mock --seed 1 --faults "$work/faults.yaml"
-cat >"$work/levee.yaml" <<YAML
-listen: 127.0.0.1:0
-admin: { listen: 127.0.0.1:0 }
-providers:
-  p: { api: openai, base_url: "http://$mock" }
-YAML
+gateway_yaml p
 start_serve gateway
 gateway="$(jq -r .listen <<<"$serve_line")"
 

@@ -14,6 +14,7 @@
 # stops both servers whatever happens. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 
 RATE="${1:-400}"
 DURATION="${2:-90s}"
@@ -21,16 +22,12 @@ TIMEOUT_MS="${TIMEOUT_MS:-30000}"
 FAULT="${FAULT:-status=503,retry_after=2,from=20s,to=50s}"
 OUT="${OUT:-bench/drill}"   # writes $OUT.json and $OUT.svg
 
-source bench/lib.sh
 bench_init
 
 start_mock --seed 0
 
-cat >"$work/levee.yaml" <<EOF
-listen: 127.0.0.1:0
-admin: { listen: 127.0.0.1:0 }
-providers:
-  anthropic: { api: openai, base_url: "http://$mock" }
+gateway_yaml anthropic
+cat >>"$work/levee.yaml" <<EOF
 # The incident's routes block, unchanged (kept once, as a fuzz seed). Its model
 # prefix picks the provider named "anthropic": here the mock, speaking the
 # OpenAI dialect the drill sends.

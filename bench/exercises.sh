@@ -16,12 +16,12 @@
 # jq. Stops every process it started, whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 
 RATE="${1:-200}"
 DURATION="${2:-20s}"
 OUT="${OUT:-bench/exercises}"
 
-source bench/lib.sh
 bench_init
 
 redis_port="$(free_port)"
@@ -31,12 +31,8 @@ wait_for "$work/redis.log" 'Ready to accept connections' >/dev/null
 
 start_mock --seed 0
 
-cat >"$work/levee.yaml" <<EOF
-listen: 127.0.0.1:0
-admin: { listen: 127.0.0.1:0 }
-state: { backend: redis, url: "redis://127.0.0.1:$redis_port", key_prefix: "bench", replicas: 2 }
-providers:
-  p: { api: openai, base_url: "http://$mock" }
+gateway_yaml p "state: { backend: redis, url: \"redis://127.0.0.1:$redis_port\", key_prefix: \"bench\", replicas: 2 }"
+cat >>"$work/levee.yaml" <<EOF
 routes:
   - targets: [p]
 EOF

@@ -8,6 +8,9 @@
 #   start_serve NAME [FLAGS...] `levee serve --config $work/levee.yaml --log-format json`
 #                               logging to $work/NAME.log; sets $serve_pid and
 #                               $serve_line (its JSON "listening" line)
+#   gateway_yaml PROVIDER [LINE]
+#                               writes $work/levee.yaml: listen and admin on free
+#                               ports, LINE, and PROVIDER (openai) at $mock
 #   wait_for FILE REGEX         prints the first match in FILE, within 20 s
 #   free_port                   prints a free loopback TCP port
 #   need TOOL PACKAGE           installs PACKAGE with apt-get if TOOL is missing
@@ -71,4 +74,14 @@ start_serve() {
   serve_pid=$!
   pids+=("$serve_pid")
   serve_line="$(wait_for "$work/$name.log" '\{.*"levee gateway listening".*\}')"
+}
+
+gateway_yaml() {
+  {
+    echo "listen: 127.0.0.1:0"
+    echo "admin: { listen: 127.0.0.1:0 }"
+    if [ -n "${2:-}" ]; then echo "$2"; fi
+    echo "providers:"
+    echo "  $1: { api: openai, base_url: \"http://$mock\" }"
+  } >"$work/levee.yaml"
 }
