@@ -12,12 +12,12 @@
 # (scripts/python-tests creates .venv). Loopback only; stops what it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/lib.sh
 RATE="${1:-40}"
 SECONDS_="${2:-20}"
 ROUNDS="${3:-3}"
 PY=.venv/bin/python
 [ -x "$PY" ] || { echo "brownout.sh: run scripts/python-tests once to create .venv" >&2; exit 1; }
+source bench/lib.sh
 bench_init
 
 printf 'faults:\n  - { status: 503, probability: 0.3 }\n' >"$work/faults.yaml"

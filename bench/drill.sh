@@ -14,7 +14,6 @@
 # stops both servers whatever happens. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/lib.sh
 
 RATE="${1:-400}"
 DURATION="${2:-90s}"
@@ -22,6 +21,7 @@ TIMEOUT_MS="${TIMEOUT_MS:-30000}"
 FAULT="${FAULT:-status=503,retry_after=2,from=20s,to=50s}"
 OUT="${OUT:-bench/drill}"   # writes $OUT.json and $OUT.svg
 
+source bench/lib.sh
 bench_init
 
 start_mock --seed 0

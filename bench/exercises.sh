@@ -16,12 +16,12 @@
 # jq. Stops every process it started, whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/lib.sh
 
 RATE="${1:-200}"
 DURATION="${2:-20s}"
 OUT="${OUT:-bench/exercises}"
 
+source bench/lib.sh
 bench_init
 
 redis_port="$(free_port)"

@@ -12,9 +12,9 @@
 # the result is about memory held, not speed). Everything is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/lib.sh
 
 ANSWERS="${1:-40}"
+source bench/lib.sh
 bench_init debug
 MOCK=$(free_port); GW=$(free_port); ADMIN=$(free_port)
 

@@ -10,7 +10,6 @@
 # SECONDS, prints req/s and latency percentiles, and stops the mock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/lib.sh
 
 SECONDS_TO_RUN="${1:-10}"
 CONNECTIONS="${CONNECTIONS:-64}"
@@ -21,6 +20,7 @@ if ! command -v wrk >/dev/null 2>&1; then
   apt-get install -y wrk >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }
 fi
 
+source bench/lib.sh
 bench_init
 
 # Port 0: the mock picks a free port and prints it.

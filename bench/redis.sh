@@ -13,12 +13,12 @@
 # only; everything is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/lib.sh
 
 SECS="${1:-10}"
 ROUNDS="${2:-3}"
 CONNECTIONS="${CONNECTIONS:-4}"
 
+source bench/lib.sh
 need wrk wrk
 need redis-server redis-server
 bench_init
