@@ -262,6 +262,13 @@ impl Env {
         Resp::read(resp).await
     }
 
+    /// A chat completion from the caller `who` (`x-levee-caller`) with its
+    /// deadline (`x-timeout-ms`).
+    pub async fn chat_as(&self, body: &str, who: &str, timeout_ms: &str) -> Resp {
+        let headers = [("x-levee-caller", who), ("x-timeout-ms", timeout_ms)];
+        self.post("/v1/chat/completions", body, &headers).await
+    }
+
     pub fn stats(&self, i: usize) -> levee_mock::Stats {
         self.mocks[i].stats()
     }
