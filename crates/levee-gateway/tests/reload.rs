@@ -48,6 +48,15 @@ async fn admin_get(env: &Env, path: &str) -> String {
 const TO_A: &str = "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets: [a]\n    retry: { max_attempts: 1 }\n";
 const TO_B: &str = "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets: [b]\n    retry: { max_attempts: 1 }\n";
 
+/// `levee_config_reloads_total{result="RESULT"}` in the metrics text `m`.
+fn reloads(m: &str, result: &str) -> f64 {
+    metric(
+        m,
+        "levee_config_reloads_total",
+        &[&format!("result=\"{result}\"")],
+    )
+}
+
 #[tokio::test]
 async fn a_valid_reload_serves_new_requests_with_the_new_config() {
     let env = start(&["faults: []", "faults: []"], TO_A).await;
@@ -73,10 +82,7 @@ async fn a_valid_reload_serves_new_requests_with_the_new_config() {
     );
     assert!(admin_get(&env, "/").await.contains(&hash));
     let m = env.metrics().await;
-    assert_eq!(
-        metric(&m, "levee_config_reloads_total", &["result=\"ok\""]),
-        1.0
-    );
+    assert_eq!(reloads(&m, "ok"), 1.0);
     env.stop().await;
 }
 
@@ -108,14 +114,8 @@ async fn an_invalid_reload_is_refused_and_the_running_config_keeps_serving() {
     assert_eq!(env.stats(1).requests_total, 0);
     assert!(admin_get(&env, "/readyz").await.contains("generation 1"));
     let m = env.metrics().await;
-    assert_eq!(
-        metric(&m, "levee_config_reloads_total", &["result=\"error\""]),
-        5.0
-    );
-    assert_eq!(
-        metric(&m, "levee_config_reloads_total", &["result=\"ok\""]),
-        0.0
-    );
+    assert_eq!(reloads(&m, "error"), 5.0);
+    assert_eq!(reloads(&m, "ok"), 0.0);
     env.stop().await;
 }
 
