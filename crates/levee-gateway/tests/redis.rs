@@ -32,6 +32,12 @@ async fn replicas(
     (a, b)
 }
 
+/// Two replicas whose provider allows 60 per minute with a burst of 6.
+async fn replicas_sharing_6(redis_port: u16) -> (Env, levee_gateway::Running) {
+    let allowance = ", rate_limit: { requests_per_minute: 60, burst: 6 }";
+    replicas(redis_port, "faults: []", allowance).await
+}
+
 async fn post_to(
     env: &Env,
     addr: std::net::SocketAddr,
@@ -46,12 +52,7 @@ async fn post_to(
 async fn a_burst_split_across_replicas_stays_within_the_shared_rate() {
     let Some(r) = redis().await else { return };
     // 60 per minute with a burst of 6: at most ~6 in a quick burst, in total.
-    let (a, b) = replicas(
-        r.port,
-        "faults: []",
-        ", rate_limit: { requests_per_minute: 60, burst: 6 }",
-    )
-    .await;
+    let (a, b) = replicas_sharing_6(r.port).await;
     let mut ok = 0;
     let mut limited = 0;
     for i in 0..24 {
@@ -161,12 +162,7 @@ async fn replicas_keep_serving_without_redis_and_share_again_when_it_returns() {
 async fn one_busy_replica_may_use_the_whole_shared_allowance_while_redis_is_up() {
     // The local fallback limiter would allow 1/N (3 of 6); Redis allows all 6.
     let Some(r) = redis().await else { return };
-    let (a, b) = replicas(
-        r.port,
-        "faults: []",
-        ", rate_limit: { requests_per_minute: 60, burst: 6 }",
-    )
-    .await;
+    let (a, b) = replicas_sharing_6(r.port).await;
     let mut ok = 0;
     for _ in 0..12 {
         if watchdog(WATCHDOG, post_to(&a, a.gw.addr, CHAT, &[]))
