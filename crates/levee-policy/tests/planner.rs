@@ -4,7 +4,7 @@ mod kit;
 use kit::{secs, status, World};
 use levee_policy::backoff::{Backoff, Jitter};
 use levee_policy::classify::{Classifier, Outcome, RetryOn};
-use levee_policy::planner::{AttemptKind, Decision, Reason, RequestState, RoutePolicy};
+use levee_policy::planner::{AttemptKind, Decision, Dispatch, Reason, RequestState, RoutePolicy};
 use levee_policy::{BreakerState, CircuitBreaker, Instant, ProviderState, RetryBudget};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
@@ -124,6 +124,21 @@ fn seed_004_callers_live_the_census_under_refusals() {
     assert_eq!(f.reason, Reason::DeadlineExceeded);
 }
 
+/// `decide` must dispatch: `what` says which attempt was expected.
+fn dispatched(
+    p: &RoutePolicy,
+    req: &mut RequestState,
+    w: &mut World,
+    now: Instant,
+    rng: &mut SmallRng,
+    what: &str,
+) -> Dispatch {
+    match p.decide(req, &mut w.deps(), now, rng) {
+        Decision::Dispatch(d) => d,
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
 /// Two targets; the primary's breaker opens after 5 faults (50 %, 10 s window).
 fn primary_opens_after_5_faults() -> World {
     let mut w = World::new(2);
@@ -180,16 +195,26 @@ fn a_stalled_primary_leaves_the_backup_its_reserve() {
     let mut rng = SmallRng::seed_from_u64(1);
     let t0 = Instant::from_millis(50_000);
     let mut req = RequestState::new(t0 + secs(6));
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
-        panic!("first attempt must start");
-    };
+    let d = dispatched(
+        &p,
+        &mut req,
+        &mut w,
+        t0,
+        &mut rng,
+        "first attempt must start",
+    );
     let margin = Duration::from_millis(50);
     assert_eq!(d.timeout, secs(6) - margin - (secs(2) + margin));
     let t1 = t0 + d.timeout;
     p.record(&mut req, &mut w.deps(), t1, Outcome::Timeout);
-    let Decision::Dispatch(f) = p.decide(&mut req, &mut w.deps(), t1, &mut rng) else {
-        panic!("the backup must be asked");
-    };
+    let f = dispatched(
+        &p,
+        &mut req,
+        &mut w,
+        t1,
+        &mut rng,
+        "the backup must be asked",
+    );
     assert_eq!((f.target, f.kind), (1, AttemptKind::Fallback));
     assert!(f.timeout >= secs(2));
     // With a route attempt timeout, the stall is given up on sooner.
@@ -353,9 +378,14 @@ fn seed_000_attempt_timeout_is_cut_to_the_deadline_and_no_second_attempt_starts(
     let mut rng = SmallRng::seed_from_u64(1);
     let t0 = Instant::from_millis(50_000);
     let mut req = RequestState::new(t0 + secs(8));
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
-        panic!("first attempt must start");
-    };
+    let d = dispatched(
+        &p,
+        &mut req,
+        &mut w,
+        t0,
+        &mut rng,
+        "first attempt must start",
+    );
     assert_eq!(d.timeout, secs(8) - Duration::from_millis(50));
     // It times out at the deadline (minus margin): that is not a provider fault.
     let t1 = t0 + d.timeout;
@@ -418,9 +448,14 @@ fn retry_after_is_honoured_when_it_fits() {
         p.decide(&mut req, &mut w.deps(), t0 + secs(1), &mut rng),
         Decision::Wait { until }
     );
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), until, &mut rng) else {
-        panic!("retry after the wait");
-    };
+    let d = dispatched(
+        &p,
+        &mut req,
+        &mut w,
+        until,
+        &mut rng,
+        "retry after the wait",
+    );
     assert_eq!(d.kind, AttemptKind::Retry);
     assert_eq!(d.attempt, 2);
 }
@@ -551,9 +586,7 @@ fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
     let mut rng = SmallRng::seed_from_u64(3);
     let t0 = Instant::from_millis(10_000);
     let mut req = RequestState::new(t0 + secs(30));
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
-        panic!()
-    };
+    let d = dispatched(&p, &mut req, &mut w, t0, &mut rng, "a dispatch");
     assert_eq!(d.target, 0);
     p.refuse(
         &mut req,
@@ -565,9 +598,7 @@ fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
     );
     assert_eq!(req.attempts(), 0, "a refused dispatch is not an attempt");
     assert_eq!(w.providers[0].in_flight(), 0);
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
-        panic!()
-    };
+    let d = dispatched(&p, &mut req, &mut w, t0, &mut rng, "a dispatch");
     assert_eq!((d.target, d.kind, d.attempt), (1, AttemptKind::Fallback, 1));
     p.refuse(
         &mut req,
