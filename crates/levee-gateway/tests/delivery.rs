@@ -296,11 +296,13 @@ async fn every_attempt_observes_the_time_to_obtain_a_connection_pooled_or_new() 
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_cut_after_its_2xx_head_before_any_event_is_labelled_as_such() {
-    let env = local_one(
+    let (env, r, _) = one_chat(
         "faults:\n  - { cut_stream_after: 0 }\n",
         "    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n",
-    );
-    let (r, _) = env.timed_chat(CHAT_STREAM, 20000).await;
+        CHAT_STREAM,
+        20000,
+    )
+    .await;
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(
         env.stats(0).requests_total,

@@ -216,11 +216,13 @@ async fn a_stream_with_no_first_event_in_time_falls_back_before_committing() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_stalls_after_its_first_byte_ends_with_an_error_event() {
-    let env = local_one(
+    let (env, r, took) = one_chat(
         "faults:\n  - { chunk_delay: 2s }\n",
         "    stream_idle_timeout: 200ms\n",
-    );
-    let (r, took) = env.timed_chat(CHAT_STREAM, 60000).await;
+        CHAT_STREAM,
+        60000,
+    )
+    .await;
     assert_eq!(r.status, 200);
     assert_eq!(
         took,

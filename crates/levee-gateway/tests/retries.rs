@@ -95,8 +95,13 @@ async fn an_empty_budget_stops_retries_and_says_budget_exhausted() {
 async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
     // A long deadline (20 s) and a longer Retry-After (30 s): code that waits
     // trips the watchdog; code that gives up answers at once.
-    let env = local_one("faults:\n  - { status: 503, retry_after: 30 }\n", "");
-    let (r, took) = env.timed_chat(CHAT, 20000).await;
+    let (env, r, took) = one_chat(
+        "faults:\n  - { status: 503, retry_after: 30 }\n",
+        "",
+        CHAT,
+        20000,
+    )
+    .await;
     assert_eq!(took, Duration::ZERO, "answered without waiting");
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
@@ -106,11 +111,13 @@ async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_is_honoured_when_the_deadline_holds_it() {
-    let env = local_one(
+    let (_env, r, took) = one_chat(
         "faults:\n  - { status: 429, retry_after_ms: 400, to: 150ms }\n",
         "    retry: { on: [429, 503] }\n",
-    );
-    let (r, took) = env.timed_chat(CHAT, 20000).await;
+        CHAT,
+        20000,
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(took >= Duration::from_millis(400), "waited {:?}", took);
     assert_eq!(r.header("x-levee-attempts"), "2");
@@ -163,11 +170,13 @@ async fn bad_requests_are_answered_in_dialect_without_touching_a_provider() {
 async fn a_timeout_cut_short_by_the_callers_deadline_is_not_retried() {
     // The attempt's timeout is the caller's 1 s, far below expected_attempt_ms:
     // when it times out nothing can follow and the breaker is not told.
-    let env = local_one(
+    let (env, r, took) = one_chat(
         "faults:\n  - { stall: true }\n",
         "    expected_attempt_ms: 30000\n",
-    );
-    let (r, took) = env.timed_chat(CHAT, 1000).await;
+        CHAT,
+        1000,
+    )
+    .await;
     assert_eq!(r.status, 504);
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
     assert!(

@@ -166,6 +166,20 @@ pub fn local_one(faults: &str, route_extra: &str) -> Local {
     local(&[faults], &one_route(route_extra))
 }
 
+/// [`local_one`] and one chat request with its deadline: the gateway (for its
+/// mock's stats and its metrics), the answer, and how long it took on the
+/// paused clock.
+pub async fn one_chat(
+    faults: &str,
+    route_extra: &str,
+    body: &str,
+    timeout_ms: u64,
+) -> (Local, Resp, Duration) {
+    let env = local_one(faults, route_extra);
+    let (r, took) = env.timed_chat(body, timeout_ms).await;
+    (env, r, took)
+}
+
 impl Local {
     pub async fn post(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
         Resp::read(self.app.call(post_request(path, body, headers)).await).await
