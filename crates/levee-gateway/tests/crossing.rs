@@ -101,7 +101,7 @@ async fn an_anthropic_stream_is_translated_event_by_event() {
 #[tokio::test(start_paused = true)]
 async fn an_openai_caller_is_answered_by_an_anthropic_backup_plain_and_streamed() {
     let env = local(&[DOWN, "faults: []"], O_TO_A);
-    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    let r = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["object"], "chat.completion");

@@ -221,7 +221,7 @@ async fn the_tape_stops_at_its_size_bound() {
     .await;
     env.mocks.push(m);
     for _ in 0..20 {
-        let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+        let r = watchdog(WATCHDOG, env.chat()).await;
         assert_eq!(r.status, 200);
     }
     let recorder = env.gw.shared.recorder.as_ref().expect("recording");

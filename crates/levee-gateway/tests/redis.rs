@@ -269,7 +269,7 @@ async fn without_redis_keyed_requests_say_so_or_are_refused_as_configured() {
     .await;
     assert_eq!(keyed.status, 200);
     assert_eq!(keyed.header("x-levee-idempotency"), "local");
-    let plain = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    let plain = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(plain.header("x-levee-idempotency"), "");
     let m = env.metrics().await;
     assert_eq!(metric(&m, "levee_idempotency_local_total", &[]), 1.0, "{m}");
@@ -293,7 +293,7 @@ async fn without_redis_keyed_requests_say_so_or_are_refused_as_configured() {
         "{}",
         refused.text()
     );
-    let unkeyed = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    let unkeyed = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(
         unkeyed.status, 200,
         "requests without a key are not affected"

@@ -33,7 +33,7 @@ async fn success_passes_through_with_attempts_target_and_timeout_header() {
 #[tokio::test(start_paused = true)]
 async fn deterministic_400_is_answered_after_one_attempt_with_the_providers_body() {
     let env = local_one("faults:\n  - { status: 400 }\n", "");
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 400);
     assert_eq!(r.header("x-should-retry"), "false");
     assert_eq!(r.header("x-levee-attempts"), "1");
@@ -83,7 +83,7 @@ async fn an_empty_budget_stops_retries_and_says_budget_exhausted() {
         "faults:\n  - { status: 503 }\n",
         "    retry: { max_attempts: 3, budget: { ratio: 0.1, min_per_second: 0 } }\n",
     );
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "budget_exhausted");
     assert_eq!(env.stats(0).requests_total, 1);
@@ -239,10 +239,7 @@ async fn a_request_too_long_to_forward_is_refused_without_blaming_the_provider()
     }
     assert_eq!(env.stats(0).requests_total, 0);
     // The breaker never heard of it: normal callers are served.
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        200
-    );
+    assert_eq!(env.chat().await.status, 200);
     env.stop().await;
 }
 
@@ -291,10 +288,7 @@ async fn a_body_that_never_arrives_is_timed_out() {
         .unwrap();
     let head = String::from_utf8_lossy(&buf[..n]);
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        200
-    );
+    assert_eq!(env.chat().await.status, 200);
     assert_eq!(env.stats(0).requests_total, 1);
     env.stop().await;
 }

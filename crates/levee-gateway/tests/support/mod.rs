@@ -181,6 +181,11 @@ pub async fn one_chat(
 }
 
 impl Local {
+    /// The plain chat request ([`CHAT`], no extra headers).
+    pub async fn chat(&self) -> Resp {
+        self.post("/v1/chat/completions", CHAT, &[]).await
+    }
+
     pub async fn post(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
         Resp::read(self.app.call(post_request(path, body, headers)).await).await
     }
@@ -268,6 +273,11 @@ pub const MESSAGES: &str =
 impl Env {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.gw.addr, path)
+    }
+
+    /// The plain chat request ([`CHAT`], no extra headers).
+    pub async fn chat(&self) -> Resp {
+        self.post("/v1/chat/completions", CHAT, &[]).await
     }
 
     pub async fn post(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
