@@ -17,41 +17,14 @@ SECONDS_="${2:-20}"
 ROUNDS="${3:-3}"
 PY=.venv/bin/python
 [ -x "$PY" ] || { echo "brownout.sh: run scripts/python-tests once to create .venv" >&2; exit 1; }
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build --release -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
-
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-wait_for() {
-  for _ in $(seq 1 400); do
-    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
-    sleep 0.05
-  done
-  echo "timed out waiting for /$2/ in $1" >&2; cat "$1" >&2; return 1
-}
+source bench/lib.sh
+bench_init
 
 printf 'faults:\n  - { status: 503, probability: 0.3 }\n' >"$work/faults.yaml"
-"$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 1 --faults "$work/faults.yaml" 2>"$work/mock.log" &
-pids+=($!)
-mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
-cat >"$work/levee.yaml" <<YAML
-listen: 127.0.0.1:0
-admin: { listen: 127.0.0.1:0 }
-providers:
-  p: { api: openai, base_url: "http://$mock" }
-YAML
-"$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json 2>"$work/gateway.log" &
-pids+=($!)
-line="$(wait_for "$work/gateway.log" '\{.*"levee gateway listening".*\}')"
-gateway="$(jq -r .listen <<<"$line")"
+start_mock --seed 1 --faults "$work/faults.yaml"
+gateway_yaml p
+start_serve gateway
+gateway="$(jq -r .listen <<<"$serve_line")"
 
 upstream() { curl -fsS "http://$mock/_mock/stats" | jq .requests_total; }
 for round in $(seq 1 "$ROUNDS"); do

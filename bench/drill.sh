@@ -21,58 +21,21 @@ TIMEOUT_MS="${TIMEOUT_MS:-30000}"
 FAULT="${FAULT:-status=503,retry_after=2,from=20s,to=50s}"
 OUT="${OUT:-bench/drill}"   # writes $OUT.json and $OUT.svg
 
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build --release -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
+source bench/lib.sh
+bench_init
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+start_mock --seed 0
 
-# wait_for FILE REGEX: the first match in FILE, within 20 s.
-wait_for() {
-  for _ in $(seq 1 400); do
-    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
-    sleep 0.05
-  done
-  echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
-}
-
-"$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 0 2>"$work/mock.log" &
-pids+=($!)
-mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
-
-cat >"$work/levee.yaml" <<EOF
-listen: 127.0.0.1:0
-admin: { listen: 127.0.0.1:0 }
-providers:
-  anthropic: { api: openai, base_url: "http://$mock" }
-# The incident's routes block, unchanged. Its model prefix picks the provider named
-# "anthropic": here the mock, speaking the OpenAI dialect the drill sends.
-routes:
-  - match: { model_prefix: "anthropic/" }
-    retry:
-      max_attempts: 3
-      on: [502, 503, 504, connect_error]
-      backoff: { base_ms: 250, multiplier: 2, jitter: full }
-      budget: { ratio: 0.1, min_per_second: 5 }
-      respect_retry_after: true
-    circuit_breaker:
-      error_ratio: 0.5
-      window: 10s
-      open_for: 5s
+gateway_yaml anthropic
+cat >>"$work/levee.yaml" <<EOF
+# The incident's routes block, unchanged (kept once, as a fuzz seed). Its model
+# prefix picks the provider named "anthropic": here the mock, speaking the
+# OpenAI dialect the drill sends.
 EOF
-"$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json --seed 42 2>"$work/gateway.log" &
-pids+=($!)
-line="$(wait_for "$work/gateway.log" '\{.*"levee gateway listening".*\}')"
-gateway="$(jq -r .listen <<<"$line")"
-admin="$(jq -r .admin <<<"$line")"
+cat fuzz/seeds/config/seed000.yaml >>"$work/levee.yaml"
+start_serve gateway --seed 42
+gateway="$(jq -r .listen <<<"$serve_line")"
+admin="$(jq -r .admin <<<"$serve_line")"
 curl -fsS "http://$admin/healthz" >/dev/null
 
 echo "mock http://$mock, gateway http://$gateway (admin $admin); drill $RATE rps for $DURATION" >&2

@@ -21,57 +21,27 @@ RATE="${1:-200}"
 DURATION="${2:-20s}"
 OUT="${OUT:-bench/exercises}"
 
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build --release -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
+source bench/lib.sh
+bench_init
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# wait_for FILE REGEX: the first match in FILE, within 20 s.
-wait_for() {
-  for _ in $(seq 1 400); do
-    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
-    sleep 0.05
-  done
-  echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
-}
-
-redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 pids+=($!)
 wait_for "$work/redis.log" 'Ready to accept connections' >/dev/null
 
-"$LEVEE_BIN" mock --listen 127.0.0.1:0 --seed 0 2>"$work/mock.log" &
-pids+=($!)
-mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
+start_mock --seed 0
 
-cat >"$work/levee.yaml" <<EOF
-listen: 127.0.0.1:0
-admin: { listen: 127.0.0.1:0 }
-state: { backend: redis, url: "redis://127.0.0.1:$redis_port", key_prefix: "bench", replicas: 2 }
-providers:
-  p: { api: openai, base_url: "http://$mock" }
+gateway_yaml p "state: { backend: redis, url: \"redis://127.0.0.1:$redis_port\", key_prefix: \"bench\", replicas: 2 }"
+cat >>"$work/levee.yaml" <<EOF
 routes:
   - targets: [p]
 EOF
 
 # start_gateway NAME: a replica; sets NAME_url and NAME_pid.
 start_gateway() {
-  "$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json 2>"$work/$1.log" &
-  local pid=$!
-  pids+=("$pid")
-  local line
-  line="$(wait_for "$work/$1.log" '\{.*"levee gateway listening".*\}')"
-  printf -v "$1_url" 'http://%s' "$(jq -r .listen <<<"$line")"
-  printf -v "$1_pid" '%s' "$pid"
+  start_serve "$1"
+  printf -v "$1_url" 'http://%s' "$(jq -r .listen <<<"$serve_line")"
+  printf -v "$1_pid" '%s' "$serve_pid"
 }
 
 drill() { # NAME FLAGS...

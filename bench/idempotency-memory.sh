@@ -14,21 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ANSWERS="${1:-40}"
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/debug/levee"
-fi
-
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+source bench/lib.sh
+bench_init debug
 MOCK=$(free_port); GW=$(free_port); ADMIN=$(free_port)
 
 "$LEVEE_BIN" mock --listen "127.0.0.1:$MOCK" 2>"$work/mock.log" & pids+=($!)

@@ -20,22 +20,12 @@ if ! command -v wrk >/dev/null 2>&1; then
   apt-get install -y wrk >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }
 fi
 
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build --release -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
-
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source bench/lib.sh
+bench_init
 
 # Port 0: the mock picks a free port and prints it.
 "$LEVEE_BIN" mock --listen 127.0.0.1:0 2>"$work/mock.log" &
-pid=$!
+pid=$!; pids+=("$pid")
 addr=""
 for _ in $(seq 1 200); do
   addr="$(sed -n 's/^levee mock listening on //p' "$work/mock.log")"

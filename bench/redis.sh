@@ -18,25 +18,10 @@ SECS="${1:-10}"
 ROUNDS="${2:-3}"
 CONNECTIONS="${CONNECTIONS:-4}"
 
-need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }; }
+source bench/lib.sh
 need wrk wrk
 need redis-server redis-server
-
-if [ -z "${LEVEE_BIN:-}" ]; then
-  cargo build --release -p levee >&2
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
-
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+bench_init
 
 "$LEVEE_BIN" mock --listen 127.0.0.1:0 2>"$work/mock.log" &
 pids+=($!)

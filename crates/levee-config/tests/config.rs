@@ -1,19 +1,9 @@
 use levee_config::{Api, Config, ConfigError};
 use std::time::Duration;
 
-const RETRY_ROUTE_BLOCK: &str = r#"routes:
-  - match: { model_prefix: "anthropic/" }
-    retry:
-      max_attempts: 3
-      on: [502, 503, 504, connect_error]
-      backoff: { base_ms: 250, multiplier: 2, jitter: full }
-      budget: { ratio: 0.1, min_per_second: 5 }
-      respect_retry_after: true
-    circuit_breaker:
-      error_ratio: 0.5
-      window: 10s
-      open_for: 5s
-"#;
+/// The two-layer-storm incident's routes block (retry budget 0.1 with 5/s, 3
+/// attempts, breaker 0.5 / 10 s / open 5 s), kept once as a fuzz seed.
+const RETRY_ROUTE_BLOCK: &str = include_str!("../../../fuzz/seeds/config/seed000.yaml");
 
 fn line_of(e: ConfigError) -> (usize, String) {
     match e {

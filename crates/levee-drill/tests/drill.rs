@@ -163,6 +163,16 @@ async fn a_short_drill_keeps_the_provider_near_baseline_and_answers_everyone_in_
     mock.shutdown().await;
 }
 
+/// A drill that plans but stops before any load: its error.
+async fn refused(gateway: &str, mock: &str, faults: &[&str]) -> DrillError {
+    let plan = args(gateway.to_string(), mock.to_string(), faults)
+        .plan()
+        .expect("the plan is valid");
+    levee_drill::run(&plan, false)
+        .await
+        .expect_err("the drill stops before any load")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_the_mock_refuses_and_dead_targets_stop_the_drill_before_any_load() {
     let (mock, gw) = servers().await;
@@ -175,16 +185,9 @@ async fn faults_the_mock_refuses_and_dead_targets_stop_the_drill_before_any_load
     .plan();
     assert!(matches!(plan, Err(DrillError::Flag { .. })));
 
-    let plan = args(
-        format!("http://{}", gw.addr),
-        mock.url(),
-        &["status=503,retry_after=soon"],
-    )
-    .plan()
-    .expect("the drill leaves validation of fault keys to the mock");
-    let e = levee_drill::run(&plan, false)
-        .await
-        .expect_err("refused fault");
+    // The drill leaves validation of fault keys to the mock.
+    let gateway = format!("http://{}", gw.addr);
+    let e = refused(&gateway, &mock.url(), &["status=503,retry_after=soon"]).await;
     assert!(matches!(e, DrillError::FaultRejected { .. }), "{e}");
     assert_eq!(e.exit_code(), 2);
     assert!(e.to_string().contains("retry_after"), "{e}");
@@ -193,17 +196,9 @@ async fn faults_the_mock_refuses_and_dead_targets_stop_the_drill_before_any_load
     let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let dead = free.local_addr().expect("addr");
     drop(free);
-    let plan = args(format!("http://{dead}"), mock.url(), &[])
-        .plan()
-        .expect("plan");
-    let e = levee_drill::run(&plan, false)
-        .await
-        .expect_err("no gateway");
+    let e = refused(&format!("http://{dead}"), &mock.url(), &[]).await;
     assert!(matches!(e, DrillError::GatewayUnreachable { .. }), "{e}");
-    let plan = args(format!("http://{}", gw.addr), format!("http://{dead}"), &[])
-        .plan()
-        .expect("plan");
-    let e = levee_drill::run(&plan, false).await.expect_err("no mock");
+    let e = refused(&gateway, &format!("http://{dead}"), &[]).await;
     assert!(matches!(e, DrillError::MockUnreachable { .. }), "{e}");
     assert_eq!(mock.stats().requests_total, 0, "no load was sent");
 

@@ -3,7 +3,6 @@
 //! installed unless `LEVEE_REQUIRE_REDIS` is set), and one of two gateway
 //! replicas stopped mid-run, with and without the callers' failover.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use levee_drill::{Arrivals, DrillArgs, ReplicaStop, StopSignal};
@@ -34,52 +33,17 @@ fn args(gateway: String, mock: String) -> DrillArgs {
     }
 }
 
-struct Redis(Child);
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn redis_server() -> Option<(Redis, u16)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .ok()?;
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let Ok(child) = child else {
-        assert!(
-            std::env::var_os("LEVEE_REQUIRE_REDIS").is_none(),
-            "redis-server is required but could not be started"
-        );
-        eprintln!("redis-server not installed: skipping");
-        return None;
-    };
-    let r = Redis(child);
-    tokio::time::timeout(WATCHDOG, async {
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("redis-server starts");
-    Some((r, port))
-}
+#[path = "../../levee-gateway/tests/support/redis_server.rs"]
+mod redis_server;
+use redis_server::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_the_state_store_shows_the_keyed_requests_that_ran_unshared() {
-    let Some((_redis, port)) = redis_server().await else {
+    let Some(redis) = RedisServer::start_or_skip() else {
         return;
     };
+    redis.ready(WATCHDOG).await;
+    let port = redis.port;
     let mock = levee_mock::spawn("127.0.0.1:0".parse().unwrap(), Default::default())
         .await
         .unwrap();

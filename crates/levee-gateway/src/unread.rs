@@ -129,14 +129,20 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
-    #[tokio::test]
-    async fn a_connection_counts_until_its_first_read_and_settle_waits_for_it() {
+    /// A loopback connection: (the client's end, the server's end).
+    async fn connected() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
-        let mut client = TcpStream::connect(addr).await.expect("connect");
+        let client = TcpStream::connect(addr).await.expect("connect");
         let (stream, _) = listener.accept().await.expect("accept");
+        (client, stream)
+    }
+
+    #[tokio::test]
+    async fn a_connection_counts_until_its_first_read_and_settle_waits_for_it() {
+        let (mut client, stream) = connected().await;
         let unread = Arc::new(Unread::default());
         let mut conn = unread.track(stream);
         assert_eq!(unread.settle(Duration::ZERO).await, 1);
@@ -159,12 +165,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_dropped_unread_stops_counting() {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
-        let _client = TcpStream::connect(addr).await.expect("connect");
-        let (stream, _) = listener.accept().await.expect("accept");
+        let (_client, stream) = connected().await;
         let unread = Arc::new(Unread::default());
         drop(unread.track(stream));
         assert_eq!(unread.settle(Duration::ZERO).await, 0);

@@ -44,13 +44,7 @@ async fn census_from_mixed_traffic_of_two_callers() {
             } else {
                 ("interactive", "100000")
             };
-            let r = env
-                .post(
-                    "/v1/chat/completions",
-                    X_CHAT,
-                    &[("x-levee-caller", who), ("x-timeout-ms", timeout)],
-                )
-                .await;
+            let r = env.chat_as(X_CHAT, who, timeout).await;
             assert_eq!(r.status, 200, "{}", r.text());
         }
         // One caller that does not name itself.

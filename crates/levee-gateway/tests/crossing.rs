@@ -35,6 +35,9 @@ fn sse(text: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// A streamed Anthropic request on the route that crosses to OpenAI.
+const A_STREAM: &str = r#"{"model":"anthropic/claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
 #[tokio::test(start_paused = true)]
 async fn an_anthropic_caller_is_answered_by_an_openai_backup() {
     let env = local(&[DOWN, "faults: []"], A_TO_O);
@@ -77,8 +80,7 @@ async fn an_anthropic_caller_is_answered_by_an_openai_backup() {
 #[tokio::test(start_paused = true)]
 async fn an_anthropic_stream_is_translated_event_by_event() {
     let env = local(&[DOWN, "faults: []"], A_TO_O);
-    let body = r#"{"model":"anthropic/claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let r = watchdog(WATCHDOG, env.post("/v1/messages", body, &[])).await;
+    let r = watchdog(WATCHDOG, env.post("/v1/messages", A_STREAM, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.header("content-type").starts_with("text/event-stream"));
     let ev = sse(&r.text());
@@ -99,7 +101,7 @@ async fn an_anthropic_stream_is_translated_event_by_event() {
 #[tokio::test(start_paused = true)]
 async fn an_openai_caller_is_answered_by_an_anthropic_backup_plain_and_streamed() {
     let env = local(&[DOWN, "faults: []"], O_TO_A);
-    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    let r = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["object"], "chat.completion");
@@ -223,8 +225,7 @@ async fn the_backups_error_reaches_the_caller_in_the_callers_dialect() {
 #[tokio::test(start_paused = true)]
 async fn a_translated_stream_cut_by_the_backup_ends_with_an_error_event_in_the_callers_dialect() {
     let env = local(&[DOWN, "faults:\n  - { cut_stream_after: 3 }\n"], A_TO_O);
-    let body = r#"{"model":"anthropic/claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let r = watchdog(WATCHDOG, env.post("/v1/messages", body, &[])).await;
+    let r = watchdog(WATCHDOG, env.post("/v1/messages", A_STREAM, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let ev = sse(&r.text());
     assert_eq!(ev.first().map(|e| e.0.as_str()), Some("message_start"));

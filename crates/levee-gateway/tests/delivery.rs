@@ -257,11 +257,8 @@ async fn a_request_that_made_no_attempt_is_observed_as_zero_attempts() {
         &["faults: []"],
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { requests_per_minute: 1, burst: 1 } }\nroutes:\n  - targets: [p]\n",
     );
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        200
-    );
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    assert_eq!(env.chat().await.status, 200);
+    let r = env.chat().await;
     assert_eq!(r.header("x-levee-attempts"), "0", "{}", r.text());
     assert_eq!(env.stats(0).requests_total, 1);
     let m = env.metrics();
@@ -282,7 +279,7 @@ async fn a_request_that_made_no_attempt_is_observed_as_zero_attempts() {
 async fn every_attempt_observes_the_time_to_obtain_a_connection_pooled_or_new() {
     let env = local_one("faults: []", "");
     for _ in 0..3 {
-        let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+        let r = env.chat().await;
         assert_eq!(r.status, 200);
     }
     // One new connection, then two taken from the pool: three observations.
@@ -296,11 +293,13 @@ async fn every_attempt_observes_the_time_to_obtain_a_connection_pooled_or_new() 
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_cut_after_its_2xx_head_before_any_event_is_labelled_as_such() {
-    let env = local_one(
+    let (env, r, _) = one_chat(
         "faults:\n  - { cut_stream_after: 0 }\n",
         "    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n",
-    );
-    let (r, _) = env.timed_chat(CHAT_STREAM, 20000).await;
+        CHAT_STREAM,
+        20000,
+    )
+    .await;
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(
         env.stats(0).requests_total,

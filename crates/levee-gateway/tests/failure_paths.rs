@@ -92,11 +92,13 @@ async fn a_429_on_one_model_leaves_the_providers_other_models_alone() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_of_a_day_holds_the_model_for_the_cap_only() {
-    let env = local_one(
+    let (_env, r, _) = one_chat(
         "faults:\n  - { status: 429, retry_after: 86400 }\n",
         "    retry: { retry_after_cap: 30s }\n",
-    );
-    let (r, _) = env.timed_chat(CHAT, 60000).await;
+        CHAT,
+        60000,
+    )
+    .await;
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("x-levee-attempts"), "1", "a day is not waited on");
     assert_eq!(
@@ -108,11 +110,13 @@ async fn a_retry_after_of_a_day_holds_the_model_for_the_cap_only() {
 
 #[tokio::test(start_paused = true)]
 async fn anthropic_overloaded_529_is_retried_by_default() {
-    let env = local_one(
+    let (env, r, _) = one_chat(
         "faults:\n  - { status: 529 }\n",
         "    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
-    );
-    let (r, _) = env.timed_chat(CHAT, 20000).await;
+        CHAT,
+        20000,
+    )
+    .await;
     assert_eq!(r.status, 529);
     assert_eq!(r.header("x-levee-attempts"), "3");
     assert_eq!(env.stats(0).requests_total, 3);

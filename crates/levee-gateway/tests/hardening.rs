@@ -38,13 +38,8 @@ async fn spy(
                         continue;
                     };
                     let head = String::from_utf8_lossy(&got[..end]).to_string();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            let (n, v) = l.split_once(':')?;
-                            n.eq_ignore_ascii_case("content-length")
-                                .then(|| v.trim().parse().ok())?
-                        })
+                    let len: usize = header(&head, "content-length")
+                        .and_then(|v| v.parse().ok())
                         .unwrap_or(0);
                     while got.len() < end + 4 + len {
                         match s.read(&mut chunk).await {
@@ -53,14 +48,9 @@ async fn spy(
                         }
                     }
                     got.drain(..end + 4 + len);
-                    let auth = head
-                        .lines()
-                        .find_map(|l| {
-                            let (n, v) = l.split_once(':')?;
-                            n.eq_ignore_ascii_case("authorization")
-                                .then(|| v.trim().to_string())
-                        })
-                        .unwrap_or_default();
+                    let auth = header(&head, "authorization")
+                        .unwrap_or_default()
+                        .to_string();
                     let _ = tx.send(head);
                     let body = body.replace("{auth}", &auth);
                     let resp = format!(
@@ -231,7 +221,7 @@ async fn the_tape_stops_at_its_size_bound() {
     .await;
     env.mocks.push(m);
     for _ in 0..20 {
-        let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+        let r = watchdog(WATCHDOG, env.chat()).await;
         assert_eq!(r.status, 200);
     }
     let recorder = env.gw.shared.recorder.as_ref().expect("recording");
@@ -453,15 +443,8 @@ async fn at_the_end_of_the_grace_period_waiting_requests_get_a_503_and_streams_a
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 300ms\nproviders:\n  p: {{ api: openai, base_url: \"{u}\" }}\n  q: {{ api: anthropic, base_url: \"{u}\" }}\nroutes:\n  - match: {{ path: /v1/messages }}\n    targets: [q]\n    deadline: {{ default: 60s, max: 60s }}\n  - targets: [p]\n    deadline: {{ default: 60s, max: 60s }}\n",
         u = m.url()
     );
-    let gw = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        1,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
+    let gw = spawn_text(&text, 1).await;
+    let client = http_client();
     let send = |path: &str, body: &'static str| {
         let req = http::Request::post(format!("http://{}{path}", gw.addr))
             .header("content-type", "application/json")

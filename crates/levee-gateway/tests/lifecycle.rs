@@ -83,7 +83,7 @@ async fn provider_keys_never_appear_in_answers_metrics_or_logs() {
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", api_key_env: LEVEE_TEST_SECRET_KEY }\nroutes:\n  - targets: [p]\n    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
     )
     .await;
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert!(!r.text().contains("very-secret"));
     assert!(!format!("{:?}", r.headers).contains("very-secret"));
     assert!(!env.metrics().await.contains("very-secret"));
@@ -117,10 +117,7 @@ async fn slow_and_oversized_clients_get_a_clear_answer() {
     assert_eq!(r.status, 413);
     assert!(r.json()["error"].is_object());
     // Still serving.
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        200
-    );
+    assert_eq!(env.chat().await.status, 200);
     assert_eq!(env.stats(0).requests_total, 1);
     env.stop().await;
 }
@@ -148,15 +145,9 @@ async fn record_writes_a_tape_that_levee_mock_replays() {
         client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http(),
     };
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        503
-    );
+    assert_eq!(env.chat().await.status, 503);
     env.mocks[0].set_faults(levee_mock::parse_faults("faults: []").unwrap());
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        200
-    );
+    assert_eq!(env.chat().await.status, 200);
     assert_eq!(
         env.post("/v1/chat/completions", CHAT_STREAM, &[])
             .await

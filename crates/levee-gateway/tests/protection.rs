@@ -27,7 +27,7 @@ async fn a_full_route_sheds_at_once_instead_of_queueing() {
     )
     .await;
     let t = paused_now();
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(t.elapsed(), Duration::ZERO, "shed at once, not queued");
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "shed");
@@ -47,12 +47,9 @@ async fn the_breaker_opens_on_provider_faults_and_fails_fast() {
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 30s } }\nroutes:\n  - targets: [p]\n",
     );
     for _ in 0..4 {
-        assert_eq!(
-            env.post("/v1/chat/completions", CHAT, &[]).await.status,
-            500
-        );
+        assert_eq!(env.chat().await.status, 500);
     }
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "circuit_open");
     assert!(!r.header("retry-after").is_empty());
@@ -68,10 +65,7 @@ async fn the_breaker_ignores_deterministic_400s() {
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", circuit_breaker: { min_requests: 2 } }\nroutes:\n  - targets: [p]\n",
     );
     for _ in 0..6 {
-        assert_eq!(
-            env.post("/v1/chat/completions", CHAT, &[]).await.status,
-            400
-        );
+        assert_eq!(env.chat().await.status, 400);
     }
     assert_eq!(env.stats(0).requests_total, 6);
 }
@@ -216,11 +210,13 @@ async fn a_stream_with_no_first_event_in_time_falls_back_before_committing() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_stalls_after_its_first_byte_ends_with_an_error_event() {
-    let env = local_one(
+    let (env, r, took) = one_chat(
         "faults:\n  - { chunk_delay: 2s }\n",
         "    stream_idle_timeout: 200ms\n",
-    );
-    let (r, took) = env.timed_chat(CHAT_STREAM, 60000).await;
+        CHAT_STREAM,
+        60000,
+    )
+    .await;
     assert_eq!(r.status, 200);
     assert_eq!(
         took,
@@ -320,9 +316,9 @@ async fn the_per_minute_allowance_is_spent_per_attempt_and_refuses_before_sendin
         "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { requests_per_minute: 60, burst: 3 } }\nroutes:\n  - targets: [p]\n    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 2 } }\n",
     );
     // One request, three attempts: the whole burst.
-    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    let r = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(r.header("x-levee-attempts"), "3");
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("x-levee-reason"), "rate_limited");
     assert!(!r.header("retry-after").is_empty());
@@ -345,7 +341,7 @@ async fn a_4xx_that_is_not_the_providers_json_error_is_labelled_as_such() {
         ..Default::default()
     });
     let env = local_with(vec![mock], &one_route(""));
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 400);
     assert_eq!(r.header("x-levee-attempts"), "1");
     let m = env.metrics();
@@ -374,12 +370,9 @@ async fn a_stream_holds_its_route_slot_until_it_ends() {
     .await;
     // Past the commit point, the stream is still running: the slot is taken.
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.header("x-levee-reason"), "shed");
     let done = watchdog(WATCHDOG, stream).await.unwrap();
     assert!(done.text().contains("[DONE]"));
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        200
-    );
+    assert_eq!(env.chat().await.status, 200);
 }

@@ -3,74 +3,14 @@
 //! resumes when it returns. Needs `redis-server` (scripts/test installs it).
 
 mod support;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use support::*;
 
 const WATCHDOG: Duration = Duration::from_secs(20);
 
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start(port: u16) -> Option<Redis> {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        Some(Redis { child, port })
-    }
-
-    async fn ready(&self) {
-        watchdog(WATCHDOG, async {
-            while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_err()
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-async fn redis() -> Option<Redis> {
-    let Some(r) = Redis::start(free_port()) else {
-        assert!(
-            std::env::var_os("LEVEE_REQUIRE_REDIS").is_none(),
-            "redis-server is required (scripts/test installs it) but could not be started"
-        );
-        eprintln!("redis-server not installed: skipping (scripts/test installs it)");
-        return None;
-    };
-    r.ready().await;
+async fn redis() -> Option<RedisServer> {
+    let r = RedisServer::start_or_skip()?;
+    r.ready(WATCHDOG).await;
     Some(r)
 }
 
@@ -88,14 +28,14 @@ async fn replicas(
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\n{}",
         config.replace("{mock0}", &a.mocks[0].url())
     );
-    let b = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        7,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
+    let b = spawn_text(&text, 7).await;
     (a, b)
+}
+
+/// Two replicas whose provider allows 60 per minute with a burst of 6.
+async fn replicas_sharing_6(redis_port: u16) -> (Env, levee_gateway::Running) {
+    let allowance = ", rate_limit: { requests_per_minute: 60, burst: 6 }";
+    replicas(redis_port, "faults: []", allowance).await
 }
 
 async fn post_to(
@@ -104,39 +44,15 @@ async fn post_to(
     body: &str,
     headers: &[(&str, &str)],
 ) -> Resp {
-    use http_body_util::BodyExt;
-    let mut b = http::Request::post(format!("http://{addr}/v1/chat/completions"));
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let resp = env
-        .client
-        .request(
-            b.body(http_body_util::Full::new(bytes::Bytes::from(
-                body.to_string(),
-            )))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let (parts, body) = resp.into_parts();
-    Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
+    let req = post_request(&format!("http://{addr}/v1/chat/completions"), body, headers);
+    Resp::read(env.client.request(req).await.unwrap()).await
 }
 
 #[tokio::test]
 async fn a_burst_split_across_replicas_stays_within_the_shared_rate() {
     let Some(r) = redis().await else { return };
     // 60 per minute with a burst of 6: at most ~6 in a quick burst, in total.
-    let (a, b) = replicas(
-        r.port,
-        "faults: []",
-        ", rate_limit: { requests_per_minute: 60, burst: 6 }",
-    )
-    .await;
+    let (a, b) = replicas_sharing_6(r.port).await;
     let mut ok = 0;
     let mut limited = 0;
     for i in 0..24 {
@@ -221,8 +137,8 @@ async fn replicas_keep_serving_without_redis_and_share_again_when_it_returns() {
         "fallbacks are counted"
     );
     // Redis returns on the same port; after the skip period sharing resumes.
-    let r2 = Redis::start(port).expect("restart redis");
-    r2.ready().await;
+    let r2 = RedisServer::start(port).expect("restart redis");
+    r2.ready(WATCHDOG).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let h = [("idempotency-key", "after")];
     assert_eq!(
@@ -246,12 +162,7 @@ async fn replicas_keep_serving_without_redis_and_share_again_when_it_returns() {
 async fn one_busy_replica_may_use_the_whole_shared_allowance_while_redis_is_up() {
     // The local fallback limiter would allow 1/N (3 of 6); Redis allows all 6.
     let Some(r) = redis().await else { return };
-    let (a, b) = replicas(
-        r.port,
-        "faults: []",
-        ", rate_limit: { requests_per_minute: 60, burst: 6 }",
-    )
-    .await;
+    let (a, b) = replicas_sharing_6(r.port).await;
     let mut ok = 0;
     for _ in 0..12 {
         if watchdog(WATCHDOG, post_to(&a, a.gw.addr, CHAT, &[]))
@@ -317,13 +228,7 @@ async fn a_large_answer_stored_by_one_replica_is_replayed_by_the_other() {
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\n{}",
         config.replace("{mock0}", &a.mocks[0].url())
     );
-    let b = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        7,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
+    let b = spawn_text(&text, 7).await;
     let body = big_embeddings();
     let h = [("idempotency-key", "big-1")];
     let first = watchdog(
@@ -364,7 +269,7 @@ async fn without_redis_keyed_requests_say_so_or_are_refused_as_configured() {
     .await;
     assert_eq!(keyed.status, 200);
     assert_eq!(keyed.header("x-levee-idempotency"), "local");
-    let plain = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    let plain = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(plain.header("x-levee-idempotency"), "");
     let m = env.metrics().await;
     assert_eq!(metric(&m, "levee_idempotency_local_total", &[]), 1.0, "{m}");
@@ -388,7 +293,7 @@ async fn without_redis_keyed_requests_say_so_or_are_refused_as_configured() {
         "{}",
         refused.text()
     );
-    let unkeyed = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    let unkeyed = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(
         unkeyed.status, 200,
         "requests without a key are not affected"
@@ -411,15 +316,8 @@ async fn shutdown_releases_the_leases_this_replica_holds_in_redis() {
         r.port,
         mock.url()
     );
-    let gw = levee_gateway::spawn(
-        levee_config::Config::parse(&text).unwrap(),
-        3,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let gw = spawn_text(&text, 3).await;
+    let client = http_client();
     let req = http::Request::post(format!("http://{}/v1/chat/completions", gw.addr))
         .header("idempotency-key", "held-1")
         .body(http_body_util::Full::new(bytes::Bytes::from(CHAT)))

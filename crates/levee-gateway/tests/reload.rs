@@ -48,10 +48,19 @@ async fn admin_get(env: &Env, path: &str) -> String {
 const TO_A: &str = "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets: [a]\n    retry: { max_attempts: 1 }\n";
 const TO_B: &str = "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets: [b]\n    retry: { max_attempts: 1 }\n";
 
+/// `levee_config_reloads_total{result="RESULT"}` in the metrics text `m`.
+fn reloads(m: &str, result: &str) -> f64 {
+    metric(
+        m,
+        "levee_config_reloads_total",
+        &[&format!("result=\"{result}\"")],
+    )
+}
+
 #[tokio::test]
 async fn a_valid_reload_serves_new_requests_with_the_new_config() {
     let env = start(&["faults: []", "faults: []"], TO_A).await;
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.header("x-levee-target"), "a");
     let before = admin_get(&env, "/readyz").await;
     assert!(before.contains("generation 1"), "{before}");
@@ -60,7 +69,7 @@ async fn a_valid_reload_serves_new_requests_with_the_new_config() {
     reload(&env, &path).expect("a valid file is accepted");
 
     // The same client (its pooled keep-alive connection kept) now reaches b.
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "b");
     assert_eq!(env.stats(0).requests_total, 1);
@@ -73,10 +82,7 @@ async fn a_valid_reload_serves_new_requests_with_the_new_config() {
     );
     assert!(admin_get(&env, "/").await.contains(&hash));
     let m = env.metrics().await;
-    assert_eq!(
-        metric(&m, "levee_config_reloads_total", &["result=\"ok\""]),
-        1.0
-    );
+    assert_eq!(reloads(&m, "ok"), 1.0);
     env.stop().await;
 }
 
@@ -102,20 +108,14 @@ async fn an_invalid_reload_is_refused_and_the_running_config_keeps_serving() {
     let e = reload(&env, &missing_key).unwrap_err();
     assert!(e.contains("LEVEE_RELOAD_TEST_UNSET_KEY"), "{e}");
 
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "a", "the old config serves");
     assert_eq!(env.stats(1).requests_total, 0);
     assert!(admin_get(&env, "/readyz").await.contains("generation 1"));
     let m = env.metrics().await;
-    assert_eq!(
-        metric(&m, "levee_config_reloads_total", &["result=\"error\""]),
-        5.0
-    );
-    assert_eq!(
-        metric(&m, "levee_config_reloads_total", &["result=\"ok\""]),
-        0.0
-    );
+    assert_eq!(reloads(&m, "error"), 5.0);
+    assert_eq!(reloads(&m, "ok"), 0.0);
     env.stop().await;
 }
 
@@ -160,7 +160,7 @@ async fn a_stream_in_flight_finishes_under_the_config_it_started_with() {
     );
     reload(&env, &path).expect("accepted");
     assert_eq!(env.stats(0).in_flight, 1, "the stream is still running");
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(
         r.header("x-levee-target"),
         "b",
@@ -189,12 +189,9 @@ async fn a_provider_whose_definition_did_not_change_keeps_its_open_breaker() {
     )
     .await;
     for _ in 0..2 {
-        assert_eq!(
-            env.post("/v1/chat/completions", CHAT, &[]).await.status,
-            503
-        );
+        assert_eq!(env.chat().await.status, 503);
     }
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.header("x-levee-reason"), "circuit_open", "{}", r.text());
     let sent = env.stats(0).requests_total;
 
@@ -205,7 +202,7 @@ async fn a_provider_whose_definition_did_not_change_keeps_its_open_breaker() {
         &format!("providers:\n{a}  b: {{ api: openai, base_url: \"{{mock1}}\" }}\nroutes:\n  - targets: [a]\n    retry: {{ max_attempts: 1 }}\n  - match: {{ model_prefix: \"b/\" }}\n    targets: [b]\n"),
     );
     reload(&env, &path).expect("accepted");
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.header("x-levee-reason"), "circuit_open", "{}", r.text());
     assert_eq!(env.stats(0).requests_total, sent, "nothing reached a");
 
@@ -219,7 +216,7 @@ async fn a_provider_whose_definition_did_not_change_keeps_its_open_breaker() {
         ),
     );
     reload(&env, &path).expect("accepted");
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "upstream_error", "{}", r.text());
     assert_eq!(env.stats(0).requests_total, sent + 1);

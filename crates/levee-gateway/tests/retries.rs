@@ -33,7 +33,7 @@ async fn success_passes_through_with_attempts_target_and_timeout_header() {
 #[tokio::test(start_paused = true)]
 async fn deterministic_400_is_answered_after_one_attempt_with_the_providers_body() {
     let env = local_one("faults:\n  - { status: 400 }\n", "");
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 400);
     assert_eq!(r.header("x-should-retry"), "false");
     assert_eq!(r.header("x-levee-attempts"), "1");
@@ -83,7 +83,7 @@ async fn an_empty_budget_stops_retries_and_says_budget_exhausted() {
         "faults:\n  - { status: 503 }\n",
         "    retry: { max_attempts: 3, budget: { ratio: 0.1, min_per_second: 0 } }\n",
     );
-    let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+    let r = env.chat().await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "budget_exhausted");
     assert_eq!(env.stats(0).requests_total, 1);
@@ -95,8 +95,13 @@ async fn an_empty_budget_stops_retries_and_says_budget_exhausted() {
 async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
     // A long deadline (20 s) and a longer Retry-After (30 s): code that waits
     // trips the watchdog; code that gives up answers at once.
-    let env = local_one("faults:\n  - { status: 503, retry_after: 30 }\n", "");
-    let (r, took) = env.timed_chat(CHAT, 20000).await;
+    let (env, r, took) = one_chat(
+        "faults:\n  - { status: 503, retry_after: 30 }\n",
+        "",
+        CHAT,
+        20000,
+    )
+    .await;
     assert_eq!(took, Duration::ZERO, "answered without waiting");
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
@@ -106,11 +111,13 @@ async fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_is_honoured_when_the_deadline_holds_it() {
-    let env = local_one(
+    let (_env, r, took) = one_chat(
         "faults:\n  - { status: 429, retry_after_ms: 400, to: 150ms }\n",
         "    retry: { on: [429, 503] }\n",
-    );
-    let (r, took) = env.timed_chat(CHAT, 20000).await;
+        CHAT,
+        20000,
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(took >= Duration::from_millis(400), "waited {:?}", took);
     assert_eq!(r.header("x-levee-attempts"), "2");
@@ -163,11 +170,13 @@ async fn bad_requests_are_answered_in_dialect_without_touching_a_provider() {
 async fn a_timeout_cut_short_by_the_callers_deadline_is_not_retried() {
     // The attempt's timeout is the caller's 1 s, far below expected_attempt_ms:
     // when it times out nothing can follow and the breaker is not told.
-    let env = local_one(
+    let (env, r, took) = one_chat(
         "faults:\n  - { stall: true }\n",
         "    expected_attempt_ms: 30000\n",
-    );
-    let (r, took) = env.timed_chat(CHAT, 1000).await;
+        CHAT,
+        1000,
+    )
+    .await;
     assert_eq!(r.status, 504);
     assert_eq!(r.header("x-levee-reason"), "deadline_exceeded");
     assert!(
@@ -230,10 +239,7 @@ async fn a_request_too_long_to_forward_is_refused_without_blaming_the_provider()
     }
     assert_eq!(env.stats(0).requests_total, 0);
     // The breaker never heard of it: normal callers are served.
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        200
-    );
+    assert_eq!(env.chat().await.status, 200);
     env.stop().await;
 }
 
@@ -282,10 +288,7 @@ async fn a_body_that_never_arrives_is_timed_out() {
         .unwrap();
     let head = String::from_utf8_lossy(&buf[..n]);
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
-    assert_eq!(
-        env.post("/v1/chat/completions", CHAT, &[]).await.status,
-        200
-    );
+    assert_eq!(env.chat().await.status, 200);
     assert_eq!(env.stats(0).requests_total, 1);
     env.stop().await;
 }

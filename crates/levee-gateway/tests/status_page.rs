@@ -107,13 +107,7 @@ async fn status_page_in_chromium_shows_the_incident_and_the_census() {
                 1 => ("interactive", "100000"),
                 _ => ("batch-job", "22000"),
             };
-            let r = env
-                .post(
-                    "/v1/chat/completions",
-                    X_CHAT,
-                    &[("x-levee-caller", who), ("x-timeout-ms", timeout)],
-                )
-                .await;
+            let r = env.chat_as(X_CHAT, who, timeout).await;
             assert_eq!(r.status, 200, "{}", r.text());
             assert_eq!(r.header("x-levee-target"), "azure");
         }

@@ -49,7 +49,7 @@ async fn an_untrusted_certificate_is_labelled_tls_and_opens_the_breaker() {
     )
     .await;
     for _ in 0..2 {
-        let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+        let r = watchdog(WATCHDOG, env.chat()).await;
         assert_eq!(r.status, 502, "{}", r.text());
         assert_eq!(r.header("x-levee-reason"), "upstream_error");
     }
@@ -74,7 +74,7 @@ async fn an_untrusted_certificate_is_labelled_tls_and_opens_the_breaker() {
 
     // Two TLS failures in a row are two connection faults: the breaker is open.
     let before = accepted.load(Ordering::SeqCst);
-    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    let r = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(r.header("x-levee-reason"), "circuit_open", "{}", r.text());
     assert_eq!(accepted.load(Ordering::SeqCst), before, "nothing was sent");
     env.stop().await;

@@ -153,24 +153,12 @@ async fn gateway(config: String) -> levee_gateway::Running {
     let text = format!(
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 1s\n{config}"
     );
-    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    levee_gateway::spawn(config, 42, std::future::pending())
-        .await
-        .expect("gateway starts")
+    spawn_text(&text, 42).await
 }
 
 async fn post(addr: SocketAddr, headers: &[(&str, &str)]) -> u16 {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
-    let mut b = http::Request::post(format!("http://{addr}/v1/chat/completions"))
-        .header("content-type", "application/json");
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let resp = client
-        .request(b.body(Full::new(Bytes::from(CHAT))).unwrap())
-        .await
-        .expect("gateway answers");
+    let req = post_request(&format!("http://{addr}/v1/chat/completions"), CHAT, headers);
+    let resp = http_client().request(req).await.expect("gateway answers");
     let status = resp.status().as_u16();
     let _ = resp.into_body().collect().await;
     status

@@ -88,11 +88,9 @@ fn tool_call_id(out: &mut String, prefix: &str, r: &Reply<'_>) {
     let _ = write!(out, "\"{prefix}levee{:012}\"", r.id);
 }
 
-pub(crate) fn chat_completion(r: &Reply<'_>) -> Bytes {
-    if let Some(tool) = r.tool {
-        return chat_completion_tool(r, tool);
-    }
-    let mut out = String::with_capacity(768);
+/// A chat completion up to its assistant message's `"content":`.
+fn chat_completion_head(r: &Reply<'_>, capacity: usize) -> String {
+    let mut out = String::with_capacity(capacity);
     let _ = write!(
         out,
         r#"{{"id":"chatcmpl-levee{:012}","object":"chat.completion","created":{},"model":"#,
@@ -100,6 +98,14 @@ pub(crate) fn chat_completion(r: &Reply<'_>) -> Bytes {
     );
     json_str(&mut out, r.model);
     out.push_str(r#","choices":[{"index":0,"message":{"role":"assistant","content":"#);
+    out
+}
+
+pub(crate) fn chat_completion(r: &Reply<'_>) -> Bytes {
+    if let Some(tool) = r.tool {
+        return chat_completion_tool(r, tool);
+    }
+    let mut out = chat_completion_head(r, 768);
     json_str(&mut out, &r.text());
     out.push_str(r#","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"#);
     out.push_str(if r.truncated() {
@@ -126,14 +132,8 @@ fn openai_tool_usage(out: &mut String, r: &Reply<'_>) {
 /// A forced function answered with one call. OpenAI reports a call forced by
 /// name with `finish_reason: "stop"`, not `"tool_calls"`.
 fn chat_completion_tool(r: &Reply<'_>, tool: &str) -> Bytes {
-    let mut out = String::with_capacity(512);
-    let _ = write!(
-        out,
-        r#"{{"id":"chatcmpl-levee{:012}","object":"chat.completion","created":{},"model":"#,
-        r.id, r.created
-    );
-    json_str(&mut out, r.model);
-    out.push_str(r#","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":null,"annotations":[],"tool_calls":[{"id":"#);
+    let mut out = chat_completion_head(r, 512);
+    out.push_str(r#"null,"refusal":null,"annotations":[],"tool_calls":[{"id":"#);
     tool_call_id(&mut out, "call_", r);
     out.push_str(r#","type":"function","function":{"name":"#);
     json_str(&mut out, tool);

@@ -18,12 +18,7 @@ use tokio::net::TcpStream;
 #[tokio::test]
 async fn openai_chat_completion_json() {
     let mock = start("").await;
-    let r = post(
-        mock.local_addr(),
-        "/v1/chat/completions",
-        &chat("gpt-4o-mini"),
-    )
-    .await;
+    let r = post_chat(mock.local_addr(), &chat("gpt-4o-mini")).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v = r.json();
@@ -47,12 +42,7 @@ async fn openai_chat_completion_json() {
 #[tokio::test]
 async fn openai_chat_completion_stream_with_and_without_usage() {
     let mock = start("").await;
-    let r = post(
-        mock.local_addr(),
-        "/v1/chat/completions",
-        &chat_stream("gpt-4.1"),
-    )
-    .await;
+    let r = post_chat(mock.local_addr(), &chat_stream("gpt-4.1")).await;
     assert_eq!(r.status, 200);
     assert!(r
         .header("content-type")
@@ -84,7 +74,7 @@ async fn openai_chat_completion_stream_with_and_without_usage() {
 
     let body =
         r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"max_tokens":2}"#;
-    let r = post(mock.local_addr(), "/v1/chat/completions", body).await;
+    let r = post_chat(mock.local_addr(), body).await;
     let events = r.sse();
     assert!(
         events.iter().all(|(_, d)| !d.contains("\"usage\"")),
@@ -225,14 +215,14 @@ async fn invalid_requests_get_400_in_the_providers_shape() {
         assert_eq!(keys, ["code", "message", "param", "type"]);
         assert_eq!(e["type"], "invalid_request_error");
     };
-    let r = post(addr, "/v1/chat/completions", "{not json").await;
+    let r = post_chat(addr, "{not json").await;
     assert_eq!(r.status, 400);
     openai_shape(&r.json());
-    let r = post(addr, "/v1/chat/completions", r#"{"messages":[]}"#).await;
+    let r = post_chat(addr, r#"{"messages":[]}"#).await;
     assert_eq!(r.status, 400);
     openai_shape(&r.json());
     assert_eq!(r.json()["error"]["param"], "model");
-    let r = post(addr, "/v1/chat/completions", r#"{"model":"gpt"}"#).await;
+    let r = post_chat(addr, r#"{"model":"gpt"}"#).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["param"], "messages");
     assert_eq!(r.json()["error"]["code"], "missing_required_parameter");
@@ -276,12 +266,12 @@ async fn status_faults_carry_retry_headers_and_provider_bodies() {
     )
     .await;
     let addr = mock.local_addr();
-    let r = post(addr, "/v1/chat/completions", &chat("m503")).await;
+    let r = post_chat(addr, &chat("m503")).await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), Some("2"));
     assert_eq!(r.header("retry-after-ms"), None);
     assert_eq!(r.json()["error"]["type"], "server_error");
-    let r = post(addr, "/v1/chat/completions", &chat("m429")).await;
+    let r = post_chat(addr, &chat("m429")).await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after-ms"), Some("1500"));
     assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
@@ -292,12 +282,7 @@ async fn status_faults_carry_retry_headers_and_provider_bodies() {
     let r = post(addr, "/v1/messages", &message("claude-limited", true)).await;
     assert_eq!(r.status, 429);
     assert_eq!(r.json()["error"]["type"], "rate_limit_error");
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("fine"))
-            .await
-            .status,
-        200
-    );
+    assert_eq!(post_chat(addr, &chat("fine")).await.status, 200);
     assert_eq!(mock.stats().faults.status, 4);
     mock.shutdown().await;
 }
@@ -312,19 +297,12 @@ async fn model_scoped_400_and_time_windows() {
     )
     .await;
     let addr = mock.local_addr();
-    let r = post(addr, "/v1/chat/completions", &chat("broken-model")).await;
+    let r = post_chat(addr, &chat("broken-model")).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+    assert_eq!(post_chat(addr, &chat("windowed")).await.status, 502);
     assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("windowed"))
-            .await
-            .status,
-        502
-    );
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("other"))
-            .await
-            .status,
+        post_chat(addr, &chat("other")).await.status,
         200,
         "the 1h window has not opened"
     );
@@ -406,12 +384,7 @@ async fn latency_delays_the_first_byte_and_chunks() {
     .await;
     let addr = mock.local_addr();
     let t = stopwatch();
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("slow"))
-            .await
-            .status,
-        200
-    );
+    assert_eq!(post_chat(addr, &chat("slow")).await.status, 200);
     assert!(
         t.elapsed() >= Duration::from_millis(150),
         "{:?}",
@@ -419,7 +392,7 @@ async fn latency_delays_the_first_byte_and_chunks() {
     );
 
     let t = stopwatch();
-    let r = post(addr, "/v1/chat/completions", &chat_stream("dribble")).await;
+    let r = post_chat(addr, &chat_stream("dribble")).await;
     let events = r.sse().len();
     let floor = Duration::from_millis(40 + 15 * (events as u64 - 1));
     assert!(t.elapsed() >= floor, "{:?} < {floor:?}", t.elapsed());
@@ -450,10 +423,7 @@ async fn cut_stream_after_sends_n_chunks_then_drops_the_connection() {
         .unwrap_err();
     assert!(!err.is_empty());
     // Non-streaming requests are not cut.
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("m")).await.status,
-        200
-    );
+    assert_eq!(post_chat(addr, &chat("m")).await.status, 200);
     let s = eventually(&mock, "both cuts", |s| {
         s.faults.cut_stream == 2 && s.in_flight == 0
     })
@@ -512,11 +482,7 @@ async fn seeded_probability_is_reproducible() {
         let mock = start_with(faults, 42, None).await;
         let mut pattern = Vec::new();
         for _ in 0..24 {
-            pattern.push(
-                post(mock.local_addr(), "/v1/chat/completions", &chat("m"))
-                    .await
-                    .status,
-            );
+            pattern.push(post_chat(mock.local_addr(), &chat("m")).await.status);
         }
         mock.shutdown().await;
         runs.push(pattern);
@@ -640,10 +606,7 @@ async fn a_client_leaving_mid_stream_counts_as_client_closed() {
 async fn post_mock_faults_replaces_the_active_set() {
     let mock = start("faults:\n  - { status: 503 }\n").await;
     let addr = mock.local_addr();
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("m")).await.status,
-        503
-    );
+    assert_eq!(post_chat(addr, &chat("m")).await.status, 503);
 
     let r = post(addr, "/_mock/faults", "faults:\n  - { status: 429, retry_after: 1 }\ncapacity: { max_in_flight: 50, status: 529 }\n").await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -651,17 +614,11 @@ async fn post_mock_faults_replaces_the_active_set() {
         r.json(),
         json!({"ok": true, "faults": 1, "capacity": {"max_in_flight": 50, "status": 529}})
     );
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("m")).await.status,
-        429
-    );
+    assert_eq!(post_chat(addr, &chat("m")).await.status, 429);
 
     let r = post(addr, "/_mock/faults", r#"{"faults":[]}"#).await;
     assert_eq!(r.status, 200);
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("m")).await.status,
-        200
-    );
+    assert_eq!(post_chat(addr, &chat("m")).await.status, 200);
 
     let r = post(
         addr,
@@ -676,16 +633,13 @@ async fn post_mock_faults_replaces_the_active_set() {
         "{msg}"
     );
     assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("m")).await.status,
+        post_chat(addr, &chat("m")).await.status,
         200,
         "a bad document changes nothing"
     );
 
     mock.set_faults(parse_faults("faults:\n  - { status: 502 }\n").unwrap());
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("m")).await.status,
-        502
-    );
+    assert_eq!(post_chat(addr, &chat("m")).await.status, 502);
     mock.shutdown().await;
 }
 
@@ -713,12 +667,12 @@ async fn replay_answers_from_the_tape_in_order_then_normally() {
     let addr = mock.local_addr();
 
     let t = stopwatch();
-    let r = post(addr, "/v1/chat/completions", &chat("m")).await;
+    let r = post_chat(addr, &chat("m")).await;
     assert!(t.elapsed() >= Duration::from_millis(30));
     assert_eq!((r.status, r.header("retry-after")), (503, Some("2")));
     assert_eq!(r.json()["error"]["message"], "down");
 
-    let r = post(addr, "/v1/chat/completions", &chat_stream("m")).await;
+    let r = post_chat(addr, &chat_stream("m")).await;
     assert_eq!(r.text(), "data: {\"a\":1}\n\ndata: [DONE]\n\n");
     assert!(r
         .header("content-type")
@@ -744,10 +698,7 @@ async fn replay_answers_from_the_tape_in_order_then_normally() {
     assert_eq!(r.header("content-type"), Some("text/plain"));
 
     // Tape exhausted: the faults apply again (here: every request is a 500).
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat("m")).await.status,
-        500
-    );
+    assert_eq!(post_chat(addr, &chat("m")).await.status, 500);
     let s = mock.stats();
     assert_eq!(s.replayed, 5);
     assert_eq!(s.by_status.get("503"), Some(&1));
@@ -845,7 +796,7 @@ async fn a_one_dialect_mock_answers_the_others_paths_404_in_its_own_shape() {
         "OpenAI's shape: {}",
         r.text()
     );
-    let r = post(openai.local_addr(), "/v1/chat/completions", &chat("gpt")).await;
+    let r = post_chat(openai.local_addr(), &chat("gpt")).await;
     assert_eq!(r.status, 200);
 
     let anthropic = start_api(levee_mock::MockApi::Anthropic).await;
@@ -879,7 +830,7 @@ async fn a_one_dialect_mock_refuses_fields_its_provider_does_not_know() {
 
     let openai = start_api(levee_mock::MockApi::OpenAi).await;
     let body = r#"{"model":"g","system":"x","messages":[{"role":"user","content":"hi"}]}"#;
-    let r = post(openai.local_addr(), "/v1/chat/completions", body).await;
+    let r = post_chat(openai.local_addr(), body).await;
     assert_eq!(r.status, 400);
     assert_eq!(
         r.json()["error"]["message"],
@@ -887,7 +838,7 @@ async fn a_one_dialect_mock_refuses_fields_its_provider_does_not_know() {
     );
     // The lenient default still accepts both.
     let both = start("").await;
-    let r = post(both.local_addr(), "/v1/chat/completions", body).await;
+    let r = post_chat(both.local_addr(), body).await;
     assert_eq!(r.status, 200);
     anthropic.shutdown().await;
     openai.shutdown().await;
@@ -898,7 +849,7 @@ async fn a_one_dialect_mock_refuses_fields_its_provider_does_not_know() {
 async fn a_forced_tool_is_answered_with_one_call_in_each_dialect_json_and_sse() {
     let mock = start("").await;
     let body = r#"{"model":"g","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"lookup"}}}"#;
-    let r = post(mock.local_addr(), "/v1/chat/completions", body).await;
+    let r = post_chat(mock.local_addr(), body).await;
     let v = r.json();
     let call = &v["choices"][0]["message"]["tool_calls"][0];
     assert_eq!(call["function"]["name"], "lookup");
@@ -909,7 +860,7 @@ async fn a_forced_tool_is_answered_with_one_call_in_each_dialect_json_and_sse() 
         r#""model":"g","#,
         r#""model":"g","stream":true,"stream_options":{"include_usage":true},"#,
     );
-    let r = post(mock.local_addr(), "/v1/chat/completions", &stream).await;
+    let r = post_chat(mock.local_addr(), &stream).await;
     let events = r.sse();
     let args: String = events
         .iter()

@@ -23,10 +23,14 @@
 //! The `decide`-alone cases use `iter_batched_ref`: each input (a copy of the
 //! world and a request in the right state) is built outside the timed region.
 
+#[path = "../tests/kit/mod.rs"]
+mod kit;
+use kit::{World, OK, UNAVAILABLE};
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use levee_policy::planner::{AttemptKind, Decision, Deps, RequestState, RoutePolicy};
+use levee_policy::planner::{AttemptKind, Decision, RequestState, RoutePolicy};
 use levee_policy::{
-    Backoff, CircuitBreaker, Classifier, Gcra, Instant, Outcome, ProviderState, RetryBudget,
+    Backoff, CircuitBreaker, Classifier, Gcra, Instant, ProviderState, RetryBudget,
 };
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -37,22 +41,6 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// Inputs per timed batch in the `decide`-alone cases: about 150 KB of world
 /// copies, so a batch stays in L2 and the timer is read once per 128 decisions.
 const BATCH: BatchSize = BatchSize::NumIterations(128);
-
-const OK: Outcome = Outcome::Status {
-    status: 200,
-    retry_after: None,
-};
-const UNAVAILABLE: Outcome = Outcome::Status {
-    status: 503,
-    retry_after: None,
-};
-
-#[derive(Clone)]
-struct World {
-    providers: [ProviderState; 2],
-    map: [usize; 2],
-    budgets: [RetryBudget; 2],
-}
 
 impl World {
     fn new() -> Self {
@@ -67,20 +55,7 @@ impl World {
             ProviderState::new(breaker, Some(allowance), 1024)
         };
         let budget = || RetryBudget::new(0.1, 5.0, Duration::from_secs(1)).unwrap();
-        World {
-            providers: [provider(), provider()],
-            map: [0, 1],
-            budgets: [budget(), budget()],
-        }
-    }
-
-    fn deps(&mut self) -> Deps<'_> {
-        Deps {
-            providers: &mut self.providers,
-            target_provider: &self.map,
-            target_model: &[],
-            budgets: &mut self.budgets,
-        }
+        World::of(vec![provider(), provider()], vec![budget(), budget()])
     }
 }
 
@@ -129,21 +104,34 @@ fn bench(c: &mut Criterion) {
     let mut rng = SmallRng::seed_from_u64(42);
     let mut warm_world = World::new();
     let t0 = warm(&policy, &mut warm_world, &mut rng);
+    check_cases(&policy, &warm_world, t0, &mut rng);
+    first_attempt(c, &policy, &warm_world, t0, &mut rng);
+    retry_after_503(c, &policy, &warm_world, t0, &mut rng);
+}
 
-    // Sanity, outside the timed region: each case makes the decision it claims to.
+/// Sanity, outside the timed region: each case makes the decision it claims to.
+fn check_cases(policy: &RoutePolicy, warm_world: &World, t0: Instant, rng: &mut SmallRng) {
     {
         let mut w = warm_world.clone();
-        let mut req = after_503(&policy, &mut w, t0, &mut rng);
-        let Decision::Wait { until } = policy.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
+        let mut req = after_503(policy, &mut w, t0, rng);
+        let Decision::Wait { until } = policy.decide(&mut req, &mut w.deps(), t0, rng) else {
             panic!("a retry after a 503 waits for its backoff");
         };
-        let d = policy.decide(&mut req, &mut w.deps(), until, &mut rng);
+        let d = policy.decide(&mut req, &mut w.deps(), until, rng);
         assert!(
             matches!(d, Decision::Dispatch(x) if x.kind == AttemptKind::Retry && x.target == 0),
             "{d:?}"
         );
     }
+}
 
+fn first_attempt(
+    c: &mut Criterion,
+    policy: &RoutePolicy,
+    warm_world: &World,
+    t0: Instant,
+    rng: &mut SmallRng,
+) {
     let mut g = c.benchmark_group("first_attempt");
     {
         let mut w = warm_world.clone();
@@ -153,7 +141,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 now = now + Duration::from_micros(100);
                 let mut req = RequestState::new(now + DEADLINE);
-                let d = policy.decide(&mut req, &mut w.deps(), now, &mut rng);
+                let d = policy.decide(&mut req, &mut w.deps(), now, rng);
                 misses += u64::from(!matches!(d, Decision::Dispatch(_)));
                 policy.record(&mut req, &mut w.deps(), now, OK);
                 black_box(d)
@@ -168,7 +156,7 @@ fn bench(c: &mut Criterion) {
             b.iter_batched_ref(
                 || (warm_world.clone(), RequestState::new(t0 + DEADLINE)),
                 |(w, req)| {
-                    let d = policy.decide(req, &mut w.deps(), t0, &mut rng);
+                    let d = policy.decide(req, &mut w.deps(), t0, rng);
                     misses += u64::from(!matches!(d, Decision::Dispatch(_)));
                     d
                 },
@@ -178,7 +166,15 @@ fn bench(c: &mut Criterion) {
         assert_eq!(misses, 0, "every first attempt was dispatched");
     }
     g.finish();
+}
 
+fn retry_after_503(
+    c: &mut Criterion,
+    policy: &RoutePolicy,
+    warm_world: &World,
+    t0: Instant,
+    rng: &mut SmallRng,
+) {
     let mut g = c.benchmark_group("retry_after_503");
     {
         let mut setup_rng = SmallRng::seed_from_u64(7);
@@ -187,11 +183,11 @@ fn bench(c: &mut Criterion) {
             b.iter_batched_ref(
                 || {
                     let mut w = warm_world.clone();
-                    let req = after_503(&policy, &mut w, t0, &mut setup_rng);
+                    let req = after_503(policy, &mut w, t0, &mut setup_rng);
                     (w, req)
                 },
                 |(w, req)| {
-                    let d = policy.decide(req, &mut w.deps(), t0, &mut rng);
+                    let d = policy.decide(req, &mut w.deps(), t0, rng);
                     misses += u64::from(!matches!(d, Decision::Wait { .. }));
                     d
                 },
@@ -207,7 +203,7 @@ fn bench(c: &mut Criterion) {
             b.iter_batched_ref(
                 || {
                     let mut w = warm_world.clone();
-                    let mut req = after_503(&policy, &mut w, t0, &mut setup_rng);
+                    let mut req = after_503(policy, &mut w, t0, &mut setup_rng);
                     let Decision::Wait { until } =
                         policy.decide(&mut req, &mut w.deps(), t0, &mut setup_rng)
                     else {
@@ -216,7 +212,7 @@ fn bench(c: &mut Criterion) {
                     (w, req, until)
                 },
                 |(w, req, until)| {
-                    let d = policy.decide(req, &mut w.deps(), *until, &mut rng);
+                    let d = policy.decide(req, &mut w.deps(), *until, rng);
                     misses += u64::from(
                         !matches!(d, Decision::Dispatch(x) if x.kind == AttemptKind::Retry),
                     );

@@ -9,7 +9,9 @@
 //!
 //! Not a timing test: it counts, it does not measure.
 
-use levee_policy::planner::{AttemptKind, Decision, Deps, Reason, RequestState, RoutePolicy};
+mod kit;
+use kit::{secs, status, World};
+use levee_policy::planner::{AttemptKind, Decision, Reason, RequestState, RoutePolicy};
 use levee_policy::{
     Backoff, CircuitBreaker, Class, Classifier, Gcra, Instant, Outcome, ProviderState, RetryBudget,
 };
@@ -63,24 +65,8 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-fn status(status: u16, retry_after: Option<Duration>) -> Outcome {
-    Outcome::Status {
-        status,
-        retry_after,
-    }
-}
-
-/// Two providers (breaker, allowance, in-flight cap) and two budgets, on the stack.
-struct World {
-    providers: [ProviderState; 2],
-    map: [usize; 2],
-    budgets: [RetryBudget; 2],
-}
-
+/// Two providers (breaker, allowance, in-flight cap) and two budgets, built
+/// before the count starts.
 impl World {
     fn new() -> Self {
         let provider = |min_requests| {
@@ -93,22 +79,9 @@ impl World {
             )
         };
         let budget = || RetryBudget::new(0.1, 5.0, secs(1)).unwrap();
-        World {
-            // The fallback's breaker is slow to open, so its retries meet
-            // its budget first.
-            providers: [provider(20), provider(400)],
-            map: [0, 1],
-            budgets: [budget(), budget()],
-        }
-    }
-
-    fn deps(&mut self) -> Deps<'_> {
-        Deps {
-            providers: &mut self.providers,
-            target_provider: &self.map,
-            target_model: &[],
-            budgets: &mut self.budgets,
-        }
+        // The fallback's breaker is slow to open, so its retries meet its
+        // budget first.
+        World::of(vec![provider(20), provider(400)], vec![budget(), budget()])
     }
 }
 

@@ -1,49 +1,25 @@
 //! The planner's rules, pinned to the seeds' arithmetic.
 
+mod kit;
+use kit::{secs, status, World};
 use levee_policy::backoff::{Backoff, Jitter};
 use levee_policy::classify::{Classifier, Outcome, RetryOn};
-use levee_policy::planner::{AttemptKind, Decision, Deps, Reason, RequestState, RoutePolicy};
+use levee_policy::planner::{AttemptKind, Decision, Dispatch, Reason, RequestState, RoutePolicy};
 use levee_policy::{BreakerState, CircuitBreaker, Instant, ProviderState, RetryBudget};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use std::time::Duration;
 
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-/// A small world: providers (one per target) and budgets.
-struct World {
-    providers: Vec<ProviderState>,
-    map: Vec<usize>,
-    budgets: Vec<RetryBudget>,
-}
-
 impl World {
+    /// Unlimited providers, one per target, and generous budgets.
     fn new(targets: usize) -> Self {
-        World {
-            providers: (0..targets).map(|_| ProviderState::unlimited()).collect(),
-            map: (0..targets).collect(),
-            budgets: (0..targets)
+        World::of(
+            (0..targets).map(|_| ProviderState::unlimited()).collect(),
+            (0..targets)
                 .map(|_| RetryBudget::new(0.1, 100.0, secs(1)).unwrap())
                 .collect(),
-        }
-    }
-    fn deps(&mut self) -> Deps<'_> {
-        Deps {
-            providers: &mut self.providers,
-            target_provider: &self.map,
-            target_model: &[],
-            budgets: &mut self.budgets,
-        }
-    }
-}
-
-fn status(s: u16, ra: Option<Duration>) -> Outcome {
-    Outcome::Status {
-        status: s,
-        retry_after: ra,
+        )
     }
 }
 
@@ -148,15 +124,36 @@ fn seed_004_callers_live_the_census_under_refusals() {
     assert_eq!(f.reason, Reason::DeadlineExceeded);
 }
 
-#[test]
-fn seed_004_refusals_left_unretried_for_lack_of_time_do_not_move_the_breaker() {
-    let p = seed_004();
+/// `decide` must dispatch: `what` says which attempt was expected.
+fn dispatched(
+    p: &RoutePolicy,
+    req: &mut RequestState,
+    w: &mut World,
+    now: Instant,
+    rng: &mut SmallRng,
+    what: &str,
+) -> Dispatch {
+    match p.decide(req, &mut w.deps(), now, rng) {
+        Decision::Dispatch(d) => d,
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// Two targets; the primary's breaker opens after 5 faults (50 %, 10 s window).
+fn primary_opens_after_5_faults() -> World {
     let mut w = World::new(2);
     w.providers[0] = ProviderState::new(
         CircuitBreaker::new(0.5, secs(10), 5, secs(5), 1).unwrap(),
         None,
         100,
     );
+    w
+}
+
+#[test]
+fn seed_004_refusals_left_unretried_for_lack_of_time_do_not_move_the_breaker() {
+    let p = seed_004();
+    let mut w = primary_opens_after_5_faults();
     for _ in 0..50 {
         drive(&p, &mut w, secs(22), status(429, Some(secs(1))));
         w.providers[0] = w.providers[0].clone();
@@ -174,12 +171,7 @@ fn stalls_cut_short_by_callers_deadlines_do_not_open_the_breaker() {
     // out. Fifty of them, with a breaker that opens after 5 faults: it must
     // stay closed for the patient callers behind them.
     let p = seed_004();
-    let mut w = World::new(2);
-    w.providers[0] = ProviderState::new(
-        CircuitBreaker::new(0.5, secs(10), 5, secs(5), 1).unwrap(),
-        None,
-        100,
-    );
+    let mut w = primary_opens_after_5_faults();
     for _ in 0..50 {
         let (a, f) = drive(&p, &mut w, secs(22), Outcome::Timeout);
         assert_eq!(a, [(0, AttemptKind::First)]);
@@ -203,16 +195,26 @@ fn a_stalled_primary_leaves_the_backup_its_reserve() {
     let mut rng = SmallRng::seed_from_u64(1);
     let t0 = Instant::from_millis(50_000);
     let mut req = RequestState::new(t0 + secs(6));
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
-        panic!("first attempt must start");
-    };
+    let d = dispatched(
+        &p,
+        &mut req,
+        &mut w,
+        t0,
+        &mut rng,
+        "first attempt must start",
+    );
     let margin = Duration::from_millis(50);
     assert_eq!(d.timeout, secs(6) - margin - (secs(2) + margin));
     let t1 = t0 + d.timeout;
     p.record(&mut req, &mut w.deps(), t1, Outcome::Timeout);
-    let Decision::Dispatch(f) = p.decide(&mut req, &mut w.deps(), t1, &mut rng) else {
-        panic!("the backup must be asked");
-    };
+    let f = dispatched(
+        &p,
+        &mut req,
+        &mut w,
+        t1,
+        &mut rng,
+        "the backup must be asked",
+    );
     assert_eq!((f.target, f.kind), (1, AttemptKind::Fallback));
     assert!(f.timeout >= secs(2));
     // With a route attempt timeout, the stall is given up on sooner.
@@ -376,9 +378,14 @@ fn seed_000_attempt_timeout_is_cut_to_the_deadline_and_no_second_attempt_starts(
     let mut rng = SmallRng::seed_from_u64(1);
     let t0 = Instant::from_millis(50_000);
     let mut req = RequestState::new(t0 + secs(8));
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
-        panic!("first attempt must start");
-    };
+    let d = dispatched(
+        &p,
+        &mut req,
+        &mut w,
+        t0,
+        &mut rng,
+        "first attempt must start",
+    );
     assert_eq!(d.timeout, secs(8) - Duration::from_millis(50));
     // It times out at the deadline (minus margin): that is not a provider fault.
     let t1 = t0 + d.timeout;
@@ -441,9 +448,14 @@ fn retry_after_is_honoured_when_it_fits() {
         p.decide(&mut req, &mut w.deps(), t0 + secs(1), &mut rng),
         Decision::Wait { until }
     );
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), until, &mut rng) else {
-        panic!("retry after the wait");
-    };
+    let d = dispatched(
+        &p,
+        &mut req,
+        &mut w,
+        until,
+        &mut rng,
+        "retry after the wait",
+    );
     assert_eq!(d.kind, AttemptKind::Retry);
     assert_eq!(d.attempt, 2);
 }
@@ -574,9 +586,7 @@ fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
     let mut rng = SmallRng::seed_from_u64(3);
     let t0 = Instant::from_millis(10_000);
     let mut req = RequestState::new(t0 + secs(30));
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
-        panic!()
-    };
+    let d = dispatched(&p, &mut req, &mut w, t0, &mut rng, "a dispatch");
     assert_eq!(d.target, 0);
     p.refuse(
         &mut req,
@@ -588,9 +598,7 @@ fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
     );
     assert_eq!(req.attempts(), 0, "a refused dispatch is not an attempt");
     assert_eq!(w.providers[0].in_flight(), 0);
-    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), t0, &mut rng) else {
-        panic!()
-    };
+    let d = dispatched(&p, &mut req, &mut w, t0, &mut rng, "a dispatch");
     assert_eq!((d.target, d.kind, d.attempt), (1, AttemptKind::Fallback, 1));
     p.refuse(
         &mut req,

@@ -1,28 +1,19 @@
 //! `levee check --census-from`: the real binary prints the census a running
 //! gateway measured from its traffic.
 
+mod kit;
+use kit::CENSUS_ROUTES;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-/// A deadline-census route: a primary answering within 35 s, a backup within 30 s,
-/// waits of 7 s then 11 s. A retry needs ~72 s of deadline, the backup ~30 s.
-const CONFIG: &str = r#"listen: 127.0.0.1:0
+/// The two providers of the census route, both the mock at `{mock}`.
+const PROVIDERS: &str = r#"listen: 127.0.0.1:0
 admin: { listen: 127.0.0.1:0 }
 providers:
   primary: { api: openai, base_url: "{mock}" }
   backup: { api: openai, base_url: "{mock}" }
-routes:
-  - match: { model_prefix: "claude/" }
-    targets:
-      - { provider: primary, expected_attempt_ms: 35000 }
-      - { provider: backup, model: gpt-4.1, expected_attempt_ms: 30000 }
-    deadline: { default: 30s, max: 300s }
-    retry:
-      max_attempts: 3
-      on: [429, 529]
-      backoff: { schedule_ms: [7000, 11000], jitter: none }
 "#;
 
 fn post(addr: &str, caller: &str, timeout_ms: u32) -> u16 {
@@ -56,7 +47,10 @@ async fn census_from_a_running_gateway() {
     let mock = levee_mock::spawn("127.0.0.1:0".parse().unwrap(), Default::default())
         .await
         .expect("mock starts");
-    let config = levee_config::Config::parse(&CONFIG.replace("{mock}", &mock.url())).unwrap();
+    let config = levee_config::Config::parse(
+        &format!("{PROVIDERS}{CENSUS_ROUTES}").replace("{mock}", &mock.url()),
+    )
+    .unwrap();
     let gw = levee_gateway::spawn(config, 1, std::future::pending())
         .await
         .expect("gateway starts");

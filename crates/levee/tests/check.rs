@@ -1,29 +1,25 @@
 //! `levee check` as a user runs it: the real binary, real files.
 
-use std::path::PathBuf;
+mod kit;
+use kit::{BIN, CENSUS_ROUTES};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// A deadline census: waits of 7 s then 11 s, a primary answering within 35 s and a
-/// backup within 30 s.
-const SEED_004: &str = r#"providers:
-  primary: { api: anthropic, base_url: https://api.anthropic.com }
-  backup: { api: openai, base_url: https://api.openai.com }
-routes:
-  - match: { model_prefix: "claude/" }
-    targets:
-      - { provider: primary, expected_attempt_ms: 35000 }
-      - { provider: backup, model: gpt-4.1, expected_attempt_ms: 30000 }
-    deadline: { default: 30s, max: 300s }
-    retry:
-      max_attempts: 3
-      on: [429, 529]
-      backoff: { schedule_ms: [7000, 11000], jitter: none }
-callers:
-  - { name: interactive request, deadline: 100s }
-  - { name: background job, deadline: 200s }
-  - { name: queue worker, deadline: 40s }
-  - { name: batch job, deadline: 22s }
-"#;
+/// The deadline census (waits of 7 s then 11 s, a primary answering within 35 s
+/// and a backup within 30 s) with four callers.
+fn seed_004() -> String {
+    format!(
+        r#"providers:
+  primary: {{ api: anthropic, base_url: https://api.anthropic.com }}
+  backup: {{ api: openai, base_url: https://api.openai.com }}
+{CENSUS_ROUTES}callers:
+  - {{ name: interactive request, deadline: 100s }}
+  - {{ name: background job, deadline: 200s }}
+  - {{ name: queue worker, deadline: 40s }}
+  - {{ name: batch job, deadline: 22s }}
+"#
+    )
+}
 
 fn file(name: &str, text: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("levee-check-{}-{name}", std::process::id()));
@@ -32,11 +28,29 @@ fn file(name: &str, text: &str) -> PathBuf {
 }
 
 fn check(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_levee"))
+    Command::new(BIN)
         .arg("check")
         .args(args)
         .output()
         .expect("run levee")
+}
+
+/// `levee check --config FILE`, FILE (in the temp dir) holding `text`.
+fn check_config(name: &str, text: &str) -> Output {
+    let cfg = file(name, text);
+    check(&["--config", cfg.to_str().unwrap()])
+}
+
+/// `levee check --config CFG --callers CALLERS EXTRA…`.
+fn check_callers(cfg: &Path, callers: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "--config",
+        cfg.to_str().unwrap(),
+        "--callers",
+        callers.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    check(&args)
 }
 
 fn stdout(o: &Output) -> String {
@@ -60,8 +74,7 @@ fn census_row(out: &str, caller: &str) -> Vec<String> {
 
 #[test]
 fn seed_004_census_says_which_callers_can_retry_and_fall_back() {
-    let cfg = file("seed004.yaml", SEED_004);
-    let o = check(&["--config", cfg.to_str().unwrap()]);
+    let o = check_config("seed004.yaml", &seed_004());
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -88,8 +101,7 @@ fn seed_004_census_says_which_callers_can_retry_and_fall_back() {
 
 #[test]
 fn seed_004_schedule_derives_72_seconds_for_the_first_retry() {
-    let cfg = file("seed004-schedule.yaml", SEED_004);
-    let out = stdout(&check(&["--config", cfg.to_str().unwrap()]));
+    let out = stdout(&check_config("seed004-schedule.yaml", &seed_004()));
     let row = |n: &str| {
         out.lines()
             .find(|l| l.trim_start().starts_with(n))
@@ -105,7 +117,7 @@ fn seed_004_schedule_derives_72_seconds_for_the_first_retry() {
 
 #[test]
 fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
-    let cfg = file("seed004-strict.yaml", SEED_004);
+    let cfg = file("seed004-strict.yaml", &seed_004());
     let o = check(&["--config", cfg.to_str().unwrap(), "--strict"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -120,13 +132,7 @@ fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
         "callers.yaml",
         "- { name: interactive request, deadline: 100s }\n- { name: queue worker, deadline: 40s }\n",
     );
-    let o = check(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--callers",
-        callers.to_str().unwrap(),
-        "--strict",
-    ]);
+    let o = check_callers(&cfg, &callers, &["--strict"]);
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -138,11 +144,10 @@ fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
 
 #[test]
 fn an_invalid_config_exits_1_naming_the_line() {
-    let cfg = file(
+    let o = check_config(
         "invalid.yaml",
         "routes:\n  - match: { model_prefix: \"a/\" }\n    retry:\n      max_attempts: 0\n",
     );
-    let o = check(&["--config", cfg.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("config line 4"), "{err}");
@@ -152,17 +157,12 @@ fn an_invalid_config_exits_1_naming_the_line() {
 
 #[test]
 fn a_malformed_callers_file_exits_1_naming_the_line() {
-    let cfg = file("seed004-callers.yaml", SEED_004);
+    let cfg = file("seed004-callers.yaml", &seed_004());
     let callers = file(
         "bad-callers.yaml",
         "- { name: ok, deadline: 10s }\n- { name: typo, deadlien: 10s }\n",
     );
-    let o = check(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--callers",
-        callers.to_str().unwrap(),
-    ]);
+    let o = check_callers(&cfg, &callers, &[]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("line 2"), "{err}");
@@ -171,8 +171,7 @@ fn a_malformed_callers_file_exits_1_naming_the_line() {
 
 #[test]
 fn a_cross_dialect_fallback_is_warned_about() {
-    let path = file("cross.yaml", SEED_004);
-    let o = check(&["--config", path.to_str().unwrap()]);
+    let o = check_config("cross.yaml", &seed_004());
     assert!(o.status.success());
     let out = stdout(&o);
     let warning = out
@@ -186,21 +185,19 @@ fn a_cross_dialect_fallback_is_warned_about() {
         "{warning}"
     );
     assert!(warning.contains("thinking"), "{warning}");
-    let same = file(
+    let out = stdout(&check_config(
         "same.yaml",
         "providers:\n  a: { api: openai, base_url: https://a.example }\n  b: { api: openai, base_url: https://b.example }\nroutes:\n  - targets: [a, b]\n",
-    );
-    let out = stdout(&check(&["--config", same.to_str().unwrap()]));
+    ));
     assert!(!out.contains("warning: "), "{out}");
 }
 
 #[test]
 fn check_prints_each_providers_and_routes_effective_in_flight_cap() {
-    let path = file(
+    let o = check_config(
         "caps.yaml",
         "providers:\n  a: { api: openai, base_url: http://127.0.0.1:1, rate_limit: { requests_per_minute: 3000 } }\n  b: { api: openai, base_url: http://127.0.0.1:2 }\n  c: { api: openai, base_url: http://127.0.0.1:3, max_in_flight: 40 }\nroutes:\n  - match: { model_prefix: \"x/\" }\n    targets: [a, b, c]\n    expected_attempt_ms: 6000\n  - match: { model_prefix: \"y/\" }\n    targets: [b]\n    max_in_flight: 50\n",
     );
-    let o = check(&["--config", path.to_str().unwrap()]);
     let out = stdout(&o);
     assert!(o.status.success(), "{out}");
     let line = |start: &str| {
@@ -237,7 +234,7 @@ fn a_malformed_redis_url_is_refused_by_check_and_serve_without_showing_its_passw
     assert_eq!(o.status.code(), Some(1), "check accepted it:\n{all}");
     assert!(all.contains("state.url"), "{all}");
     assert!(!all.contains("hunter2"), "the password is shown:\n{all}");
-    let serve = Command::new(env!("CARGO_BIN_EXE_levee"))
+    let serve = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
         .arg("--config")
         .arg(&cfg)

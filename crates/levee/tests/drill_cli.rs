@@ -3,66 +3,39 @@
 //! in, and its callers fail over to the second.
 #![allow(clippy::disallowed_methods)] // black-box timing of real processes
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn first_line(child: &mut Child) -> String {
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    line
-}
+mod kit;
+use kit::{start_mock, test_dir, wait_until, Proc, BIN};
+use std::process::Command;
+use std::time::Duration;
 
 /// A replica on an ephemeral port; returns it and its URL.
 fn replica(config: &std::path::Path, log: &std::path::Path) -> (Proc, String) {
     // Owned (killed and waited for on drop) from the start.
     let child = Proc(
-        Command::new(env!("CARGO_BIN_EXE_levee"))
+        Command::new(BIN)
             .args(["serve", "--log-format", "json", "--config"])
             .arg(config)
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
             .unwrap(),
     );
-    let t = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("levee gateway listening")) {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let url = format!("http://{}", v["listen"].as_str().unwrap());
-            return (child, url);
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "watchdog: no listening line"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let listening = || {
+        let text = std::fs::read_to_string(log).ok()?;
+        let line = text
+            .lines()
+            .find(|l| l.contains("levee gateway listening"))?;
+        serde_json::from_str::<serde_json::Value>(line).ok()
+    };
+    wait_until(Duration::from_secs(10), || listening().is_some());
+    let v = listening().expect("a listening line");
+    let url = format!("http://{}", v["listen"].as_str().unwrap());
+    (child, url)
 }
 
 #[test]
 fn drill_stops_a_replica_by_pid_and_its_callers_fail_over() {
-    let bin = env!("CARGO_BIN_EXE_levee");
-    let dir = std::env::temp_dir().join(format!("levee-drill-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut mock = Command::new(bin)
-        .args(["mock", "--listen", "127.0.0.1:0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = first_line(&mut mock);
-    let mock = Proc(mock);
-    let mock_addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let dir = test_dir("levee-drill-cli");
+    let (mock, mock_addr) = start_mock(&[]);
     let config = dir.join("levee.yaml");
     std::fs::write(
         &config,
@@ -71,7 +44,7 @@ fn drill_stops_a_replica_by_pid_and_its_callers_fail_over() {
     .unwrap();
     let (a, a_url) = replica(&config, &dir.join("a.log"));
     let (b, b_url) = replica(&config, &dir.join("b.log"));
-    let out = Command::new(bin)
+    let out = Command::new(BIN)
         .args(["drill", "--gateway", &a_url, "--failover", &b_url])
         .args(["--mock", &format!("http://{mock_addr}")])
         .args(["--rate", "50", "--duration", "3s", "--timeout-ms", "5000"])

@@ -2,6 +2,8 @@
 //! self-signed certificate nobody trusts, a closed port, a host name that
 //! cannot resolve, and a plain HTTP listener that is fine.
 
+mod kit;
+use kit::{test_dir, BIN};
 use std::process::Command;
 use std::sync::Arc;
 
@@ -45,8 +47,7 @@ fn probe_reports_tls_connect_and_dns_problems_per_provider() {
     drop(closed);
     let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let plain_addr = plain.local_addr().unwrap();
-    let dir = std::env::temp_dir().join(format!("levee-probe-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir("levee-probe-test");
     let config = dir.join("levee.yaml");
     std::fs::write(
         &config,
@@ -55,7 +56,7 @@ fn probe_reports_tls_connect_and_dns_problems_per_provider() {
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_levee"))
+    let out = Command::new(BIN)
         .args(["check", "--probe", "--probe-timeout-ms", "2000", "--config"])
         .arg(&config)
         .output()
@@ -84,7 +85,7 @@ fn probe_reports_tls_connect_and_dns_problems_per_provider() {
     assert!(!stderr.contains("provider `plain`"), "{stderr}");
 
     // Without --probe nothing is dialled and the config is valid: exit 0.
-    let out = Command::new(env!("CARGO_BIN_EXE_levee"))
+    let out = Command::new(BIN)
         .args(["check", "--config"])
         .arg(&config)
         .output()

@@ -2,26 +2,12 @@
 //! off a request in flight.
 #![allow(clippy::disallowed_methods)] // black-box timing of real processes
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod kit;
+use kit::{free_port, start_mock, test_dir, wait_until, Proc, BIN};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
@@ -37,36 +23,12 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u1
     Ok((status, out))
 }
 
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < limit,
-            "watchdog: condition not reached in {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn sigterm_lets_the_request_in_flight_finish_then_exits_zero() {
-    let bin = env!("CARGO_BIN_EXE_levee");
-    let dir = std::env::temp_dir().join(format!("levee-serve-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir("levee-serve-test");
     let faults = dir.join("faults.yaml");
     std::fs::write(&faults, "faults:\n  - { latency: 800ms }\n").unwrap();
-    let mut mock = Command::new(bin)
-        .args(["mock", "--listen", "127.0.0.1:0", "--faults"])
-        .arg(&faults)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(mock.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mock = Proc(mock);
-    let mock_addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let (mock, mock_addr) = start_mock(&["--faults", faults.to_str().unwrap()]);
     let config = dir.join("levee.yaml");
     std::fs::write(
         &config,
@@ -75,7 +37,7 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_zero() {
     .unwrap();
     let (port, admin) = (free_port(), free_port());
     let addr = format!("127.0.0.1:{port}");
-    let gw = Command::new(bin)
+    let gw = Command::new(BIN)
         .args(["serve", "--config"])
         .arg(&config)
         .args(["--listen", &addr, "--admin", &format!("127.0.0.1:{admin}")])
@@ -126,20 +88,8 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_zero() {
 
 #[test]
 fn sighup_rereads_the_config_and_keeps_it_when_the_new_file_is_invalid() {
-    let bin = env!("CARGO_BIN_EXE_levee");
-    let dir = std::env::temp_dir().join(format!("levee-sighup-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut mock = Command::new(bin)
-        .args(["mock", "--listen", "127.0.0.1:0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(mock.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mock = Proc(mock);
-    let mock_addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let dir = test_dir("levee-sighup-test");
+    let (mock, mock_addr) = start_mock(&[]);
     let config = dir.join("levee.yaml");
     let routed = |prefix: &str| {
         format!("providers:\n  p: {{ api: openai, base_url: \"http://{mock_addr}\" }}\nroutes:\n  - match: {{ model_prefix: \"{prefix}\" }}\n    targets: [p]\n")
@@ -148,7 +98,7 @@ fn sighup_rereads_the_config_and_keeps_it_when_the_new_file_is_invalid() {
     let (port, admin) = (free_port(), free_port());
     let (addr, admin) = (format!("127.0.0.1:{port}"), format!("127.0.0.1:{admin}"));
     let log = dir.join("gw.log");
-    let gw = Command::new(bin)
+    let gw = Command::new(BIN)
         .args(["serve", "--log-format", "json", "--config"])
         .arg(&config)
         .args(["--listen", &addr, "--admin", &admin])

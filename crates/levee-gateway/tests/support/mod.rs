@@ -13,6 +13,13 @@
 //! Both answer with a [`Resp`], and the mock's stats are the oracle.
 #![allow(dead_code)]
 
+mod http_head;
+mod redis_server;
+#[allow(unused_imports)] // each test file uses a part of the kit
+pub use http_head::header;
+#[allow(unused_imports)]
+pub use redis_server::RedisServer;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -159,7 +166,26 @@ pub fn local_one(faults: &str, route_extra: &str) -> Local {
     local(&[faults], &one_route(route_extra))
 }
 
+/// [`local_one`] and one chat request with its deadline: the gateway (for its
+/// mock's stats and its metrics), the answer, and how long it took on the
+/// paused clock.
+pub async fn one_chat(
+    faults: &str,
+    route_extra: &str,
+    body: &str,
+    timeout_ms: u64,
+) -> (Local, Resp, Duration) {
+    let env = local_one(faults, route_extra);
+    let (r, took) = env.timed_chat(body, timeout_ms).await;
+    (env, r, took)
+}
+
 impl Local {
+    /// The plain chat request ([`CHAT`], no extra headers).
+    pub async fn chat(&self) -> Resp {
+        self.post("/v1/chat/completions", CHAT, &[]).await
+    }
+
     pub async fn post(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
         Resp::read(self.app.call(post_request(path, body, headers)).await).await
     }
@@ -212,12 +238,25 @@ pub async fn start(faults: &[&str], config: &str) -> Env {
     for (i, m) in mocks.iter().enumerate() {
         text = text.replace(&format!("{{mock{i}}}"), &m.url());
     }
-    let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
-    let gw = levee_gateway::spawn(config, 42, std::future::pending())
+    let gw = spawn_text(&text, 42).await;
+    Env {
+        mocks,
+        gw,
+        client: http_client(),
+    }
+}
+
+/// A gateway on real sockets from a whole config text, its RNG seeded.
+pub async fn spawn_text(text: &str, seed: u64) -> levee_gateway::Running {
+    let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+    levee_gateway::spawn(config, seed, std::future::pending())
         .await
-        .expect("gateway starts");
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    Env { mocks, gw, client }
+        .expect("gateway starts")
+}
+
+/// A plain HTTP/1.1 client for the gateway's real sockets.
+pub fn http_client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
 }
 
 /// One provider (the mock) and one route with the given extra route YAML.
@@ -236,10 +275,22 @@ impl Env {
         format!("http://{}{}", self.gw.addr, path)
     }
 
+    /// The plain chat request ([`CHAT`], no extra headers).
+    pub async fn chat(&self) -> Resp {
+        self.post("/v1/chat/completions", CHAT, &[]).await
+    }
+
     pub async fn post(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
         let req = post_request(&self.url(path), body, headers);
         let resp = self.client.request(req).await.expect("gateway answers");
         Resp::read(resp).await
+    }
+
+    /// A chat completion from the caller `who` (`x-levee-caller`) with its
+    /// deadline (`x-timeout-ms`).
+    pub async fn chat_as(&self, body: &str, who: &str, timeout_ms: &str) -> Resp {
+        let headers = [("x-levee-caller", who), ("x-timeout-ms", timeout_ms)];
+        self.post("/v1/chat/completions", body, &headers).await
     }
 
     pub fn stats(&self, i: usize) -> levee_mock::Stats {

@@ -145,6 +145,11 @@ pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Resp {
     send(addr, "POST", path, &[], body).await
 }
 
+/// A POST of `body` to the chat completions endpoint.
+pub async fn post_chat(addr: SocketAddr, body: &str) -> Resp {
+    post(addr, "/v1/chat/completions", body).await
+}
+
 pub async fn get(addr: SocketAddr, path: &str) -> Resp {
     send(addr, "GET", path, &[], "").await
 }

@@ -1,0 +1,87 @@
+# Shared pieces of the bench scripts; source it after `cd` to the repo root.
+#
+#   bench_init [release|debug]  levee_bin, then bench_work
+#   levee_bin [release|debug]   sets LEVEE_BIN (builds it unless LEVEE_BIN is set)
+#   bench_work                  sets $work (a temp dir) and pids=(); on exit every
+#                               pid in pids is stopped and waited for, $work removed
+#   start_mock [FLAGS...]       `levee mock` on a free port; sets $mock (host:port)
+#   start_serve NAME [FLAGS...] `levee serve --config $work/levee.yaml --log-format json`
+#                               logging to $work/NAME.log; sets $serve_pid and
+#                               $serve_line (its JSON "listening" line)
+#   gateway_yaml PROVIDER [LINE]
+#                               writes $work/levee.yaml: listen and admin on free
+#                               ports, LINE, and PROVIDER (openai) at $mock
+#   wait_for FILE REGEX         prints the first match in FILE, within 20 s
+#   free_port                   prints a free loopback TCP port
+#   need TOOL PACKAGE           installs PACKAGE with apt-get if TOOL is missing
+
+bench_init() {
+  levee_bin "$@"
+  bench_work
+}
+
+levee_bin() {
+  local profile="${1:-release}"
+  [ -n "${LEVEE_BIN:-}" ] && return 0
+  if [ "$profile" = release ]; then
+    cargo build --release -p levee >&2
+  else
+    cargo build -p levee >&2
+  fi
+  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/$profile/levee"
+}
+
+bench_work() {
+  work="$(mktemp -d)"
+  pids=()
+  trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+
+wait_for() {
+  for _ in $(seq 1 400); do
+    if m="$(grep -m1 -oE "$2" "$1" 2>/dev/null)"; then echo "$m"; return 0; fi
+    sleep 0.05
+  done
+  echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || {
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  }
+}
+
+start_mock() {
+  "$LEVEE_BIN" mock --listen 127.0.0.1:0 "$@" 2>"$work/mock.log" &
+  pids+=($!)
+  mock="$(wait_for "$work/mock.log" 'listening on [0-9.:]+' | awk '{print $3}')"
+}
+
+start_serve() {
+  local name="$1"; shift
+  "$LEVEE_BIN" serve --config "$work/levee.yaml" --log-format json "$@" 2>"$work/$name.log" &
+  serve_pid=$!
+  pids+=("$serve_pid")
+  serve_line="$(wait_for "$work/$name.log" '\{.*"levee gateway listening".*\}')"
+}
+
+gateway_yaml() {
+  {
+    echo "listen: 127.0.0.1:0"
+    echo "admin: { listen: 127.0.0.1:0 }"
+    if [ -n "${2:-}" ]; then echo "$2"; fi
+    echo "providers:"
+    echo "  $1: { api: openai, base_url: \"http://$mock\" }"
+  } >"$work/levee.yaml"
+}
