@@ -221,6 +221,15 @@ fn reg<M: Metric + Clone>(registry: &mut Registry, name: &str, metric: M) -> M {
     metric
 }
 
+/// A histogram whose `n` buckets start at `first` seconds and double.
+fn doubling(registry: &mut Registry, name: &str, first: f64, n: u16) -> Histogram {
+    reg(
+        registry,
+        name,
+        Histogram::new(exponential_buckets(first, 2.0, n)),
+    )
+}
+
 impl Metrics {
     /// Registers everything.
     pub fn new() -> Self {
@@ -237,31 +246,20 @@ impl Metrics {
                 "levee_attempts_per_request",
                 Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 27.0]),
             ),
-            added_latency: reg(
-                &mut r,
-                "levee_added_latency_seconds",
-                Histogram::new(exponential_buckets(0.000_01, 2.0, 20)),
-            ),
-            deadline_remaining_at_dispatch: reg(
+            added_latency: doubling(&mut r, "levee_added_latency_seconds", 0.000_01, 20),
+            deadline_remaining_at_dispatch: doubling(
                 &mut r,
                 "levee_deadline_remaining_at_dispatch_seconds",
-                Histogram::new(exponential_buckets(0.01, 2.0, 16)),
+                0.01,
+                16,
             ),
             budget_exhausted: reg(&mut r, "levee_retry_budget_exhausted", Family::default()),
             rejected: reg(&mut r, "levee_rejected", Family::default()),
             circuit_state: reg(&mut r, "levee_circuit_state", Family::default()),
             in_flight: reg(&mut r, "levee_in_flight", Family::default()),
             caller_retries: reg(&mut r, "levee_caller_retries", Counter::default()),
-            upstream_connect: reg(
-                &mut r,
-                "levee_upstream_connect_seconds",
-                Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
-            ),
-            time_to_first_byte: reg(
-                &mut r,
-                "levee_time_to_first_byte_seconds",
-                Histogram::new(exponential_buckets(0.001, 2.0, 16)),
-            ),
+            upstream_connect: doubling(&mut r, "levee_upstream_connect_seconds", 0.000_05, 16),
+            time_to_first_byte: doubling(&mut r, "levee_time_to_first_byte_seconds", 0.001, 16),
             streams_failed: reg(&mut r, "levee_streams_failed", Family::default()),
             fallbacks: reg(&mut r, "levee_fallbacks", Family::default()),
             replayed: reg(&mut r, "levee_idempotency_replayed", Counter::default()),

@@ -143,24 +143,30 @@ fn default_seed() -> u64 {
         .unwrap_or(0x5eed)
 }
 
+/// The main thread's runtime: single-threaded when it is one of `workers`
+/// per-CPU runtimes, multi-threaded when `workers` is 0.
+fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = if workers == 0 {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    b.enable_all().build()
+}
+
 /// Runs the gateway until a signal; returns the exit code.
 pub fn run(args: ServeArgs) -> i32 {
     init_logging(args.log_format);
-    let mut config = match &args.config {
-        Some(path) => match Config::load(path) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("levee: {e}");
-                return 1;
-            }
-        },
-        None => match Config::parse("") {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("levee: {e}");
-                return 1;
-            }
-        },
+    let loaded = match &args.config {
+        Some(path) => Config::load(path),
+        None => Config::parse(""),
+    };
+    let mut config = match loaded {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("levee: {e}");
+            return 1;
+        }
     };
     if let Some(l) = args.listen {
         config.listen = l;
@@ -175,16 +181,7 @@ pub fn run(args: ServeArgs) -> i32 {
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let rt = if workers == 0 {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    };
-    let rt = match rt {
+    let rt = match runtime(workers) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("levee: cannot start the async runtime: {e}");
