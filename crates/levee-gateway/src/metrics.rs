@@ -14,38 +14,19 @@ use prometheus_client::registry::{Metric, Registry};
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-/// Counter handles by one label value, built once per value: the hot path
-/// (every request counts an outcome and an attempt) then costs a map lookup
-/// on `&str` under a read lock, not a label set of `String`s allocated,
-/// hashed and dropped per request. The values are route and provider names
-/// from the config and fixed outcome words, so the maps stay as small as the
-/// metric families themselves.
-#[derive(Debug, Default)]
-struct Handles1(RwLock<HashMap<Box<str>, Counter>>);
-
 /// Counters by their second label value.
 type BySecond = HashMap<Box<str>, Counter>;
 
-/// As [`Handles1`], by two label values.
+/// Counter handles by label values, built once per pair of values (a family
+/// with one label uses `""` as the second): the hot path (every request
+/// counts an outcome and an attempt) then costs a map lookup on `&str` under
+/// a read lock, not a label set of `String`s allocated, hashed and dropped
+/// per request. The values are route and provider names from the config and
+/// fixed outcome words, so the maps stay as small as the metric families.
 #[derive(Debug, Default)]
-struct Handles2(RwLock<HashMap<Box<str>, BySecond>>);
+struct Handles(RwLock<HashMap<Box<str>, BySecond>>);
 
-impl Handles1 {
-    fn inc(&self, a: &str, make: impl FnOnce() -> Counter) {
-        if let Some(c) = self.0.read().unwrap_or_else(|e| e.into_inner()).get(a) {
-            c.inc();
-            return;
-        }
-        let c = make();
-        c.inc();
-        self.0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(a.into(), c);
-    }
-}
-
-impl Handles2 {
+impl Handles {
     fn inc(&self, a: &str, b: &str, make: impl FnOnce() -> Counter) {
         if let Some(c) = self
             .0
@@ -130,9 +111,9 @@ pub struct Metrics {
     pub state_fallbacks: Family<WhatLabel, Counter>,
     pub idempotency_local: Counter,
     pub translation_refused: Family<RouteProviderReason, Counter>,
-    request_handles: Handles2,
-    attempt_handles: Handles2,
-    reject_handles: Handles1,
+    request_handles: Handles,
+    attempt_handles: Handles,
+    reject_handles: Handles,
 }
 
 /// Every metric's name and help text.
@@ -235,9 +216,9 @@ impl Metrics {
     pub fn new() -> Self {
         let mut r = Registry::default();
         Metrics {
-            request_handles: Handles2::default(),
-            attempt_handles: Handles2::default(),
-            reject_handles: Handles1::default(),
+            request_handles: Handles::default(),
+            attempt_handles: Handles::default(),
+            reject_handles: Handles::default(),
             requests: reg(&mut r, "levee_requests", Family::default()),
             upstream_attempts: reg(&mut r, "levee_upstream_attempts", Family::default()),
             // 0: answered without any attempt (shed, rate limited, breaker open).
@@ -296,7 +277,7 @@ impl Metrics {
 
     /// Counts a rejection.
     pub fn reject(&self, reason: &str) {
-        self.reject_handles.inc(reason, || {
+        self.reject_handles.inc(reason, "", || {
             self.rejected
                 .get_or_create(&ReasonLabel {
                     reason: reason.to_string(),
