@@ -238,6 +238,11 @@ pub async fn spawn_with(
         r.set_secrets(shared.secrets.clone());
         Arc::new(r)
     });
+    if let Some(redis) = &shared.redis {
+        redis
+            .connect_here(std::time::Duration::from_millis(500))
+            .await;
+    }
     let shared = Arc::new(shared);
     let reloader = Arc::new(reload::Reloader::new(Arc::clone(&shared)));
     let (stop, rx) = watch::channel(false);

@@ -302,10 +302,15 @@ impl RedisState {
     pub async fn release_held(&self) -> usize {
         let mut released = 0;
         for (id, key) in self.take_held() {
-            let mut inv = RELEASE.prepare_invoke();
-            inv.key(&key).arg(&id);
-            if let Some(n) = self.run_once::<i64>(inv, Duration::from_millis(500)).await {
-                released += usize::try_from(n).unwrap_or(0);
+            // Twice: a connection whose driver ran on a worker runtime that
+            // has stopped fails once, and the next call reconnects from here.
+            for _ in 0..2 {
+                let mut inv = RELEASE.prepare_invoke();
+                inv.key(&key).arg(&id);
+                if let Some(n) = self.run_once::<i64>(inv, Duration::from_millis(500)).await {
+                    released += usize::try_from(n).unwrap_or(0);
+                    break;
+                }
             }
         }
         released

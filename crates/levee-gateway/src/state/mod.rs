@@ -200,6 +200,17 @@ impl RedisState {
         self.settle(what, called)
     }
 
+    /// Opens the (lazy) connection from the calling runtime, within
+    /// `budget`; best effort. The connection's driver task lives on the
+    /// runtime that first uses it: opened from the main runtime at start, it
+    /// outlives the per-CPU worker runtimes, which stop first at shutdown —
+    /// when the leases still held are released.
+    pub(crate) async fn connect_here(&self, budget: Duration) {
+        let mut conn = self.conn.clone();
+        let _ =
+            tokio::time::timeout(budget, redis::cmd("PING").query_async::<String>(&mut conn)).await;
+    }
+
     /// One script invocation within `budget`, outside the degradation logic
     /// (at shutdown: Redis is tried even if skipped, and a failure counts
     /// for nothing).
