@@ -75,19 +75,11 @@ if [ "$NOFILE" != unlimited ] && [ "$NOFILE" -lt "$need" ]; then
 fi
 
 # --- processes ------------------------------------------------------------
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# Temp dir, process list and cleanup on exit; free_port (bench/lib.sh).
+. bench/lib.sh
+bench_work
 trap 'exit 130' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
 MOCK_PORT="$(free_port)"
 
 cat >"$work/faults.yaml" <<EOF
