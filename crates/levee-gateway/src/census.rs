@@ -563,10 +563,12 @@ impl Callers {
     }
 }
 
-/// Which configured key a caller's key digest is (`None` without keys).
+/// Which configured key a caller's key digest is (`None` without keys or
+/// when none matches). Each comparison takes the same time wherever the
+/// digests differ (`subtle`), so the answer's timing does not leak a key.
 pub fn key_index(keys: &[[u8; 32]], digest: &[u8; 32]) -> Option<usize> {
     keys.iter()
-        .position(|k| k.iter().zip(digest).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0)
+        .position(|k| bool::from(subtle::ConstantTimeEq::ct_eq(&k[..], &digest[..])))
 }
 
 /// A target as `levee check` names it: `provider` or `provider (model)`.

@@ -32,7 +32,7 @@ const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 pub(crate) struct Ctx {
     pub(crate) shared: Arc<Shared>,
     /// The route bulkhead slot; a committed stream carries it until it ends.
-    pub(crate) bulkhead: std::sync::Mutex<Option<levee_policy::ConcurrencyGuard>>,
+    pub(crate) bulkhead: Option<levee_policy::ConcurrencyGuard>,
     pub(crate) route: usize,
     pub(crate) dialect: Dialect,
     pub(crate) parts_headers: HeaderMap,
@@ -302,7 +302,7 @@ impl Driver {
         // A stream is not stored for replay, but its key stays held (and its
         // bulkhead slot taken) until the stream ends.
         let holds = crate::stream::Holds {
-            _bulkhead: self.ctx.bulkhead.lock().ok().and_then(|mut g| g.take()),
+            _bulkhead: self.ctx.bulkhead.take(),
             _lease: self.lease.take(),
         };
         let finisher = AttemptFinisher {

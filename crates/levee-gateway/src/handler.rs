@@ -345,7 +345,7 @@ async fn admit(
     );
     let ctx = Ctx {
         shared: Arc::clone(shared),
-        bulkhead: std::sync::Mutex::new(Some(bulkhead)),
+        bulkhead: Some(bulkhead),
         route: r.route,
         dialect: r.dialect,
         parts_headers: r.parts.headers,
@@ -625,7 +625,7 @@ fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], LeveeError> 
         return Ok(digest.unwrap_or([0; 32]));
     }
     match digest {
-        Some(d) if shared.keys.iter().any(|k| constant_time_eq(k, &d)) => Ok(d),
+        Some(d) if crate::census::key_index(&shared.keys, &d).is_some() => Ok(d),
         _ => {
             let msg = "levee: missing or invalid API key for this gateway";
             Err(reject(
@@ -635,11 +635,6 @@ fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], LeveeError> 
             ))
         }
     }
-}
-
-/// Compares key digests in time independent of where they differ.
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    subtle::ConstantTimeEq::ct_eq(&a[..], &b[..]).into()
 }
 
 fn printable(s: &str) -> String {

@@ -187,8 +187,8 @@ impl Observer {
         self.span = Some(span);
     }
 
-    /// The attempt ended without an answer to relay; returns its result label.
-    pub fn attempt_finished(&mut self, f: Finished<'_>) -> &'static str {
+    /// The attempt ended without an answer to relay.
+    pub fn attempt_finished(&mut self, f: Finished<'_>) {
         let shared = Arc::clone(&self.shared);
         self.outside += shared.clock.since(f.started);
         if shared.recorder.is_some() {
@@ -234,7 +234,6 @@ impl Observer {
             at,
         );
         self.last_label = label;
-        label
     }
 
     /// A 2xx answer from `target` (attempt begun at `started`) is being
