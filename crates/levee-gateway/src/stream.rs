@@ -1,4 +1,4 @@
-//! Relaying a committed SSE stream: chunk by chunk, no buffering, and an
+//! Relaying a committed SSE stream: event by event, no buffering beyond the event being framed, and an
 //! error event in the caller's dialect if the upstream fails or stalls after
 //! the first byte, or the caller's deadline comes — never a restart (a
 //! retried stream duplicates text).
