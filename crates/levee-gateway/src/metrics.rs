@@ -114,6 +114,7 @@ pub struct Metrics {
     request_handles: Handles,
     attempt_handles: Handles,
     reject_handles: Handles,
+    fallback_handles: Handles,
 }
 
 /// Every metric's name and help text.
@@ -219,6 +220,7 @@ impl Metrics {
             request_handles: Handles::default(),
             attempt_handles: Handles::default(),
             reject_handles: Handles::default(),
+            fallback_handles: Handles::default(),
             requests: reg(&mut r, "levee_requests", Family::default()),
             upstream_attempts: reg(&mut r, "levee_upstream_attempts", Family::default()),
             // 0: answered without any attempt (shed, rate limited, breaker open).
@@ -280,6 +282,18 @@ impl Metrics {
         self.reject_handles.inc(reason, "", || {
             self.rejected
                 .get_or_create(&ReasonLabel {
+                    reason: reason.to_string(),
+                })
+                .clone()
+        });
+    }
+
+    /// Counts an attempt sent to a later target of `route`, and why.
+    pub fn fallback(&self, route: &str, reason: &str) {
+        self.fallback_handles.inc(route, reason, || {
+            self.fallbacks
+                .get_or_create(&RouteReason {
+                    route: route.to_string(),
                     reason: reason.to_string(),
                 })
                 .clone()

@@ -164,14 +164,7 @@ impl Observer {
             } else {
                 self.last_label
             };
-            shared
-                .metrics
-                .fallbacks
-                .get_or_create(&crate::metrics::RouteReason {
-                    route: self.route_name().to_string(),
-                    reason: reason.to_string(),
-                })
-                .inc();
+            shared.metrics.fallback(self.route_name(), reason);
             shared
                 .census
                 .fallback(self.route, d.target, reason, &shared.clock);
