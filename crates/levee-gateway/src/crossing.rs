@@ -11,7 +11,6 @@
 //! `levee_translation_refused_total{route,provider,reason}`.
 
 use bytes::Bytes;
-use http::header::HeaderMap;
 use levee_config::Api;
 use levee_translate::{StreamOptions, StreamTranslator, Untranslatable};
 use levee_wire::Dialect;
@@ -75,23 +74,6 @@ pub fn prepare(caller: Dialect, api: Api, path: &str, body: &[u8], model: &str) 
     }
 }
 
-/// The caller's headers without its own dialect's vendor headers
-/// (`anthropic-version`, `anthropic-beta`, `openai-organization`…), which
-/// mean nothing — or something else — to the other provider.
-pub fn headers_for(inbound: &HeaderMap, upstream: Dialect) -> HeaderMap {
-    let foreign = match upstream {
-        Dialect::OpenAi => "anthropic-",
-        Dialect::Anthropic => "openai-",
-    };
-    let mut out = HeaderMap::with_capacity(inbound.len());
-    for (n, v) in inbound {
-        if !n.as_str().starts_with(foreign) {
-            out.append(n.clone(), v.clone());
-        }
-    }
-    out
-}
-
 impl Crossing {
     /// A success body in the caller's dialect.
     pub fn response(
@@ -123,23 +105,6 @@ impl Crossing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
-
-    #[test]
-    fn the_callers_vendor_headers_stay_behind() {
-        let mut h = HeaderMap::new();
-        h.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-        h.insert("anthropic-beta", HeaderValue::from_static("x"));
-        h.insert("openai-organization", HeaderValue::from_static("org"));
-        h.insert("x-stainless-lang", HeaderValue::from_static("python"));
-        let to_openai = headers_for(&h, Dialect::OpenAi);
-        assert!(to_openai.get("anthropic-version").is_none());
-        assert!(to_openai.get("anthropic-beta").is_none());
-        assert!(to_openai.get("x-stainless-lang").is_some());
-        let to_anthropic = headers_for(&h, Dialect::Anthropic);
-        assert!(to_anthropic.get("openai-organization").is_none());
-        assert!(to_anthropic.get("anthropic-version").is_some());
-    }
 
     #[test]
     fn only_chat_paths_cross() {

@@ -43,9 +43,6 @@ pub(crate) struct Ctx {
     pub(crate) crossings: Vec<Option<crate::crossing::Crossing>>,
     /// Per target: skipped for this request (it cannot carry it).
     pub(crate) skip: Vec<bool>,
-    /// The caller's headers without its dialect's vendor headers, for
-    /// targets of the other dialect.
-    pub(crate) foreign_headers: Option<HeaderMap>,
     pub(crate) model: String,
     pub(crate) stream: bool,
     pub(crate) idem: HeaderValue,
@@ -135,13 +132,11 @@ impl Driver {
             }
         }
         let ctx = &self.ctx;
-        let headers = match (&ctx.crossings[d.target], &ctx.foreign_headers) {
-            (Some(_), Some(h)) => h,
-            _ => &ctx.parts_headers,
-        };
+        // `build_request` forwards an allow-list per provider API: the
+        // caller's vendor headers never reach a provider of the other dialect.
         let mut upstream_req = build_request(
             provider,
-            headers,
+            &ctx.parts_headers,
             ctx.uris[d.target].clone(),
             ctx.bodies[d.target].clone(),
             d.timeout,

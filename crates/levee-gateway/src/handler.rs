@@ -353,7 +353,6 @@ async fn admit(
         uris: targets.uris,
         crossings: targets.crossings,
         skip: targets.skip,
-        foreign_headers: targets.foreign_headers,
         model: r.model,
         stream: r.stream,
         idem,
@@ -394,7 +393,6 @@ struct Targets {
     uris: Vec<http::Uri>,
     crossings: Vec<Option<crossing::Crossing>>,
     skip: Vec<bool>,
-    foreign_headers: Option<HeaderMap>,
 }
 
 /// Each target's body and URI — the model rewritten, or the request
@@ -409,8 +407,7 @@ fn prepare_targets(
     r: &Inbound,
     path_and_query: &str,
 ) -> Result<Targets, (u16, String)> {
-    let (caller, headers, path, body, model) =
-        (r.dialect, &r.parts.headers, &r.path, &r.body, &r.model);
+    let (caller, path, body, model) = (r.dialect, &r.path, &r.body, &r.model);
     let bad = |status: u16, msg: &str| Err((status, msg.to_string()));
     let n = route.targets.len();
     let (mut bodies, mut uris, mut crossings, mut skip) = (
@@ -466,17 +463,11 @@ fn prepare_targets(
         );
         return bad(400, &msg);
     }
-    let foreign_headers = crossings
-        .iter()
-        .flatten()
-        .next()
-        .map(|c: &crossing::Crossing| crossing::headers_for(headers, c.upstream));
     Ok(Targets {
         bodies,
         uris,
         crossings,
         skip,
-        foreign_headers,
     })
 }
 

@@ -647,6 +647,27 @@ fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_callers_vendor_headers_reach_only_their_own_providers() {
+        let name = |n: &'static str| HeaderName::from_static(n);
+        for n in ["anthropic-version", "anthropic-beta"] {
+            assert!(is_forwarded(Api::Anthropic, &name(n)), "{n}");
+            assert!(!is_forwarded(Api::OpenAi, &name(n)), "{n}");
+        }
+        assert!(is_forwarded(Api::OpenAi, &name("openai-beta")));
+        assert!(!is_forwarded(Api::Anthropic, &name("openai-beta")));
+        for n in [
+            "openai-organization",
+            "x-stainless-lang",
+            "authorization",
+            "x-api-key",
+        ] {
+            assert!(!is_forwarded(Api::OpenAi, &name(n)), "{n}");
+            assert!(!is_forwarded(Api::Anthropic, &name(n)), "{n}");
+        }
+        assert!(is_forwarded(Api::OpenAi, &name("traceparent")));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_is_closed_after_the_idle_timeout_without_traffic() {
         let mock = levee_mock::spawn(
