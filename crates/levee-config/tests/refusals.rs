@@ -32,9 +32,12 @@ fn a_zero_attempt_timeout_is_refused_not_read_as_no_timeout() {
         refused("routes:\n  - match: { model_prefix: \"a/\" }\n    attempt_timeout: 0s\n");
     assert_eq!(line, 3, "{msg}");
     assert!(
-        msg.contains("route 1 (`a/`)") && msg.contains("attempt_timeout"),
+        msg.contains("route 1 (`a/`)") && msg.contains("`attempt_timeout` must be positive"),
         "{msg}"
     );
+    // The key itself is known: a positive value is accepted.
+    Config::parse("routes:\n  - match: { model_prefix: \"a/\" }\n    attempt_timeout: 1s\n")
+        .expect("a positive attempt_timeout is accepted");
 }
 
 #[test]

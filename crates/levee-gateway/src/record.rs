@@ -154,18 +154,25 @@ mod tests {
         r.record(&line);
         drop(r);
         let mut text = String::new();
+        // The writer thread finishes the line soon after; wait for all of it.
         for _ in 0..200 {
             text = std::fs::read_to_string(&path).unwrap_or_default();
-            if !text.is_empty() {
+            if text.ends_with('\n') {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert!(!text.is_empty(), "the line was written");
+        assert!(text.ends_with('\n'), "the whole line was written: {text:?}");
         assert!(
             !text.contains("first-key") && !text.contains("rotated-key"),
             "{text}"
         );
+        assert_eq!(
+            text.matches(crate::redact::REDACTED).count(),
+            2,
+            "both keys replaced, the text around them kept: {text}"
+        );
+        assert!(text.contains(" and "), "{text}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -209,6 +209,26 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_types_follow_the_sdk_error_types() {
+        for (status, kind) in [
+            (400, "invalid_request_error"),
+            (401, "authentication_error"),
+            (402, "billing_error"),
+            (403, "permission_error"),
+            (404, "not_found_error"),
+            (413, "request_too_large"),
+            (429, "rate_limit_error"),
+            (504, "timeout_error"),
+            (529, "overloaded_error"),
+            (500, "api_error"),
+        ] {
+            assert_eq!(Dialect::Anthropic.error_type(status), kind, "{status}");
+        }
+        assert_eq!(Dialect::OpenAi.error_type(429), "requests");
+        assert_eq!(Dialect::OpenAi.error_type(400), "invalid_request_error");
+    }
+
+    #[test]
     fn every_type_leads_back_to_a_status_of_that_type() {
         for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
             for status in [
