@@ -290,16 +290,14 @@ async fn admit(
     );
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.
-    let path_and_query = r
+    let path_and_query: &str = r
         .parts
         .uri
         .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| r.path.clone());
-    let targets =
-        prepare_targets(shared, route, &r, &path_and_query).map_err(|(status, msg)| {
-            reject(shared, "bad_request", LeveeError::bad_request(status, msg))
-        })?;
+        .map_or(r.path.as_str(), |p| p.as_str());
+    let targets = prepare_targets(shared, route, &r, path_and_query).map_err(|(status, msg)| {
+        reject(shared, "bad_request", LeveeError::bad_request(status, msg))
+    })?;
     // Cross-layer accounting: is a caller layer still retrying?
     let (key_header, sdk_retry) = caller_layer(shared, h)?;
     let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
@@ -340,8 +338,11 @@ async fn admit(
         r.route,
         trace,
         arrived,
-        path_and_query,
-        r.model.clone(),
+        // Only a `--record` tape needs them (the path and the caller's model).
+        shared
+            .recorder
+            .is_some()
+            .then(|| (path_and_query.to_string(), r.model.clone())),
     );
     let ctx = Ctx {
         shared: Arc::clone(shared),

@@ -100,8 +100,9 @@ pub(crate) struct Observer {
     last_label: &'static str,
     /// The attempt in flight's span.
     span: Option<AttemptTrace>,
-    path_and_query: String,
-    model: String,
+    /// The request's path and query and the caller's model, for the
+    /// `--record` tape; `None` without one.
+    tape_origin: Option<(String, String)>,
 }
 
 impl Observer {
@@ -111,8 +112,7 @@ impl Observer {
         route: usize,
         trace: RequestTrace,
         arrived: Instant,
-        path_and_query: String,
-        model: String,
+        tape_origin: Option<(String, String)>,
     ) -> Self {
         Observer {
             shared,
@@ -122,8 +122,7 @@ impl Observer {
             outside: Duration::ZERO,
             last_label: "none",
             span: None,
-            path_and_query,
-            model,
+            tape_origin,
         }
     }
 
@@ -377,9 +376,11 @@ impl Observer {
     }
 
     fn fill_tape(&self, target: usize, line: &mut TapeLine) {
-        let model = self.shared.config.routes[self.route].rewrite_model(target, &self.model);
-        line.path = Some(crate::record::tape_path(&self.path_and_query));
-        line.model = Some(model.to_string());
+        if let Some((path_and_query, model)) = &self.tape_origin {
+            let model = self.shared.config.routes[self.route].rewrite_model(target, model);
+            line.path = Some(crate::record::tape_path(path_and_query));
+            line.model = Some(model.to_string());
+        }
         line.at_ms = Some(ms(self.shared.clock.now().since_origin()));
     }
 
