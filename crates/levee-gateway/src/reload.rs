@@ -280,6 +280,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
         generation,
         seed: old.seed,
         counter: Arc::clone(&old.counter),
+        pid: old.pid,
     };
     Ok((shared, kept))
 }

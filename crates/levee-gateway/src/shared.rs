@@ -76,6 +76,9 @@ pub struct Shared {
     pub generation: crate::reload::Generation,
     pub(crate) seed: u64,
     pub(crate) counter: Arc<AtomicU64>,
+    /// This process's id, read once: `std::process::id()` is a `getpid`
+    /// system call each time (glibc does not cache it).
+    pub(crate) pid: u32,
 }
 
 /// Why the gateway could not start.
@@ -168,6 +171,7 @@ impl Shared {
             generation,
             seed,
             counter: Arc::new(AtomicU64::new(0)),
+            pid: std::process::id(),
         })
     }
 
@@ -184,7 +188,7 @@ impl Shared {
         let mut bytes = [0u8; 10];
         self.rng().fill_bytes(&mut bytes);
         // Replicas started with the same --seed still make different keys.
-        for (b, p) in bytes.iter_mut().zip(std::process::id().to_le_bytes()) {
+        for (b, p) in bytes.iter_mut().zip(self.pid.to_le_bytes()) {
             *b ^= p;
         }
         uuid::Builder::from_unix_timestamp_millis(self.clock.unix_ms(), &bytes).into_uuid()
