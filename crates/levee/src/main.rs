@@ -43,3 +43,13 @@ fn main() {
     };
     std::process::exit(code);
 }
+
+/// jemalloc instead of glibc's malloc. Every request allocates its answer's
+/// future (~7.5 KiB) and a few buffers of 2-8 KiB; glibc serves those sizes
+/// from its large bins, with `malloc_consolidate` sweeps, where jemalloc
+/// serves them from per-thread caches. Side by side at saturation (four
+/// interleaved rounds): 0.88x the CPU per request and 1.11x the throughput,
+/// for 2 KiB more RSS per open slow stream (30.7 -> 32.7 KiB at 2,000).
+/// mimalloc, tried the same way, cost 12-16 KiB more per stream.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
