@@ -50,9 +50,11 @@ impl GraceOver {
         metrics: &crate::metrics::Metrics,
         answer: impl Future<Output = Response<Body>>,
     ) -> Response<Body> {
+        // Waited on in place (not `self.wait()`): no allocation per request.
+        let mut rx = self.0.subscribe();
         let resp = tokio::select! {
             r = answer => r,
-            _ = self.wait() => {
+            _ = rx.wait_for(|over| *over) => {
                 metrics.reject("shutting_down");
                 let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
                 return LeveeError::new(Why::ShuttingDown, 503, msg).into_response(dialect);
