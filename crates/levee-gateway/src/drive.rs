@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use levee_policy::planner::{Decision, Dispatch};
 use levee_policy::{Class, Failure, Outcome, Reason};
-use levee_wire::Dialect;
+use levee_wire::{headers, Dialect};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -213,8 +213,12 @@ impl Driver {
         // What the provider asked for, uncapped: the core applies the
         // route's cap to the request, the model and the provider alike.
         let retry_after = levee_policy::retry_after::requested(
-            resp.headers().get("retry-after").map(|v| v.as_bytes()),
-            resp.headers().get("retry-after-ms").map(|v| v.as_bytes()),
+            resp.headers()
+                .get(headers::RETRY_AFTER)
+                .map(|v| v.as_bytes()),
+            resp.headers()
+                .get(headers::RETRY_AFTER_MS)
+                .map(|v| v.as_bytes()),
             shared.clock.unix_ms(),
         );
         let mut headers = resp.headers().clone();

@@ -14,7 +14,7 @@ use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use levee_policy::deadline::DeadlineHeaders;
-use levee_wire::Dialect;
+use levee_wire::{headers, Dialect};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
@@ -225,7 +225,7 @@ fn sdk_patience(h: &HeaderMap) -> Option<&[u8]> {
 /// The caller's `idempotency-key`, checked; and whether its SDK says this
 /// is its own retry (counted as a caller-layer retry).
 fn caller_layer(shared: &Shared, h: &HeaderMap) -> Result<(Option<String>, bool), LeveeError> {
-    let key = match h.get("idempotency-key").map(|v| v.to_str()) {
+    let key = match h.get(headers::IDEMPOTENCY_KEY).map(|v| v.to_str()) {
         None => None,
         Some(Ok(k)) if !k.trim().is_empty() && k.len() <= 256 => Some(k.to_string()),
         Some(_) => {
@@ -238,7 +238,7 @@ fn caller_layer(shared: &Shared, h: &HeaderMap) -> Result<(Option<String>, bool)
         }
     };
     let sdk_retry = h
-        .get("x-stainless-retry-count")
+        .get(headers::X_STAINLESS_RETRY_COUNT)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok())
         .is_some_and(|n| n > 0);
@@ -259,8 +259,8 @@ fn resolve_deadline(
     let h = &r.parts.headers;
     let patience = if r.stream { None } else { sdk_patience(h) };
     let headers = DeadlineHeaders {
-        timeout_ms: h.get("x-timeout-ms").map(|v| v.as_bytes()),
-        deadline_ms: h.get("x-deadline-ms").map(|v| v.as_bytes()),
+        timeout_ms: h.get(headers::X_TIMEOUT_MS).map(|v| v.as_bytes()),
+        deadline_ms: h.get(headers::X_DEADLINE_MS).map(|v| v.as_bytes()),
         patience_secs: patience,
     };
     route
@@ -390,9 +390,10 @@ fn noted(shared: &Shared, mut answer: Response<Body>, note: Option<IdemNote>) ->
         }
         Some(IdemNote::Rerun) => "rerun",
     };
-    answer
-        .headers_mut()
-        .insert("x-levee-idempotency", HeaderValue::from_static(value));
+    answer.headers_mut().insert(
+        headers::X_LEVEE_IDEMPOTENCY,
+        HeaderValue::from_static(value),
+    );
     answer
 }
 
@@ -583,9 +584,9 @@ fn replay(shared: &Shared, route: &str, stored: &Stored) -> Response<Body> {
     *out.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     *out.headers_mut() = stored.headers.clone();
     out.headers_mut()
-        .insert("x-levee-replayed", HeaderValue::from_static("true"));
+        .insert(headers::X_LEVEE_REPLAYED, HeaderValue::from_static("true"));
     out.headers_mut()
-        .insert("x-levee-attempts", HeaderValue::from(0u32));
+        .insert(headers::X_LEVEE_ATTEMPTS, HeaderValue::from(0u32));
     out
 }
 
@@ -616,7 +617,7 @@ fn bearer_token(v: &[u8]) -> &[u8] {
 /// the credentials it sent, else anonymous. `Err` (401) when gateway keys
 /// are configured and none matches.
 fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], LeveeError> {
-    let presented = h.get("x-api-key").map(|v| v.as_bytes()).or_else(|| {
+    let presented = h.get(headers::X_API_KEY).map(|v| v.as_bytes()).or_else(|| {
         h.get(http::header::AUTHORIZATION)
             .map(|v| bearer_token(v.as_bytes()))
     });

@@ -11,7 +11,7 @@ use http::{Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use levee_policy::Reason;
-use levee_wire::Dialect;
+use levee_wire::{headers, Dialect};
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -140,11 +140,11 @@ impl LeveeError {
 
 /// Sets `x-should-retry: false`, `x-levee-reason`, `x-levee-attempts` and `retry-after`.
 fn error_headers(h: &mut HeaderMap, reason: &str, attempts: u32, retry_after: Option<Duration>) {
-    h.insert("x-should-retry", HeaderValue::from_static("false"));
+    h.insert(headers::X_SHOULD_RETRY, HeaderValue::from_static("false"));
     if let Ok(v) = HeaderValue::from_str(reason) {
-        h.insert("x-levee-reason", v);
+        h.insert(headers::X_LEVEE_REASON, v);
     }
-    h.insert("x-levee-attempts", HeaderValue::from(attempts));
+    h.insert(headers::X_LEVEE_ATTEMPTS, HeaderValue::from(attempts));
     if let Some(ra) = retry_after {
         // Whole seconds, rounded up, so a caller that honours it is never early.
         let secs = ra.as_millis().div_ceil(1000).max(1);
@@ -158,9 +158,9 @@ fn error_headers(h: &mut HeaderMap, reason: &str, attempts: u32, retry_after: Op
 /// The headers of a provider's answer relayed as Levee's: how many
 /// attempts it took and which target gave it.
 pub fn success_headers(h: &mut HeaderMap, attempts: u32, target: &str) {
-    h.insert("x-levee-attempts", HeaderValue::from(attempts));
+    h.insert(headers::X_LEVEE_ATTEMPTS, HeaderValue::from(attempts));
     if let Ok(v) = HeaderValue::from_str(target) {
-        h.insert("x-levee-target", v);
+        h.insert(headers::X_LEVEE_TARGET, v);
     }
 }
 

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod headers;
 pub mod paths;
 pub mod sse;
 pub mod stats;
@@ -39,7 +40,7 @@ impl Dialect {
     pub fn of_request(path: &str, headers: &http::HeaderMap) -> Dialect {
         match Dialect::of_path(path) {
             Some(d) => d,
-            None if headers.contains_key("anthropic-version") => Dialect::Anthropic,
+            None if headers.contains_key(headers::ANTHROPIC_VERSION) => Dialect::Anthropic,
             None => Dialect::OpenAi,
         }
     }
