@@ -1,0 +1,155 @@
+//! HTTP/2 to providers: `http2: always` speaks h2 with prior knowledge to
+//! the mock (over in-memory pipes, under paused time), many streams share
+//! one connection up to `http2_max_streams`, and retries, timeouts and
+//! labels behave as over HTTP/1.1. The mock's stats are the oracle: it
+//! counts connections and the requests that came over HTTP/2.
+
+mod support;
+use std::time::Duration;
+use support::*;
+
+/// Longer than any deadline below: under paused time it trips at once (in
+/// real time) when the gateway waits on a timer it should not.
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// One OpenAI provider (`{mock0}`) with `provider_extra` keys, and one
+/// route with `route_extra`.
+fn config(provider_extra: &str, route_extra: &str) -> String {
+    format!(
+        "providers:\n  p: {{ api: openai, base_url: \"{{mock0}}\"{provider_extra} }}\nroutes:\n  - targets: [p]\n{route_extra}"
+    )
+}
+
+fn h2_one(faults: &str, route_extra: &str) -> Local {
+    local(&[faults], &config(", http2: always", route_extra))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plain_answer_and_a_stream_come_over_http2() {
+    let env = h2_one("faults: []", "");
+    let r = watchdog(WATCHDOG, env.chat()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["object"], "chat.completion", "{}", r.text());
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT_STREAM, &[])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("content-type").starts_with("text/event-stream"));
+    assert!(r.text().contains("data: [DONE]"), "{}", r.text());
+    let s = env.stats(0);
+    assert_eq!(s.http2_requests, 2, "both over HTTP/2: {s:?}");
+    assert_eq!(s.connections_total, 1, "one connection for both: {s:?}");
+    // The idempotency key and the attempt's timeout travel as over HTTP/1.1.
+    assert_eq!(s.idempotency_keys.len(), 2, "{s:?}");
+    assert_eq!(s.timeout_ms_seen.count, 2, "{s:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_never_and_auto_on_plain_http_speak_http1() {
+    for extra in [", http2: never", ""] {
+        let env = local(&["faults: []"], &config(extra, ""));
+        let r = watchdog(WATCHDOG, env.chat()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(env.stats(0).http2_requests, 0, "`{extra}`");
+    }
+}
+
+/// `n` streams at once, each held open by slow chunks, over `http2: always`
+/// with `http2_max_streams: cap`; returns the mock's stats.
+async fn streams_at_once(n: usize, cap: u32) -> levee_mock::Stats {
+    let env = local(
+        &["faults:\n  - { chunk_delay: 200ms }\n"],
+        &config(&format!(", http2: always, http2_max_streams: {cap}"), ""),
+    );
+    let all = (0..n).map(|_| env.post("/v1/chat/completions", CHAT_STREAM, &[]));
+    let answers = watchdog(WATCHDOG, futures_util::future::join_all(all)).await;
+    for r in &answers {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains("data: [DONE]"), "{}", r.text());
+    }
+    let s = env.stats(0);
+    assert_eq!(s.max_in_flight, n as u64, "all open at once: {s:?}");
+    assert_eq!(s.http2_requests, n as u64, "{s:?}");
+    s
+}
+
+#[tokio::test(start_paused = true)]
+async fn streams_share_one_connection_up_to_the_cap() {
+    let s = streams_at_once(4, 4).await;
+    assert_eq!(s.connections_total, 1, "{s:?}");
+    let s = streams_at_once(5, 4).await;
+    assert_eq!(
+        s.connections_total, 2,
+        "the fifth stream opens another: {s:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_stream_frees_its_place_on_the_connection() {
+    // Streams one after another under a cap of 1: each finds the
+    // connection free again, so one connection carries them all.
+    let env = local(
+        &["faults:\n  - { chunk_delay: 10ms }\n"],
+        &config(", http2: always, http2_max_streams: 1", ""),
+    );
+    for _ in 0..3 {
+        let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT_STREAM, &[])).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        // The end of the stream reaches the connection's frame count a
+        // moment after the caller's last byte.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let s = env.stats(0);
+    assert_eq!(s.connections_total, 1, "{s:?}");
+    assert_eq!(s.http2_requests, 3, "{s:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retryable_503_is_retried_over_http2_with_one_idempotency_key() {
+    let env = h2_one(
+        "faults:\n  - { status: 503, to: 1ms }\n",
+        "    retry: { max_attempts: 3, backoff: { base_ms: 5, max_ms: 5 } }\n",
+    );
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("idempotency-key", "abc")]),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-levee-attempts"), "2");
+    let s = env.stats(0);
+    assert_eq!(s.idempotency_keys.get("abc"), Some(&2), "{s:?}");
+    assert_eq!(s.http2_requests, 2, "{s:?}");
+    assert_eq!(s.connections_total, 1, "{s:?}");
+    let m = env.metrics();
+    assert_eq!(attempts_labelled(&m, "http_5xx"), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_attempt_timeout_ends_a_stalled_http2_attempt() {
+    let env = h2_one(
+        "faults:\n  - { stall: true }\n",
+        "    retry: { max_attempts: 1 }\n    attempt_timeout: 700ms\n",
+    );
+    let (r, took) = env.timed_chat(CHAT, 20000).await;
+    assert_eq!(took, Duration::from_millis(700));
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert_eq!(attempts_labelled(&env.metrics(), "timeout"), 1.0);
+    // The given-up stream is reset (RST_STREAM): the mock sees its client
+    // leave while the connection stays.
+    until(WATCHDOG, "the mock sees the stream end", || {
+        env.stats(0).client_closed == 1
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_byte_timeout_gives_up_on_a_silent_http2_stream() {
+    let env = h2_one(
+        "faults:\n  - { stall: true }\n",
+        "    retry: { max_attempts: 1 }\n    first_byte_timeout: 300ms\n",
+    );
+    let (r, took) = env.timed_chat(CHAT_STREAM, 20000).await;
+    assert_eq!(took, Duration::from_millis(300));
+    assert_ne!(r.status, 200, "{}", r.text());
+    assert_eq!(attempts_labelled(&env.metrics(), "timeout"), 1.0);
+    assert_eq!(env.stats(0).http2_requests, 1);
+}
