@@ -153,3 +153,89 @@ async fn first_byte_timeout_gives_up_on_a_silent_http2_stream() {
     assert_eq!(attempts_labelled(&env.metrics(), "timeout"), 1.0);
     assert_eq!(env.stats(0).http2_requests, 1);
 }
+
+/// A hand-written HTTP/2-only provider at `http://h2only.test` (h2 with
+/// prior knowledge, nothing else): refuses the first `refuse` streams with
+/// `REFUSED_STREAM`, answers the rest with a chat completion. Counts the
+/// connections opened and the streams received.
+#[derive(Clone, Default)]
+struct H2Only {
+    conns: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+const ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
+
+impl H2Only {
+    fn dial(&self, refuse: usize) -> levee_gateway::transport::Dial {
+        use std::sync::atomic::Ordering::SeqCst;
+        let this = self.clone();
+        std::sync::Arc::new(move |uri: &http::Uri| {
+            if uri.host() != Some("h2only.test") {
+                return None;
+            }
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            this.conns.fetch_add(1, SeqCst);
+            let streams = std::sync::Arc::clone(&this.streams);
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(server).await else {
+                    return;
+                };
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    if streams.fetch_add(1, SeqCst) < refuse {
+                        respond.send_reset(h2::Reason::REFUSED_STREAM);
+                        continue;
+                    }
+                    let head = http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(())
+                        .unwrap();
+                    if let Ok(mut body) = respond.send_response(head, false) {
+                        let _ = body.send_data(bytes::Bytes::from_static(ANSWER.as_bytes()), true);
+                    }
+                }
+            });
+            Some(client)
+        })
+    }
+
+    fn count(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.conns.load(SeqCst), self.streams.load(SeqCst))
+    }
+}
+
+fn h2only_config(http2: &str) -> String {
+    format!(
+        "providers:\n  p: {{ api: openai, base_url: \"http://h2only.test\", http2: {http2} }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_stream_goes_once_more_on_a_new_connection() {
+    let server = H2Only::default();
+    let env = local_dial(vec![], &h2only_config("always"), server.dial(1));
+    let r = watchdog(WATCHDOG, env.chat()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Unprocessed, so not an attempt of the retry policy (max_attempts: 1).
+    assert_eq!(r.header("x-levee-attempts"), "1");
+    assert_eq!(server.count(), (2, 2), "(connections, streams)");
+
+    // Refused twice: the one resend is all, and the attempt fails.
+    let server = H2Only::default();
+    let env = local_dial(vec![], &h2only_config("always"), server.dial(2));
+    let r = watchdog(WATCHDOG, env.chat()).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(server.count(), (2, 2), "(connections, streams)");
+    assert_eq!(attempts_labelled(&env.metrics(), "connect_error"), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn http1_to_an_http2_only_server_fails_as_a_connection_error() {
+    let server = H2Only::default();
+    let env = local_dial(vec![], &h2only_config("never"), server.dial(0));
+    let r = watchdog(WATCHDOG, env.chat()).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(attempts_labelled(&env.metrics(), "connect_error"), 1.0);
+    assert_eq!(server.count(), (1, 0), "(connections, streams)");
+}
