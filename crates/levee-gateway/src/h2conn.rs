@@ -14,6 +14,13 @@
 //! 9-byte frame headers going each way and counts a stream open from the
 //! `HEADERS` frame that starts it to the `END_STREAM` flag or `RST_STREAM`
 //! that ends it — what the server counts against its own limit.
+//!
+//! A request is counted from the moment the pool hands it a connection
+//! (`reserved`) until its `HEADERS` frame is written (then `open`). One
+//! given up while still queued inside hyper, before it reached the wire,
+//! keeps its reservation for the connection's life: hyper drops such a
+//! request silently. It happens only when h2 holds requests back, i.e. at
+//! the server's own stream limit, which the pool keeps below.
 
 use crate::transport::Conn;
 use crate::upstream::ConnTimed;

@@ -302,7 +302,9 @@ impl Pool {
             .handshake(Watched::new(io, Arc::clone(&streams)))
             .await
             .map_err(SendError::Handshake)?;
-        // Until the server's SETTINGS arrive, h2 assumes 100 streams.
+        // No limit until the connection's task first reads h2's (hyper's
+        // assumption of 100 until the server's SETTINGS arrive, then the
+        // server's own).
         let server_max = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
         tokio::spawn(h2conn::drive(conn, Arc::clone(&server_max)));
         let c = Arc::new(H2Conn::new(sender, streams, server_max, self.clock.now()));
@@ -902,5 +904,50 @@ mod tests {
         assert_eq!(p.pool.idle_count(), 1, "still fresh: kept");
         tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
         assert_eq!(p.pool.idle_count(), 0, "expired with no request to notice");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+        let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
+        let served = mock.clone();
+        let dial: crate::transport::Dial = Arc::new(move |_: &Uri| Some(served.connect()));
+        let cfg = levee_config::Config::parse(
+            "providers:\n  p: { api: openai, base_url: \"http://mock.test\", http2: always }\nroutes:\n  - targets: [p]\n",
+        )
+        .unwrap();
+        let hist = Histogram::new([1.0]);
+        let p =
+            ProviderRuntime::with_dial(&cfg.providers[0], hist, Clock::new(), None, Some(&dial))
+                .unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let key = HeaderValue::from_static("k");
+        let ask = || {
+            let uri = p.uri_for("/v1/chat/completions").unwrap();
+            let req = build_request(
+                &p,
+                &HeaderMap::new(),
+                uri,
+                Bytes::from(body),
+                Duration::from_secs(5),
+                &key,
+            );
+            p.send(req)
+        };
+        for _ in 0..2 {
+            let resp = ask().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap();
+        }
+        assert_eq!(p.pool.h2.len(), 1, "one connection for both");
+        tokio::time::sleep(POOL_IDLE_TIMEOUT / 2).await;
+        assert_eq!(p.pool.h2.len(), 1, "still fresh: kept");
+        tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
+        assert_eq!(p.pool.h2.len(), 0, "expired with no request to notice");
+        let resp = ask().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let s = mock.stats();
+        assert_eq!((s.connections_total, s.http2_requests), (2, 3), "{s:?}");
     }
 }
