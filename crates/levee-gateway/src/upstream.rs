@@ -613,23 +613,7 @@ impl ProviderRuntime {
                 Some((name, v))
             }
         };
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(p.connect_timeout));
-        http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http();
-        // What ALPN offers on https.
-        let https = match p.http2 {
-            Http2::Auto => https.enable_all_versions().wrap_connector(http),
-            Http2::Always => https.enable_http2().wrap_connector(http),
-            Http2::Never => https.enable_http1().wrap_connector(http),
-        };
-        let connector = match dial {
-            Some(d) => Connector::Memory(Arc::clone(d)),
-            None => Connector::Net(https),
-        };
+        let connector = connector(p, dial);
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
             .base_url
@@ -721,6 +705,26 @@ impl ProviderRuntime {
     pub fn lock(&self) -> std::sync::MutexGuard<'_, ProviderState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// How a provider's connections are made: TCP (plus TLS offering, by
+/// ALPN, what its `http2` key allows), or in-memory pipes when `dial` is given.
+fn connector(p: &Provider, dial: Option<&crate::transport::Dial>) -> Connector {
+    if let Some(d) = dial {
+        return Connector::Memory(Arc::clone(d));
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(p.connect_timeout));
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http();
+    Connector::Net(match p.http2 {
+        Http2::Auto => https.enable_all_versions().wrap_connector(http),
+        Http2::Always => https.enable_http2().wrap_connector(http),
+        Http2::Never => https.enable_http1().wrap_connector(http),
+    })
 }
 
 /// The `host` header for a base URL: its host, and its port unless it is the
