@@ -168,6 +168,17 @@ const ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":
 
 impl H2Only {
     fn dial(&self, refuse: usize) -> levee_gateway::transport::Dial {
+        self.dial_with(refuse, None, Duration::ZERO)
+    }
+
+    /// [`H2Only::dial`] with the server's `SETTINGS_MAX_CONCURRENT_STREAMS`
+    /// and each answer held for `hold`.
+    fn dial_with(
+        &self,
+        refuse: usize,
+        max_streams: Option<u32>,
+        hold: Duration,
+    ) -> levee_gateway::transport::Dial {
         use std::sync::atomic::Ordering::SeqCst;
         let this = self.clone();
         std::sync::Arc::new(move |uri: &http::Uri| {
@@ -178,7 +189,11 @@ impl H2Only {
             this.conns.fetch_add(1, SeqCst);
             let streams = std::sync::Arc::clone(&this.streams);
             tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(server).await else {
+                let mut builder = h2::server::Builder::new();
+                if let Some(n) = max_streams {
+                    builder.max_concurrent_streams(n);
+                }
+                let Ok(mut conn) = builder.handshake(server).await else {
                     return;
                 };
                 while let Some(Ok((_req, mut respond))) = conn.accept().await {
@@ -186,13 +201,17 @@ impl H2Only {
                         respond.send_reset(h2::Reason::REFUSED_STREAM);
                         continue;
                     }
-                    let head = http::Response::builder()
-                        .header("content-type", "application/json")
-                        .body(())
-                        .unwrap();
-                    if let Ok(mut body) = respond.send_response(head, false) {
-                        let _ = body.send_data(bytes::Bytes::from_static(ANSWER.as_bytes()), true);
-                    }
+                    tokio::spawn(async move {
+                        tokio::time::sleep(hold).await;
+                        let head = http::Response::builder()
+                            .header("content-type", "application/json")
+                            .body(())
+                            .unwrap();
+                        if let Ok(mut body) = respond.send_response(head, false) {
+                            let answer = bytes::Bytes::from_static(ANSWER.as_bytes());
+                            let _ = body.send_data(answer, true);
+                        }
+                    });
                 }
             });
             Some(client)
@@ -238,4 +257,32 @@ async fn http1_to_an_http2_only_server_fails_as_a_connection_error() {
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(attempts_labelled(&env.metrics(), "connect_error"), 1.0);
     assert_eq!(server.count(), (1, 0), "(connections, streams)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_servers_own_stream_limit_caps_a_connection_below_http2_max_streams() {
+    // The server allows 2 streams at once; `http2_max_streams` is 100. A
+    // third stream on the same connection would wait inside h2 for one of
+    // the first two to end: it goes on a new connection instead.
+    let server = H2Only::default();
+    let dial = server.dial_with(0, Some(2), Duration::from_secs(1));
+    let env = local_dial(vec![], &h2only_config("always"), dial);
+    let first = env.chat();
+    let rest = async {
+        until(WATCHDOG, "the first stream reaches the server", || {
+            server.count().1 == 1
+        })
+        .await;
+        futures_util::future::join(env.chat(), env.chat()).await
+    };
+    let t = paused_now();
+    let (a, (b, c)) = watchdog(WATCHDOG, futures_util::future::join(first, rest)).await;
+    for r in [a, b, c] {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "none waited for a slot"
+    );
+    assert_eq!(server.count(), (2, 3), "(connections, streams)");
 }
