@@ -151,11 +151,16 @@ struct Pool {
     http2: Http2,
     /// Whether the base URL is https (where `http2: auto` offers h2).
     https: bool,
-    /// Under `http2: auto` on https: the last new connection negotiated h2,
-    /// so requests look for a shared connection first.
-    negotiated_h2: std::sync::atomic::AtomicBool,
+    /// Under `http2: auto` on https, what the last new connection
+    /// negotiated ([`SPOKEN_UNKNOWN`] before the first).
+    spoken: std::sync::atomic::AtomicU8,
     h2: H2Pool,
 }
+
+/// What `http2: auto` on https has negotiated: nothing yet, HTTP/1.1, h2.
+const SPOKEN_UNKNOWN: u8 = 0;
+const SPOKEN_H1: u8 = 1;
+const SPOKEN_H2: u8 = 2;
 
 /// A new HTTP/1 connection's sender and its parking place.
 type H1Conn = (http1::SendRequest<ConnTimed>, Arc<Parked>);
@@ -274,8 +279,9 @@ impl Pool {
             Http2::Auto => io.connected().is_negotiated_h2(),
         };
         if self.http2 == Http2::Auto {
-            self.negotiated_h2
-                .store(h2, std::sync::atomic::Ordering::Relaxed);
+            let spoken = if h2 { SPOKEN_H2 } else { SPOKEN_H1 };
+            self.spoken
+                .store(spoken, std::sync::atomic::Ordering::Relaxed);
         }
         if h2 {
             return self.connect_h2(io).await.map(Opened::H2);
@@ -312,16 +318,16 @@ impl Pool {
         Ok(c)
     }
 
-    /// Whether a request goes to the HTTP/2 pool first.
+    /// Whether a request goes to the HTTP/2 pool first. Under `http2:
+    /// auto` on https that is also so until the first connection has
+    /// negotiated: requests arriving together then wait for that one
+    /// connection (if it is h2 they share it) instead of opening one each.
     fn prefers_h2(&self) -> bool {
         match self.http2 {
             Http2::Always => true,
             Http2::Never => false,
             Http2::Auto => {
-                self.https
-                    && self
-                        .negotiated_h2
-                        .load(std::sync::atomic::Ordering::Relaxed)
+                self.https && self.spoken.load(std::sync::atomic::Ordering::Relaxed) != SPOKEN_H1
             }
         }
     }
@@ -404,12 +410,14 @@ impl Pool {
                 None => match self.h2_conn(&req, retried).await? {
                     Ok(c) => c,
                     // `http2: auto` and the provider picked HTTP/1.1 this time.
-                    Err((sender, parked)) => {
+                    Err(Some((sender, parked))) => {
                         self.origin_form(&mut req);
                         return send_on(sender, &parked, req)
                             .await
                             .map_err(|e| SendError::Request(e.into_error()));
                     }
+                    // ... while this request waited for that connection.
+                    Err(None) => return Box::pin(self.send_h1(req)).await,
                 },
             };
             let copy = (!retried).then(|| copy_request(&req));
@@ -439,18 +447,22 @@ impl Pool {
 
     /// A pooled HTTP/2 connection with a stream reserved, or a new one
     /// (always new when `fresh`); or, when `http2: auto` opened an HTTP/1.1
-    /// connection instead, that connection.
+    /// connection instead, that connection (`None`: another request's
+    /// connection found HTTP/1.1 while this one waited: use the HTTP/1 pool).
     async fn h2_conn(
         self: &Arc<Self>,
         req: &Request<ConnTimed>,
         fresh: bool,
-    ) -> Result<Result<Arc<H2Conn>, H1Conn>, SendError> {
+    ) -> Result<Result<Arc<H2Conn>, Option<H1Conn>>, SendError> {
         if !fresh {
             if let Some(c) = self.h2.checkout(self.clock.now()) {
                 return Ok(Ok(c));
             }
         }
         let _opening = self.h2.opening.lock().await;
+        if !self.prefers_h2() {
+            return Ok(Err(None));
+        }
         if !fresh {
             if let Some(c) = self.h2.checkout(self.clock.now()) {
                 return Ok(Ok(c));
@@ -458,7 +470,7 @@ impl Pool {
         }
         Ok(match Box::pin(self.connect(req.uri())).await? {
             Opened::H2(c) => Ok(c),
-            Opened::H1(sender, parked) => Err((sender, parked)),
+            Opened::H1(sender, parked) => Err(Some((sender, parked))),
         })
     }
 }
@@ -631,7 +643,7 @@ impl ProviderRuntime {
             reaper: std::sync::atomic::AtomicBool::new(false),
             http2: p.http2,
             https: scheme == "https",
-            negotiated_h2: std::sync::atomic::AtomicBool::new(false),
+            spoken: std::sync::atomic::AtomicU8::new(SPOKEN_UNKNOWN),
             h2: H2Pool::new(p.http2_max_streams),
         });
         let shared_rate = match (replicas, p.rate_limit) {

@@ -286,3 +286,26 @@ async fn the_servers_own_stream_limit_caps_a_connection_below_http2_max_streams(
     );
     assert_eq!(server.count(), (2, 3), "(connections, streams)");
 }
+
+#[tokio::test(start_paused = true)]
+async fn auto_on_https_with_an_http1_provider_settles_on_http1_for_requests_that_came_together() {
+    // In-process pipes carry no TLS, so no ALPN: the provider "picks"
+    // HTTP/1.1. Requests arriving before the first connection negotiated
+    // wait for it, then go to the HTTP/1.1 pool, each on its own connection.
+    let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
+    let served = mock.clone();
+    let dial: levee_gateway::transport::Dial = std::sync::Arc::new(move |uri: &http::Uri| {
+        (uri.host() == Some("h1tls.test")).then(|| served.connect())
+    });
+    let config = "providers:\n  p: { api: openai, base_url: \"https://h1tls.test\" }\nroutes:\n  - targets: [p]\n";
+    let env = local_dial(vec![], config, dial);
+    let all = (0..4).map(|_| env.post("/v1/chat/completions", CHAT_STREAM, &[]));
+    for r in watchdog(WATCHDOG, futures_util::future::join_all(all)).await {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let r = watchdog(WATCHDOG, env.chat()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = mock.stats();
+    assert_eq!((s.requests_total, s.http2_requests), (5, 0), "{s:?}");
+    assert_eq!(s.connections_total, 4, "the fifth reused one: {s:?}");
+}
