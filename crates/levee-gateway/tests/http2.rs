@@ -171,6 +171,29 @@ impl H2Only {
         self.dial_with(refuse, None, Duration::ZERO)
     }
 
+    /// [`H2Only::dial`] whose first connection is shut down (`GOAWAY` with
+    /// `NO_ERROR`, last stream 0) as soon as it opens, before any stream.
+    fn dial_going_away(&self) -> levee_gateway::transport::Dial {
+        use std::sync::atomic::Ordering::SeqCst;
+        let serve = self.dial(0);
+        let this = self.clone();
+        std::sync::Arc::new(move |uri: &http::Uri| {
+            if this.conns.load(SeqCst) > 0 {
+                return serve(uri);
+            }
+            this.conns.fetch_add(1, SeqCst);
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(server).await else {
+                    return;
+                };
+                conn.abrupt_shutdown(h2::Reason::NO_ERROR);
+                while let Some(Ok(_)) = conn.accept().await {}
+            });
+            Some(client)
+        })
+    }
+
     /// [`H2Only::dial`] with the server's `SETTINGS_MAX_CONCURRENT_STREAMS`
     /// and each answer held for `hold`.
     fn dial_with(
@@ -308,4 +331,17 @@ async fn auto_on_https_with_an_http1_provider_settles_on_http1_for_requests_that
     let s = mock.stats();
     assert_eq!((s.requests_total, s.http2_requests), (5, 0), "{s:?}");
     assert_eq!(s.connections_total, 4, "the fifth reused one: {s:?}");
+}
+
+/// The connection is gone before the request was written: hyper hands the
+/// request back, and it goes once more on a new connection (as a request an
+/// idle HTTP/1.1 connection refused does).
+#[tokio::test(start_paused = true)]
+async fn a_request_the_server_shut_the_connection_down_before_goes_on_a_new_one() {
+    let server = H2Only::default();
+    let env = local_dial(vec![], &h2only_config("always"), server.dial_going_away());
+    let r = watchdog(WATCHDOG, env.chat()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-levee-attempts"), "1");
+    assert_eq!(server.count(), (2, 1), "(connections, streams answered)");
 }
