@@ -17,12 +17,17 @@
 # Levee's resident memory while every stream is open, above its idle
 # baseline, divided by the streams then open.
 #
-# File descriptors: Levee holds two sockets per stream (caller + upstream),
+# File descriptors: Levee holds two sockets per stream (caller + upstream;
+# with HTTP2=always one, plus one upstream per 100 streams),
 # so 10,000 streams need ~20,020 descriptors in one process. The script
 # raises `ulimit -n` as far as the hard limit allows; if the hard limit is
 # too low it runs as many streams as fit and says so in the results.
 #
-# Environment: STREAMS (10000), OPEN_RATE (500/s), TTFB_FAULT (200ms),
+# HTTP2 (unset: the provider key left out, i.e. `auto`, which on the mock's
+# plain http is HTTP/1.1; `never`; `always`: HTTP/2 with prior knowledge,
+# many streams on one upstream connection) sets the provider's `http2` key.
+#
+# Environment: STREAMS (10000), HTTP2, OPEN_RATE (500/s), TTFB_FAULT (200ms),
 # CLIENT_CPU / SERVER_CPU (unset: no pinning; set, e.g. 0 and 1: the client
 # on one CPU, the mock and Levee on the other),
 # CHUNK_DELAY (3s; streams must outlast the STREAMS/OPEN_RATE ramp so that
@@ -36,6 +41,8 @@ OPEN_RATE="${OPEN_RATE:-500}"
 TTFB_FAULT="${TTFB_FAULT:-200ms}"
 CHUNK_DELAY="${CHUNK_DELAY:-3s}"
 ROUNDS="${ROUNDS:-2}"
+HTTP2="${HTTP2:-}"
+case "$HTTP2" in ""|auto|always|never) ;; *) printf 'streams.sh: HTTP2 must be auto, always or never (got %s)\n' "$HTTP2" >&2; exit 1;; esac
 CLIENT_CPU="${CLIENT_CPU:-}"
 SERVER_CPU="${SERVER_CPU:-}"
 PIN_CLIENT=(); PIN_SRV=()
@@ -88,7 +95,7 @@ faults:
 EOF
 cat >"$work/levee.yaml" <<EOF
 providers:
-  mock: { api: openai, base_url: "http://127.0.0.1:$MOCK_PORT", max_in_flight: 100000 }
+  mock: { api: openai, base_url: "http://127.0.0.1:$MOCK_PORT", max_in_flight: 100000${HTTP2:+, http2: $HTTP2} }
 routes:
   - targets: [mock]
     max_in_flight: 100000
@@ -207,10 +214,10 @@ if [ -n "${RAW_OUT:-}" ]; then
 fi
 
 # --- report ---------------------------------------------------------------
-python3 - "$RAW" "$MEM" "$work" "$STREAMS" "$OPEN_RATE" "$TTFB_FAULT" "$CHUNK_DELAY" "$FD_NOTE" <<'PY'
+python3 - "$RAW" "$MEM" "$work" "$STREAMS" "$OPEN_RATE" "$TTFB_FAULT" "$CHUNK_DELAY" "$FD_NOTE" "${HTTP2:-auto}" <<'PY'
 import glob, json, statistics, sys
 from collections import defaultdict
-raw, mem, work, streams, rate, ttfb_fault, chunk_delay, fd_note = sys.argv[1:9]
+raw, mem, work, streams, rate, ttfb_fault, chunk_delay, fd_note, http2 = sys.argv[1:10]
 runs = defaultdict(dict)
 for line in open(raw):
     r, t, doc = line.rstrip("\n").split("\t", 2)
@@ -218,7 +225,7 @@ for line in open(raw):
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 keys = ["p50", "p90", "p99", "p99.9", "max"]
 print(f"Levee streams benchmark: {streams} concurrent SSE streams, opened at {rate}/s; "
-      f"upstream TTFB {ttfb_fault}, chunk_delay {chunk_delay}")
+      f"upstream TTFB {ttfb_fault}, chunk_delay {chunk_delay}; provider http2: {http2}")
 if fd_note:
     print(f"NOTE: {fd_note}")
 print()

@@ -10,7 +10,7 @@ use crate::model::{
     StateBackend, Telemetry,
 };
 use crate::raw::{RawConfig, RawIdempotency, RawKey, RawLimits, RawProvider, RawRoute, RawState};
-use crate::values::{Api, BackendKind};
+use crate::values::{Api, BackendKind, Http2};
 use crate::{Caller, Config, BUILTIN_MOCK};
 use levee_policy::admission::Gcra;
 use levee_policy::BreakerSettings;
@@ -106,6 +106,8 @@ fn builtin_mock_provider() -> Provider {
         allowance: None,
         breaker: levee_policy::CircuitBreaker::default_policy(),
         connect_timeout: defaults::mock::CONNECT_TIMEOUT,
+        http2: Http2::Auto,
+        http2_max_streams: defaults::HTTP2_MAX_STREAMS,
     }
 }
 
@@ -146,6 +148,12 @@ fn providers(
                 let provider = name.clone();
                 at("rate_limit", Problem::ProviderRate { provider, source })
             })?;
+        // A cap on HTTP/2 streams for a provider never spoken to over
+        // HTTP/2 would be silently unused.
+        if p.http2 == Some(Http2::Never) && p.http2_max_streams.is_some() {
+            let problem = Problem::Http2MaxStreamsUnused(name.clone());
+            return Err(at("http2_max_streams", problem));
+        }
         providers.push(provider(name, p, rate_limit, allowance, breaker));
         declared.push(settings);
     }
@@ -175,6 +183,10 @@ fn provider(
         allowance,
         breaker,
         connect_timeout: p.connect_timeout.map_or(defaults::CONNECT_TIMEOUT, |d| d.0),
+        http2: p.http2.unwrap_or_default(),
+        http2_max_streams: p
+            .http2_max_streams
+            .map_or(defaults::HTTP2_MAX_STREAMS, |m| m.0),
     }
 }
 

@@ -25,6 +25,9 @@ pub const RESPECT_RETRY_AFTER: bool = true;
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A provider's `connect_timeout`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A provider's `http2_max_streams`: the most streams on one HTTP/2
+/// connection (100 is also the fewest a server should allow at once).
+pub const HTTP2_MAX_STREAMS: u32 = 100;
 
 /// `state.url` with `backend: redis`.
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379";

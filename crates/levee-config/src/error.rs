@@ -111,6 +111,8 @@ pub enum Problem {
     IdempotencyTooSmall,
     #[error("`state.{0}` applies only with `backend: redis`: remove it or set `backend: redis`")]
     RedisOnly(&'static str),
+    #[error("provider `{0}`: `http2_max_streams` applies only to HTTP/2, and `http2: never` speaks HTTP/1.1: remove it or set `http2: auto` or `http2: always`")]
+    Http2MaxStreamsUnused(String),
 }
 
 /// What is wrong with one route.

@@ -35,8 +35,8 @@ pub use model::{
 };
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
 pub use values::{
-    Api, AtLeastOne, BackendKind, BaseUrl, ListenAddr, OnUnavailable, OtlpEndpoint, RedisUrl,
-    Sha256Digest,
+    Api, AtLeastOne, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint,
+    RedisUrl, Sha256Digest,
 };
 
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! objects, already built and checked, so the gateway and the simulator use
 //! them as they are: nothing downstream validates or defaults again.
 
-use crate::values::{Api, OnUnavailable};
+use crate::values::{Api, Http2, OnUnavailable};
 use levee_policy::admission::Gcra;
 use levee_policy::deadline::DeadlinePolicy;
 use levee_policy::planner::RoutePolicy;
@@ -29,6 +29,12 @@ pub struct Provider {
     /// provider as a whole) starts from a copy of this breaker.
     pub breaker: CircuitBreaker,
     pub connect_timeout: Duration,
+    /// Which HTTP version Levee speaks to the provider.
+    pub http2: Http2,
+    /// The most streams Levee puts on one HTTP/2 connection before it opens
+    /// another (never more than the provider's own
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`).
+    pub http2_max_streams: u32,
 }
 
 impl Provider {

@@ -6,8 +6,8 @@
 
 use crate::duration::Dur;
 use crate::values::{
-    Api, AtLeastOne, BackendKind, BaseUrl, ListenAddr, OnUnavailable, OtlpEndpoint, RedisUrl,
-    Sha256Digest,
+    Api, AtLeastOne, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint,
+    RedisUrl, Sha256Digest,
 };
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -59,6 +59,8 @@ pub struct RawProvider {
     pub rate_limit: Option<RawRateLimit>,
     pub circuit_breaker: Option<RawBreaker>,
     pub connect_timeout: Option<Dur>,
+    pub http2: Option<Http2>,
+    pub http2_max_streams: Option<AtLeastOne<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -93,6 +93,30 @@ from_words!(
     [("anthropic", Api::Anthropic), ("openai", Api::OpenAi)]
 );
 
+/// A provider's `http2`: which HTTP version Levee speaks to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Http2 {
+    /// On https, offer `h2` and `http/1.1` by ALPN and speak what the
+    /// provider picks; HTTP/1.1 on plain http.
+    #[default]
+    Auto,
+    /// HTTP/2 only: `h2` by ALPN on https, prior knowledge (h2c) on plain
+    /// http — for local servers that speak it.
+    Always,
+    /// HTTP/1.1 only.
+    Never,
+}
+
+from_words!(
+    Http2,
+    "http2",
+    [
+        ("auto", Http2::Auto),
+        ("always", Http2::Always),
+        ("never", Http2::Never)
+    ]
+);
+
 /// An http(s) base URL: `scheme://authority` plus an optional path prefix,
 /// kept without a trailing slash.
 #[derive(Clone, Debug)]

@@ -189,3 +189,40 @@ fn an_embedded_configuration_names_lines_of_the_whole_document() {
     assert_eq!(e.line(), Some(6), "{e}");
     assert!(e.to_string().contains("max_attempts"), "{e}");
 }
+
+#[test]
+fn http2_keys_are_read_checked_and_defaulted() {
+    use levee_config::Http2;
+    let base = "providers:\n  p:\n    api: openai\n    base_url: https://api.example.com\n";
+    let c = Config::parse(base).unwrap();
+    assert_eq!(c.providers[0].http2, Http2::Auto);
+    assert_eq!(c.providers[0].http2_max_streams, 100);
+    let c = Config::parse(&format!(
+        "{base}    http2: always\n    http2_max_streams: 7\n"
+    ))
+    .unwrap();
+    assert_eq!(c.providers[0].http2, Http2::Always);
+    assert_eq!(c.providers[0].http2_max_streams, 7);
+    let c = Config::parse(&format!("{base}    http2: never\n")).unwrap();
+    assert_eq!(c.providers[0].http2, Http2::Never);
+
+    let (line, msg) = refused(&format!("{base}    http2: yes\n"));
+    assert_eq!(line, 5, "{msg}");
+    assert!(
+        msg.contains("`http2` must be `auto` or `always` or `never` (got `yes`)"),
+        "{msg}"
+    );
+    let (line, msg) = refused(&format!("{base}    http2_max_streams: 0\n"));
+    assert_eq!(line, 5, "{msg}");
+    assert!(msg.contains("at least 1"), "{msg}");
+    // A stream cap for a provider spoken to over HTTP/1.1 only would be
+    // silently unused.
+    let (line, msg) = refused(&format!(
+        "{base}    http2: never\n    http2_max_streams: 10\n"
+    ));
+    assert_eq!(line, 6, "{msg}");
+    assert!(
+        msg.contains("provider `p`") && msg.contains("`http2: never`"),
+        "{msg}"
+    );
+}

@@ -1,5 +1,6 @@
 //! Talking to providers: one connection pool per provider over hyper's
-//! HTTP/1 client connections (rustls with bundled web-PKI roots for https),
+//! client connections, HTTP/1.1 or HTTP/2 as the provider's `http2` key and
+//! ALPN decide (rustls with bundled web-PKI roots for https),
 //! outbound request building, and timing of how long each attempt waits for
 //! a connection, pooled or new, for `levee_upstream_connect_seconds`.
 //!
@@ -7,9 +8,11 @@
 //! client spawns a task per request to watch the connection become idle again
 //! before it returns it to its pool. Here the connection's own task does that
 //! (it is polled anyway when the answer's last byte arrives), so an attempt
-//! costs no spawn.
+//! costs no spawn. HTTP/2 connections are shared by many streams at once
+//! ([`crate::h2conn`]).
 
 use crate::clock::Clock;
+use crate::h2conn::{self, H2Conn, H2Pool, Streams, Watched};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
@@ -17,8 +20,11 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
+use hyper::client::conn::http2;
+use hyper_util::client::legacy::connect::Connection as _;
 use hyper_util::client::legacy::connect::HttpConnector;
-use levee_config::{Api, Provider};
+use hyper_util::rt::TokioExecutor;
+use levee_config::{Api, Http2, Provider};
 use levee_policy::ProviderState;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::VecDeque;
@@ -37,7 +43,7 @@ use tower_service::Service;
 /// (TCP plus TLS). Counting only new connections would leave out the pool
 /// wait, where a starved gateway shows first. Bodies here are never empty
 /// (a JSON request), so the first poll always comes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ConnTimed {
     inner: Full<Bytes>,
     started: levee_policy::Instant,
@@ -108,7 +114,7 @@ fn shard() -> usize {
 pub enum SendError {
     #[error("connecting to the provider failed: {0}")]
     Connect(Box<dyn std::error::Error + Send + Sync>),
-    #[error("the HTTP/1 handshake with the provider failed: {0}")]
+    #[error("the HTTP handshake with the provider failed: {0}")]
     Handshake(hyper::Error),
     #[error("the provider connection failed: {0}")]
     Request(hyper::Error),
@@ -141,6 +147,29 @@ struct Pool {
     idle: [Mutex<VecDeque<Idle>>; POOL_SHARDS],
     /// Set once the task that closes expired idle connections is running.
     reaper: std::sync::atomic::AtomicBool,
+    /// The provider's `http2` key.
+    http2: Http2,
+    /// Whether the base URL is https (where `http2: auto` offers h2).
+    https: bool,
+    /// Under `http2: auto` on https, what the last new connection
+    /// negotiated ([`SPOKEN_UNKNOWN`] before the first).
+    spoken: std::sync::atomic::AtomicU8,
+    h2: H2Pool,
+}
+
+/// What `http2: auto` on https has negotiated: nothing yet, HTTP/1.1, h2.
+const SPOKEN_UNKNOWN: u8 = 0;
+const SPOKEN_H1: u8 = 1;
+const SPOKEN_H2: u8 = 2;
+
+/// A new HTTP/1 connection's sender and its parking place.
+type H1Conn = (http1::SendRequest<ConnTimed>, Arc<Parked>);
+
+/// A new connection, in the protocol it speaks.
+enum Opened {
+    H1(http1::SendRequest<ConnTimed>, Arc<Parked>),
+    /// In the HTTP/2 pool already, one stream reserved for the caller.
+    H2(Arc<H2Conn>),
 }
 
 impl std::fmt::Debug for Pool {
@@ -177,6 +206,7 @@ impl Pool {
     /// `POOL_IDLE_TIMEOUT` (dropping a sender ends its connection).
     fn expire(&self) {
         let now = self.clock.now();
+        self.h2.expire(now, POOL_IDLE_TIMEOUT);
         for shard in &self.idle {
             let mut idle = shard.lock().unwrap_or_else(|e| e.into_inner());
             while idle
@@ -231,12 +261,9 @@ impl Pool {
         }
     }
 
-    /// A new connection: TCP (plus TLS), the HTTP/1 handshake, and the task
-    /// that drives it.
-    async fn connect(
-        self: &Arc<Self>,
-        uri: &Uri,
-    ) -> Result<(http1::SendRequest<ConnTimed>, Arc<Parked>), SendError> {
+    /// A new connection: TCP (plus TLS), the handshake of the protocol the
+    /// `http2` key and ALPN pick, and the task that drives it.
+    async fn connect(self: &Arc<Self>, uri: &Uri) -> Result<Opened, SendError> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
@@ -245,51 +272,106 @@ impl Pool {
             .call(uri.clone())
             .await
             .map_err(SendError::Connect)?;
+        self.start_reaper();
+        let h2 = match self.http2 {
+            Http2::Never => false,
+            Http2::Always => true,
+            Http2::Auto => io.connected().is_negotiated_h2(),
+        };
+        if self.http2 == Http2::Auto {
+            let spoken = if h2 { SPOKEN_H2 } else { SPOKEN_H1 };
+            self.spoken
+                .store(spoken, std::sync::atomic::Ordering::Relaxed);
+        }
+        if h2 {
+            return self.connect_h2(io).await.map(Opened::H2);
+        }
         let (sender, conn) = http1::Builder::new()
             .read_buf_exact_size(Some(UPSTREAM_READ_BUF))
             .handshake(io)
             .await
             .map_err(SendError::Handshake)?;
         let parked = Arc::new(Parked::default());
-        self.start_reaper();
         tokio::spawn(drive_connection(
             conn,
             Arc::clone(&parked),
             Arc::downgrade(self),
         ));
-        Ok((sender, parked))
+        Ok(Opened::H1(sender, parked))
     }
 
-    /// Sends one request on a pooled connection or a new one. A request
-    /// that a reused connection refused before sending any of it (the
-    /// provider closed the idle connection just then) goes on a new one.
+    /// The HTTP/2 handshake on a new connection, its task, and its place in
+    /// the pool (one stream reserved for the caller).
+    async fn connect_h2(&self, io: crate::transport::Conn) -> Result<Arc<H2Conn>, SendError> {
+        let streams = Arc::new(Streams::default());
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake(Watched::new(io, Arc::clone(&streams)))
+            .await
+            .map_err(SendError::Handshake)?;
+        // No limit until the connection's task first reads h2's (hyper's
+        // assumption of 100 until the server's SETTINGS arrive, then the
+        // server's own).
+        let server_max = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+        tokio::spawn(h2conn::drive(conn, Arc::clone(&server_max)));
+        let c = Arc::new(H2Conn::new(sender, streams, server_max, self.clock.now()));
+        self.h2.insert(Arc::clone(&c));
+        Ok(c)
+    }
+
+    /// Whether a request goes to the HTTP/2 pool first. Under `http2:
+    /// auto` on https that is also so until the first connection has
+    /// negotiated: requests arriving together then wait for that one
+    /// connection (if it is h2 they share it) instead of opening one each.
+    fn prefers_h2(&self) -> bool {
+        match self.http2 {
+            Http2::Always => true,
+            Http2::Never => false,
+            Http2::Auto => {
+                self.https && self.spoken.load(std::sync::atomic::Ordering::Relaxed) != SPOKEN_H1
+            }
+        }
+    }
+
+    /// Sends one request on a pooled connection or a new one.
+    ///
+    /// Opening a connection (TCP, TLS, a handshake) is boxed where it is
+    /// awaited: it is rare next to sending on a pooled connection, and inline
+    /// its future would make every attempt's that large (in a debug build:
+    /// 10,240 bytes with both protocols' paths inline, 2,008 boxed; 2,384
+    /// when only HTTP/1 was spoken and its connect was inline).
     async fn send(
+        self: &Arc<Self>,
+        req: Request<ConnTimed>,
+    ) -> Result<Response<Incoming>, SendError> {
+        if self.prefers_h2() {
+            self.send_h2(req, None).await
+        } else {
+            self.send_h1(req).await
+        }
+    }
+
+    /// Sends one request over HTTP/1. A request that a reused connection
+    /// refused before sending any of it (the provider closed the idle
+    /// connection just then) goes on a new one.
+    async fn send_h1(
         self: &Arc<Self>,
         mut req: Request<ConnTimed>,
     ) -> Result<Response<Incoming>, SendError> {
-        // Origin-form request target and a `host` header, as HTTP/1 to an
-        // origin server has them.
-        let full = std::mem::take(req.uri_mut());
-        if let Some(pq) = full.path_and_query() {
-            *req.uri_mut() = Uri::from(pq.clone());
-        }
-        req.headers_mut()
-            .entry(header::HOST)
-            .or_insert_with(|| self.host.clone());
+        let full = self.origin_form(&mut req);
         loop {
-            let (mut sender, parked, reused) = match self.checkout() {
+            let (sender, parked, reused) = match self.checkout() {
                 Some(c) => (c.sender, c.parked, true),
-                None => {
-                    let (s, p) = self.connect(&full).await?;
-                    (s, p, false)
-                }
+                None => match Box::pin(self.connect(&full)).await? {
+                    Opened::H1(s, p) => (s, p, false),
+                    // `http2: auto` and the provider picked h2 this time.
+                    Opened::H2(c) => {
+                        *req.uri_mut() = full;
+                        req.headers_mut().remove(header::HOST);
+                        return Box::pin(self.send_h2(req, Some(c))).await;
+                    }
+                },
             };
-            let sent = sender.try_send_request(req);
-            // The connection's task returns the sender to the pool when the
-            // answer is over; it is woken to look.
-            *parked.sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender);
-            parked.waker.wake();
-            match sent.await {
+            match send_on(sender, &parked, req).await {
                 Ok(resp) => return Ok(resp),
                 Err(mut e) => match e.take_message() {
                     Some(back) if reused => req = back,
@@ -298,6 +380,123 @@ impl Pool {
             }
         }
     }
+
+    /// Origin-form request target and a `host` header, as HTTP/1 to an
+    /// origin server has them; returns the full URI.
+    fn origin_form(&self, req: &mut Request<ConnTimed>) -> Uri {
+        let full = std::mem::take(req.uri_mut());
+        if let Some(pq) = full.path_and_query() {
+            *req.uri_mut() = Uri::from(pq.clone());
+        }
+        req.headers_mut()
+            .entry(header::HOST)
+            .or_insert_with(|| self.host.clone());
+        full
+    }
+
+    /// Sends one request over HTTP/2 (on `first`, a connection already
+    /// reserved for it, when given): the full URI gives `:scheme` and
+    /// `:authority`. A request the server did not process — its stream
+    /// refused, the connection shut down before it, or the connection
+    /// closed before it was written — goes once more on a new connection.
+    async fn send_h2(
+        self: &Arc<Self>,
+        mut req: Request<ConnTimed>,
+        mut first: Option<Arc<H2Conn>>,
+    ) -> Result<Response<Incoming>, SendError> {
+        let mut retried = false;
+        loop {
+            let conn = match first.take() {
+                Some(c) => c,
+                None => match self.h2_conn(&req, retried).await? {
+                    Ok(c) => c,
+                    // `http2: auto` and the provider picked HTTP/1.1 this time.
+                    Err(Some((sender, parked))) => {
+                        self.origin_form(&mut req);
+                        return send_on(sender, &parked, req)
+                            .await
+                            .map_err(|e| SendError::Request(e.into_error()));
+                    }
+                    // ... while this request waited for that connection.
+                    Err(None) => return Box::pin(self.send_h1(req)).await,
+                },
+            };
+            let copy = (!retried).then(|| copy_request(&req));
+            let sent = conn.sender.clone().try_send_request(req).await;
+            let e = match sent {
+                Ok(resp) => return Ok(resp),
+                Err(e) => e,
+            };
+            let mut e = e;
+            let back = match e.take_message() {
+                Some(back) => {
+                    conn.unreserve();
+                    Some(back)
+                }
+                None if h2conn::refused_unprocessed(e.error()) => copy,
+                None => None,
+            };
+            match back {
+                Some(back) if !retried => {
+                    req = back;
+                    retried = true;
+                }
+                _ => return Err(SendError::Request(e.into_error())),
+            }
+        }
+    }
+
+    /// A pooled HTTP/2 connection with a stream reserved, or a new one
+    /// (always new when `fresh`); or, when `http2: auto` opened an HTTP/1.1
+    /// connection instead, that connection (`None`: another request's
+    /// connection found HTTP/1.1 while this one waited: use the HTTP/1 pool).
+    async fn h2_conn(
+        self: &Arc<Self>,
+        req: &Request<ConnTimed>,
+        fresh: bool,
+    ) -> Result<Result<Arc<H2Conn>, Option<H1Conn>>, SendError> {
+        if !fresh {
+            if let Some(c) = self.h2.checkout(self.clock.now()) {
+                return Ok(Ok(c));
+            }
+        }
+        let _opening = self.h2.opening.lock().await;
+        if !self.prefers_h2() {
+            return Ok(Err(None));
+        }
+        if !fresh {
+            if let Some(c) = self.h2.checkout(self.clock.now()) {
+                return Ok(Ok(c));
+            }
+        }
+        Ok(match Box::pin(self.connect(req.uri())).await? {
+            Opened::H2(c) => Ok(c),
+            Opened::H1(sender, parked) => Err(Some((sender, parked))),
+        })
+    }
+}
+
+/// Sends `req` on an HTTP/1 connection and parks its sender: the
+/// connection's task returns it to the pool when the answer is over.
+async fn send_on(
+    mut sender: http1::SendRequest<ConnTimed>,
+    parked: &Parked,
+    req: Request<ConnTimed>,
+) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<ConnTimed>>> {
+    let sent = sender.try_send_request(req);
+    *parked.sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender);
+    parked.waker.wake();
+    sent.await
+}
+
+/// A copy of an HTTP/2 request, kept to send once more if the server
+/// refuses it unprocessed (hyper gives back only requests never written).
+fn copy_request(req: &Request<ConnTimed>) -> Request<ConnTimed> {
+    let mut copy = Request::new(req.body().clone());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.headers_mut() = req.headers().clone();
+    copy
 }
 
 /// Drives one upstream connection until it closes, and returns its parked
@@ -427,19 +626,7 @@ impl ProviderRuntime {
                 Some((name, v))
             }
         };
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(p.connect_timeout));
-        http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let connector = match dial {
-            Some(d) => Connector::Memory(Arc::clone(d)),
-            None => Connector::Net(https),
-        };
+        let connector = connector(p, dial);
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
             .base_url
@@ -455,6 +642,10 @@ impl ProviderRuntime {
             clock,
             idle: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
             reaper: std::sync::atomic::AtomicBool::new(false),
+            http2: p.http2,
+            https: scheme == "https",
+            spoken: std::sync::atomic::AtomicU8::new(SPOKEN_UNKNOWN),
+            h2: H2Pool::new(p.http2_max_streams),
         });
         let shared_rate = match (replicas, p.rate_limit) {
             (Some(n), Some((rpm, burst))) => Some(SharedRate {
@@ -527,6 +718,26 @@ impl ProviderRuntime {
     pub fn lock(&self) -> std::sync::MutexGuard<'_, ProviderState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// How a provider's connections are made: TCP (plus TLS offering, by
+/// ALPN, what its `http2` key allows), or in-memory pipes when `dial` is given.
+fn connector(p: &Provider, dial: Option<&crate::transport::Dial>) -> Connector {
+    if let Some(d) = dial {
+        return Connector::Memory(Arc::clone(d));
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(p.connect_timeout));
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http();
+    Connector::Net(match p.http2 {
+        Http2::Auto => https.enable_all_versions().wrap_connector(http),
+        Http2::Always => https.enable_http2().wrap_connector(http),
+        Http2::Never => https.enable_http1().wrap_connector(http),
+    })
 }
 
 /// The `host` header for a base URL: its host, and its port unless it is the
@@ -715,5 +926,50 @@ mod tests {
         assert_eq!(p.pool.idle_count(), 1, "still fresh: kept");
         tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
         assert_eq!(p.pool.idle_count(), 0, "expired with no request to notice");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+        let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
+        let served = mock.clone();
+        let dial: crate::transport::Dial = Arc::new(move |_: &Uri| Some(served.connect()));
+        let cfg = levee_config::Config::parse(
+            "providers:\n  p: { api: openai, base_url: \"http://mock.test\", http2: always }\nroutes:\n  - targets: [p]\n",
+        )
+        .unwrap();
+        let hist = Histogram::new([1.0]);
+        let p =
+            ProviderRuntime::with_dial(&cfg.providers[0], hist, Clock::new(), None, Some(&dial))
+                .unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let key = HeaderValue::from_static("k");
+        let ask = || {
+            let uri = p.uri_for("/v1/chat/completions").unwrap();
+            let req = build_request(
+                &p,
+                &HeaderMap::new(),
+                uri,
+                Bytes::from(body),
+                Duration::from_secs(5),
+                &key,
+            );
+            p.send(req)
+        };
+        for _ in 0..2 {
+            let resp = ask().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap();
+        }
+        assert_eq!(p.pool.h2.len(), 1, "one connection for both");
+        tokio::time::sleep(POOL_IDLE_TIMEOUT / 2).await;
+        assert_eq!(p.pool.h2.len(), 1, "still fresh: kept");
+        tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
+        assert_eq!(p.pool.h2.len(), 0, "expired with no request to notice");
+        let resp = ask().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let s = mock.stats();
+        assert_eq!((s.connections_total, s.http2_requests), (2, 3), "{s:?}");
     }
 }

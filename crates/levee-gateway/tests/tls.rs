@@ -79,3 +79,23 @@ async fn an_untrusted_certificate_is_labelled_tls_and_opens_the_breaker() {
     assert_eq!(accepted.load(Ordering::SeqCst), before, "nothing was sent");
     env.stop().await;
 }
+
+#[tokio::test]
+async fn offering_http2_by_alpn_an_untrusted_certificate_is_labelled_tls_too() {
+    let (tls, accepted) = untrusted_tls_server().await;
+    for http2 in ["always", "auto"] {
+        let env = start(
+            &[],
+            &format!(
+                "providers:\n  secure: {{ api: openai, base_url: \"https://{tls}/v1\", http2: {http2} }}\nroutes:\n  - targets: [secure]\n    retry: {{ max_attempts: 1 }}\n"
+            ),
+        )
+        .await;
+        let r = watchdog(WATCHDOG, env.chat()).await;
+        assert_eq!(r.status, 502, "{}", r.text());
+        let m = env.metrics().await;
+        assert_eq!(attempts_labelled(&m, "tls"), 1.0, "http2: {http2}\n{m}");
+        env.stop().await;
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}

@@ -7,6 +7,8 @@
 //! /_mock/stats`) so tests can assert on retries, idempotency keys, deadlines
 //! and abandoned requests, and it can replay a recorded tape of answers.
 //!
+//! It serves HTTP/1.1 and HTTP/2 with prior knowledge on the same port.
+//!
 //! It is not a model and not a proxy: answers are canned, token counts are
 //! estimates, and it never calls a real provider. It is not hardened for the
 //! open internet either; bind it to loopback or a test network.

@@ -1,4 +1,5 @@
-//! The HTTP/1.1 server: accept loop, per-connection hyper service, and the
+//! The HTTP server (HTTP/1.1, and HTTP/2 with prior knowledge on the same
+//! port, told apart by the client's first bytes): accept loop, per-connection hyper service, and the
 //! request path (stats, capacity, tape, faults, answer).
 
 use std::convert::Infallible;
@@ -14,9 +15,9 @@ use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -135,16 +136,21 @@ pub(crate) async fn serve_io<S: Socket>(stream: S, shared: Arc<Shared>) {
         stream,
         reset: Arc::clone(&reset),
     });
+    shared.stats.connection();
     let service = service_fn(move |req| handle(Arc::clone(&shared), Arc::clone(&reset), req));
     // Errors here are the client going away or a deliberate reset/cut.
     // No header-read timeout: idle keep-alive connections stay open until the
     // client closes them, so a gateway's pool never races an idle close.
-    let _ = http1::Builder::new()
+    // Over HTTP/2 a reset or a cut ends the one stream (`RST_STREAM`), as a
+    // provider's HTTP/2 server does; the connection's other streams go on.
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(None)
-        .keep_alive(true)
-        .serve_connection(io, service)
-        .await;
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    let _ = builder.serve_connection(io, service).await;
 }
 
 /// Asked of hyper to close a connection without answering (`reset`).
@@ -160,6 +166,9 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
         return Ok(admin::handle(&shared, req).await);
     }
     let guard = shared.stats.begin(paths::counted_index(path));
+    if req.version() == http::Version::HTTP_2 {
+        shared.stats.http2_request();
+    }
     let (endpoint, dialect) = shared.api.route(req.method(), path, req.headers());
     let (parts, body) = req.into_parts();
     if let Some(ms) = header_u64(&parts.headers, "x-timeout-ms") {

@@ -34,6 +34,8 @@ pub(crate) struct Collector {
     timeout_max: AtomicU64,
     faults: [AtomicU64; 6],
     replayed: AtomicU64,
+    connections_total: AtomicU64,
+    http2_requests: AtomicU64,
     maps: Mutex<Maps>,
 }
 
@@ -66,6 +68,8 @@ impl Default for Collector {
             timeout_max: AtomicU64::new(0),
             faults: Default::default(),
             replayed: AtomicU64::new(0),
+            connections_total: AtomicU64::new(0),
+            http2_requests: AtomicU64::new(0),
             maps: Mutex::new(Maps::default()),
         }
     }
@@ -99,6 +103,16 @@ impl Collector {
 
     pub(crate) fn fault(&self, kind: FaultKind) {
         self.faults[kind as usize].fetch_add(1, Relaxed);
+    }
+
+    /// A connection was accepted.
+    pub(crate) fn connection(&self) {
+        self.connections_total.fetch_add(1, Relaxed);
+    }
+
+    /// A provider request came over HTTP/2.
+    pub(crate) fn http2_request(&self) {
+        self.http2_requests.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn replayed(&self) {
@@ -144,6 +158,8 @@ impl Collector {
         self.timeout_min.store(u64::MAX, Relaxed);
         self.timeout_max.store(0, Relaxed);
         self.replayed.store(0, Relaxed);
+        self.connections_total.store(0, Relaxed);
+        self.http2_requests.store(0, Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> Stats {
@@ -190,6 +206,8 @@ impl Collector {
                 delayed: count(&f[FaultKind::Delayed as usize]),
             },
             replayed: count(&self.replayed),
+            connections_total: count(&self.connections_total),
+            http2_requests: count(&self.http2_requests),
         }
     }
 }

@@ -902,3 +902,94 @@ async fn a_forced_tool_is_answered_with_one_call_in_each_dialect_json_and_sse() 
     assert!(r.text().contains(r#""stop_reason":"tool_use""#));
     mock.shutdown().await;
 }
+
+/// An HTTP/2 (prior knowledge) connection to the mock.
+async fn h2_connect(
+    addr: std::net::SocketAddr,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+async fn h2_post(
+    sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &str,
+) -> Result<(u16, String), String> {
+    use http_body_util::BodyExt;
+    let req = http::Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_owned(),
+        )))
+        .unwrap();
+    let exchange = async {
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((
+            status,
+            String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        ))
+    };
+    tokio::time::timeout(WATCHDOG, exchange)
+        .await
+        .expect("watchdog")
+}
+
+#[tokio::test]
+async fn http2_with_prior_knowledge_is_served_as_strictly_on_one_connection() {
+    let mock = start_api(levee_mock::MockApi::OpenAi).await;
+    let addr = mock.local_addr();
+    let mut h2 = h2_connect(addr).await;
+    let (status, body) = h2_post(&mut h2, addr, "/v1/chat/completions", &chat("m"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("chat.completion"), "{body}");
+    let (status, body) = h2_post(&mut h2, addr, "/v1/chat/completions", &chat_stream("m"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    // The other dialect's path is unknown here, over HTTP/2 as over HTTP/1.1.
+    let (status, body) = h2_post(&mut h2, addr, "/v1/messages", &message("m", false))
+        .await
+        .unwrap();
+    assert_eq!(status, 404, "{body}");
+    // HTTP/1.1 on the same port.
+    assert_eq!(post_chat(addr, &chat("m")).await.status, 200);
+    let s = mock.stats();
+    assert_eq!(
+        (s.connections_total, s.http2_requests, s.requests_total),
+        (2, 3, 4),
+        "{s:?}"
+    );
+}
+
+#[tokio::test]
+async fn over_http2_a_reset_ends_its_stream_and_the_connection_goes_on() {
+    let mock = start("faults:\n  - { reset: true, model: bad }\n").await;
+    let addr = mock.local_addr();
+    let mut h2 = h2_connect(addr).await;
+    let e = h2_post(&mut h2, addr, "/v1/chat/completions", &chat("bad")).await;
+    assert!(e.is_err(), "{e:?}");
+    let (status, body) = h2_post(&mut h2, addr, "/v1/chat/completions", &chat("good"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let s = mock.stats();
+    assert_eq!((s.connections_total, s.faults.reset), (1, 1), "{s:?}");
+}

@@ -32,6 +32,12 @@ pub struct Stats {
     pub faults: FaultCounts,
     /// Answers taken from the replay tape.
     pub replayed: u64,
+    /// Connections accepted (HTTP/1.1 and HTTP/2 alike).
+    #[serde(default)]
+    pub connections_total: u64,
+    /// Provider requests that came over HTTP/2.
+    #[serde(default)]
+    pub http2_requests: u64,
 }
 
 /// Count and range of `x-timeout-ms` values.
