@@ -70,13 +70,16 @@ fi
 [ -x "$LEVEE_BIN" ] || die "no levee binary at $LEVEE_BIN"
 
 # --- file descriptors -------------------------------------------------------
-need=$(( 2 * STREAMS + 64 ))
+# Sockets per stream in Levee: caller + upstream, or with HTTP2=always the
+# caller's alone (upstream connections carry up to 100 streams each).
+if [ "$HTTP2" = always ]; then per=1; else per=2; fi
+need=$(( per * STREAMS + STREAMS / 100 + 64 ))
 ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 NOFILE="$(ulimit -n)"
 FD_NOTE=""
 if [ "$NOFILE" != unlimited ] && [ "$NOFILE" -lt "$need" ]; then
-  capped=$(( (NOFILE - 64) / 2 ))
-  FD_NOTE="hard fd limit $(ulimit -Hn) < the $need that $STREAMS streams need in Levee (2 sockets per stream); ran $capped streams"
+  capped=$(( (NOFILE - 64) * 100 / (100 * per + 1) ))
+  FD_NOTE="hard fd limit $(ulimit -Hn) < the $need that $STREAMS streams need in Levee ($per socket(s) per stream); ran $capped streams"
   printf 'streams.sh: %s\n' "$FD_NOTE" >&2
   STREAMS="$capped"
 fi
