@@ -96,7 +96,9 @@ for line in open(sys.argv[1]):
     s = sym.lower()
     if kind == "k" or dso.startswith("[kernel"):
         c = "kernel"
-    elif "mi_" in s or "malloc" in s or "free" in s or "realloc" in s or "mimalloc" in s:
+    elif ("mi_" in s or "malloc" in s or "free" in s or "realloc" in s or "mimalloc" in s
+          or "_rjem_" in s or "je_" in s or "sdallocx" in s or "tcache" in s
+          or "__rust_alloc" in s or "__rust_dealloc" in s):
         c = "allocator"
     elif "hyper_util" in s:
         c = "hyper-util"
