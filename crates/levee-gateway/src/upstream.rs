@@ -26,6 +26,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use levee_config::{Api, Http2, Provider};
 use levee_policy::ProviderState;
+use levee_wire::headers;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -803,8 +804,11 @@ pub fn build_request(
     if let Some((n, v)) = &provider.auth {
         h.insert(n.clone(), v.clone());
     }
-    if provider.api == Api::Anthropic && !h.contains_key("anthropic-version") {
-        h.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+    if provider.api == Api::Anthropic && !h.contains_key(headers::ANTHROPIC_VERSION) {
+        h.insert(
+            headers::ANTHROPIC_VERSION,
+            HeaderValue::from_static("2023-06-01"),
+        );
     }
     if !h.contains_key(header::CONTENT_TYPE) {
         h.insert(
@@ -813,10 +817,10 @@ pub fn build_request(
         );
     }
     h.insert(
-        "x-timeout-ms",
+        headers::X_TIMEOUT_MS,
         HeaderValue::from(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
     );
-    h.insert("idempotency-key", idempotency_key.clone());
+    h.insert(headers::IDEMPOTENCY_KEY, idempotency_key.clone());
     req
 }
 
