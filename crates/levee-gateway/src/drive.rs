@@ -435,9 +435,8 @@ impl Driver {
         match last_error {
             // A deterministic client error: the provider's own verdict, unchanged.
             Some(e) if f.upstream_status && (400..500).contains(&e.status) && e.status != 429 => {
-                let crossings = &self.ctx.crossings;
-                let t = self.fin.req.target().min(crossings.len().saturating_sub(1));
-                let body = match crossings.get(t).copied().flatten() {
+                // The target of the attempt that got the error.
+                let body = match self.ctx.crossings[self.fin.req.target()] {
                     Some(c) => c.error(e.status, &e.body),
                     None => e.body,
                 };

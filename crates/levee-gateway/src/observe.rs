@@ -131,9 +131,10 @@ impl Observer {
     }
 
     fn provider_name(&self, target: usize) -> &str {
+        // A request's target is always one the planner dispatched (it
+        // starts at the first): a valid index.
         let route = &self.shared.config.routes[self.route];
-        let t = target.min(route.targets.len().saturating_sub(1));
-        &self.shared.providers[route.targets[t].provider].name
+        &self.shared.providers[route.targets[target].provider].name
     }
 
     /// A backoff (or Retry-After) wait from `now` until `until` begins.
