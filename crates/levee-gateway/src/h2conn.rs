@@ -93,9 +93,9 @@ impl H2Conn {
     }
 }
 
-/// A provider's HTTP/2 connections (shared by every worker: a stream on
-/// another worker's connection costs a wake-up, a connection per worker
-/// would cost up to 16× the connections).
+/// One worker's HTTP/2 connections to a provider (each worker keeps its
+/// own, as nginx's workers do: one connection per worker and 100 streams,
+/// not one shared across threads).
 pub(crate) struct H2Pool {
     conns: Mutex<Vec<Arc<H2Conn>>>,
     /// Held while a connection is being opened, so that requests arriving

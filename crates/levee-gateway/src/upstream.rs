@@ -155,7 +155,11 @@ struct Pool {
     /// Under `http2: auto` on https, what the last new connection
     /// negotiated ([`SPOKEN_UNKNOWN`] before the first).
     spoken: std::sync::atomic::AtomicU8,
-    h2: H2Pool,
+    /// HTTP/2 connections per worker, like the idle HTTP/1 ones: a stream's
+    /// connection is driven on its own thread (no cross-thread wake-up per
+    /// frame), and a worker that has drained and stopped takes down only
+    /// connections its own requests used.
+    h2_shards: [H2Pool; POOL_SHARDS],
 }
 
 /// What `http2: auto` on https has negotiated: nothing yet, HTTP/1.1, h2.
@@ -203,11 +207,18 @@ impl Pool {
         None
     }
 
+    /// This worker's HTTP/2 connections.
+    fn h2(&self) -> &H2Pool {
+        &self.h2_shards[shard()]
+    }
+
     /// Closes the idle connections of every worker unused for
     /// `POOL_IDLE_TIMEOUT` (dropping a sender ends its connection).
     fn expire(&self) {
         let now = self.clock.now();
-        self.h2.expire(now, POOL_IDLE_TIMEOUT);
+        for h2 in &self.h2_shards {
+            h2.expire(now, POOL_IDLE_TIMEOUT);
+        }
         for shard in &self.idle {
             let mut idle = shard.lock().unwrap_or_else(|e| e.into_inner());
             while idle
@@ -315,7 +326,7 @@ impl Pool {
         let server_max = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
         tokio::spawn(h2conn::drive(conn, Arc::clone(&server_max)));
         let c = Arc::new(H2Conn::new(sender, streams, server_max, self.clock.now()));
-        self.h2.insert(Arc::clone(&c));
+        self.h2().insert(Arc::clone(&c));
         Ok(c)
     }
 
@@ -457,16 +468,16 @@ impl Pool {
         fresh: bool,
     ) -> Result<Result<Arc<H2Conn>, Option<H1Conn>>, SendError> {
         if !fresh {
-            if let Some(c) = self.h2.checkout(self.clock.now()) {
+            if let Some(c) = self.h2().checkout(self.clock.now()) {
                 return Ok(Ok(c));
             }
         }
-        let _opening = self.h2.opening.lock().await;
+        let _opening = self.h2().opening.lock().await;
         if !self.prefers_h2() {
             return Ok(Err(None));
         }
         if !fresh {
-            if let Some(c) = self.h2.checkout(self.clock.now()) {
+            if let Some(c) = self.h2().checkout(self.clock.now()) {
                 return Ok(Ok(c));
             }
         }
@@ -646,7 +657,7 @@ impl ProviderRuntime {
             http2: p.http2,
             https: scheme == "https",
             spoken: std::sync::atomic::AtomicU8::new(SPOKEN_UNKNOWN),
-            h2: H2Pool::new(p.http2_max_streams),
+            h2_shards: std::array::from_fn(|_| H2Pool::new(p.http2_max_streams)),
         });
         let shared_rate = match (replicas, p.rate_limit) {
             (Some(n), Some((rpm, burst))) => Some(SharedRate {
@@ -966,14 +977,55 @@ mod tests {
                 .await
                 .unwrap();
         }
-        assert_eq!(p.pool.h2.len(), 1, "one connection for both");
+        assert_eq!(p.pool.h2().len(), 1, "one connection for both");
         tokio::time::sleep(POOL_IDLE_TIMEOUT / 2).await;
-        assert_eq!(p.pool.h2.len(), 1, "still fresh: kept");
+        assert_eq!(p.pool.h2().len(), 1, "still fresh: kept");
         tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
-        assert_eq!(p.pool.h2.len(), 0, "expired with no request to notice");
+        assert_eq!(p.pool.h2().len(), 0, "expired with no request to notice");
         let resp = ask().await.unwrap();
         assert_eq!(resp.status(), 200);
         let s = mock.stats();
         assert_eq!((s.connections_total, s.http2_requests), (2, 3), "{s:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_worker_keeps_its_own_http2_connections() {
+        let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
+        let served = mock.clone();
+        let dial: crate::transport::Dial = Arc::new(move |_: &Uri| Some(served.connect()));
+        let cfg = levee_config::Config::parse(
+            "providers:\n  p: { api: openai, base_url: \"http://mock.test\", http2: always }\nroutes:\n  - targets: [p]\n",
+        )
+        .unwrap();
+        let hist = Histogram::new([1.0]);
+        let p =
+            ProviderRuntime::with_dial(&cfg.providers[0], hist, Clock::new(), None, Some(&dial))
+                .unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let key = HeaderValue::from_static("k");
+        for worker in [0, 1, 1, 0] {
+            set_worker(worker);
+            let uri = p.uri_for("/v1/chat/completions").unwrap();
+            let req = build_request(
+                &p,
+                &HeaderMap::new(),
+                uri,
+                Bytes::from(body),
+                Duration::from_secs(5),
+                &key,
+            );
+            let resp = p.send(req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap();
+        }
+        set_worker(0);
+        // A worker that stops takes its connections down with its runtime:
+        // they must carry none of another worker's streams.
+        let s = mock.stats();
+        assert_eq!((s.connections_total, s.http2_requests), (2, 4), "{s:?}");
+        assert_eq!(p.pool.h2_shards[0].len(), 1);
+        assert_eq!(p.pool.h2_shards[1].len(), 1);
     }
 }
