@@ -47,6 +47,9 @@ pub struct Recorder {
     full: Arc<AtomicBool>,
     /// Swapped when a config reload brings new provider keys.
     secrets: arc_swap::ArcSwap<crate::redact::Secrets>,
+    /// The writer thread, joined on drop so that every line handed over is
+    /// on disk when the recorder is gone.
+    writer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Recorder {
@@ -57,7 +60,7 @@ impl Recorder {
         let full = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&full);
         let shown = path.display().to_string();
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("levee-record".into())
             .spawn(move || {
                 let mut w = std::io::BufWriter::new(file);
@@ -89,6 +92,7 @@ impl Recorder {
             dropped: AtomicU64::new(0),
             full,
             secrets: arc_swap::ArcSwap::default(),
+            writer: Some(writer),
         })
     }
 
@@ -124,6 +128,17 @@ impl Recorder {
     }
 }
 
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer once it has written what is queued.
+        let (closed, _) = sync_channel(0);
+        drop(std::mem::replace(&mut self.tx, closed));
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,16 +167,9 @@ mod tests {
             ..TapeLine::default()
         };
         r.record(&line);
+        // Dropping the recorder waits for its writer to finish the tape.
         drop(r);
-        let mut text = String::new();
-        // The writer thread finishes the line soon after; wait for all of it.
-        for _ in 0..200 {
-            text = std::fs::read_to_string(&path).unwrap_or_default();
-            if text.ends_with('\n') {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(text.ends_with('\n'), "the whole line was written: {text:?}");
         assert!(
             !text.contains("first-key") && !text.contains("rotated-key"),
