@@ -943,8 +943,8 @@ mod tests {
         assert_eq!(p.pool.idle_count(), 0, "expired with no request to notice");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+    /// A provider speaking HTTP/2 (`http2: always`) to an in-process mock.
+    fn h2_provider() -> (levee_mock::InProcess, ProviderRuntime) {
         let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
         let served = mock.clone();
         let dial: crate::transport::Dial = Arc::new(move |_: &Uri| Some(served.connect()));
@@ -956,69 +956,50 @@ mod tests {
         let p =
             ProviderRuntime::with_dial(&cfg.providers[0], hist, Clock::new(), None, Some(&dial))
                 .unwrap();
+        (mock, p)
+    }
+
+    /// One chat completion through `p`, read to its end.
+    async fn complete(p: &ProviderRuntime) {
         let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let uri = p.uri_for("/v1/chat/completions").unwrap();
         let key = HeaderValue::from_static("k");
-        let ask = || {
-            let uri = p.uri_for("/v1/chat/completions").unwrap();
-            let req = build_request(
-                &p,
-                &HeaderMap::new(),
-                uri,
-                Bytes::from(body),
-                Duration::from_secs(5),
-                &key,
-            );
-            p.send(req)
-        };
-        for _ in 0..2 {
-            let resp = ask().await.unwrap();
-            assert_eq!(resp.status(), 200);
-            http_body_util::BodyExt::collect(resp.into_body())
-                .await
-                .unwrap();
-        }
+        let req = build_request(
+            p,
+            &HeaderMap::new(),
+            uri,
+            Bytes::from(body),
+            Duration::from_secs(5),
+            &key,
+        );
+        let resp = p.send(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+        let (mock, p) = h2_provider();
+        complete(&p).await;
+        complete(&p).await;
         assert_eq!(p.pool.h2().len(), 1, "one connection for both");
         tokio::time::sleep(POOL_IDLE_TIMEOUT / 2).await;
         assert_eq!(p.pool.h2().len(), 1, "still fresh: kept");
         tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
         assert_eq!(p.pool.h2().len(), 0, "expired with no request to notice");
-        let resp = ask().await.unwrap();
-        assert_eq!(resp.status(), 200);
+        complete(&p).await;
         let s = mock.stats();
         assert_eq!((s.connections_total, s.http2_requests), (2, 3), "{s:?}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn each_worker_keeps_its_own_http2_connections() {
-        let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
-        let served = mock.clone();
-        let dial: crate::transport::Dial = Arc::new(move |_: &Uri| Some(served.connect()));
-        let cfg = levee_config::Config::parse(
-            "providers:\n  p: { api: openai, base_url: \"http://mock.test\", http2: always }\nroutes:\n  - targets: [p]\n",
-        )
-        .unwrap();
-        let hist = Histogram::new([1.0]);
-        let p =
-            ProviderRuntime::with_dial(&cfg.providers[0], hist, Clock::new(), None, Some(&dial))
-                .unwrap();
-        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-        let key = HeaderValue::from_static("k");
+        let (mock, p) = h2_provider();
         for worker in [0, 1, 1, 0] {
             set_worker(worker);
-            let uri = p.uri_for("/v1/chat/completions").unwrap();
-            let req = build_request(
-                &p,
-                &HeaderMap::new(),
-                uri,
-                Bytes::from(body),
-                Duration::from_secs(5),
-                &key,
-            );
-            let resp = p.send(req).await.unwrap();
-            assert_eq!(resp.status(), 200);
-            http_body_util::BodyExt::collect(resp.into_body())
-                .await
-                .unwrap();
+            complete(&p).await;
         }
         set_worker(0);
         // A worker that stops takes its connections down with its runtime:
