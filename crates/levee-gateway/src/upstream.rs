@@ -909,22 +909,7 @@ mod tests {
         .unwrap();
         let p = ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
             .unwrap();
-        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-        let uri = p.uri_for("/v1/chat/completions").unwrap();
-        let key = HeaderValue::from_static("k");
-        let req = build_request(
-            &p,
-            &HeaderMap::new(),
-            uri,
-            Bytes::from(body),
-            Duration::from_secs(5),
-            &key,
-        );
-        let resp = p.send(req).await.unwrap();
-        assert_eq!(resp.status(), 200);
-        http_body_util::BodyExt::collect(resp.into_body())
-            .await
-            .unwrap();
+        complete(&p).await;
         // The connection's task returns it to the pool once the answer is over.
         for _ in 0..1000 {
             if p.pool.idle_count() == 1 {
