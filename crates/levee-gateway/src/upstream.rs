@@ -172,7 +172,7 @@ type H1Conn = (http1::SendRequest<ConnTimed>, Arc<Parked>);
 
 /// A new connection, in the protocol it speaks.
 enum Opened {
-    H1(http1::SendRequest<ConnTimed>, Arc<Parked>),
+    H1(H1Conn),
     /// In the HTTP/2 pool already, one stream reserved for the caller.
     H2(Arc<H2Conn>),
 }
@@ -309,7 +309,7 @@ impl Pool {
             Arc::clone(&parked),
             Arc::downgrade(self),
         ));
-        Ok(Opened::H1(sender, parked))
+        Ok(Opened::H1((sender, parked)))
     }
 
     /// The HTTP/2 handshake on a new connection, its task, and its place in
@@ -374,7 +374,7 @@ impl Pool {
             let (sender, parked, reused) = match self.checkout() {
                 Some(c) => (c.sender, c.parked, true),
                 None => match Box::pin(self.connect(&full)).await? {
-                    Opened::H1(s, p) => (s, p, false),
+                    Opened::H1((s, p)) => (s, p, false),
                     // `http2: auto` and the provider picked h2 this time.
                     Opened::H2(c) => {
                         *req.uri_mut() = full;
@@ -435,11 +435,10 @@ impl Pool {
             };
             let copy = (!retried).then(|| copy_request(&req));
             let sent = conn.sender.clone().try_send_request(req).await;
-            let e = match sent {
+            let mut e = match sent {
                 Ok(resp) => return Ok(resp),
                 Err(e) => e,
             };
-            let mut e = e;
             let back = match e.take_message() {
                 Some(back) => {
                     conn.unreserve();
@@ -483,7 +482,7 @@ impl Pool {
         }
         Ok(match Box::pin(self.connect(req.uri())).await? {
             Opened::H2(c) => Ok(c),
-            Opened::H1(sender, parked) => Err(Some((sender, parked))),
+            Opened::H1(c) => Err(Some(c)),
         })
     }
 }
