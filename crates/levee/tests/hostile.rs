@@ -17,7 +17,7 @@
 #![allow(clippy::disallowed_methods)] // watchdogs time real processes and sockets
 
 mod kit;
-use kit::{header, RedisServer};
+use kit::{header, wait_for, RedisServer};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -496,20 +496,6 @@ fn assert_refused_or_closed(what: &str, a: &Answer, allowed: &[u16]) {
             r.status,
             r.text()
         );
-    }
-}
-
-/// Waits until `cond` holds, looking again every 10 ms: for what another
-/// process or thread does, with no event to wait on. Fails the test when
-/// `limit` passes first.
-fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let until = Instant::now() + limit;
-    while !cond() {
-        assert!(
-            Instant::now() < until,
-            "{what} did not happen within {limit:?}"
-        );
-        thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -81,12 +81,19 @@ pub fn start_mock(extra: &[&str]) -> (Proc, String) {
 }
 
 /// Polls `f` every 10 ms; fails the test if it is not true within `limit`.
-pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
+pub fn wait_until(limit: Duration, f: impl FnMut() -> bool) {
+    wait_for(limit, "watchdog: condition", f);
+}
+
+/// Waits until `cond` holds, looking again every 10 ms: for what another
+/// process or thread does, with no event to wait on. Fails the test, naming
+/// `what`, when `limit` passes first.
+pub fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + limit;
+    while !cond() {
         assert!(
-            t.elapsed() < limit,
-            "watchdog: condition not reached in {limit:?}"
+            Instant::now() < until,
+            "{what} did not happen within {limit:?}"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
