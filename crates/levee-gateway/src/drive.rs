@@ -13,11 +13,11 @@ use crate::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict, Why
 use crate::shared::Shared;
 use crate::stream::RelayBody;
 use crate::upstream::build_request;
+use crate::upstream::UpstreamBody;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::Response;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use levee_policy::planner::{Decision, Dispatch};
 use levee_policy::{Class, Failure, Outcome, Reason};
 use levee_wire::{headers, Dialect};
@@ -205,7 +205,7 @@ impl Driver {
     /// last error; returns the attempt's outcome and result label.
     async fn upstream_error(
         &mut self,
-        resp: Response<Incoming>,
+        resp: Response<UpstreamBody>,
         until: tokio::time::Instant,
     ) -> (Outcome, &'static str) {
         let shared = &self.ctx.shared;
@@ -244,7 +244,7 @@ impl Driver {
     /// until its first chunk (the commit point) and relay the rest.
     async fn deliver(
         &mut self,
-        resp: Response<Incoming>,
+        resp: Response<UpstreamBody>,
         attempt_deadline: tokio::time::Instant,
         started: levee_policy::Instant,
     ) -> Delivered {
@@ -268,7 +268,7 @@ impl Driver {
     async fn deliver_stream(
         &mut self,
         parts: http::response::Parts,
-        mut body: Incoming,
+        mut body: UpstreamBody,
         attempt_deadline: tokio::time::Instant,
         started: levee_policy::Instant,
     ) -> Delivered {
@@ -351,7 +351,7 @@ impl Driver {
     async fn deliver_buffered(
         &mut self,
         parts: http::response::Parts,
-        body: Incoming,
+        body: UpstreamBody,
         attempt_deadline: tokio::time::Instant,
         started: levee_policy::Instant,
     ) -> Delivered {
@@ -497,7 +497,7 @@ fn status_label(status: u16, foreign: bool) -> &'static str {
     }
 }
 
-async fn read_capped(body: Incoming, cap: usize, until: tokio::time::Instant) -> Bytes {
+async fn read_capped(body: UpstreamBody, cap: usize, until: tokio::time::Instant) -> Bytes {
     read_limited(body, cap, until).await.unwrap_or_default()
 }
 
@@ -514,7 +514,7 @@ enum BodyError {
 
 /// Reads a whole body up to `cap` bytes before `until`.
 async fn read_limited(
-    body: Incoming,
+    body: UpstreamBody,
     cap: usize,
     until: tokio::time::Instant,
 ) -> Result<Bytes, BodyError> {

@@ -17,6 +17,7 @@ pub mod census;
 pub mod clock;
 pub mod crossing;
 mod drive;
+mod h1conn;
 mod h2conn;
 pub mod handler;
 pub mod idempotency;

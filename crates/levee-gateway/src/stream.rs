@@ -7,9 +7,9 @@ use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;
 use crate::record::TapeLine;
 use crate::sse::EventFramer;
+use crate::upstream::UpstreamBody;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
-use hyper::body::Incoming;
 use levee_policy::Outcome;
 use levee_wire::Dialect;
 use std::convert::Infallible;
@@ -38,7 +38,7 @@ pub struct RelayStart {
 /// The body of a committed stream.
 pub struct RelayBody {
     first: Option<Bytes>,
-    upstream: Incoming,
+    upstream: UpstreamBody,
     idle: Duration,
     stall: Pin<Box<Sleep>>,
     deadline: Pin<Box<Sleep>>,
@@ -46,10 +46,12 @@ pub struct RelayBody {
     done: bool,
     framer: EventFramer,
     clock: Clock,
-    translate: Option<levee_translate::StreamTranslator>,
+    /// Boxed, as the tape: both are rare, and inline they would add 432
+    /// bytes to every open stream.
+    translate: Option<Box<levee_translate::StreamTranslator>>,
     finisher: Option<AttemptFinisher>,
     /// `--record`: the exchange so far, chunks appended as relayed.
-    tape: Option<TapeLine>,
+    tape: Option<Box<TapeLine>>,
     _holds: Holds,
 }
 
@@ -64,7 +66,7 @@ impl RelayBody {
     /// Starts relaying after the commit point.
     pub fn new(
         start: RelayStart,
-        upstream: Incoming,
+        upstream: UpstreamBody,
         finisher: AttemptFinisher,
         tape: Option<TapeLine>,
         holds: Holds,
@@ -80,7 +82,7 @@ impl RelayBody {
         } = start;
         let tape = tape.map(|mut t| {
             t.chunks = Some(vec![String::from_utf8_lossy(&first).into_owned()]);
-            t
+            Box::new(t)
         });
         // The tape keeps what the provider sent; the caller gets it translated.
         let first = match translate.as_mut() {
@@ -89,7 +91,7 @@ impl RelayBody {
         };
         RelayBody {
             clock,
-            translate,
+            translate: translate.map(Box::new),
             first: Some(first),
             upstream,
             idle,

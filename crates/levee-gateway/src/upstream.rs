@@ -6,20 +6,19 @@
 //!
 //! The pool is Levee's own rather than hyper-util's legacy `Client`: that
 //! client spawns a task per request to watch the connection become idle again
-//! before it returns it to its pool. Here the connection's own task does that
-//! (it is polled anyway when the answer's last byte arrives), so an attempt
-//! costs no spawn. HTTP/2 connections are shared by many streams at once
-//! ([`crate::h2conn`]).
+//! before it returns it to its pool. HTTP/1.1 connections are driven inside
+//! the attempt's own task ([`crate::h1conn`]) and go back to the pool from
+//! the poll that reads an answer's last byte; HTTP/2 connections are shared
+//! by many streams at once ([`crate::h2conn`]).
 
 use crate::clock::Clock;
+use crate::h1conn::{H1Body, H1Conn, Home};
 use crate::h2conn::{self, H2Conn, H2Pool, Streams, Watched};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::client::conn::http1;
 use hyper::client::conn::http2;
 use hyper_util::client::legacy::connect::Connection as _;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -32,25 +31,43 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tower_service::Service;
 
 /// An attempt's request body that times how long the attempt waited for a
-/// connection. hyper polls a request's body only once a connection is
-/// writing it, so the first poll marks the moment a connection was obtained:
-/// taken from the pool at once, after waiting for one, or newly connected
-/// (TCP plus TLS). Counting only new connections would leave out the pool
-/// wait, where a starved gateway shows first. Bodies here are never empty
-/// (a JSON request), so the first poll always comes.
+/// connection: taken from the pool at once, after waiting for one, or newly
+/// connected (TCP plus TLS). Counting only new connections would leave out
+/// the pool wait, where a starved gateway shows first. Over HTTP/1.1 the
+/// attempt marks the moment itself ([`ConnTimed::connected`]); over HTTP/2
+/// hyper polls a request's body only once a connection is writing it, so
+/// the first poll marks it. Bodies here are never empty (a JSON request), so
+/// the first poll always comes.
 #[derive(Debug, Clone)]
 pub struct ConnTimed {
-    inner: Full<Bytes>,
+    bytes: Bytes,
+    /// Whether the body's one frame has been polled.
+    sent: bool,
     started: levee_policy::Instant,
     clock: Clock,
-    /// Taken at the first poll: observed once.
+    /// Taken when a connection is obtained: observed once.
     hist: Option<Histogram>,
+}
+
+impl ConnTimed {
+    /// A connection was obtained for the request (observed once).
+    fn connected(&mut self) {
+        if let Some(hist) = self.hist.take() {
+            hist.observe(self.clock.since(self.started).as_secs_f64());
+        }
+    }
+}
+
+impl AsRef<[u8]> for ConnTimed {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 impl HttpBody for ConnTimed {
@@ -59,21 +76,64 @@ impl HttpBody for ConnTimed {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
-        if let Some(hist) = this.hist.take() {
-            hist.observe(this.clock.since(this.started).as_secs_f64());
+        this.connected();
+        if std::mem::replace(&mut this.sent, true) {
+            return Poll::Ready(None);
         }
-        Pin::new(&mut this.inner).poll_frame(cx)
+        Poll::Ready(Some(Ok(Frame::data(this.bytes.clone()))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.sent
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        SizeHint::with_exact(if self.sent {
+            0
+        } else {
+            self.bytes.len() as u64
+        })
+    }
+}
+
+/// A provider's answer body, in the protocol the attempt used.
+pub enum UpstreamBody {
+    H1(H1Body),
+    H2(Incoming),
+}
+
+/// What a broken answer body says.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+impl HttpBody for UpstreamBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            UpstreamBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            UpstreamBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::H1(b) => b.is_end_stream(),
+            UpstreamBody::H2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::H1(b) => b.size_hint(),
+            UpstreamBody::H2(b) => b.size_hint(),
+        }
     }
 }
 
@@ -86,15 +146,10 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most idle connections kept per provider and worker; a connection freed
 /// beyond that is closed.
 const POOL_MAX_IDLE: usize = 1024;
-/// Upstream read buffer per connection. Answers arrive in small pieces (a
-/// chat completion is ~600 bytes, an SSE event ~300), and hyper's default
-/// adaptive buffer starts at 8 KiB: for 10,000 open streams that is 80 MiB.
-/// A larger head or chunk is still read whole, in more reads.
-const UPSTREAM_READ_BUF: usize = 2048;
 
 /// Idle connections are kept per worker thread (see `Options::extra_workers`):
-/// a connection's task runs on the thread that opened it, so an attempt on
-/// that thread reuses it without waking another core.
+/// a connection is registered with the runtime of the thread that opened it,
+/// and is only ever used on that thread.
 const POOL_SHARDS: usize = 16;
 
 thread_local! {
@@ -118,22 +173,12 @@ pub enum SendError {
     #[error("the HTTP handshake with the provider failed: {0}")]
     Handshake(hyper::Error),
     #[error("the provider connection failed: {0}")]
-    Request(hyper::Error),
-}
-
-/// A connection's sender while the connection is busy: the attempt that used
-/// it parks it here, and the connection's task puts it back in the pool once
-/// the connection can take the next request.
-#[derive(Default)]
-struct Parked {
-    sender: Mutex<Option<http1::SendRequest<ConnTimed>>>,
-    waker: futures_util::task::AtomicWaker,
+    Request(BodyError),
 }
 
 /// An idle connection, ready for a request.
 struct Idle {
-    sender: http1::SendRequest<ConnTimed>,
-    parked: Arc<Parked>,
+    conn: H1Conn,
     since: levee_policy::Instant,
 }
 
@@ -167,9 +212,6 @@ const SPOKEN_UNKNOWN: u8 = 0;
 const SPOKEN_H1: u8 = 1;
 const SPOKEN_H2: u8 = 2;
 
-/// A new HTTP/1 connection's sender and its parking place.
-type H1Conn = (http1::SendRequest<ConnTimed>, Arc<Parked>);
-
 /// A new connection, in the protocol it speaks.
 enum Opened {
     H1(H1Conn),
@@ -199,8 +241,8 @@ impl Pool {
             }
             idle.pop_front();
         }
-        while let Some(c) = idle.pop_back() {
-            if c.sender.is_ready() {
+        while let Some(mut c) = idle.pop_back() {
+            if c.conn.is_open() {
                 return Some(c);
             }
         }
@@ -261,16 +303,10 @@ impl Pool {
             .sum()
     }
 
-    /// Back into the pool, unless the pool is full.
-    fn checkin(&self, sender: http1::SendRequest<ConnTimed>, parked: Arc<Parked>) {
-        let mut idle = self.lock();
-        if idle.len() < POOL_MAX_IDLE {
-            idle.push_back(Idle {
-                sender,
-                parked,
-                since: self.clock.now(),
-            });
-        }
+    /// Where this pool's HTTP/1 connections return when an answer is over.
+    fn home(self: &Arc<Self>) -> Weak<dyn Home> {
+        let home: Weak<Self> = Arc::downgrade(self);
+        home
     }
 
     /// A new connection: TCP (plus TLS), the handshake of the protocol the
@@ -298,18 +334,7 @@ impl Pool {
         if h2 {
             return self.connect_h2(io).await.map(Opened::H2);
         }
-        let (sender, conn) = http1::Builder::new()
-            .read_buf_exact_size(Some(UPSTREAM_READ_BUF))
-            .handshake(io)
-            .await
-            .map_err(SendError::Handshake)?;
-        let parked = Arc::new(Parked::default());
-        tokio::spawn(drive_connection(
-            conn,
-            Arc::clone(&parked),
-            Arc::downgrade(self),
-        ));
-        Ok(Opened::H1((sender, parked)))
+        Ok(Opened::H1(H1Conn::new(io)))
     }
 
     /// The HTTP/2 handshake on a new connection, its task, and its place in
@@ -354,7 +379,7 @@ impl Pool {
     async fn send(
         self: &Arc<Self>,
         req: Request<ConnTimed>,
-    ) -> Result<Response<Incoming>, SendError> {
+    ) -> Result<Response<UpstreamBody>, SendError> {
         if self.prefers_h2() {
             self.send_h2(req, None).await
         } else {
@@ -363,47 +388,28 @@ impl Pool {
     }
 
     /// Sends one request over HTTP/1. A request that a reused connection
-    /// refused before sending any of it (the provider closed the idle
+    /// refused before taking any of it (the provider closed the idle
     /// connection just then) goes on a new one.
     async fn send_h1(
         self: &Arc<Self>,
         mut req: Request<ConnTimed>,
-    ) -> Result<Response<Incoming>, SendError> {
-        let full = self.origin_form(&mut req);
+    ) -> Result<Response<UpstreamBody>, SendError> {
         loop {
-            let (sender, parked, reused) = match self.checkout() {
-                Some(c) => (c.sender, c.parked, true),
-                None => match Box::pin(self.connect(&full)).await? {
-                    Opened::H1((s, p)) => (s, p, false),
+            let (conn, reused) = match self.checkout() {
+                Some(c) => (c.conn, true),
+                None => match Box::pin(self.connect(req.uri())).await? {
+                    Opened::H1(c) => (c, false),
                     // `http2: auto` and the provider picked h2 this time.
-                    Opened::H2(c) => {
-                        *req.uri_mut() = full;
-                        req.headers_mut().remove(header::HOST);
-                        return Box::pin(self.send_h2(req, Some(c))).await;
-                    }
+                    Opened::H2(c) => return Box::pin(self.send_h2(req, Some(c))).await,
                 },
             };
-            match send_on(sender, &parked, req).await {
-                Ok(resp) => return Ok(resp),
-                Err(mut e) => match e.take_message() {
-                    Some(back) if reused => req = back,
-                    _ => return Err(SendError::Request(e.into_error())),
-                },
+            req.body_mut().connected();
+            match conn.send(&req, &self.host, self.home()).await {
+                Ok(resp) => return Ok(resp.map(UpstreamBody::H1)),
+                Err(f) if f.unsent && reused => continue,
+                Err(f) => return Err(SendError::Request(Box::new(f.error))),
             }
         }
-    }
-
-    /// Origin-form request target and a `host` header, as HTTP/1 to an
-    /// origin server has them; returns the full URI.
-    fn origin_form(&self, req: &mut Request<ConnTimed>) -> Uri {
-        let full = std::mem::take(req.uri_mut());
-        if let Some(pq) = full.path_and_query() {
-            *req.uri_mut() = Uri::from(pq.clone());
-        }
-        req.headers_mut()
-            .entry(header::HOST)
-            .or_insert_with(|| self.host.clone());
-        full
     }
 
     /// Sends one request over HTTP/2 (on `first`, a connection already
@@ -415,7 +421,7 @@ impl Pool {
         self: &Arc<Self>,
         mut req: Request<ConnTimed>,
         mut first: Option<Arc<H2Conn>>,
-    ) -> Result<Response<Incoming>, SendError> {
+    ) -> Result<Response<UpstreamBody>, SendError> {
         let mut retried = false;
         loop {
             let conn = match first.take() {
@@ -423,11 +429,12 @@ impl Pool {
                 None => match self.h2_conn(&req, retried).await? {
                     Ok(c) => c,
                     // `http2: auto` and the provider picked HTTP/1.1 this time.
-                    Err(Some((sender, parked))) => {
-                        self.origin_form(&mut req);
-                        return send_on(sender, &parked, req)
-                            .await
-                            .map_err(|e| SendError::Request(e.into_error()));
+                    Err(Some(conn)) => {
+                        req.body_mut().connected();
+                        return match conn.send(&req, &self.host, self.home()).await {
+                            Ok(resp) => Ok(resp.map(UpstreamBody::H1)),
+                            Err(f) => Err(SendError::Request(Box::new(f.error))),
+                        };
                     }
                     // ... while this request waited for that connection.
                     Err(None) => return Box::pin(self.send_h1(req)).await,
@@ -436,7 +443,7 @@ impl Pool {
             let copy = (!retried).then(|| copy_request(&req));
             let sent = conn.sender.clone().try_send_request(req).await;
             let mut e = match sent {
-                Ok(resp) => return Ok(resp),
+                Ok(resp) => return Ok(resp.map(UpstreamBody::H2)),
                 Err(e) => e,
             };
             let back = match e.take_message() {
@@ -452,7 +459,7 @@ impl Pool {
                     req = back;
                     retried = true;
                 }
-                _ => return Err(SendError::Request(e.into_error())),
+                _ => return Err(SendError::Request(Box::new(e.into_error()))),
             }
         }
     }
@@ -487,19 +494,6 @@ impl Pool {
     }
 }
 
-/// Sends `req` on an HTTP/1 connection and parks its sender: the
-/// connection's task returns it to the pool when the answer is over.
-async fn send_on(
-    mut sender: http1::SendRequest<ConnTimed>,
-    parked: &Parked,
-    req: Request<ConnTimed>,
-) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<ConnTimed>>> {
-    let sent = sender.try_send_request(req);
-    *parked.sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender);
-    parked.waker.wake();
-    sent.await
-}
-
 /// A copy of an HTTP/2 request, kept to send once more if the server
 /// refuses it unprocessed (hyper gives back only requests never written).
 fn copy_request(req: &Request<ConnTimed>) -> Request<ConnTimed> {
@@ -510,35 +504,17 @@ fn copy_request(req: &Request<ConnTimed>) -> Request<ConnTimed> {
     copy
 }
 
-/// Drives one upstream connection until it closes, and returns its parked
-/// sender to the pool each time the connection can take a new request.
-async fn drive_connection(
-    conn: http1::Connection<crate::transport::Conn, ConnTimed>,
-    parked: Arc<Parked>,
-    pool: std::sync::Weak<Pool>,
-) {
-    let mut conn = std::pin::pin!(conn);
-    std::future::poll_fn(|cx| {
-        parked.waker.register(cx.waker());
-        if conn.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(());
+impl Home for Pool {
+    /// Back into this worker's idle connections, unless they are full.
+    fn checkin(&self, conn: H1Conn) {
+        let mut idle = self.lock();
+        if idle.len() < POOL_MAX_IDLE {
+            idle.push_back(Idle {
+                conn,
+                since: self.clock.now(),
+            });
         }
-        let mut slot = parked.sender.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(sender) = slot.as_mut() {
-            match sender.poll_ready(cx) {
-                Poll::Pending => {}
-                Poll::Ready(Err(_)) => *slot = None,
-                Poll::Ready(Ok(())) => {
-                    if let (Some(sender), Some(pool)) = (slot.take(), pool.upgrade()) {
-                        drop(slot);
-                        pool.checkin(sender, Arc::clone(&parked));
-                    }
-                }
-            }
-        }
-        Poll::Pending
-    })
-    .await
+    }
 }
 
 /// Why a provider could not be set up.
@@ -698,11 +674,12 @@ impl ProviderRuntime {
     /// Sends one attempt, timing how long it waits for a connection.
     pub fn send(
         &self,
-        req: Request<Full<Bytes>>,
-    ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + 'static {
+        req: Request<Bytes>,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + Send + 'static {
         let started = self.clock.now();
-        let req = req.map(|inner| ConnTimed {
-            inner,
+        let req = req.map(|bytes| ConnTimed {
+            bytes,
+            sent: false,
             started,
             clock: self.clock,
             hist: Some(self.connect_hist.clone()),
@@ -793,8 +770,8 @@ pub fn build_request(
     body: Bytes,
     timeout: Duration,
     idempotency_key: &HeaderValue,
-) -> Request<Full<Bytes>> {
-    let mut req = Request::new(Full::new(body));
+) -> Request<Bytes> {
+    let mut req = Request::new(body);
     *req.method_mut() = http::Method::POST;
     *req.uri_mut() = uri;
     let h = req.headers_mut();
@@ -844,7 +821,8 @@ pub fn build_request(
 pub fn failure_label(e: &SendError) -> &'static str {
     let inner: &(dyn std::error::Error + 'static) = match e {
         SendError::Connect(e) => e.as_ref(),
-        SendError::Handshake(e) | SendError::Request(e) => e,
+        SendError::Handshake(e) => e,
+        SendError::Request(e) => e.as_ref(),
     };
     let mut cause = Some(inner);
     while let Some(c) = cause {
@@ -909,13 +887,7 @@ mod tests {
         let p = ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
             .unwrap();
         complete(&p).await;
-        // The connection's task returns it to the pool once the answer is over.
-        for _ in 0..1000 {
-            if p.pool.idle_count() == 1 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        // The body's last byte returned the connection to the pool.
         assert_eq!(
             p.pool.idle_count(),
             1,
@@ -925,6 +897,61 @@ mod tests {
         assert_eq!(p.pool.idle_count(), 1, "still fresh: kept");
         tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
         assert_eq!(p.pool.idle_count(), 0, "expired with no request to notice");
+    }
+
+    /// A provider over pipes that answers one request per connection with
+    /// keep-alive, then closes its side for writing (the client reads the
+    /// end of the stream, while its own writes are still taken, as on a TCP
+    /// connection the server closed); returns how many connections it took.
+    fn one_answer_per_connection() -> (ProviderRuntime, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dialed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&dialed);
+        let dial: crate::transport::Dial = Arc::new(move |_: &Uri| {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match theirs.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                let _ = theirs.write_all(answer).await;
+                let _ = theirs.shutdown().await;
+                // Keep reading (and dropping) whatever else arrives.
+                while let Ok(n) = theirs.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                }
+            });
+            Some(ours)
+        });
+        let cfg = levee_config::Config::parse(
+            "providers:\n  p: { api: openai, base_url: \"http://mock.test\" }\nroutes:\n  - targets: [p]\n",
+        )
+        .unwrap();
+        let hist = Histogram::new([1.0]);
+        let p =
+            ProviderRuntime::with_dial(&cfg.providers[0], hist, Clock::new(), None, Some(&dial))
+                .unwrap();
+        (p, dialed)
+    }
+
+    #[tokio::test]
+    async fn a_pooled_connection_the_provider_has_closed_is_passed_over() {
+        let (p, dialed) = one_answer_per_connection();
+        complete(&p).await;
+        assert_eq!(p.pool.idle_count(), 1, "kept alive, as the answer said");
+        // The provider closed it while idle: the next request must not be
+        // written on it (it would get no answer), but on a new connection.
+        tokio::task::yield_now().await;
+        complete(&p).await;
+        assert_eq!(dialed.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     /// A provider speaking HTTP/2 (`http2: always`) to an in-process mock.

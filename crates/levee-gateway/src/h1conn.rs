@@ -1,0 +1,1030 @@
+//! HTTP/1.1 to providers, driven inside the attempt's own task.
+//!
+//! hyper's HTTP/1 client runs every connection as a task of its own: an
+//! attempt hands its request to that task through a channel, the task
+//! writes it, reads the answer and hands the head back through a oneshot,
+//! then the body through another channel — two or more task wake-ups per
+//! request that a proxy like nginx does not have, and per open stream the
+//! task, its dispatch channel and an 8 KiB write buffer. Here the attempt
+//! writes its request and parses the answer's head itself (httparse, the
+//! parser hyper uses), and the response body reads the socket directly when
+//! the relay polls it. When the body's last byte is read the connection goes
+//! back to its pool from inside that poll; a body dropped before its end
+//! closes the connection (its remaining bytes would otherwise be read as
+//! the next answer).
+//!
+//! What it speaks: `POST` (any method) with a `content-length` body; answers
+//! framed by `content-length`, `transfer-encoding: chunked` (extensions and
+//! trailers read and dropped) or the connection's close; `1xx` heads
+//! skipped; keep-alive unless the provider says `connection: close` or
+//! answers HTTP/1.0 without `keep-alive`. It does not pipeline, upgrade or
+//! send `expect: 100-continue`. Both `transfer-encoding` and
+//! `content-length` on one answer: the first wins, and the connection is
+//! not reused (the pair is how a response is smuggled).
+
+use crate::transport::Conn;
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+use http_body::{Frame, SizeHint};
+use hyper_util::rt::TokioIo;
+use std::future::Future as _;
+use std::io;
+use std::pin::Pin;
+use std::sync::Weak;
+use std::task::{ready, Context, Poll, Waker};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+
+/// First read buffer of a connection. Answers arrive in small pieces (a
+/// chat completion is ~600 bytes, an SSE event ~300): for 10,000 open
+/// streams an 8 KiB buffer each would be 80 MiB.
+const READ_BUF: usize = 2048;
+/// A read that fills the buffer doubles the next one, up to this (a large
+/// answer is then read in fewer system calls).
+const MAX_READ_BUF: usize = 16 * 1024;
+/// Longest response head accepted (a provider's is 1-2 KiB).
+const MAX_HEAD: usize = 64 * 1024;
+/// Most header lines in a response head.
+const MAX_HEADERS: usize = 128;
+/// Longest chunk-size line, extensions included.
+const MAX_CHUNK_LINE: usize = 4096;
+/// Most bytes of trailer fields after the last chunk.
+const MAX_TRAILERS: usize = 16 * 1024;
+/// Request bodies up to this size are copied behind the head and written
+/// with it in one system call; larger ones are written after it.
+const INLINE_BODY: usize = 16 * 1024;
+
+/// Where a connection goes when an answer on it is over and it can take
+/// the next request: its provider's pool.
+pub(crate) trait Home: Send + Sync {
+    fn checkin(&self, conn: H1Conn);
+}
+
+/// An HTTP/1.1 connection to a provider, idle or carrying one exchange.
+/// Boxed: the TLS state inside is large, and a connection moves between the
+/// pool, the attempt and the body on every request.
+pub(crate) struct H1Conn(Box<Inner>);
+
+struct Inner {
+    io: TokioIo<Conn>,
+    /// Bytes read and not yet consumed.
+    buf: BytesMut,
+    /// How much the next read asks for.
+    read_size: usize,
+}
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum H1Error {
+    #[error("provider connection: {0}")]
+    Io(#[from] io::Error),
+    #[error("the provider closed the connection before its answer was complete")]
+    Closed,
+    #[error("the provider's response head is over {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    #[error("the provider's response head is malformed: {0}")]
+    Parse(#[from] httparse::Error),
+    #[error("the provider's answer is framed wrong: {0}")]
+    Framing(&'static str),
+}
+
+/// A failed exchange, and whether none of the request reached the
+/// connection (it may then go on another connection unchanged).
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub error: H1Error,
+    pub unsent: bool,
+}
+
+impl From<H1Error> for Failed {
+    fn from(error: H1Error) -> Self {
+        Failed {
+            error,
+            unsent: false,
+        }
+    }
+}
+
+impl H1Conn {
+    pub(crate) fn new(io: Conn) -> Self {
+        H1Conn(Box::new(Inner {
+            io: TokioIo::new(io),
+            buf: BytesMut::new(),
+            read_size: READ_BUF,
+        }))
+    }
+
+    /// Whether an idle connection can take a request: nothing arrived on it
+    /// while it was idle (the provider closing it, or stray bytes). Polls
+    /// the socket once without waiting; tokio keeps the socket's readiness
+    /// from its last event, so this makes a system call only when something
+    /// did arrive.
+    pub(crate) fn is_open(&mut self) -> bool {
+        if !self.0.buf.is_empty() {
+            return false;
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut probe = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut probe);
+        Pin::new(&mut self.0.io)
+            .poll_read(&mut cx, &mut probe)
+            .is_pending()
+    }
+
+    /// Writes `req` (its `host` header defaulting to `host`) and reads the
+    /// answer's head; the body reads on from this connection and returns it
+    /// to `home` at its end.
+    pub(crate) async fn send<B: AsRef<[u8]>>(
+        mut self,
+        req: &Request<B>,
+        host: &HeaderValue,
+        home: Weak<dyn Home>,
+    ) -> Result<Response<H1Body>, Failed> {
+        self.write_request(req, host).await?;
+        let no_body = req.method() == http::Method::HEAD;
+        let head = loop {
+            let head = self.0.read_head(no_body).await?;
+            if !head.informational {
+                break head;
+            }
+        };
+        let mut body = H1Body {
+            conn: Some(self),
+            kind: head.framing,
+            keep_alive: head.keep_alive,
+            home,
+        };
+        if matches!(body.kind, Kind::Length(0) | Kind::Done) {
+            body.finish();
+        }
+        let mut resp = Response::new(body);
+        *resp.status_mut() = head.status;
+        *resp.version_mut() = head.version;
+        *resp.headers_mut() = head.headers;
+        Ok(resp)
+    }
+
+    async fn write_request<B: AsRef<[u8]>>(
+        &mut self,
+        req: &Request<B>,
+        host: &HeaderValue,
+    ) -> Result<(), Failed> {
+        let body = req.body().as_ref();
+        let inline = body.len() <= INLINE_BODY;
+        let mut out = Vec::with_capacity(256 + if inline { body.len() } else { 0 });
+        encode_head(&mut out, req, host);
+        if inline {
+            out.extend_from_slice(body);
+        }
+        let mut sent = false;
+        let mut written = write_all(&mut self.0.io, &out, &mut sent).await;
+        if written.is_ok() && !inline {
+            written = write_all(&mut self.0.io, body, &mut sent).await;
+        }
+        if written.is_ok() {
+            written = self.0.io.flush().await;
+        }
+        written.map_err(|e| Failed {
+            error: H1Error::Io(e),
+            unsent: !sent,
+        })
+    }
+}
+
+/// Writes all of `bytes`; `sent` turns true once any byte is taken.
+async fn write_all(io: &mut TokioIo<Conn>, mut bytes: &[u8], sent: &mut bool) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let n = io.write(bytes).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        *sent = true;
+        bytes = &bytes[n..];
+    }
+    Ok(())
+}
+
+/// The request line and header section, with `content-length` for the
+/// body. Framing and hop-by-hop fields in `req` are left out: this
+/// connection's own framing is the only one sent.
+fn encode_head<B: AsRef<[u8]>>(out: &mut Vec<u8>, req: &Request<B>, host: &HeaderValue) {
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/");
+    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let headers = req.headers();
+    if !headers.contains_key(header::HOST) {
+        line(out, header::HOST.as_str(), host.as_bytes());
+    }
+    for (name, value) in headers {
+        if !is_framing(name) {
+            line(out, name.as_str(), value.as_bytes());
+        }
+    }
+    let mut digits = [0; 20];
+    let len = fmt_u64(&mut digits, req.body().as_ref().len() as u64);
+    line(out, header::CONTENT_LENGTH.as_str(), len);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn line(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `n` in decimal, in `buf`.
+fn fmt_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// Fields that frame a message or concern one hop only.
+fn is_framing(name: &HeaderName) -> bool {
+    name == header::CONTENT_LENGTH
+        || name == header::TRANSFER_ENCODING
+        || name == header::CONNECTION
+        || name == header::TE
+        || name == header::UPGRADE
+        || name == header::TRAILER
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
+/// A parsed response head.
+struct Head {
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+    framing: Kind,
+    keep_alive: bool,
+    /// A `1xx` head: another head follows.
+    informational: bool,
+}
+
+impl Inner {
+    /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < self.read_size / 4 {
+            self.buf.reserve(self.read_size);
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        let read = self.io.read_buf(&mut self.buf);
+        let n = ready!(std::pin::pin!(read).poll(cx))?;
+        if n == spare && self.read_size < MAX_READ_BUF {
+            self.read_size *= 2;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    async fn fill(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_fill(cx)).await
+    }
+
+    /// Reads until a whole head is buffered and parses it (the head's bytes
+    /// leave the buffer; header values share them).
+    async fn read_head(&mut self, no_body: bool) -> Result<Head, H1Error> {
+        loop {
+            if !self.buf.is_empty() {
+                if let Some(head) = parse_head(&mut self.buf, no_body)? {
+                    return Ok(head);
+                }
+                if self.buf.len() > MAX_HEAD {
+                    return Err(H1Error::HeadTooLarge);
+                }
+            }
+            if self.fill().await? == 0 {
+                return Err(H1Error::Closed);
+            }
+        }
+    }
+}
+
+/// Where a header's name and value lie in the head.
+#[derive(Clone, Copy, Default)]
+struct Span {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+/// Parses one response head from the front of `buf`: `None` while it is
+/// incomplete.
+fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut spans = [Span::default(); MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut slots);
+    let len = match resp.parse(buf)? {
+        httparse::Status::Partial => return Ok(None),
+        httparse::Status::Complete(n) => n,
+    };
+    let code = resp.code.unwrap_or(0);
+    let version = if resp.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
+    let mut framing = Framing::default();
+    let count = resp.headers.len();
+    for (h, span) in resp.headers.iter().zip(spans.iter_mut()) {
+        *span = Span {
+            name: at(h.name.as_bytes()),
+            value: at(h.value),
+        };
+        framing.see(h.name, h.value)?;
+    }
+    if code == 101 {
+        return Err(H1Error::Framing(
+            "101 Switching Protocols was not asked for",
+        ));
+    }
+    let head = buf.split_to(len).freeze();
+    let status =
+        StatusCode::from_u16(code).map_err(|_| H1Error::Framing("status code out of range"))?;
+    let mut headers = HeaderMap::with_capacity(count);
+    for span in &spans[..count] {
+        let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
+        let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
+        let name = HeaderName::from_bytes(&head[n..n + nl])
+            .map_err(|_| H1Error::Framing("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
+            .map_err(|_| H1Error::Framing("invalid header value"))?;
+        headers.append(name, value);
+    }
+    let informational = (100..200).contains(&code);
+    let (kind, keep_alive) = framing.decide(version, no_body || code == 204 || code == 304);
+    Ok(Some(Head {
+        status,
+        version,
+        headers,
+        framing: kind,
+        keep_alive,
+        informational,
+    }))
+}
+
+/// What a head's framing and connection fields say.
+#[derive(Default)]
+struct Framing {
+    content_length: Option<u64>,
+    transfer_encoding: bool,
+    chunked_last: bool,
+    close: bool,
+    keep_alive: bool,
+}
+
+impl Framing {
+    fn see(&mut self, name: &str, value: &[u8]) -> Result<(), H1Error> {
+        if name.eq_ignore_ascii_case("content-length") {
+            for part in value.split(|&b| b == b',') {
+                let n = parse_decimal(part.trim_ascii())
+                    .ok_or(H1Error::Framing("invalid content-length"))?;
+                if self.content_length.is_some_and(|m| m != n) {
+                    return Err(H1Error::Framing("two different content-lengths"));
+                }
+                self.content_length = Some(n);
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            self.transfer_encoding = true;
+            if let Some(last) = value
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .rfind(|t| !t.is_empty())
+            {
+                self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+        Ok(())
+    }
+
+    /// How the body is framed, and whether the connection stays open after it.
+    fn decide(&self, version: Version, no_body: bool) -> (Kind, bool) {
+        let keep_alive = !self.close && (version == Version::HTTP_11 || self.keep_alive);
+        if no_body {
+            return (Kind::Done, keep_alive);
+        }
+        if self.transfer_encoding {
+            // Both framings at once: never reuse the connection.
+            let reuse = keep_alive && self.content_length.is_none();
+            return if self.chunked_last {
+                (Kind::Chunked(Chunk::Size), reuse)
+            } else {
+                (Kind::Eof, false)
+            };
+        }
+        match self.content_length {
+            Some(n) => (Kind::Length(n), keep_alive),
+            None => (Kind::Eof, false),
+        }
+    }
+}
+
+fn parse_decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    s.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+/// How much of the body is left to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Length(u64),
+    Chunked(Chunk),
+    /// Until the provider closes the connection.
+    Eof,
+    Done,
+}
+
+/// Where a chunked body's decoder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// Before a chunk-size line.
+    Size,
+    /// Inside a chunk's data, with this many bytes left.
+    Data(u64),
+    /// After a chunk's data, before its CRLF.
+    DataEnd,
+    /// After the last chunk: trailer lines until an empty one (bytes seen).
+    Trailers(usize),
+}
+
+/// What one step of decoding found in the buffer.
+enum Step {
+    Data(Bytes),
+    /// Nothing more can be decoded without reading.
+    More,
+    Done,
+}
+
+/// An answer's body, read from the connection as it is polled.
+pub struct H1Body {
+    /// `None` once the body is over.
+    conn: Option<H1Conn>,
+    kind: Kind,
+    keep_alive: bool,
+    home: Weak<dyn Home>,
+}
+
+impl H1Body {
+    /// The body is over: the connection goes home if it can take another
+    /// request (nothing unread on it), else it is closed.
+    fn finish(&mut self) {
+        self.kind = Kind::Done;
+        if let Some(conn) = self.conn.take() {
+            if self.keep_alive && conn.0.buf.is_empty() {
+                if let Some(home) = self.home.upgrade() {
+                    home.checkin(conn);
+                }
+            }
+        }
+    }
+
+    /// Decodes what the buffer holds.
+    fn step(&mut self) -> Result<Step, H1Error> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(Step::Done);
+        };
+        let buf = &mut conn.0.buf;
+        match &mut self.kind {
+            Kind::Done => Ok(Step::Done),
+            Kind::Eof if buf.is_empty() => Ok(Step::More),
+            Kind::Eof => Ok(Step::Data(buf.split().freeze())),
+            Kind::Length(_) if buf.is_empty() => Ok(Step::More),
+            Kind::Length(left) => {
+                let take = (*left).min(buf.len() as u64);
+                *left -= take;
+                let data = buf.split_to(take as usize).freeze();
+                if *left == 0 {
+                    self.finish();
+                }
+                Ok(Step::Data(data))
+            }
+            Kind::Chunked(state) => {
+                let step = decode_chunked(state, buf)?;
+                if matches!(step, Step::Done) {
+                    self.finish();
+                }
+                Ok(step)
+            }
+        }
+    }
+}
+
+/// One step of a chunked body's decoder over `buf`.
+fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Step, H1Error> {
+    loop {
+        match *state {
+            Chunk::Size => {
+                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+                    if buf.len() > MAX_CHUNK_LINE {
+                        return Err(H1Error::Framing("chunk-size line too long"));
+                    }
+                    return Ok(Step::More);
+                };
+                let size = chunk_size(&buf[..end])?;
+                buf.advance(end + 1);
+                *state = if size == 0 {
+                    Chunk::Trailers(0)
+                } else {
+                    Chunk::Data(size)
+                };
+            }
+            Chunk::Data(_) if buf.is_empty() => return Ok(Step::More),
+            Chunk::Data(left) => {
+                let take = left.min(buf.len() as u64);
+                *state = if take == left {
+                    Chunk::DataEnd
+                } else {
+                    Chunk::Data(left - take)
+                };
+                return Ok(Step::Data(buf.split_to(take as usize).freeze()));
+            }
+            Chunk::DataEnd => match buf.first() {
+                None => return Ok(Step::More),
+                Some(b'\n') => {
+                    buf.advance(1);
+                    *state = Chunk::Size;
+                }
+                Some(b'\r') if buf.len() < 2 => return Ok(Step::More),
+                Some(b'\r') if buf[1] == b'\n' => {
+                    buf.advance(2);
+                    *state = Chunk::Size;
+                }
+                Some(_) => return Err(H1Error::Framing("chunk data longer than its size")),
+            },
+            Chunk::Trailers(seen) => {
+                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+                    if seen + buf.len() > MAX_TRAILERS {
+                        return Err(H1Error::Framing("trailers too long"));
+                    }
+                    return Ok(Step::More);
+                };
+                let empty = buf[..end].trim_ascii().is_empty();
+                buf.advance(end + 1);
+                if empty {
+                    return Ok(Step::Done);
+                }
+                if seen + end + 1 > MAX_TRAILERS {
+                    return Err(H1Error::Framing("trailers too long"));
+                }
+                *state = Chunk::Trailers(seen + end + 1);
+            }
+        }
+    }
+}
+
+/// The size on a chunk-size line (`1a;ext=v\r`): hex digits, then
+/// optional whitespace and extensions, which are ignored.
+fn chunk_size(line: &[u8]) -> Result<u64, H1Error> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 || digits > 16 {
+        return Err(H1Error::Framing("invalid chunk size"));
+    }
+    let rest = line[digits..].trim_ascii_start();
+    if !(rest.is_empty() || rest.starts_with(b";")) {
+        return Err(H1Error::Framing("invalid chunk size"));
+    }
+    let hex =
+        std::str::from_utf8(&line[..digits]).map_err(|_| H1Error::Framing("invalid chunk size"))?;
+    u64::from_str_radix(hex, 16).map_err(|_| H1Error::Framing("invalid chunk size"))
+}
+
+impl http_body::Body for H1Body {
+    type Data = Bytes;
+    type Error = H1Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, H1Error>>> {
+        let this = self.get_mut();
+        loop {
+            match this.step() {
+                Err(e) => {
+                    this.conn = None;
+                    this.kind = Kind::Done;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Ok(Step::Data(d)) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+                Ok(Step::Done) => return Poll::Ready(None),
+                Ok(Step::More) => {}
+            }
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match ready!(conn.0.poll_fill(cx)) {
+                Ok(0) if this.kind == Kind::Eof => {
+                    this.keep_alive = false;
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(0) => {
+                    this.conn = None;
+                    this.kind = Kind::Done;
+                    return Poll::Ready(Some(Err(H1Error::Closed)));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    this.conn = None;
+                    this.kind = Kind::Done;
+                    return Poll::Ready(Some(Err(H1Error::Io(e))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.kind == Kind::Done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.kind {
+            Kind::Length(n) => SizeHint::with_exact(n),
+            Kind::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    /// A pool of one provider's idle connections, as the gateway's is.
+    #[derive(Default)]
+    struct Shelf(Mutex<Vec<H1Conn>>);
+
+    impl Home for Shelf {
+        fn checkin(&self, conn: H1Conn) {
+            self.0.lock().unwrap().push(conn);
+        }
+    }
+
+    impl Shelf {
+        fn len(&self) -> usize {
+            self.0.lock().unwrap().len()
+        }
+    }
+
+    const REQUEST: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nhost: mock.test\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+
+    fn request() -> Request<Bytes> {
+        let mut req = Request::new(Bytes::from_static(b"{}"));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = "http://mock.test/v1/chat/completions".parse().unwrap();
+        req.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        req
+    }
+
+    /// A connection over a pipe that carries at most `window` bytes per
+    /// read, and the provider's end of it.
+    fn pipe(window: usize) -> (H1Conn, DuplexStream) {
+        let (ours, theirs) = tokio::io::duplex(window);
+        (H1Conn::new(Conn::Memory(TokioIo::new(ours))), theirs)
+    }
+
+    /// Reads one whole request (the fixed one of [`request`]) off the
+    /// provider's end.
+    async fn read_request(theirs: &mut DuplexStream) -> Vec<u8> {
+        let mut got = vec![0; REQUEST.len()];
+        theirs.read_exact(&mut got).await.unwrap();
+        got
+    }
+
+    /// Fails a test that hangs (a body read waiting for bytes that never
+    /// come) instead of letting it wait forever; nothing here takes long.
+    const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(20);
+
+    /// One exchange: the provider answers `answer` (then closes when
+    /// `close`); returns the answer's status, headers and body, and what the
+    /// connection's home holds after the body is read.
+    async fn exchange(
+        window: usize,
+        answer: &'static [u8],
+        close: bool,
+    ) -> (Result<(Response<()>, Bytes), String>, Arc<Shelf>) {
+        tokio::time::timeout(WATCHDOG, exchange_unguarded(window, answer, close))
+            .await
+            .expect("the exchange hung")
+    }
+
+    async fn exchange_unguarded(
+        window: usize,
+        answer: &'static [u8],
+        close: bool,
+    ) -> (Result<(Response<()>, Bytes), String>, Arc<Shelf>) {
+        let (conn, mut theirs) = pipe(window);
+        let provider = tokio::spawn(async move {
+            let got = read_request(&mut theirs).await;
+            theirs.write_all(answer).await.unwrap();
+            if close {
+                drop(theirs);
+                None
+            } else {
+                Some((theirs, got))
+            }
+        });
+        let shelf = Arc::new(Shelf::default());
+        let home: Weak<dyn Home> = Arc::downgrade(&shelf) as Weak<dyn Home>;
+        let host = HeaderValue::from_static("mock.test");
+        let result = match conn.send(&request(), &host, home).await {
+            Err(f) => Err(f.error.to_string()),
+            Ok(resp) => {
+                let (parts, body) = resp.into_parts();
+                match body.collect().await {
+                    Ok(b) => Ok((Response::from_parts(parts, ()), b.to_bytes())),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        };
+        if let Some((_theirs, got)) = provider.await.unwrap() {
+            assert_eq!(got, REQUEST);
+        }
+        (result, shelf)
+    }
+
+    /// Every pipe window: 1 byte per read exercises every split of the
+    /// answer between reads.
+    const WINDOWS: [usize; 4] = [1, 3, 64, 4096];
+
+    #[tokio::test]
+    async fn the_request_is_written_as_http_1_1_with_its_length() {
+        let (conn, mut theirs) = pipe(4096);
+        let shelf = Arc::new(Shelf::default());
+        let home = Arc::downgrade(&shelf) as Weak<dyn Home>;
+        let host = HeaderValue::from_static("mock.test");
+        let mut req = request();
+        // Framing and hop-by-hop fields from the request are never sent.
+        req.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from_static("99"));
+        req.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        let sending = tokio::spawn(async move {
+            conn.send(&req, &host, home)
+                .await
+                .map(|_| ())
+                .map_err(|f| f.error.to_string())
+        });
+        assert_eq!(read_request(&mut theirs).await, REQUEST);
+        theirs
+            .write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
+            .await
+            .unwrap();
+        sending.await.unwrap().unwrap();
+        assert_eq!(
+            shelf.len(),
+            1,
+            "a 204 has no body: the connection is free at once"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_content_length_answer_is_read_whole_and_the_connection_goes_home() {
+        for w in WINDOWS {
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-request-id: r1\r\n\r\nhello";
+            let (r, shelf) = exchange(w, answer, false).await;
+            let (head, body) = r.unwrap();
+            assert_eq!(head.status(), 200);
+            assert_eq!(head.headers()["x-request-id"], "r1");
+            assert_eq!(body, "hello", "window {w}");
+            assert_eq!(shelf.len(), 1, "window {w}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chunked_answer_is_decoded_at_every_split() {
+        for w in WINDOWS {
+            let answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\nA \r\n, world!!!\r\n0\r\nx-trailer: t\r\n\r\n";
+            let (r, shelf) = exchange(w, answer, false).await;
+            assert_eq!(r.unwrap().1, "hello, world!!!", "window {w}");
+            assert_eq!(shelf.len(), 1, "window {w}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_framed_by_close_is_read_to_the_end_and_not_reused() {
+        for w in WINDOWS {
+            let (r, shelf) = exchange(w, b"HTTP/1.1 200 OK\r\n\r\nuntil the end", true).await;
+            assert_eq!(r.unwrap().1, "until the end", "window {w}");
+            assert_eq!(shelf.len(), 0, "window {w}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_provider_will_close_is_not_reused() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"[..],
+            b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            // Both framings: chunked wins, the connection is closed after.
+            b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        ] {
+            let answer: &'static [u8] = Box::leak(answer.to_vec().into_boxed_slice());
+            let (r, shelf) = exchange(64, answer, false).await;
+            assert_eq!(r.unwrap().1, "ok");
+            assert_eq!(shelf.len(), 0, "{}", String::from_utf8_lossy(answer));
+        }
+        let (r, shelf) = exchange(
+            64,
+            b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok",
+            false,
+        )
+        .await;
+        assert_eq!(r.unwrap().1, "ok");
+        assert_eq!(shelf.len(), 1, "HTTP/1.0 asking to keep the connection");
+    }
+
+    #[tokio::test]
+    async fn interim_heads_are_skipped() {
+        let (r, shelf) = exchange(
+            3,
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok",
+            false,
+        )
+        .await;
+        let (head, body) = r.unwrap();
+        assert_eq!((head.status().as_u16(), &body[..]), (201, &b"ok"[..]));
+        assert!(head.headers().get("link").is_none());
+        assert_eq!(shelf.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn misframed_answers_are_errors_and_never_reused() {
+        let cases: [(&'static [u8], &str); 8] = [
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
+                "two different",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: -2\r\n\r\nok",
+                "invalid content-length",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999\r\n\r\n",
+                "invalid content-length",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+                "invalid chunk size",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n11111111111111111\r\n",
+                "invalid chunk size",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nokX\r\n",
+                "longer than its size",
+            ),
+            (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "101"),
+            (b"HTTP/1.1 2000 OK\r\n\r\n", "malformed"),
+        ];
+        for (answer, says) in cases {
+            let (r, shelf) = exchange(64, answer, false).await;
+            let e = r.expect_err(&String::from_utf8_lossy(answer));
+            assert!(e.contains(says), "{e}");
+            assert_eq!(shelf.len(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_an_error() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"[..],
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab",
+            b"HTTP/1.1 200 OK\r\ncontent-le",
+        ] {
+            let answer: &'static [u8] = Box::leak(answer.to_vec().into_boxed_slice());
+            let (r, shelf) = exchange(64, answer, true).await;
+            let e = r.expect_err("cut");
+            assert!(e.contains("closed the connection"), "{e}");
+            assert_eq!(shelf.len(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_head_over_the_limit_is_refused() {
+        let mut answer = b"HTTP/1.1 200 OK\r\n".to_vec();
+        let filler = format!("x-filler: {}\r\n", "f".repeat(1000));
+        while answer.len() <= MAX_HEAD {
+            answer.extend_from_slice(filler.as_bytes());
+        }
+        // Fewer lines than MAX_HEADERS allows: the byte limit refuses it.
+        let answer: &'static [u8] = Box::leak(answer.into_boxed_slice());
+        let (conn, mut theirs) = pipe(4096);
+        tokio::spawn(async move {
+            read_request(&mut theirs).await;
+            let _ = theirs.write_all(answer).await;
+            // Hold the connection open: the limit, not the close, must end it.
+            std::future::pending::<()>().await;
+        });
+        let shelf = Arc::new(Shelf::default());
+        let host = HeaderValue::from_static("mock.test");
+        let e = conn
+            .send(&request(), &host, Arc::downgrade(&shelf) as Weak<dyn Home>)
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(e.error, H1Error::HeadTooLarge), "{}", e.error);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_before_its_end_closes_the_connection() {
+        let (conn, mut theirs) = pipe(4096);
+        let shelf = Arc::new(Shelf::default());
+        let host = HeaderValue::from_static("mock.test");
+        let sending = {
+            let home = Arc::downgrade(&shelf) as Weak<dyn Home>;
+            tokio::spawn(async move {
+                conn.send(&request(), &host, home)
+                    .await
+                    .map_err(|f| f.error.to_string())
+            })
+        };
+        read_request(&mut theirs).await;
+        theirs
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc")
+            .await
+            .unwrap();
+        let resp = sending.await.unwrap().unwrap();
+        drop(resp);
+        assert_eq!(shelf.len(), 0);
+        let mut rest = Vec::new();
+        theirs.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "the provider sees the connection closed");
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_open_until_the_provider_closes_it_or_writes() {
+        let (mut conn, theirs) = pipe(64);
+        assert!(conn.is_open());
+        drop(theirs);
+        assert!(!conn.is_open(), "closed by the provider");
+        let (mut conn, mut theirs) = pipe(64);
+        theirs
+            .write_all(b"HTTP/1.1 408 Request Timeout\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(!conn.is_open(), "an answer nobody asked for");
+    }
+
+    #[tokio::test]
+    async fn a_request_the_connection_took_none_of_is_unsent() {
+        let (conn, theirs) = pipe(64);
+        drop(theirs);
+        let shelf = Arc::new(Shelf::default());
+        let host = HeaderValue::from_static("mock.test");
+        let f = conn
+            .send(&request(), &host, Arc::downgrade(&shelf) as Weak<dyn Home>)
+            .await
+            .err()
+            .expect("the provider is gone");
+        assert!(f.unsent, "{}", f.error);
+    }
+
+    #[test]
+    fn chunk_size_lines() {
+        assert_eq!(chunk_size(b"0").unwrap(), 0);
+        assert_eq!(chunk_size(b"1a\r").unwrap(), 26);
+        assert_eq!(chunk_size(b"FF ; name=value\r").unwrap(), 255);
+        assert_eq!(chunk_size(b"ffffffffffffffff").unwrap(), u64::MAX);
+        for bad in [
+            &b""[..],
+            b"\r",
+            b"g",
+            b"-1",
+            b"1 2",
+            b"1x",
+            b"10000000000000000",
+        ] {
+            assert!(chunk_size(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}
