@@ -44,8 +44,8 @@ const READ_BUF: usize = 2048;
 const MAX_READ_BUF: usize = 16 * 1024;
 /// Longest response head accepted (a provider's is 1-2 KiB).
 const MAX_HEAD: usize = 64 * 1024;
-/// Most header lines in a response head.
-const MAX_HEADERS: usize = 128;
+/// Most header lines in a response head (hyper's default too).
+const MAX_HEADERS: usize = 100;
 /// Longest chunk-size line, extensions included.
 const MAX_CHUNK_LINE: usize = 4096;
 /// Most bytes of trailer fields after the last chunk.
@@ -313,21 +313,27 @@ impl Inner {
     }
 }
 
-/// Where a header's name and value lie in the head.
+/// Where a header's name and value lie in the head (offsets and lengths;
+/// a head is at most `MAX_HEAD` bytes, so they fit 16 bits).
 #[derive(Clone, Copy, Default)]
 struct Span {
-    name: (u32, u32),
-    value: (u32, u32),
+    name: (u16, u16),
+    value: (u16, u16),
 }
 
 /// Parses one response head from the front of `buf`: `None` while it is
 /// incomplete.
 fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    // Left uninitialised: httparse writes only the slots it fills (zeroed,
+    // they would be 3.2 KiB written for every answer).
+    let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut spans = [Span::default(); MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut slots);
-    let len = match resp.parse(buf)? {
+    let mut resp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots)?
+    {
         httparse::Status::Partial => return Ok(None),
+        httparse::Status::Complete(n) if n > MAX_HEAD => return Err(H1Error::HeadTooLarge),
         httparse::Status::Complete(n) => n,
     };
     let code = resp.code.unwrap_or(0);
@@ -337,7 +343,7 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
         Version::HTTP_11
     };
     let base = buf.as_ptr() as usize;
-    let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
+    let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u16, s.len() as u16);
     let mut framing = Framing::default();
     let count = resp.headers.len();
     for (h, span) in resp.headers.iter().zip(spans.iter_mut()) {
