@@ -39,11 +39,10 @@ use tower_service::Service;
 /// An attempt's request body that times how long the attempt waited for a
 /// connection: taken from the pool at once, after waiting for one, or newly
 /// connected (TCP plus TLS). Counting only new connections would leave out
-/// the pool wait, where a starved gateway shows first. Over HTTP/1.1 the
-/// attempt marks the moment itself ([`ConnTimed::connected`]); over HTTP/2
-/// hyper polls a request's body only once a connection is writing it, so
-/// the first poll marks it. Bodies here are never empty (a JSON request), so
-/// the first poll always comes.
+/// the pool wait, where a starved gateway shows first. The attempt marks
+/// the moment a connection is handed to it ([`ConnTimed::connected`]), once:
+/// a request sent once more on another connection (refused unprocessed) is
+/// not timed twice.
 #[derive(Debug, Clone)]
 pub struct ConnTimed {
     bytes: Bytes,
@@ -79,7 +78,6 @@ impl HttpBody for ConnTimed {
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
-        this.connected();
         if std::mem::replace(&mut this.sent, true) {
             return Poll::Ready(None);
         }
@@ -146,6 +144,13 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most idle connections kept per provider and worker; a connection freed
 /// beyond that is closed.
 const POOL_MAX_IDLE: usize = 1024;
+/// An HTTP/2 connection silent this long is sent a `PING`; with no answer
+/// within `H2_PING_TIMEOUT` it is closed. A provider gone without a FIN or
+/// a reset (a NAT or load balancer that dropped the flow) would otherwise
+/// keep every stream on the connection waiting for its attempt timeout, and
+/// the pool would keep putting new streams on it.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(20);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Idle connections are kept per worker thread (see `Options::extra_workers`):
 /// a connection is registered with the runtime of the thread that opened it,
@@ -342,6 +347,10 @@ impl Pool {
     async fn connect_h2(&self, io: crate::transport::Conn) -> Result<Arc<H2Conn>, SendError> {
         let streams = Arc::new(Streams::default());
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .keep_alive_interval(H2_PING_INTERVAL)
+            .keep_alive_timeout(H2_PING_TIMEOUT)
+            .keep_alive_while_idle(true)
             .handshake(Watched::new(io, Arc::clone(&streams)))
             .await
             .map_err(SendError::Handshake)?;
@@ -440,6 +449,7 @@ impl Pool {
                     Err(None) => return Box::pin(self.send_h1(req)).await,
                 },
             };
+            req.body_mut().connected();
             let copy = (!retried).then(|| copy_request(&req));
             let sent = conn.sender.clone().try_send_request(req).await;
             let mut e = match sent {

@@ -262,6 +262,13 @@ async fn a_refused_stream_goes_once_more_on_a_new_connection() {
     // Unprocessed, so not an attempt of the retry policy (max_attempts: 1).
     assert_eq!(r.header("x-levee-attempts"), "1");
     assert_eq!(server.count(), (2, 2), "(connections, streams)");
+    // One attempt's wait for a connection, timed once though it took two.
+    let m = env.metrics();
+    assert_eq!(
+        metric(&m, "levee_upstream_connect_seconds_count", &[]),
+        1.0,
+        "{m}"
+    );
 
     // Refused twice: the one resend is all, and the attempt fails.
     let server = H2Only::default();
@@ -344,4 +351,31 @@ async fn a_request_the_server_shut_the_connection_down_before_goes_on_a_new_one(
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-attempts"), "1");
     assert_eq!(server.count(), (2, 1), "(connections, streams answered)");
+}
+
+/// A provider that takes the connection and then says nothing, ever: gone
+/// without a FIN or a reset, as behind a NAT that dropped the flow.
+#[tokio::test(start_paused = true)]
+async fn a_silent_http2_connection_is_given_up_when_its_ping_goes_unanswered() {
+    let dial: levee_gateway::transport::Dial = std::sync::Arc::new(|_: &http::Uri| {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            let _held_open = theirs;
+            std::future::pending::<()>().await
+        });
+        Some(ours)
+    });
+    let config = "providers:\n  p: { api: openai, base_url: \"http://silent.test\", http2: always }\nroutes:\n  - targets: [p]\n    retry: { max_attempts: 1 }\n    deadline: { default: 600s, max: 600s }\n    attempt_timeout: 600s\n";
+    let env = local_dial(vec![], config, dial);
+    let started = tokio::time::Instant::now();
+    let r = watchdog(Duration::from_secs(900), env.chat()).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 502, "{}", r.text());
+    // A ping after 20 s of silence, unanswered for 10 s: the connection is
+    // closed at 30 s, long before the attempt's 600 s.
+    assert!(
+        took >= Duration::from_secs(20) && took <= Duration::from_secs(35),
+        "gave up after {took:?}"
+    );
+    assert_eq!(attempts_labelled(&env.metrics(), "connect_error"), 1.0);
 }
