@@ -83,16 +83,16 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let path = req.uri().path().to_string();
-    if req.method() == Method::GET && path == "/v1/models" {
+    let asked = req.uri().path();
+    if req.method() == Method::GET && asked == "/v1/models" {
         // The route names are the deployment's map: as private as the routes.
         authenticate(shared, req.headers())?;
         return Ok(models(shared));
     }
-    if !PATHS.contains(&path.as_str()) {
+    let Some(path) = PATHS.iter().copied().find(|p| *p == asked) else {
         let msg = format!(
             "levee: no such endpoint `{}`; use one of {}",
-            printable(&path),
+            printable(asked),
             PATHS.join(", ")
         );
         return Err(reject(
@@ -100,7 +100,7 @@ where
             "not_found",
             LeveeError::bad_request(404, msg),
         ));
-    }
+    };
     if req.method() != Method::POST {
         let e = LeveeError::bad_request(405, "levee: use POST");
         return Err(reject(shared, "bad_request", e));
@@ -114,7 +114,7 @@ where
             LeveeError::bad_request(400, format!("levee: {e}")),
         )
     })?;
-    let Some(route) = shared.config.route_for(&path, &inspected.model) else {
+    let Some(route) = shared.config.route_for(path, &inspected.model) else {
         let msg = format!(
             "levee: no route for model `{}`",
             printable(&inspected.model)
@@ -142,7 +142,8 @@ where
 struct Inbound {
     parts: http::request::Parts,
     body: Bytes,
-    path: String,
+    /// One of the endpoints Levee serves.
+    path: &'static str,
     model: String,
     stream: bool,
     caller: [u8; 32],
@@ -272,9 +273,14 @@ fn resolve_deadline(
         })
 }
 
-/// The idempotency key Levee sends for a request that has none.
+/// The idempotency key Levee sends for a request that has none: a UUIDv7,
+/// in one allocation that every attempt's copy shares (a `String` turned
+/// into a header value took three: the string, its copy, and a shared
+/// header made at the first clone).
 fn generated_key(shared: &Shared) -> HeaderValue {
-    HeaderValue::from_str(&shared.uuid_v7().to_string())
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    shared.uuid_v7().hyphenated().encode_lower(&mut text);
+    HeaderValue::from_maybe_shared(Bytes::from_owner(text))
         .unwrap_or(HeaderValue::from_static("levee"))
 }
 
@@ -298,11 +304,7 @@ async fn admit(
     );
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.
-    let path_and_query: &str = r
-        .parts
-        .uri
-        .path_and_query()
-        .map_or(r.path.as_str(), |p| p.as_str());
+    let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
     let targets = prepare_targets(shared, route, &r, path_and_query).map_err(|(status, msg)| {
         reject(shared, "bad_request", LeveeError::bad_request(status, msg))
     })?;
