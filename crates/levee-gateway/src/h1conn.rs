@@ -735,7 +735,7 @@ mod tests {
     /// connection's home holds after the body is read.
     async fn exchange(
         window: usize,
-        answer: &'static [u8],
+        answer: &[u8],
         close: bool,
     ) -> (Result<(Response<()>, Bytes), String>, Arc<Shelf>) {
         tokio::time::timeout(WATCHDOG, exchange_unguarded(window, answer, close))
@@ -745,13 +745,14 @@ mod tests {
 
     async fn exchange_unguarded(
         window: usize,
-        answer: &'static [u8],
+        answer: &[u8],
         close: bool,
     ) -> (Result<(Response<()>, Bytes), String>, Arc<Shelf>) {
         let (conn, mut theirs) = pipe(window);
+        let answer = answer.to_vec();
         let provider = tokio::spawn(async move {
             let got = read_request(&mut theirs).await;
-            theirs.write_all(answer).await.unwrap();
+            theirs.write_all(&answer).await.unwrap();
             if close {
                 drop(theirs);
                 None
@@ -853,7 +854,6 @@ mod tests {
             // Both framings: chunked wins, the connection is closed after.
             b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
         ] {
-            let answer: &'static [u8] = Box::leak(answer.to_vec().into_boxed_slice());
             let (r, shelf) = exchange(64, answer, false).await;
             assert_eq!(r.unwrap().1, "ok");
             assert_eq!(shelf.len(), 0, "{}", String::from_utf8_lossy(answer));
@@ -884,7 +884,7 @@ mod tests {
 
     #[tokio::test]
     async fn misframed_answers_are_errors_and_never_reused() {
-        let cases: [(&'static [u8], &str); 8] = [
+        let cases: [(&[u8], &str); 8] = [
             (
                 b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
                 "two different",
@@ -927,7 +927,6 @@ mod tests {
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab",
             b"HTTP/1.1 200 OK\r\ncontent-le",
         ] {
-            let answer: &'static [u8] = Box::leak(answer.to_vec().into_boxed_slice());
             let (r, shelf) = exchange(64, answer, true).await;
             let e = r.expect_err("cut");
             assert!(e.contains("closed the connection"), "{e}");
@@ -943,11 +942,10 @@ mod tests {
             answer.extend_from_slice(filler.as_bytes());
         }
         // Fewer lines than MAX_HEADERS allows: the byte limit refuses it.
-        let answer: &'static [u8] = Box::leak(answer.into_boxed_slice());
         let (conn, mut theirs) = pipe(4096);
         tokio::spawn(async move {
             read_request(&mut theirs).await;
-            let _ = theirs.write_all(answer).await;
+            let _ = theirs.write_all(&answer).await;
             // Hold the connection open: the limit, not the close, must end it.
             std::future::pending::<()>().await;
         });
