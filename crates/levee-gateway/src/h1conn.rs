@@ -1013,6 +1013,72 @@ mod tests {
         assert!(f.unsent, "{}", f.error);
     }
 
+    /// An HTTPS provider (a fresh self-signed certificate the client is
+    /// told to trust) answering every request on one connection.
+    async fn tls_provider() -> (
+        std::net::SocketAddr,
+        rustls::pki_types::CertificateDer<'static>,
+    ) {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let der = cert.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![der.clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let mut got = vec![0; REQUEST.len()];
+            while tls.read_exact(&mut got).await.is_ok() {
+                assert_eq!(got, REQUEST);
+                let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                tls.write_all(answer).await.unwrap();
+                tls.flush().await.unwrap();
+            }
+        });
+        (addr, der)
+    }
+
+    #[tokio::test]
+    async fn over_tls_answers_are_read_and_the_connection_is_reused() {
+        let (addr, cert) = tokio::time::timeout(WATCHDOG, tls_provider())
+            .await
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, TokioIo::new(TokioIo::new(tcp)))
+            .await
+            .unwrap();
+        let mut conn = H1Conn::new(Conn::from(hyper_rustls::MaybeHttpsStream::from(tls)));
+        let shelf = Arc::new(Shelf::default());
+        let host = HeaderValue::from_static("mock.test");
+        for n in 1..=3 {
+            let home = Arc::downgrade(&shelf) as Weak<dyn Home>;
+            let sent = tokio::time::timeout(WATCHDOG, async {
+                let resp = conn
+                    .send(&request(), &host, home)
+                    .await
+                    .map_err(|f| f.error)?;
+                resp.into_body().collect().await.map(|b| b.to_bytes())
+            });
+            assert_eq!(sent.await.expect("watchdog").unwrap(), "ok", "request {n}");
+            // Back home after its answer, and still open (TLS 1.3 session
+            // tickets the provider sent after the handshake carry no answer).
+            conn = shelf.0.lock().unwrap().pop().expect("went home");
+            assert!(conn.is_open(), "request {n}");
+        }
+    }
+
     #[test]
     fn chunk_size_lines() {
         assert_eq!(chunk_size(b"0").unwrap(), 0);
