@@ -19,8 +19,8 @@
 //! skipped; keep-alive unless the provider says `connection: close` or
 //! answers HTTP/1.0 without `keep-alive`. It does not pipeline, upgrade or
 //! send `expect: 100-continue`. Both `transfer-encoding` and
-//! `content-length` on one answer: the first wins, and the connection is
-//! not reused (the pair is how a response is smuggled).
+//! `content-length` on one answer: `transfer-encoding` frames it, and the
+//! connection is not reused (the pair is how a response is smuggled).
 
 use crate::transport::Conn;
 use bytes::{Buf, Bytes, BytesMut};
@@ -444,8 +444,9 @@ impl Framing {
     }
 }
 
+/// Digits only (no sign, no space); leading zeros allowed, overflow refused.
 fn parse_decimal(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
+    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
         return None;
     }
     s.iter().try_fold(0u64, |n, &d| {
@@ -505,6 +506,13 @@ impl H1Body {
                 }
             }
         }
+    }
+
+    /// The body broke off: the connection is closed.
+    fn fail(&mut self, e: H1Error) -> Poll<Option<Result<Frame<Bytes>, H1Error>>> {
+        self.conn = None;
+        self.kind = Kind::Done;
+        Poll::Ready(Some(Err(e)))
     }
 
     /// Decodes what the buffer holds.
@@ -606,7 +614,7 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Step, H1Error
 fn chunk_size(line: &[u8]) -> Result<u64, H1Error> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits == 0 || digits > 16 {
+    if digits == 0 {
         return Err(H1Error::Framing("invalid chunk size"));
     }
     let rest = line[digits..].trim_ascii_start();
@@ -629,11 +637,7 @@ impl http_body::Body for H1Body {
         let this = self.get_mut();
         loop {
             match this.step() {
-                Err(e) => {
-                    this.conn = None;
-                    this.kind = Kind::Done;
-                    return Poll::Ready(Some(Err(e)));
-                }
+                Err(e) => return this.fail(e),
                 Ok(Step::Data(d)) => return Poll::Ready(Some(Ok(Frame::data(d)))),
                 Ok(Step::Done) => return Poll::Ready(None),
                 Ok(Step::More) => {}
@@ -642,22 +646,14 @@ impl http_body::Body for H1Body {
                 return Poll::Ready(None);
             };
             match ready!(conn.0.poll_fill(cx)) {
+                // The end of an answer framed by the close (never kept alive).
                 Ok(0) if this.kind == Kind::Eof => {
-                    this.keep_alive = false;
                     this.finish();
                     return Poll::Ready(None);
                 }
-                Ok(0) => {
-                    this.conn = None;
-                    this.kind = Kind::Done;
-                    return Poll::Ready(Some(Err(H1Error::Closed)));
-                }
+                Ok(0) => return this.fail(H1Error::Closed),
                 Ok(_) => {}
-                Err(e) => {
-                    this.conn = None;
-                    this.kind = Kind::Done;
-                    return Poll::Ready(Some(Err(H1Error::Io(e))));
-                }
+                Err(e) => return this.fail(H1Error::Io(e)),
             }
         }
     }
@@ -1085,6 +1081,9 @@ mod tests {
         assert_eq!(chunk_size(b"1a\r").unwrap(), 26);
         assert_eq!(chunk_size(b"FF ; name=value\r").unwrap(), 255);
         assert_eq!(chunk_size(b"ffffffffffffffff").unwrap(), u64::MAX);
+        assert_eq!(chunk_size(b"00000000000000001").unwrap(), 1);
+        assert_eq!(parse_decimal(b"000000000000000000002"), Some(2));
+        assert_eq!(parse_decimal(b"18446744073709551616"), None);
         for bad in [
             &b""[..],
             b"\r",

@@ -7,6 +7,7 @@
 //! Over a pipe, every wake-up is a task's, and time moves only when all of
 //! them wait on timers.
 
+use crate::handler::BoxError;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
@@ -18,8 +19,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::DuplexStream;
 use tokio::net::TcpStream;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Opens an in-memory connection to the provider at a URI's host, or
 /// `None` when no provider lives there.

@@ -12,8 +12,9 @@
 //! by many streams at once ([`crate::h2conn`]).
 
 use crate::clock::Clock;
-use crate::h1conn::{H1Body, H1Conn, Home};
+use crate::h1conn::{Failed, H1Body, H1Conn, Home};
 use crate::h2conn::{self, H2Conn, H2Pool, Streams, Watched};
+use crate::handler::BoxError;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
@@ -103,17 +104,14 @@ pub enum UpstreamBody {
     H2(Incoming),
 }
 
-/// What a broken answer body says.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
-
 impl HttpBody for UpstreamBody {
     type Data = Bytes;
-    type Error = BodyError;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             UpstreamBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             UpstreamBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
@@ -178,7 +176,7 @@ pub enum SendError {
     #[error("the HTTP handshake with the provider failed: {0}")]
     Handshake(hyper::Error),
     #[error("the provider connection failed: {0}")]
-    Request(BodyError),
+    Request(BoxError),
 }
 
 /// An idle connection, ready for a request.
@@ -308,6 +306,17 @@ impl Pool {
             .sum()
     }
 
+    /// Sends `req` on an HTTP/1 connection the attempt now holds.
+    async fn send_on_h1(
+        self: &Arc<Self>,
+        conn: H1Conn,
+        req: &mut Request<ConnTimed>,
+    ) -> Result<Response<UpstreamBody>, Failed> {
+        req.body_mut().connected();
+        let resp = conn.send(req, &self.host, self.home()).await?;
+        Ok(resp.map(UpstreamBody::H1))
+    }
+
     /// Where this pool's HTTP/1 connections return when an answer is over.
     fn home(self: &Arc<Self>) -> Weak<dyn Home> {
         let home: Weak<Self> = Arc::downgrade(self);
@@ -412,11 +421,10 @@ impl Pool {
                     Opened::H2(c) => return Box::pin(self.send_h2(req, Some(c))).await,
                 },
             };
-            req.body_mut().connected();
-            match conn.send(&req, &self.host, self.home()).await {
-                Ok(resp) => return Ok(resp.map(UpstreamBody::H1)),
+            match self.send_on_h1(conn, &mut req).await {
+                Ok(resp) => return Ok(resp),
                 Err(f) if f.unsent && reused => continue,
-                Err(f) => return Err(SendError::Request(Box::new(f.error))),
+                Err(f) => return Err(f.into()),
             }
         }
     }
@@ -439,11 +447,7 @@ impl Pool {
                     Ok(c) => c,
                     // `http2: auto` and the provider picked HTTP/1.1 this time.
                     Err(Some(conn)) => {
-                        req.body_mut().connected();
-                        return match conn.send(&req, &self.host, self.home()).await {
-                            Ok(resp) => Ok(resp.map(UpstreamBody::H1)),
-                            Err(f) => Err(SendError::Request(Box::new(f.error))),
-                        };
+                        return self.send_on_h1(conn, &mut req).await.map_err(Into::into)
                     }
                     // ... while this request waited for that connection.
                     Err(None) => return Box::pin(self.send_h1(req)).await,
@@ -524,6 +528,12 @@ impl Home for Pool {
                 since: self.clock.now(),
             });
         }
+    }
+}
+
+impl From<Failed> for SendError {
+    fn from(f: Failed) -> Self {
+        SendError::Request(Box::new(f.error))
     }
 }
 
