@@ -33,7 +33,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Weak;
 use std::task::{ready, Context, Poll, Waker};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// First read buffer of a connection. Answers arrive in small pieces (a
 /// chat completion is ~600 bytes, an SSE event ~300): for 10,000 open
@@ -140,7 +140,7 @@ impl H1Conn {
         host: &HeaderValue,
         home: Weak<dyn Home>,
     ) -> Result<Response<H1Body>, Failed> {
-        self.write_request(req, host).await?;
+        let answered_early = self.write_request(req, host).await?;
         let no_body = req.method() == http::Method::HEAD;
         let head = loop {
             let head = self.0.read_head(no_body).await?;
@@ -151,7 +151,9 @@ impl H1Conn {
         let mut body = H1Body {
             conn: Some(self),
             kind: head.framing,
-            keep_alive: head.keep_alive,
+            // The rest of an interrupted request would be read as the next
+            // request: the connection ends with this answer.
+            keep_alive: head.keep_alive && !answered_early,
             home,
         };
         if matches!(body.kind, Kind::Length(0) | Kind::Done) {
@@ -164,11 +166,13 @@ impl H1Conn {
         Ok(resp)
     }
 
+    /// Writes the request; `Ok(true)` when the provider began to answer
+    /// before all of it was written (the rest is then not sent).
     async fn write_request<B: AsRef<[u8]>>(
         &mut self,
         req: &Request<B>,
         host: &HeaderValue,
-    ) -> Result<(), Failed> {
+    ) -> Result<bool, Failed> {
         let body = req.body().as_ref();
         let inline = body.len() <= INLINE_BODY;
         let mut out = Vec::with_capacity(256 + if inline { body.len() } else { 0 });
@@ -177,12 +181,12 @@ impl H1Conn {
             out.extend_from_slice(body);
         }
         let mut sent = false;
-        let mut written = write_all(&mut self.0.io, &out, &mut sent).await;
-        if written.is_ok() && !inline {
-            written = write_all(&mut self.0.io, body, &mut sent).await;
+        let mut written = self.0.write_watching(&out, &mut sent).await;
+        if matches!(written, Ok(false)) && !inline {
+            written = self.0.write_watching(body, &mut sent).await;
         }
-        if written.is_ok() {
-            written = self.0.io.flush().await;
+        if matches!(written, Ok(false)) {
+            written = self.0.io.flush().await.map(|()| false);
         }
         written.map_err(|e| Failed {
             error: H1Error::Io(e),
@@ -191,17 +195,46 @@ impl H1Conn {
     }
 }
 
-/// Writes all of `bytes`; `sent` turns true once any byte is taken.
-async fn write_all(io: &mut TokioIo<Conn>, mut bytes: &[u8], sent: &mut bool) -> io::Result<()> {
-    while !bytes.is_empty() {
-        let n = io.write(bytes).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        *sent = true;
-        bytes = &bytes[n..];
+impl Inner {
+    /// Writes all of `bytes` while watching for an answer; `sent` turns
+    /// true once any byte is taken. A provider may answer a request it
+    /// refuses (413, 400) before reading all of its body and then read no
+    /// more: a write that only waited for the socket would wait for the
+    /// deadline and answer the caller 504 instead of the provider's 413.
+    /// Returns `Ok(true)` when answer bytes arrived first (they stay in the
+    /// buffer for `read_head`).
+    async fn write_watching(&mut self, mut bytes: &[u8], sent: &mut bool) -> io::Result<bool> {
+        // The provider closed its side without answering: only the write
+        // can tell what happens next (a reset, or the rest being read).
+        let mut read_closed = false;
+        std::future::poll_fn(|cx| {
+            while !bytes.is_empty() {
+                match Pin::new(&mut self.io).poll_write(cx, bytes) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        *sent = true;
+                        bytes = &bytes[n..];
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending if read_closed => return Poll::Pending,
+                    Poll::Pending => {
+                        return match self.poll_fill(cx) {
+                            // The pending write has registered the waker.
+                            Poll::Ready(Ok(0)) => {
+                                read_closed = true;
+                                Poll::Pending
+                            }
+                            Poll::Ready(Ok(_)) => Poll::Ready(Ok(true)),
+                            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                            Poll::Pending => Poll::Pending,
+                        };
+                    }
+                }
+            }
+            Poll::Ready(Ok(false))
+        })
+        .await
     }
-    Ok(())
 }
 
 /// The request line and header section, with `content-length` for the
@@ -1007,6 +1040,90 @@ mod tests {
             .err()
             .expect("the provider is gone");
         assert!(f.unsent, "{}", f.error);
+    }
+
+    /// A request whose body is larger than the inline limit (written after
+    /// its head) and larger than the pipe takes without being read.
+    fn large_request() -> Request<Bytes> {
+        let mut req = request();
+        *req.body_mut() = Bytes::from(vec![b'x'; 4 * INLINE_BODY]);
+        req
+    }
+
+    /// Reads the provider's end up to the end of the request's head.
+    async fn read_head_only(theirs: &mut DuplexStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            theirs.read_exact(&mut byte).await.unwrap();
+            got.push(byte[0]);
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn a_large_body_is_written_whole_and_the_connection_goes_home() {
+        let (conn, mut theirs) = pipe(64);
+        let provider = tokio::spawn(async move {
+            let head = read_head_only(&mut theirs).await;
+            let mut body = vec![0; 4 * INLINE_BODY];
+            theirs.read_exact(&mut body).await.unwrap();
+            theirs
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            (theirs, head, body)
+        });
+        let shelf = Arc::new(Shelf::default());
+        let host = HeaderValue::from_static("mock.test");
+        let home = Arc::downgrade(&shelf) as Weak<dyn Home>;
+        let exchange = async {
+            let resp = conn.send(&large_request(), &host, home).await.unwrap();
+            resp.into_body().collect().await.unwrap().to_bytes()
+        };
+        let got = tokio::time::timeout(WATCHDOG, exchange)
+            .await
+            .expect("the exchange hung");
+        assert_eq!(&got[..], b"ok");
+        let (_theirs, head, body) = provider.await.unwrap();
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.contains("content-length: 65536\r\n"), "{head}");
+        assert!(body.iter().all(|&b| b == b'x'));
+        assert_eq!(shelf.len(), 1, "the connection went home");
+    }
+
+    #[tokio::test]
+    async fn an_answer_before_the_body_is_written_is_read_and_ends_the_connection() {
+        let (conn, mut theirs) = pipe(64);
+        // The provider refuses on the head alone and reads nothing more,
+        // keeping the connection open (as a server with a body limit does).
+        let provider = tokio::spawn(async move {
+            read_head_only(&mut theirs).await;
+            theirs
+                .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo long")
+                .await
+                .unwrap();
+            theirs
+        });
+        let shelf = Arc::new(Shelf::default());
+        let host = HeaderValue::from_static("mock.test");
+        let home = Arc::downgrade(&shelf) as Weak<dyn Home>;
+        let exchange = async {
+            let resp = conn.send(&large_request(), &host, home).await.unwrap();
+            let status = resp.status();
+            (status, resp.into_body().collect().await.unwrap().to_bytes())
+        };
+        let (status, body) = tokio::time::timeout(WATCHDOG, exchange)
+            .await
+            .expect("the write waited for a provider that had answered");
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(&body[..], b"too long");
+        assert_eq!(
+            shelf.len(),
+            0,
+            "the rest of the body would be read as a request"
+        );
+        drop(provider.await.unwrap());
     }
 
     /// An HTTPS provider (a fresh self-signed certificate the client is
