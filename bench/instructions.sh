@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# User-space instructions per proxied request, Levee against nginx as a
+# plain reverse proxy, counted by valgrind's callgrind.
+#
+#   bench/instructions.sh [BIN...]   # default: a release build of this checkout
+#
+# Wall-clock CPU per request on this shared 2-vCPU VM moves by 10-30 %
+# between runs with the neighbours' load, and the VM exposes no hardware
+# counters to `perf stat`. Callgrind counts the instructions a process
+# executes, which do not depend on what else the machine is doing, so two
+# builds (or Levee and nginx) compare on the same footing in any hour. What
+# it does not see: the kernel (loopback TCP, epoll, wake-ups: a third of
+# either proxy's CPU in `bench/profile-results.md`), cache misses and lock
+# contention. A count also moves a little with how many events each wake-up
+# finds (under valgrind the threads run one at a time), so each figure is
+# the median of $ROUNDS runs, and the spread is printed.
+#
+# Per subject: an upstream nginx (one worker, the 601-byte chat completion
+# of bench/gateway.sh), the proxy under callgrind (Levee with the full
+# policy on and its default workers; nginx with one worker, no master),
+# two runs: one with $WARMUP s of load by wrk (-t1, $CONNS connections),
+# one with $WARMUP + $SECONDS_LOAD s (under callgrind either proxy answers
+# ~800 requests a second); the difference in the instructions the process
+# executed over the difference in requests answered is the cost of one
+# request, without starting up, warming up or stopping. Loopback only;
+# every process is stopped on exit.
+#
+# Environment: SECONDS_LOAD (10), WARMUP (2), CONNS (16), ROUNDS (3),
+# NGINX_TOO (1: also count nginx as the reverse proxy).
+# Progress on stderr only on a terminal; the table on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_LOAD="${SECONDS_LOAD:-10}"
+WARMUP="${WARMUP:-2}"
+CONNS="${CONNS:-16}"
+ROUNDS="${ROUNDS:-3}"
+NGINX_TOO="${NGINX_TOO:-1}"
+if [ -t 2 ]; then TTY=1; else TTY=""; fi
+say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
+
+. bench/lib.sh
+need valgrind valgrind
+need wrk wrk
+need nginx nginx
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+if [ $# -eq 0 ]; then levee_bin release; set -- "$LEVEE_BIN"; fi
+bench_work
+trap 'exit 130' INT TERM
+export LEVEE_LOG=warn
+
+UP_PORT="$(free_port)"
+COMPLETION='{"id":"chatcmpl-levee000000000001","object":"chat.completion","created":1796011552,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"This is a mock response from Levee.","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":18,"completion_tokens":8,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_levee_mock"}'
+REQUEST='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello."}],"max_tokens":64}'
+
+nginx_conf() { # dir workers body
+  mkdir -p "$1/tmp"
+  cat >"$1/nginx.conf" <<NGX
+worker_processes $2; daemon off; pid $1/nginx.pid; error_log $1/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off; keepalive_requests 10000000; keepalive_timeout 75s;
+  client_body_temp_path $1/tmp/body; proxy_temp_path $1/tmp/proxy;
+  fastcgi_temp_path $1/tmp/fastcgi; uwsgi_temp_path $1/tmp/uwsgi; scgi_temp_path $1/tmp/scgi;
+$3
+}
+NGX
+}
+nginx_conf "$work/up" 1 "server { listen 127.0.0.1:$UP_PORT; location / { default_type application/json; return 200 '$COMPLETION'; } }"
+"$NGINX" -e "$work/up/error.log" -p "$work/up" -c "$work/up/nginx.conf" &
+pids+=($!)
+
+cat >"$work/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+function done(summary, latency, requests)
+  io.write(string.format("WRKRESULT %d %d\n", summary.requests,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
+end
+LUA
+printf 'wrk.body = %s\n' "'$REQUEST'" >>"$work/post.lua"
+
+cat >"$work/levee.yaml" <<YAML
+providers:
+  p: { api: openai, base_url: "http://127.0.0.1:$UP_PORT", max_in_flight: 100000 }
+routes:
+  - targets: [p]
+    max_in_flight: 100000
+YAML
+
+wait_post() { # url
+  for _ in $(seq 1 600); do
+    curl -s -o /dev/null -m 5 -X POST -H 'content-type: application/json' -d "$REQUEST" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "instructions.sh: $1 never answered" >&2
+  return 1
+}
+
+load() { # url seconds -> "requests errors"
+  wrk -t1 -c"$CONNS" -d"$2"s -s "$work/post.lua" "$1" | awk '/^WRKRESULT/ {print $2, $3}'
+}
+
+# One run of a subject under callgrind with `secs` seconds of load: writes
+# "instructions requests errors" to $work/line (not through a command
+# substitution: its subshell would keep the valgrind pid from the cleanup
+# list). The count is the whole process's, written when it exits.
+count() { # name port secs command...
+  local name="$1" port="$2" secs="$3"; shift 3
+  local out="$work/cg.$name"
+  rm -f "$out"*
+  valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$out" "$@" 2>"$work/$name.vg.log" &
+  local vp=$!
+  pids+=($vp)
+  local url="http://127.0.0.1:$port/v1/chat/completions"
+  wait_post "$url"
+  local got; got="$(load "$url" "$secs")"
+  kill "$vp"; wait "$vp" 2>/dev/null || true
+  local ir; ir="$(awk '/^summary:/ {print $2; exit}' "$out")"
+  echo "${ir:-0} $got" >"$work/line"
+}
+
+# Instructions per request of one subject: two runs, short and long; what
+# starting, warming up and stopping cost is in both and cancels out.
+per_request() { # name port command...
+  local name="$1" port="$2"; shift 2
+  count "$name" "$port" "$WARMUP" "$@"
+  read -r ir1 n1 e1 <"$work/line"
+  count "$name" "$port" "$(( WARMUP + SECONDS_LOAD ))" "$@"
+  read -r ir2 n2 e2 <"$work/line"
+  if [ "${e1:-1}" != 0 ] || [ "${e2:-1}" != 0 ] || [ "$(( ${n2:-0} - ${n1:-0} ))" -lt 100 ] \
+    || [ "${ir1:-0}" = 0 ] || [ "${ir2:-0}" = 0 ]; then
+    echo "instructions.sh: $name: runs of ${n1:-no} and ${n2:-no} requests, ${e1:-?} and ${e2:-?} errors, ${ir1:-0} and ${ir2:-0} instructions" >&2
+    exit 1
+  fi
+  echo $(( (ir2 - ir1) / (n2 - n1) )) >"$work/line"
+}
+
+declare -A RESULTS
+subjects=()
+for bin in "$@"; do subjects+=("levee:$bin"); done
+if [ "$NGINX_TOO" = 1 ]; then subjects+=("nginx:"); fi
+for r in $(seq 1 "$ROUNDS"); do
+  for s in "${subjects[@]}"; do
+    kind="${s%%:*}"; bin="${s#*:}"
+    port="$(free_port)"
+    if [ "$kind" = nginx ]; then
+      name=nginx
+      dir="$work/px$r"
+      nginx_conf "$dir" 1 "upstream up { server 127.0.0.1:$UP_PORT; keepalive 512; }
+server { listen 127.0.0.1:$port; location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+      sed -i 's/^worker_processes 1;/worker_processes 1; master_process off;/' "$dir/nginx.conf"
+      say "round $r/$ROUNDS: nginx (reverse proxy) under callgrind"
+      per_request nginx "$port" "$NGINX" -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf"
+    else
+      name="$(basename "$bin")"
+      admin="$(free_port)"
+      say "round $r/$ROUNDS: $name under callgrind"
+      per_request "$name" "$port" "$bin" serve --config "$work/levee.yaml" \
+        --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin"
+    fi
+    RESULTS["$name"]+="$(cat "$work/line") "
+  done
+done
+
+echo "| proxy | instructions per request (median of $ROUNDS) | rounds |"
+echo "|---|---|---|"
+for name in "${!RESULTS[@]}"; do
+  # shellcheck disable=SC2086
+  med="$(printf '%s\n' ${RESULTS[$name]} | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+  echo "| $name | $med | ${RESULTS[$name]}|"
+done
