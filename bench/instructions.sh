@@ -132,6 +132,7 @@ per_request() { # name port command...
     echo "instructions.sh: $name: runs of ${n1:-no} and ${n2:-no} requests, ${e1:-?} and ${e2:-?} errors, ${ir1:-0} and ${ir2:-0} instructions" >&2
     exit 1
   fi
+  say "  $name: $ir1 instructions for $n1 requests, $ir2 for $n2"
   echo $(( (ir2 - ir1) / (n2 - n1) )) >"$work/line"
 }
 

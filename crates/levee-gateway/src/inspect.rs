@@ -27,26 +27,16 @@ pub enum InspectError {
     NotAnObject,
 }
 
-#[derive(Deserialize)]
-struct Peek<'a> {
-    #[serde(borrow, default)]
-    model: Option<Cow<'a, str>>,
-    #[serde(default)]
-    stream: Option<serde_json::Value>,
-}
-
 /// Reads `model` and `stream` from a JSON object body.
 pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
-    // serde would read a JSON array into the struct's fields in order.
+    // serde would read a JSON array into a struct's fields in order.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(InspectError::NotAnObject);
     }
+    // One pass reads the two fields and validates the rest (reading them,
+    // then validating in a second pass, cost 7,400 instructions for a
+    // 130-byte chat request: an eighth of the gateway's own per request).
     let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
-        let mut m = e.to_string();
-        m.truncate(200);
-        InspectError::InvalidJson(m)
-    })?;
-    serde_json::from_slice::<Valid>(body).map_err(|e| {
         let mut m = e.to_string();
         m.truncate(200);
         InspectError::InvalidJson(m)
@@ -57,8 +47,123 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
         .ok_or(InspectError::MissingModel)?;
     Ok(Inspected {
         model: model.into_owned(),
-        stream: matches!(peek.stream, Some(serde_json::Value::Bool(true))),
+        stream: peek.stream,
     })
+}
+
+/// The top-level object: `model` (a string or null), `stream` (true only
+/// when it is the JSON `true`), every other member validated as [`Valid`].
+/// A field given twice is an error, as serde's derived structs make it.
+struct Peek<'a> {
+    model: Option<Cow<'a, str>>,
+    stream: bool,
+}
+
+impl<'de> Deserialize<'de> for Peek<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(PeekVisitor)
+    }
+}
+
+struct PeekVisitor;
+
+impl<'de> serde::de::Visitor<'de> for PeekVisitor {
+    type Value = Peek<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Peek<'de>, A::Error> {
+        use serde::de::Error;
+        let mut model: Option<Option<Cow<'de, str>>> = None;
+        let mut stream: Option<bool> = None;
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            match key.0.as_ref() {
+                "model" if model.is_some() => return Err(A::Error::duplicate_field("model")),
+                "model" => model = Some(map.next_value::<Option<Text<'de>>>()?.map(|t| t.0)),
+                "stream" if stream.is_some() => return Err(A::Error::duplicate_field("stream")),
+                "stream" => stream = Some(map.next_value::<Flag>()?.0),
+                _ => {
+                    map.next_value::<Valid>()?;
+                }
+            }
+        }
+        Ok(Peek {
+            model: model.flatten(),
+            stream: stream.unwrap_or(false),
+        })
+    }
+}
+
+/// A decoded string, borrowed from the body when it has no escapes
+/// (`Cow<str>`'s own `Deserialize` always copies).
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TextVisitor {
+    type Value = Text<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+        Ok(Text(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+        Ok(Text(Cow::Owned(v.to_owned())))
+    }
+}
+
+/// Whether a value is the JSON `true`; any other value is validated as
+/// [`Valid`] and reads as false.
+struct Flag(bool);
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(FlagVisitor)
+    }
+}
+
+struct FlagVisitor;
+
+impl<'de> serde::de::Visitor<'de> for FlagVisitor {
+    type Value = Flag;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Flag, E> {
+        Ok(Flag(v))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Flag, E> {
+        Ok(Flag(false))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Flag, E> {
+        Ok(Flag(false))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Flag, E> {
+        Ok(Flag(false))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Flag, E> {
+        Ok(Flag(false))
+    }
+    fn visit_unit<E>(self) -> Result<Flag, E> {
+        Ok(Flag(false))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Flag, A::Error> {
+        ValidVisitor.visit_seq(seq).map(|_| Flag(false))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Flag, A::Error> {
+        ValidVisitor.visit_map(map).map(|_| Flag(false))
+    }
 }
 
 /// A JSON value checked as strictly as `serde_json::Value` parses it
@@ -161,6 +266,92 @@ mod tests {
             inspect(br#"{"model":5}"#),
             Err(InspectError::InvalidJson(_))
         ));
+    }
+
+    /// What `inspect` answers, computed from a whole `serde_json::Value`.
+    fn reference(body: &[u8]) -> Result<Inspected, InspectError> {
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(InspectError::NotAnObject);
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| InspectError::InvalidJson(e.to_string()))?;
+        let stream = v.get("stream") == Some(&serde_json::Value::Bool(true));
+        match v.get("model") {
+            Some(serde_json::Value::String(m)) if !m.is_empty() => Ok(Inspected {
+                model: m.clone(),
+                stream,
+            }),
+            None | Some(serde_json::Value::Null) | Some(serde_json::Value::String(_)) => {
+                Err(InspectError::MissingModel)
+            }
+            Some(_) => Err(InspectError::InvalidJson("model is not a string".into())),
+        }
+    }
+
+    /// The same answer, with the JSON error's wording left out.
+    fn kind(r: Result<Inspected, InspectError>) -> Result<Inspected, InspectError> {
+        r.map_err(|e| match e {
+            InspectError::InvalidJson(_) => InspectError::InvalidJson(String::new()),
+            e => e,
+        })
+    }
+
+    #[test]
+    fn the_one_pass_reads_what_a_whole_parse_reads() {
+        let mut bodies: Vec<Vec<u8>> = [
+            &br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"stream":true}"#[..],
+            br#"{"stream":false,"model":"m"}"#,
+            br#"{"model":"m","stream":"true"}"#,
+            br#"{"model":"m","stream":1}"#,
+            br#"{"model":"m","stream":null}"#,
+            br#"{"model":"m","stream":{"a":[true]}}"#,
+            br#"{"model":"m","stream":[true]}"#,
+            br#"{"model":"m\"q\u00e9"}"#,
+            br#"{"model":null,"stream":true}"#,
+            br#"{"model":["m"]}"#,
+            br#"{"model":{"m":1}}"#,
+            br#"{"model":true}"#,
+            br#"{"model":"m","stream":tru}"#,
+            br#"{"model":"m",}"#,
+            br#"{"model":"m"} x"#,
+            br#"  {"mod\u0065l":"escaped key"}  "#,
+            br#"{}"#,
+            br#"{"model":"m","x":"\udc00"}"#,
+            b"{\"model\":\"\xc3\"}",
+        ]
+        .iter()
+        .map(|b| b.to_vec())
+        .collect();
+        let seeds =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/inspect");
+        for entry in std::fs::read_dir(&seeds).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                bodies.push(std::fs::read(path).unwrap());
+            }
+        }
+        for body in &bodies {
+            assert_eq!(
+                kind(inspect(body)),
+                kind(reference(body)),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn a_field_given_twice_is_refused() {
+        for body in [
+            &br#"{"model":"a","model":"b"}"#[..],
+            br#"{"model":"a","stream":true,"stream":false}"#,
+        ] {
+            assert!(
+                matches!(inspect(body), Err(InspectError::InvalidJson(m)) if m.contains("duplicate field")),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 
     #[test]
