@@ -13,17 +13,22 @@ use levee_wire::Dialect;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use tokio::sync::Notify;
 
 /// The grace-over signal: set once, when the shutdown grace period ends.
-#[derive(Debug)]
-pub struct GraceOver(watch::Sender<bool>);
-
-impl Default for GraceOver {
-    fn default() -> Self {
-        GraceOver(watch::channel(false).0)
-    }
+///
+/// Every request waits on it beside its answer, and is polled on each of its
+/// wake-ups (three or more per request). A `Notify` waiter takes the
+/// `Notify`'s lock on every poll (a `watch` receiver takes two), so the
+/// waiter is polled only when the task's waker is new, which registers it,
+/// and otherwise the flag is read: one atomic load.
+#[derive(Debug, Default)]
+pub struct GraceOver {
+    over: AtomicBool,
+    notify: Notify,
 }
 
 type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -31,34 +36,63 @@ type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
 impl GraceOver {
     /// Ends the grace period for every request.
     pub fn fire(&self) {
-        self.0.send_replace(true);
+        // Set before the wake-ups: a woken request reads it as set.
+        self.over.store(true, Ordering::Release);
+        self.notify.notify_waiters();
     }
 
     /// Resolves when the grace period ends.
-    fn wait(&self) -> Wait {
-        let mut rx = self.0.subscribe();
-        Box::pin(async move {
-            let _ = rx.wait_for(|over| *over).await;
-        })
+    fn wait(self: &Arc<Self>) -> Wait {
+        let grace = Arc::clone(self);
+        Box::pin(async move { grace.notify.notified().await })
+    }
+
+    /// Whether the grace period is over, registering `cx`'s task to be woken
+    /// when it ends: `wait` (from `notified()` or [`GraceOver::wait`]) is
+    /// polled only when the waker differs from `seen`, the one it was last
+    /// polled with.
+    fn poll_over<W: Future<Output = ()> + ?Sized>(
+        &self,
+        wait: Pin<&mut W>,
+        seen: &mut Option<Waker>,
+        cx: &mut Context<'_>,
+    ) -> bool {
+        if !seen.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            if wait.poll(cx).is_ready() {
+                return true;
+            }
+            *seen = Some(cx.waker().clone());
+        }
+        // Read after registering: a `fire` before the registration set it.
+        self.over.load(Ordering::Acquire)
     }
 
     /// Runs `answer` until it yields a response, or answers 503 in `dialect`
     /// when the grace period ends first; a streaming response keeps watching.
     pub async fn guard(
-        &self,
+        self: &Arc<Self>,
         dialect: Dialect,
         metrics: &crate::metrics::Metrics,
         answer: impl Future<Output = Response<Body>>,
     ) -> Response<Body> {
         // Waited on in place (not `self.wait()`): no allocation per request.
-        let mut rx = self.0.subscribe();
-        let resp = tokio::select! {
-            r = answer => r,
-            _ = rx.wait_for(|over| *over) => {
-                metrics.reject("shutting_down");
-                let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
-                return LeveeError::new(Why::ShuttingDown, 503, msg).into_response(dialect);
+        let mut wait = std::pin::pin!(self.notify.notified());
+        let mut answer = std::pin::pin!(answer);
+        let mut seen = None;
+        let answered = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = answer.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
             }
+            if self.poll_over(wait.as_mut(), &mut seen, cx) {
+                return Poll::Ready(None);
+            }
+            Poll::Pending
+        })
+        .await;
+        let Some(resp) = answered else {
+            metrics.reject("shutting_down");
+            let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
+            return LeveeError::new(Why::ShuttingDown, 503, msg).into_response(dialect);
         };
         let is_stream = resp
             .headers()
@@ -71,7 +105,9 @@ impl GraceOver {
         let (parts, body) = resp.into_parts();
         let body = GraceBody {
             inner: body,
-            over: Some(self.wait()),
+            grace: Arc::clone(self),
+            over: self.wait(),
+            seen: None,
             dialect,
             done: false,
         };
@@ -84,7 +120,10 @@ impl GraceOver {
 /// lands inside another.
 struct GraceBody {
     inner: Body,
-    over: Option<Wait>,
+    grace: Arc<GraceOver>,
+    over: Wait,
+    /// The waker `over` was last polled with.
+    seen: Option<Waker>,
     dialect: Dialect,
     done: bool,
 }
@@ -100,12 +139,11 @@ impl HttpBody for GraceBody {
         if self.done {
             return Poll::Ready(None);
         }
-        if let Some(over) = self.over.as_mut() {
-            if over.as_mut().poll(cx).is_ready() {
-                self.done = true;
-                let msg = "levee: shutting_down: the gateway is shutting down and its grace period is over; the stream ends here (the partial answer above is all there is)";
-                return Poll::Ready(Some(Ok(Frame::data(self.dialect.stream_error_event(msg)))));
-            }
+        let this = &mut *self;
+        if this.grace.poll_over(this.over.as_mut(), &mut this.seen, cx) {
+            this.done = true;
+            let msg = "levee: shutting_down: the gateway is shutting down and its grace period is over; the stream ends here (the partial answer above is all there is)";
+            return Poll::Ready(Some(Ok(Frame::data(this.dialect.stream_error_event(msg)))));
         }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(None) = polled {
