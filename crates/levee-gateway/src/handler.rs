@@ -211,16 +211,19 @@ where
 /// `x-stainless-timeout` (or `NOT_GIVEN`), the OpenAI SDK only
 /// `x-stainless-read-timeout`. The first that is a number wins.
 fn sdk_patience(h: &HeaderMap) -> Option<&[u8]> {
-    ["x-stainless-timeout", "x-stainless-read-timeout"]
-        .iter()
-        .filter_map(|n| h.get(*n))
-        .map(|v| v.as_bytes())
-        .find(|v| {
-            std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.trim().parse::<f64>().ok())
-                .is_some_and(|x| x.is_finite() && x > 0.0)
-        })
+    [
+        headers::X_STAINLESS_TIMEOUT,
+        headers::X_STAINLESS_READ_TIMEOUT,
+    ]
+    .iter()
+    .filter_map(|n| h.get(n))
+    .map(|v| v.as_bytes())
+    .find(|v| {
+        std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .is_some_and(|x| x.is_finite() && x > 0.0)
+    })
 }
 
 /// The caller's `idempotency-key`, checked; and whether its SDK says this

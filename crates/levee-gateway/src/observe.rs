@@ -14,9 +14,10 @@ use crate::respond::{Body, LeveeError};
 use crate::shared::Shared;
 use crate::telemetry::{AttemptTrace, RequestTrace};
 use bytes::Bytes;
-use http::{HeaderMap, Response};
+use http::{HeaderMap, HeaderName, Response};
 use levee_policy::planner::{AttemptKind, Dispatch};
 use levee_policy::{Class, Failure, Instant, Outcome, RequestState};
+use levee_wire::headers;
 use levee_wire::Dialect;
 use std::sync::Arc;
 use std::time::Duration;
@@ -329,11 +330,11 @@ impl Observer {
         match answer {
             Ok(resp) => {
                 let h = resp.headers();
-                let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+                let text = |n: &HeaderName| h.get(n).and_then(|v| v.to_str().ok());
                 self.trace.finish(
                     resp.status().as_u16(),
-                    text("x-levee-reason"),
-                    text("x-levee-target"),
+                    text(&headers::X_LEVEE_REASON),
+                    text(&headers::X_LEVEE_TARGET),
                 );
             }
             Err(e) => self.trace.finish(e.status(), Some(e.why.as_str()), None),

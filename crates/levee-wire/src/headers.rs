@@ -15,6 +15,11 @@ pub const X_TIMEOUT_MS: HeaderName = HeaderName::from_static("x-timeout-ms");
 pub const X_DEADLINE_MS: HeaderName = HeaderName::from_static("x-deadline-ms");
 /// The OpenAI and Anthropic SDKs' retry counter (non-zero: the SDK's own retry).
 pub const X_STAINLESS_RETRY_COUNT: HeaderName = HeaderName::from_static("x-stainless-retry-count");
+/// The Anthropic SDK's request timeout in seconds (or `NOT_GIVEN`).
+pub const X_STAINLESS_TIMEOUT: HeaderName = HeaderName::from_static("x-stainless-timeout");
+/// The OpenAI SDK's read timeout in seconds.
+pub const X_STAINLESS_READ_TIMEOUT: HeaderName =
+    HeaderName::from_static("x-stainless-read-timeout");
 /// Anthropic's key header.
 pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 /// A provider's back-off request, in seconds or an HTTP date.
