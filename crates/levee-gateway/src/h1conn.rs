@@ -20,7 +20,10 @@
 //! answers HTTP/1.0 without `keep-alive`. It does not pipeline, upgrade or
 //! send `expect: 100-continue`. Both `transfer-encoding` and
 //! `content-length` on one answer: `transfer-encoding` frames it, and the
-//! connection is not reused (the pair is how a response is smuggled).
+//! connection is not reused (the pair is how a response is smuggled). The
+//! framing and `connection` fields are read here and left out of the
+//! answer's header map: they describe this connection, and a proxy never
+//! passes them on.
 
 use crate::transport::Conn;
 use bytes::{Buf, Bytes, BytesMut};
@@ -378,13 +381,17 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u16, s.len() as u16);
     let mut framing = Framing::default();
-    let count = resp.headers.len();
-    for (h, span) in resp.headers.iter().zip(spans.iter_mut()) {
-        *span = Span {
-            name: at(h.name.as_bytes()),
-            value: at(h.value),
-        };
-        framing.see(h.name, h.value)?;
+    // Building a header map costs ~700 instructions a field; the fields
+    // about this connection are read here and left out of it.
+    let mut count = 0;
+    for h in resp.headers.iter() {
+        if !framing.see(h.name, h.value)? {
+            spans[count] = Span {
+                name: at(h.name.as_bytes()),
+                value: at(h.value),
+            };
+            count += 1;
+        }
     }
     if code == 101 {
         return Err(H1Error::Framing(
@@ -427,7 +434,10 @@ struct Framing {
 }
 
 impl Framing {
-    fn see(&mut self, name: &str, value: &[u8]) -> Result<(), H1Error> {
+    /// Reads one header field; `Ok(true)` when it concerns only this
+    /// connection (framing and `connection` fields, which the gateway never
+    /// passes on), so the head's header map can leave it out.
+    fn see(&mut self, name: &str, value: &[u8]) -> Result<bool, H1Error> {
         if name.eq_ignore_ascii_case("content-length") {
             for part in value.split(|&b| b == b',') {
                 let n = parse_decimal(part.trim_ascii())
@@ -451,8 +461,10 @@ impl Framing {
                 self.close |= token.eq_ignore_ascii_case(b"close");
                 self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }
+        } else {
+            return Ok(name.eq_ignore_ascii_case("keep-alive"));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// How the body is framed, and whether the connection stays open after it.
@@ -846,11 +858,13 @@ mod tests {
     #[tokio::test]
     async fn a_content_length_answer_is_read_whole_and_the_connection_goes_home() {
         for w in WINDOWS {
-            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-request-id: r1\r\n\r\nhello";
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nx-request-id: r1\r\n\r\nhello";
             let (r, shelf) = exchange(w, answer, false).await;
             let (head, body) = r.unwrap();
             assert_eq!(head.status(), 200);
             assert_eq!(head.headers()["x-request-id"], "r1");
+            // The connection's own fields are read, not passed on.
+            assert_eq!(head.headers().len(), 1, "{:?}", head.headers());
             assert_eq!(body, "hello", "window {w}");
             assert_eq!(shelf.len(), 1, "window {w}");
         }
