@@ -333,13 +333,13 @@ impl Driver {
                 .and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
         };
         let relay = RelayBody::new(start, body, finisher, recording, holds);
-        let provider = &shared.providers[route.targets[target].provider].name;
+        let provider = &shared.providers[route.targets[target].provider];
         Delivered::Done(Ok(relayed(
             parts.status,
-            &parts.headers,
+            parts.headers,
             relay.boxed_unsync(),
             attempts,
-            provider,
+            provider.name_header.as_ref(),
         )))
     }
 
@@ -395,17 +395,20 @@ impl Driver {
                 return Delivered::Done(Err(LeveeError::new(why, 502, msg).attempts(attempts)));
             }
         };
-        let provider = &shared.providers[route.targets[target].provider].name;
-        let out = relayed(
-            parts.status,
-            &parts.headers,
-            full(bytes.clone()),
-            attempts,
-            provider,
-        );
-        if let Some(l) = self.lease.take() {
+        let provider = &shared.providers[route.targets[target].provider];
+        let stored_headers = self.lease.is_some().then(|| {
             let mut headers = HeaderMap::new();
             copy_headers(&parts.headers, &mut headers);
+            headers
+        });
+        let out = relayed(
+            parts.status,
+            parts.headers,
+            full(bytes.clone()),
+            attempts,
+            provider.name_header.as_ref(),
+        );
+        if let (Some(l), Some(headers)) = (self.lease.take(), stored_headers) {
             let stored = Stored {
                 status,
                 headers,

@@ -580,6 +580,9 @@ pub struct ProviderRuntime {
     /// Set when the allowance is shared across replicas.
     pub shared_rate: Option<SharedRate>,
     pub name: String,
+    /// `name` as the `x-levee-target` value (none when it is not a valid
+    /// header value).
+    pub name_header: Option<HeaderValue>,
     pub api: Api,
     scheme_authority: String,
     base_path: String,
@@ -684,6 +687,7 @@ impl ProviderRuntime {
         let mut runtime = ProviderRuntime {
             shared_rate,
             name: p.name.clone(),
+            name_header: HeaderValue::from_str(&p.name).ok(),
             api: p.api,
             scheme_authority: format!("{scheme}://{authority}"),
             base_path: p.base_url.path().trim_end_matches('/').to_string(),
