@@ -7,6 +7,7 @@
 //! tape).
 
 use crate::attempt::{AttemptFinisher, GatewayDeps};
+use crate::collect::{collect_limited, CollectError};
 use crate::idempotency::{Lease, Stored};
 use crate::observe::{is_foreign, Finished, LastError, Observer};
 use crate::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict, Why};
@@ -17,7 +18,7 @@ use crate::upstream::UpstreamBody;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::Response;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use levee_policy::planner::{Decision, Dispatch};
 use levee_policy::{Class, Failure, Outcome, Reason};
 use levee_wire::{headers, Dialect};
@@ -521,10 +522,10 @@ async fn read_limited(
     cap: usize,
     until: tokio::time::Instant,
 ) -> Result<Bytes, BodyError> {
-    match tokio::time::timeout_at(until, Limited::new(body, cap).collect()).await {
+    match tokio::time::timeout_at(until, collect_limited(body, cap)).await {
         Err(_) => Err(BodyError::TimedOut),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-        Ok(Err(_)) => Err(BodyError::Broken),
-        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(CollectError::TooLarge)) => Err(BodyError::TooLarge),
+        Ok(Err(CollectError::Broken)) => Err(BodyError::Broken),
+        Ok(Ok(b)) => Ok(b),
     }
 }

@@ -2,6 +2,7 @@
 //! idempotency key; then hand it to [`crate::drive`], which drives the
 //! policy core's planner until it dispatches a success or gives up.
 
+use crate::collect::{collect_limited, CollectError};
 use crate::crossing;
 use crate::drive::Ctx;
 use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
@@ -12,7 +13,6 @@ use crate::shared::Shared;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use levee_policy::deadline::DeadlineHeaders;
 use levee_wire::{headers, Dialect};
 use sha2::{Digest, Sha256};
@@ -184,7 +184,7 @@ where
     let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
     let read = tokio::time::timeout(
         shared.config.limits.body_read_timeout,
-        Limited::new(incoming, limit).collect(),
+        collect_limited(incoming, limit),
     );
     match read.await {
         Err(_) => Err(reject(
@@ -195,11 +195,11 @@ where
                 "levee: the request body did not arrive within limits.body_read_timeout",
             ),
         )),
-        Ok(Ok(c)) => Ok((parts, c.to_bytes())),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(format!(
+        Ok(Ok(body)) => Ok((parts, body)),
+        Ok(Err(CollectError::TooLarge)) => Err(too_large(format!(
             "levee: request body exceeds the limit of {max_body} bytes"
         ))),
-        Ok(Err(_)) => Err(reject(
+        Ok(Err(CollectError::Broken)) => Err(reject(
             shared,
             "bad_request",
             LeveeError::bad_request(400, "levee: could not read the request body"),

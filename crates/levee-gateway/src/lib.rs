@@ -15,6 +15,7 @@ pub mod app;
 pub mod attempt;
 pub mod census;
 pub mod clock;
+mod collect;
 pub mod crossing;
 mod drive;
 mod h1conn;
