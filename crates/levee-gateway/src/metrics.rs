@@ -11,41 +11,46 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
-use std::collections::HashMap;
 use std::sync::RwLock;
-
-/// Counters by their second label value.
-type BySecond = HashMap<Box<str>, Counter>;
 
 /// Counter handles by label values, built once per pair of values (a family
 /// with one label uses `""` as the second): the hot path (every request
-/// counts an outcome and an attempt) then costs a map lookup on `&str` under
+/// counts an outcome and an attempt) then costs a scan of short lists under
 /// a read lock, not a label set of `String`s allocated, hashed and dropped
 /// per request. The values are route and provider names from the config and
-/// fixed outcome words, so the maps stay as small as the metric families.
+/// fixed outcome words, so the lists stay as short as the metric families;
+/// comparing a few short strings costs less than hashing the two keys
+/// (SipHash, ~100 instructions each).
 #[derive(Debug, Default)]
-struct Handles(RwLock<HashMap<Box<str>, BySecond>>);
+struct Handles(RwLock<Vec<(Box<str>, BySecond)>>);
+
+/// Counters by their second label value.
+type BySecond = Vec<(Box<str>, Counter)>;
+
+/// The counter for `(a, b)` in `list`.
+fn lookup<'l>(list: &'l [(Box<str>, BySecond)], a: &str, b: &str) -> Option<&'l Counter> {
+    let (_, by) = list.iter().find(|(k, _)| **k == *a)?;
+    by.iter().find(|(k, _)| **k == *b).map(|(_, c)| c)
+}
 
 impl Handles {
     fn inc(&self, a: &str, b: &str, make: impl FnOnce() -> Counter) {
-        if let Some(c) = self
-            .0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(a)
-            .and_then(|m| m.get(b))
-        {
+        if let Some(c) = lookup(&self.0.read().unwrap_or_else(|e| e.into_inner()), a, b) {
+            c.inc();
+            return;
+        }
+        let mut list = self.0.write().unwrap_or_else(|e| e.into_inner());
+        // Another request may have added it since the read.
+        if let Some(c) = lookup(&list, a, b) {
             c.inc();
             return;
         }
         let c = make();
         c.inc();
-        self.0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(a.into())
-            .or_default()
-            .insert(b.into(), c);
+        match list.iter_mut().find(|(k, _)| **k == *a) {
+            Some((_, by)) => by.push((b.into(), c)),
+            None => list.push((a.into(), vec![(b.into(), c)])),
+        }
     }
 }
 
@@ -406,6 +411,7 @@ mod tests {
             m.reject("shed");
         }
         m.request("r", "shed");
+        m.request("r2", "success");
         m.attempt("p", "timeout");
         m.reject("no_route");
         // Counted before the first cached call, through the family itself.
@@ -419,6 +425,7 @@ mod tests {
         for line in [
             "levee_requests_total{route=\"r\",outcome=\"success\"} 4",
             "levee_requests_total{route=\"r\",outcome=\"shed\"} 1",
+            "levee_requests_total{route=\"r2\",outcome=\"success\"} 1",
             "levee_upstream_attempts_total{provider=\"p\",result=\"success\"} 3",
             "levee_upstream_attempts_total{provider=\"p\",result=\"timeout\"} 1",
             "levee_rejected_total{reason=\"shed\"} 3",
