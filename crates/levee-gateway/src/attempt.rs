@@ -16,10 +16,10 @@ pub struct GatewayDeps<'a> {
     /// The caller's model: each target's upstream model (its fault domain)
     /// is the route's rewrite of it.
     pub model: &'a str,
-    /// Targets this request skips (they cannot carry it across dialects):
-    /// they refuse as if full, so the planner moves on without spending
-    /// their budget.
-    pub skip: &'a [bool],
+    /// What each target is sent; the targets this request skips (they
+    /// cannot carry it across dialects) refuse as if full, so the planner
+    /// moves on without spending their budget.
+    pub(crate) plans: &'a [crate::drive::Plan],
 }
 
 impl GatewayDeps<'_> {
@@ -35,13 +35,13 @@ impl GatewayDeps<'_> {
 
 impl Dependencies for GatewayDeps<'_> {
     fn check(&self, t: usize, now: levee_policy::Instant) -> Result<(), Refusal> {
-        if self.skip.get(t) == Some(&true) {
+        if self.plans.get(t).is_some_and(|p| p.skip) {
             return Err(Refusal::Shed);
         }
         self.provider(t).lock().check(now, self.upstream_model(t))
     }
     fn admit(&mut self, t: usize, now: levee_policy::Instant) -> Result<Permit, Refusal> {
-        if self.skip.get(t) == Some(&true) {
+        if self.plans.get(t).is_some_and(|p| p.skip) {
             return Err(Refusal::Shed);
         }
         let model = self.upstream_model(t);
@@ -94,7 +94,7 @@ impl AttemptFinisher {
             shared: &shared,
             route: self.route,
             model: "",
-            skip: &[],
+            plans: &[],
         };
         f(policy, &mut self.req, &mut deps, shared.clock.now())
     }

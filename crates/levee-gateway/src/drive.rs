@@ -38,18 +38,25 @@ pub(crate) struct Ctx {
     pub(crate) route: usize,
     pub(crate) dialect: Dialect,
     pub(crate) parts_headers: HeaderMap,
-    /// The body and URI for each target (model rewritten, prepared at admission).
-    pub(crate) bodies: Vec<Bytes>,
-    pub(crate) uris: Vec<http::Uri>,
-    /// Per target: how its exchange crosses dialects (`None`: same dialect).
-    pub(crate) crossings: Vec<Option<crate::crossing::Crossing>>,
-    /// Per target: skipped for this request (it cannot carry it).
-    pub(crate) skip: Vec<bool>,
+    /// What each target is sent, prepared at admission (one list: one
+    /// allocation per request, where a list per field took four).
+    pub(crate) plans: Vec<Plan>,
     pub(crate) model: String,
     pub(crate) stream: bool,
     pub(crate) idem: HeaderValue,
     /// The caller's SDK says this is its own retry: it spends a retry token.
     pub(crate) caller_retry: bool,
+}
+
+/// What one target of the route is sent, prepared at admission.
+pub(crate) struct Plan {
+    /// The body: the caller's, its model rewritten, or translated.
+    pub(crate) body: Bytes,
+    pub(crate) uri: http::Uri,
+    /// How the exchange crosses dialects (`None`: the same dialect).
+    pub(crate) crossing: Option<crate::crossing::Crossing>,
+    /// Skipped for this request: the target cannot carry it.
+    pub(crate) skip: bool,
 }
 
 /// The driver's state for one request: the request's policy state (inside
@@ -101,7 +108,7 @@ impl Driver {
                     shared: &shared,
                     route: self.ctx.route,
                     model: &self.ctx.model,
-                    skip: &self.ctx.skip,
+                    plans: &self.ctx.plans,
                 };
                 policy.decide(&mut self.fin.req, &mut deps, now, &mut rng)
             };
@@ -146,8 +153,8 @@ impl Driver {
         let mut upstream_req = build_request(
             provider,
             &ctx.parts_headers,
-            ctx.uris[d.target].clone(),
-            ctx.bodies[d.target].clone(),
+            ctx.plans[d.target].uri.clone(),
+            ctx.plans[d.target].body.clone(),
             d.timeout,
             &ctx.idem,
         );
@@ -330,7 +337,8 @@ impl Driver {
                 .to_tokio(finisher.req.deadline() - route.policy.margin()),
             dialect: self.ctx.dialect,
             clock: shared.clock,
-            translate: self.ctx.crossings[target]
+            translate: self.ctx.plans[target]
+                .crossing
                 .and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
         };
         let relay = RelayBody::new(start, body, finisher, recording, holds);
@@ -387,7 +395,10 @@ impl Driver {
         let attempts = self.fin.req.attempts();
         // The backup's answer in the caller's dialect.
         let unix_s = shared.clock.unix_ms() / 1000;
-        let bytes = match self.ctx.crossings[target].map(|c| c.response(&bytes, unix_s)) {
+        let bytes = match self.ctx.plans[target]
+            .crossing
+            .map(|c| c.response(&bytes, unix_s))
+        {
             None => bytes,
             Some(Ok(b)) => b,
             Some(Err(e)) => {
@@ -440,7 +451,7 @@ impl Driver {
             // A deterministic client error: the provider's own verdict, unchanged.
             Some(e) if f.upstream_status && (400..500).contains(&e.status) && e.status != 429 => {
                 // The target of the attempt that got the error.
-                let body = match self.ctx.crossings[self.fin.req.target()] {
+                let body = match self.ctx.plans[self.fin.req.target()].crossing {
                     Some(c) => c.error(e.status, &e.body),
                     None => e.body,
                 };

@@ -4,7 +4,7 @@
 
 use crate::collect::{collect_limited, CollectError};
 use crate::crossing;
-use crate::drive::Ctx;
+use crate::drive::{Ctx, Plan};
 use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{inspect, rewrite_model};
 use crate::observe::{self, Observer};
@@ -308,7 +308,7 @@ async fn admit(
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.
     let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
-    let targets = prepare_targets(shared, route, &r, path_and_query).map_err(|(status, msg)| {
+    let plans = prepare_targets(shared, route, &r, path_and_query).map_err(|(status, msg)| {
         reject(shared, "bad_request", LeveeError::bad_request(status, msg))
     })?;
     // Cross-layer accounting: is a caller layer still retrying?
@@ -363,10 +363,7 @@ async fn admit(
         route: r.route,
         dialect: r.dialect,
         parts_headers: r.parts.headers,
-        bodies: targets.bodies,
-        uris: targets.uris,
-        crossings: targets.crossings,
-        skip: targets.skip,
+        plans,
         model: r.model,
         stream: r.stream,
         idem,
@@ -402,14 +399,6 @@ fn noted(shared: &Shared, mut answer: Response<Body>, note: Option<IdemNote>) ->
     answer
 }
 
-/// What each target of a route is sent, prepared at admission.
-struct Targets {
-    bodies: Vec<Bytes>,
-    uris: Vec<http::Uri>,
-    crossings: Vec<Option<crossing::Crossing>>,
-    skip: Vec<bool>,
-}
-
 /// Each target's body and URI — the model rewritten, or the request
 /// translated for a target of the other dialect, or the target skipped when
 /// it cannot carry the request — checked now so that nothing about the
@@ -421,26 +410,18 @@ fn prepare_targets(
     route: &levee_config::Route,
     r: &Inbound,
     path_and_query: &str,
-) -> Result<Targets, (u16, String)> {
+) -> Result<Vec<Plan>, (u16, String)> {
     let (caller, path, body, model) = (r.dialect, &r.path, &r.body, &r.model);
     let bad = |status: u16, msg: &str| Err((status, msg.to_string()));
-    let n = route.targets.len();
-    let (mut bodies, mut uris, mut crossings, mut skip) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
+    let mut plans = Vec::with_capacity(route.targets.len());
     let mut refused: Option<levee_translate::Untranslatable> = None;
     for (t, target) in route.targets.iter().enumerate() {
         let to = route.rewrite_model(t, model);
         let provider = &shared.providers[target.provider];
         let mut upstream_path = path_and_query;
-        let mut crossed = None;
-        let mut skipped = false;
-        match crossing::prepare(caller, provider.api, path, body, to) {
+        let (body, crossing, skip) = match crossing::prepare(caller, provider.api, path, body, to) {
             crossing::Prepared::Same => match rewrite_model(body, model, to) {
-                Ok(b) => bodies.push(b),
+                Ok(b) => (b, None, false),
                 Err(e) => return bad(400, &format!("levee: {e}")),
             },
             crossing::Prepared::Crossed {
@@ -448,9 +429,8 @@ fn prepare_targets(
                 path,
                 crossing,
             } => {
-                bodies.push(body);
                 upstream_path = path;
-                crossed = Some(crossing);
+                (body, Some(crossing), false)
             }
             crossing::Prepared::Skip(why) => {
                 observe::translation_refused(
@@ -460,30 +440,27 @@ fn prepare_targets(
                     why.reason.label(),
                 );
                 refused.get_or_insert(why);
-                bodies.push(Bytes::new());
-                skipped = true;
+                (Bytes::new(), None, true)
             }
-        }
-        skip.push(skipped);
-        crossings.push(crossed);
-        match provider.uri_for(upstream_path) {
-            Some(u) => uris.push(u),
-            None => return bad(414, "levee: the request URI is too long to forward"),
-        }
+        };
+        let Some(uri) = provider.uri_for(upstream_path) else {
+            return bad(414, "levee: the request URI is too long to forward");
+        };
+        plans.push(Plan {
+            body,
+            uri,
+            crossing,
+            skip,
+        });
     }
-    if let (true, Some(why)) = (skip.iter().all(|s| *s), &refused) {
+    if let (true, Some(why)) = (plans.iter().all(|p| p.skip), &refused) {
         let msg = format!(
             "levee: no target of route `{}` can carry this request: {why}",
             route.name
         );
         return bad(400, &msg);
     }
-    Ok(Targets {
-        bodies,
-        uris,
-        crossings,
-        skip,
-    })
+    Ok(plans)
 }
 
 /// A request's idempotency key, ready to claim.
