@@ -106,9 +106,6 @@ trap 'exit 130' INT TERM
 UP_PORT="$(free_port)"; PX_PORT="$(free_port)"; LV_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"
 LB_PORT="$(free_port)"; ADMIN_B_PORT="$(free_port)"
 
-# The upstream's answer: the chat completion `levee mock` gives (601 bytes).
-COMPLETION='{"id":"chatcmpl-levee000000000001","object":"chat.completion","created":1796011552,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"This is a mock response from Levee.","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":18,"completion_tokens":8,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_levee_mock"}'
-REQUEST='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello."}],"max_tokens":64}'
 
 nginx_conf() { # name workers server-block-body
   local name="$1" workers="$2" body="$3"
@@ -154,13 +151,7 @@ nginx_conf px "$PX_WORKERS" "
   }"
 chmod -R a+rwx "$work/up/tmp" "$work/px/tmp"
 
-cat >"$work/levee.yaml" <<EOF
-providers:
-  p: { api: openai, base_url: "http://127.0.0.1:$UP_PORT", max_in_flight: 100000 }
-routes:
-  - targets: [p]
-    max_in_flight: 100000
-EOF
+proxy_yaml "$UP_PORT"
 
 wait_http() { # url
   for _ in $(seq 1 200); do

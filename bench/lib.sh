@@ -14,6 +14,13 @@
 #   wait_for FILE REGEX         prints the first match in FILE, within 20 s
 #   free_port                   prints a free loopback TCP port
 #   need TOOL PACKAGE           installs PACKAGE with apt-get if TOOL is missing
+#   proxy_yaml UP_PORT          writes $work/levee.yaml: Levee with the full policy
+#                               on in front of an upstream at 127.0.0.1:UP_PORT,
+#                               in-flight caps out of a saturation run's way
+#
+# COMPLETION (the 601-byte chat completion `levee mock` gives, which the
+# proxy benchmarks' upstream nginx answers) and REQUEST (the chat request
+# they POST) are set for every script.
 
 bench_init() {
   levee_bin "$@"
@@ -84,4 +91,17 @@ gateway_yaml() {
     echo "providers:"
     echo "  $1: { api: openai, base_url: \"http://$mock\" }"
   } >"$work/levee.yaml"
+}
+
+COMPLETION='{"id":"chatcmpl-levee000000000001","object":"chat.completion","created":1796011552,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"This is a mock response from Levee.","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":18,"completion_tokens":8,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_levee_mock"}'
+REQUEST='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello."}],"max_tokens":64}'
+
+proxy_yaml() {
+  cat >"$work/levee.yaml" <<YAML
+providers:
+  p: { api: openai, base_url: "http://127.0.0.1:$1", max_in_flight: 100000 }
+routes:
+  - targets: [p]
+    max_in_flight: 100000
+YAML
 }
