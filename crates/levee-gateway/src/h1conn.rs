@@ -25,6 +25,7 @@
 //! answer's header map: they describe this connection, and a proxy never
 //! passes them on.
 
+use crate::respond::is_hop_by_hop;
 use crate::transport::Conn;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -258,13 +259,13 @@ fn encode_head<B: AsRef<[u8]>>(out: &mut Vec<u8>, req: &Request<B>, host: &Heade
         line(out, header::HOST.as_str(), host.as_bytes());
     }
     for (name, value) in headers {
-        if !is_framing(name) {
+        if !is_hop_by_hop(name.as_str()) {
             line(out, name.as_str(), value.as_bytes());
         }
     }
-    let mut digits = [0; 20];
-    let len = fmt_u64(&mut digits, req.body().as_ref().len() as u64);
-    line(out, header::CONTENT_LENGTH.as_str(), len);
+    let mut digits = itoa::Buffer::new();
+    let len = digits.format(req.body().as_ref().len());
+    line(out, header::CONTENT_LENGTH.as_str(), len.as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
@@ -273,31 +274,6 @@ fn line(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-/// `n` in decimal, in `buf`.
-fn fmt_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
-}
-
-/// Fields that frame a message or concern one hop only.
-fn is_framing(name: &HeaderName) -> bool {
-    name == header::CONTENT_LENGTH
-        || name == header::TRANSFER_ENCODING
-        || name == header::CONNECTION
-        || name == header::TE
-        || name == header::UPGRADE
-        || name == header::TRAILER
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
 }
 
 /// A parsed response head.

@@ -213,14 +213,16 @@ pub fn drop_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-/// Response headers from upstream that are not passed back.
+/// Fields that frame a message or concern one hop only: never passed on,
+/// in either direction (a connection's own framing is the only one sent).
 pub fn is_hop_by_hop(name: &str) -> bool {
     HOP_BY_HOP.contains(&name)
 }
 
-const HOP_BY_HOP: [&str; 7] = [
+const HOP_BY_HOP: [&str; 8] = [
     "connection",
     "keep-alive",
+    "proxy-connection",
     "transfer-encoding",
     "te",
     "trailer",
