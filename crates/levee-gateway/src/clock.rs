@@ -32,18 +32,23 @@ impl Clock {
     }
 
     /// Wall-clock unix milliseconds (for `x-deadline-ms` and HTTP dates).
-    #[allow(clippy::disallowed_methods)]
     pub fn unix_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
+        unix_ms()
     }
 
     /// Time elapsed since `t`.
     pub fn since(&self, t: levee_policy::Instant) -> Duration {
         self.now().saturating_since(t)
     }
+}
+
+/// Wall-clock unix milliseconds (for `x-deadline-ms` and HTTP dates).
+#[allow(clippy::disallowed_methods)]
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 impl Default for Clock {

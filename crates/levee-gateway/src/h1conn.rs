@@ -25,9 +25,10 @@
 //! answer's header map: they describe this connection, and a proxy never
 //! passes them on.
 
+use crate::h1wire::{decode_chunked, Framing, Kind, Span, Step, MAX_HEADERS};
 use crate::respond::is_hop_by_hop;
 use crate::transport::Conn;
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
@@ -48,12 +49,6 @@ const READ_BUF: usize = 2048;
 const MAX_READ_BUF: usize = 16 * 1024;
 /// Longest response head accepted (a provider's is 1-2 KiB).
 const MAX_HEAD: usize = 64 * 1024;
-/// Most header lines in a response head (hyper's default too).
-const MAX_HEADERS: usize = 100;
-/// Longest chunk-size line, extensions included.
-const MAX_CHUNK_LINE: usize = 4096;
-/// Most bytes of trailer fields after the last chunk.
-const MAX_TRAILERS: usize = 16 * 1024;
 /// Request bodies up to this size are copied behind the head and written
 /// with it in one system call; larger ones are written after it.
 const INLINE_BODY: usize = 16 * 1024;
@@ -325,14 +320,6 @@ impl Inner {
     }
 }
 
-/// Where a header's name and value lie in the head (offsets and lengths;
-/// a head is at most `MAX_HEAD` bytes, so they fit 16 bits).
-#[derive(Clone, Copy, Default)]
-struct Span {
-    name: (u16, u16),
-    value: (u16, u16),
-}
-
 /// Parses one response head from the front of `buf`: `None` while it is
 /// incomplete.
 fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error> {
@@ -355,13 +342,13 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
         Version::HTTP_11
     };
     let base = buf.as_ptr() as usize;
-    let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u16, s.len() as u16);
+    let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
     let mut framing = Framing::default();
     // Building a header map costs ~700 instructions a field; the fields
     // about this connection are read here and left out of it.
     let mut count = 0;
     for h in resp.headers.iter() {
-        if !framing.see(h.name, h.value)? {
+        if !framing.see(h.name, h.value).map_err(H1Error::Framing)? {
             spans[count] = Span {
                 name: at(h.name.as_bytes()),
                 value: at(h.value),
@@ -399,113 +386,6 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
         keep_alive,
         informational,
     }))
-}
-
-/// What a head's framing and connection fields say.
-#[derive(Default)]
-struct Framing {
-    content_length: Option<u64>,
-    transfer_encoding: bool,
-    chunked_last: bool,
-    close: bool,
-    keep_alive: bool,
-}
-
-impl Framing {
-    /// Reads one header field; `Ok(true)` when it concerns only this
-    /// connection (framing and `connection` fields, which the gateway never
-    /// passes on), so the head's header map can leave it out.
-    fn see(&mut self, name: &str, value: &[u8]) -> Result<bool, H1Error> {
-        if name.eq_ignore_ascii_case("content-length") {
-            for part in value.split(|&b| b == b',') {
-                let n = parse_decimal(part.trim_ascii())
-                    .ok_or(H1Error::Framing("invalid content-length"))?;
-                if self.content_length.is_some_and(|m| m != n) {
-                    return Err(H1Error::Framing("two different content-lengths"));
-                }
-                self.content_length = Some(n);
-            }
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            self.transfer_encoding = true;
-            if let Some(last) = value
-                .split(|&b| b == b',')
-                .map(<[u8]>::trim_ascii)
-                .rfind(|t| !t.is_empty())
-            {
-                self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
-            }
-        } else if name.eq_ignore_ascii_case("connection") {
-            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                self.close |= token.eq_ignore_ascii_case(b"close");
-                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
-            }
-        } else {
-            return Ok(name.eq_ignore_ascii_case("keep-alive"));
-        }
-        Ok(true)
-    }
-
-    /// How the body is framed, and whether the connection stays open after it.
-    fn decide(&self, version: Version, no_body: bool) -> (Kind, bool) {
-        let keep_alive = !self.close && (version == Version::HTTP_11 || self.keep_alive);
-        if no_body {
-            return (Kind::Done, keep_alive);
-        }
-        if self.transfer_encoding {
-            // Both framings at once: never reuse the connection.
-            let reuse = keep_alive && self.content_length.is_none();
-            return if self.chunked_last {
-                (Kind::Chunked(Chunk::Size), reuse)
-            } else {
-                (Kind::Eof, false)
-            };
-        }
-        match self.content_length {
-            Some(n) => (Kind::Length(n), keep_alive),
-            None => (Kind::Eof, false),
-        }
-    }
-}
-
-/// Digits only (no sign, no space); leading zeros allowed, overflow refused.
-fn parse_decimal(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    s.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
-}
-
-/// How much of the body is left to read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Length(u64),
-    Chunked(Chunk),
-    /// Until the provider closes the connection.
-    Eof,
-    Done,
-}
-
-/// Where a chunked body's decoder is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    /// Before a chunk-size line.
-    Size,
-    /// Inside a chunk's data, with this many bytes left.
-    Data(u64),
-    /// After a chunk's data, before its CRLF.
-    DataEnd,
-    /// After the last chunk: trailer lines until an empty one (bytes seen).
-    Trailers(usize),
-}
-
-/// What one step of decoding found in the buffer.
-enum Step {
-    Data(Bytes),
-    /// Nothing more can be decoded without reading.
-    More,
-    Done,
 }
 
 /// An answer's body, read from the connection as it is polled.
@@ -559,7 +439,7 @@ impl H1Body {
                 Ok(Step::Data(data))
             }
             Kind::Chunked(state) => {
-                let step = decode_chunked(state, buf)?;
+                let step = decode_chunked(state, buf).map_err(H1Error::Framing)?;
                 if matches!(step, Step::Done) {
                     self.finish();
                 }
@@ -567,86 +447,6 @@ impl H1Body {
             }
         }
     }
-}
-
-/// One step of a chunked body's decoder over `buf`.
-fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Step, H1Error> {
-    loop {
-        match *state {
-            Chunk::Size => {
-                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
-                    if buf.len() > MAX_CHUNK_LINE {
-                        return Err(H1Error::Framing("chunk-size line too long"));
-                    }
-                    return Ok(Step::More);
-                };
-                let size = chunk_size(&buf[..end])?;
-                buf.advance(end + 1);
-                *state = if size == 0 {
-                    Chunk::Trailers(0)
-                } else {
-                    Chunk::Data(size)
-                };
-            }
-            Chunk::Data(_) if buf.is_empty() => return Ok(Step::More),
-            Chunk::Data(left) => {
-                let take = left.min(buf.len() as u64);
-                *state = if take == left {
-                    Chunk::DataEnd
-                } else {
-                    Chunk::Data(left - take)
-                };
-                return Ok(Step::Data(buf.split_to(take as usize).freeze()));
-            }
-            Chunk::DataEnd => match buf.first() {
-                None => return Ok(Step::More),
-                Some(b'\n') => {
-                    buf.advance(1);
-                    *state = Chunk::Size;
-                }
-                Some(b'\r') if buf.len() < 2 => return Ok(Step::More),
-                Some(b'\r') if buf[1] == b'\n' => {
-                    buf.advance(2);
-                    *state = Chunk::Size;
-                }
-                Some(_) => return Err(H1Error::Framing("chunk data longer than its size")),
-            },
-            Chunk::Trailers(seen) => {
-                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
-                    if seen + buf.len() > MAX_TRAILERS {
-                        return Err(H1Error::Framing("trailers too long"));
-                    }
-                    return Ok(Step::More);
-                };
-                let empty = buf[..end].trim_ascii().is_empty();
-                buf.advance(end + 1);
-                if empty {
-                    return Ok(Step::Done);
-                }
-                if seen + end + 1 > MAX_TRAILERS {
-                    return Err(H1Error::Framing("trailers too long"));
-                }
-                *state = Chunk::Trailers(seen + end + 1);
-            }
-        }
-    }
-}
-
-/// The size on a chunk-size line (`1a;ext=v\r`): hex digits, then
-/// optional whitespace and extensions, which are ignored.
-fn chunk_size(line: &[u8]) -> Result<u64, H1Error> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits == 0 {
-        return Err(H1Error::Framing("invalid chunk size"));
-    }
-    let rest = line[digits..].trim_ascii_start();
-    if !(rest.is_empty() || rest.starts_with(b";")) {
-        return Err(H1Error::Framing("invalid chunk size"));
-    }
-    let hex =
-        std::str::from_utf8(&line[..digits]).map_err(|_| H1Error::Framing("invalid chunk size"))?;
-    u64::from_str_radix(hex, 16).map_err(|_| H1Error::Framing("invalid chunk size"))
 }
 
 impl http_body::Body for H1Body {
@@ -1181,28 +981,6 @@ mod tests {
             // tickets the provider sent after the handshake carry no answer).
             conn = shelf.0.lock().unwrap().pop().expect("went home");
             assert!(conn.is_open(), "request {n}");
-        }
-    }
-
-    #[test]
-    fn chunk_size_lines() {
-        assert_eq!(chunk_size(b"0").unwrap(), 0);
-        assert_eq!(chunk_size(b"1a\r").unwrap(), 26);
-        assert_eq!(chunk_size(b"FF ; name=value\r").unwrap(), 255);
-        assert_eq!(chunk_size(b"ffffffffffffffff").unwrap(), u64::MAX);
-        assert_eq!(chunk_size(b"00000000000000001").unwrap(), 1);
-        assert_eq!(parse_decimal(b"000000000000000000002"), Some(2));
-        assert_eq!(parse_decimal(b"18446744073709551616"), None);
-        for bad in [
-            &b""[..],
-            b"\r",
-            b"g",
-            b"-1",
-            b"1 2",
-            b"1x",
-            b"10000000000000000",
-        ] {
-            assert!(chunk_size(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }
 }

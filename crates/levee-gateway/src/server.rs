@@ -1,8 +1,10 @@
-//! Accepting connections: the public listener (one hyper HTTP/1 connection
-//! task per client, header-size and header-read-time limits) and the admin
-//! listener (`/metrics`, `/healthz`, `/readyz`), with graceful shutdown.
+//! Accepting connections: the public listener (one task per client
+//! connection, served by [`crate::front`] under the header-size and
+//! header-read-time limits) and the admin listener (`/metrics`, `/healthz`,
+//! `/readyz`, on hyper), with graceful shutdown.
 
 use crate::app::App;
+use crate::front;
 use crate::reload::Reloader;
 use crate::respond::{full, Body};
 use crate::shared::Shared;
@@ -13,7 +15,6 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::ErrorKind;
@@ -21,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 /// Longest wait at shutdown for accepted connections to send their request.
 const SETTLE_LIMIT: Duration = Duration::from_secs(1);
@@ -57,23 +59,25 @@ pub async fn serve_connections(
     generations: Arc<Reloader>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let graceful = GracefulShutdown::new();
-    let builder = connection_builder(&generations.current().config.limits);
+    let limits = &generations.current().config.limits;
+    let settings = front::Settings {
+        header_read_timeout: limits.header_read_timeout,
+        max_header_bytes: limits.max_header_bytes,
+    };
+    // Each connection holds a receiver: `true` asks it to finish, and the
+    // sender's `closed()` is every connection gone.
+    let (closing, watching) = watch::channel(false);
     let unread = Arc::new(Unread::default());
     let serve = |stream: TcpStream| {
         let _ = stream.set_nodelay(true);
         let stream = unread.track(stream);
         let generations = Arc::clone(&generations);
         // Each request runs under the generation current when it arrives.
-        let svc = service_fn(move |req: Request<Incoming>| {
+        let svc = move |req: Request<front::FrontBody>| {
             let app = App::from(generations.current());
-            async move { Ok::<_, Infallible>(app.call(req).await) }
-        });
-        let conn = builder.serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+            async move { app.call(req).await }
+        };
+        tokio::spawn(front::serve(stream, settings, svc, watching.clone()));
     };
     tokio::pin!(shutdown);
     loop {
@@ -90,13 +94,14 @@ pub async fn serve_connections(
         }
     }
     let taken = take_backlog(listener, serve);
+    drop(watching);
     let shared = generations.current();
     shared.shutting_down.store(true, Ordering::SeqCst);
     if taken > 0 {
         tracing::info!(target: "levee", connections = taken, "took the connections still queued on the listener before closing it");
     }
     tracing::info!(target: "levee", grace_s = shared.config.shutdown_grace.as_secs_f64(), "shutting down: no new connections; letting in-flight requests finish");
-    // hyper closes a connection it has not read from yet; let each accepted
+    // A closing connection that has not read anything yet ends at once; let each accepted
     // connection's request arrive first. A client sends its request as soon as
     // it has connected, so a connection still silent after a second is most
     // likely a preconnect, and waiting longer would only delay the exit.
@@ -105,7 +110,8 @@ pub async fn serve_connections(
     if silent > 0 {
         tracing::info!(target: "levee", connections = silent, "closing connections that sent nothing");
     }
-    let drained = graceful.shutdown();
+    let _ = closing.send(true);
+    let drained = closing.closed();
     tokio::pin!(drained);
     if tokio::time::timeout(shared.config.shutdown_grace, &mut drained)
         .await

@@ -1,13 +1,13 @@
 //! Connections accepted whose first request bytes the server has not read yet.
 //!
-//! hyper's graceful shutdown closes a connection at once when it has neither
+//! A closing connection ends at once when it has neither
 //! read nor written anything, which is right for a client that connected and
 //! never spoke, and wrong for one whose request is already in the socket: a
 //! connection accepted a moment before `SIGTERM` (or taken from the listener's
 //! queue after it) would be closed with the request unread, and the caller
 //! would see a reset. Shutdown therefore waits until every accepted connection
 //! has been read from once (or has ended), bounded by the header read timeout,
-//! before it starts hyper's graceful shutdown.
+//! before it asks connections to finish.
 
 use std::io;
 use std::pin::Pin;

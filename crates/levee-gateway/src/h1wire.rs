@@ -1,0 +1,235 @@
+//! HTTP/1.1 framing shared by both directions: the caller's requests
+//! (`front`) and the providers' answers (`h1conn`). Reading the framing
+//! fields (`content-length`, `transfer-encoding`, `connection`), decimal
+//! lengths, and the chunked decoder. Errors are short static phrases; each
+//! side wraps them in its own error type.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::Version;
+
+/// Most header lines in a head (hyper's default too).
+pub(crate) const MAX_HEADERS: usize = 100;
+/// Longest chunk-size line, extensions included.
+pub(crate) const MAX_CHUNK_LINE: usize = 4096;
+/// Most bytes of trailer fields after the last chunk.
+pub(crate) const MAX_TRAILERS: usize = 16 * 1024;
+
+/// Where a header's name and value lie in the head (offsets and lengths;
+/// they fit 32 bits).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Span {
+    pub name: (u32, u32),
+    pub value: (u32, u32),
+}
+
+/// What a head's framing and connection fields say.
+#[derive(Default)]
+pub(crate) struct Framing {
+    pub content_length: Option<u64>,
+    pub transfer_encoding: bool,
+    pub chunked_last: bool,
+    pub close: bool,
+    pub keep_alive: bool,
+}
+
+impl Framing {
+    /// Reads one header field; `Ok(true)` when it concerns only this
+    /// connection (framing and `connection` fields, which the gateway never
+    /// passes on), so the head's header map can leave it out.
+    pub(crate) fn see(&mut self, name: &str, value: &[u8]) -> Result<bool, &'static str> {
+        if name.eq_ignore_ascii_case("content-length") {
+            for part in value.split(|&b| b == b',') {
+                let n = parse_decimal(part.trim_ascii()).ok_or("invalid content-length")?;
+                if self.content_length.is_some_and(|m| m != n) {
+                    return Err("two different content-lengths");
+                }
+                self.content_length = Some(n);
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            self.transfer_encoding = true;
+            if let Some(last) = value
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .rfind(|t| !t.is_empty())
+            {
+                self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else {
+            return Ok(name.eq_ignore_ascii_case("keep-alive"));
+        }
+        Ok(true)
+    }
+
+    /// How the body is framed, and whether the connection stays open after it.
+    pub(crate) fn decide(&self, version: Version, no_body: bool) -> (Kind, bool) {
+        let keep_alive = !self.close && (version == Version::HTTP_11 || self.keep_alive);
+        if no_body {
+            return (Kind::Done, keep_alive);
+        }
+        if self.transfer_encoding {
+            // Both framings at once: never reuse the connection.
+            let reuse = keep_alive && self.content_length.is_none();
+            return if self.chunked_last {
+                (Kind::Chunked(Chunk::Size), reuse)
+            } else {
+                (Kind::Eof, false)
+            };
+        }
+        match self.content_length {
+            Some(n) => (Kind::Length(n), keep_alive),
+            None => (Kind::Eof, false),
+        }
+    }
+}
+
+/// Digits only (no sign, no space); leading zeros allowed, overflow refused.
+pub(crate) fn parse_decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    s.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+/// How much of the body is left to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Length(u64),
+    Chunked(Chunk),
+    /// Until the provider closes the connection.
+    Eof,
+    Done,
+}
+
+/// Where a chunked body's decoder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Chunk {
+    /// Before a chunk-size line.
+    Size,
+    /// Inside a chunk's data, with this many bytes left.
+    Data(u64),
+    /// After a chunk's data, before its CRLF.
+    DataEnd,
+    /// After the last chunk: trailer lines until an empty one (bytes seen).
+    Trailers(usize),
+}
+
+/// What one step of decoding found in the buffer.
+pub(crate) enum Step {
+    Data(Bytes),
+    /// Nothing more can be decoded without reading.
+    More,
+    Done,
+}
+
+/// One step of a chunked body's decoder over `buf`.
+pub(crate) fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Step, &'static str> {
+    loop {
+        match *state {
+            Chunk::Size => {
+                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+                    if buf.len() > MAX_CHUNK_LINE {
+                        return Err("chunk-size line too long");
+                    }
+                    return Ok(Step::More);
+                };
+                let size = chunk_size(&buf[..end])?;
+                buf.advance(end + 1);
+                *state = if size == 0 {
+                    Chunk::Trailers(0)
+                } else {
+                    Chunk::Data(size)
+                };
+            }
+            Chunk::Data(_) if buf.is_empty() => return Ok(Step::More),
+            Chunk::Data(left) => {
+                let take = left.min(buf.len() as u64);
+                *state = if take == left {
+                    Chunk::DataEnd
+                } else {
+                    Chunk::Data(left - take)
+                };
+                return Ok(Step::Data(buf.split_to(take as usize).freeze()));
+            }
+            Chunk::DataEnd => match buf.first() {
+                None => return Ok(Step::More),
+                Some(b'\n') => {
+                    buf.advance(1);
+                    *state = Chunk::Size;
+                }
+                Some(b'\r') if buf.len() < 2 => return Ok(Step::More),
+                Some(b'\r') if buf[1] == b'\n' => {
+                    buf.advance(2);
+                    *state = Chunk::Size;
+                }
+                Some(_) => return Err("chunk data longer than its size"),
+            },
+            Chunk::Trailers(seen) => {
+                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+                    if seen + buf.len() > MAX_TRAILERS {
+                        return Err("trailers too long");
+                    }
+                    return Ok(Step::More);
+                };
+                let empty = buf[..end].trim_ascii().is_empty();
+                buf.advance(end + 1);
+                if empty {
+                    return Ok(Step::Done);
+                }
+                if seen + end + 1 > MAX_TRAILERS {
+                    return Err("trailers too long");
+                }
+                *state = Chunk::Trailers(seen + end + 1);
+            }
+        }
+    }
+}
+
+/// The size on a chunk-size line (`1a;ext=v\r`): hex digits, then
+/// optional whitespace and extensions, which are ignored.
+pub(crate) fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err("invalid chunk size");
+    }
+    let rest = line[digits..].trim_ascii_start();
+    if !(rest.is_empty() || rest.starts_with(b";")) {
+        return Err("invalid chunk size");
+    }
+    let hex = std::str::from_utf8(&line[..digits]).map_err(|_| "invalid chunk size")?;
+    u64::from_str_radix(hex, 16).map_err(|_| "invalid chunk size")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_size_lines() {
+        assert_eq!(chunk_size(b"0").unwrap(), 0);
+        assert_eq!(chunk_size(b"1a\r").unwrap(), 26);
+        assert_eq!(chunk_size(b"FF ; name=value\r").unwrap(), 255);
+        assert_eq!(chunk_size(b"ffffffffffffffff").unwrap(), u64::MAX);
+        assert_eq!(chunk_size(b"00000000000000001").unwrap(), 1);
+        assert_eq!(parse_decimal(b"000000000000000000002"), Some(2));
+        assert_eq!(parse_decimal(b"18446744073709551616"), None);
+        for bad in [
+            &b""[..],
+            b"\r",
+            b"g",
+            b"-1",
+            b"1 2",
+            b"1x",
+            b"10000000000000000",
+        ] {
+            assert!(chunk_size(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}
