@@ -86,7 +86,7 @@ where
     let asked = req.uri().path();
     if req.method() == Method::GET && asked == "/v1/models" {
         // The route names are the deployment's map: as private as the routes.
-        authenticate(shared, req.headers())?;
+        authenticate(shared, &Said::of(req.headers()))?;
         return Ok(models(shared));
     }
     let Some(path) = PATHS.iter().copied().find(|p| *p == asked) else {
@@ -105,7 +105,7 @@ where
         let e = LeveeError::bad_request(405, "levee: use POST");
         return Err(reject(shared, "bad_request", e));
     }
-    let caller = authenticate(shared, req.headers())?;
+    let caller = authenticate(shared, &Said::of(req.headers()))?;
     let (parts, body) = read_body(shared, req).await?;
     let inspected = inspect(&body).map_err(|e| {
         reject(
@@ -210,26 +210,69 @@ where
 /// The SDK's own patience, for non-streaming calls: the Anthropic SDK sends
 /// `x-stainless-timeout` (or `NOT_GIVEN`), the OpenAI SDK only
 /// `x-stainless-read-timeout`. The first that is a number wins.
-fn sdk_patience(h: &HeaderMap) -> Option<&[u8]> {
-    [
-        headers::X_STAINLESS_TIMEOUT,
-        headers::X_STAINLESS_READ_TIMEOUT,
-    ]
-    .iter()
-    .filter_map(|n| h.get(n))
-    .map(|v| v.as_bytes())
-    .find(|v| {
-        std::str::from_utf8(v)
-            .ok()
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .is_some_and(|x| x.is_finite() && x > 0.0)
-    })
+fn sdk_patience<'a>(said: &Said<'a>) -> Option<&'a [u8]> {
+    [said.stainless_timeout, said.stainless_read_timeout]
+        .into_iter()
+        .flatten()
+        .map(HeaderValue::as_bytes)
+        .find(|v| {
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .is_some_and(|x| x.is_finite() && x > 0.0)
+        })
+}
+
+/// The request's header fields Levee reads, found in one pass over its
+/// header map. A lookup by name hashes the name (~150 instructions) and
+/// most of these fields are absent from most requests: nine lookups cost
+/// more than one walk over the three to six fields a request has. The
+/// first value of a repeated field counts, as with a lookup.
+#[derive(Default)]
+struct Said<'a> {
+    api_key: Option<&'a HeaderValue>,
+    authorization: Option<&'a HeaderValue>,
+    idempotency_key: Option<&'a HeaderValue>,
+    stainless_retry_count: Option<&'a HeaderValue>,
+    stainless_timeout: Option<&'a HeaderValue>,
+    stainless_read_timeout: Option<&'a HeaderValue>,
+    timeout_ms: Option<&'a HeaderValue>,
+    deadline_ms: Option<&'a HeaderValue>,
+    caller: Option<&'a HeaderValue>,
+}
+
+impl<'a> Said<'a> {
+    fn of(h: &'a HeaderMap) -> Said<'a> {
+        let mut said = Said::default();
+        for (name, value) in h {
+            let slot = match name.as_str() {
+                n if n == headers::X_API_KEY.as_str() => &mut said.api_key,
+                "authorization" => &mut said.authorization,
+                n if n == headers::IDEMPOTENCY_KEY.as_str() => &mut said.idempotency_key,
+                n if n == headers::X_STAINLESS_RETRY_COUNT.as_str() => {
+                    &mut said.stainless_retry_count
+                }
+                n if n == headers::X_STAINLESS_TIMEOUT.as_str() => &mut said.stainless_timeout,
+                n if n == headers::X_STAINLESS_READ_TIMEOUT.as_str() => {
+                    &mut said.stainless_read_timeout
+                }
+                n if n == headers::X_TIMEOUT_MS.as_str() => &mut said.timeout_ms,
+                n if n == headers::X_DEADLINE_MS.as_str() => &mut said.deadline_ms,
+                crate::census::CALLER_HEADER => &mut said.caller,
+                _ => continue,
+            };
+            if slot.is_none() {
+                *slot = Some(value);
+            }
+        }
+        said
+    }
 }
 
 /// The caller's `idempotency-key`, checked; and whether its SDK says this
 /// is its own retry (counted as a caller-layer retry).
-fn caller_layer(shared: &Shared, h: &HeaderMap) -> Result<(Option<String>, bool), LeveeError> {
-    let key = match h.get(headers::IDEMPOTENCY_KEY).map(|v| v.to_str()) {
+fn caller_layer(shared: &Shared, said: &Said) -> Result<(Option<String>, bool), LeveeError> {
+    let key = match said.idempotency_key.map(|v| v.to_str()) {
         None => None,
         Some(Ok(k)) if !k.trim().is_empty() && k.len() <= 256 => Some(k.to_string()),
         Some(_) => {
@@ -241,8 +284,8 @@ fn caller_layer(shared: &Shared, h: &HeaderMap) -> Result<(Option<String>, bool)
             ));
         }
     };
-    let sdk_retry = h
-        .get(headers::X_STAINLESS_RETRY_COUNT)
+    let sdk_retry = said
+        .stainless_retry_count
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok())
         .is_some_and(|n| n > 0);
@@ -258,13 +301,13 @@ fn resolve_deadline(
     shared: &Shared,
     route: &levee_config::Route,
     r: &Inbound,
+    said: &Said,
     arrived: levee_policy::Instant,
 ) -> Result<levee_policy::Instant, LeveeError> {
-    let h = &r.parts.headers;
-    let patience = if r.stream { None } else { sdk_patience(h) };
+    let patience = if r.stream { None } else { sdk_patience(said) };
     let headers = DeadlineHeaders {
-        timeout_ms: h.get(headers::X_TIMEOUT_MS).map(|v| v.as_bytes()),
-        deadline_ms: h.get(headers::X_DEADLINE_MS).map(|v| v.as_bytes()),
+        timeout_ms: said.timeout_ms.map(HeaderValue::as_bytes),
+        deadline_ms: said.deadline_ms.map(HeaderValue::as_bytes),
         patience_secs: patience,
     };
     route
@@ -296,11 +339,11 @@ async fn admit(
 ) -> Result<Response<Body>, LeveeError> {
     let route = &shared.config.routes[r.route];
     let arrived = shared.clock.now();
-    let h = &r.parts.headers;
-    let deadline = resolve_deadline(shared, route, &r, arrived)?;
+    let said = Said::of(&r.parts.headers);
+    let deadline = resolve_deadline(shared, route, &r, &said, arrived)?;
     shared.census.admitted(
         crate::census::key_index(&shared.keys, &r.caller),
-        h.get(crate::census::CALLER_HEADER).map(|v| v.as_bytes()),
+        said.caller.map(HeaderValue::as_bytes),
         r.route,
         deadline.saturating_since(arrived),
         arrived,
@@ -312,7 +355,7 @@ async fn admit(
         reject(shared, "bad_request", LeveeError::bad_request(status, msg))
     })?;
     // Cross-layer accounting: is a caller layer still retrying?
-    let (key_header, sdk_retry) = caller_layer(shared, h)?;
+    let (key_header, sdk_retry) = caller_layer(shared, &said)?;
     let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
         let shed = levee_policy::Failure::shed();
         observe::shed(shared, &route.name, &shed);
@@ -343,7 +386,7 @@ async fn admit(
         .and_then(|k| HeaderValue::from_str(k).ok())
         .unwrap_or_else(|| generated_key(shared));
     let trace = match &shared.telemetry {
-        Some(t) => t.request(h, &route.name),
+        Some(t) => t.request(&r.parts.headers, &route.name),
         None => crate::telemetry::RequestTrace::off(),
     };
     let obs = Observer::admitted(
@@ -598,11 +641,11 @@ fn bearer_token(v: &[u8]) -> &[u8] {
 /// The caller's identity for idempotency: its gateway key, else a digest of
 /// the credentials it sent, else anonymous. `Err` (401) when gateway keys
 /// are configured and none matches.
-fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], LeveeError> {
-    let presented = h.get(headers::X_API_KEY).map(|v| v.as_bytes()).or_else(|| {
-        h.get(http::header::AUTHORIZATION)
-            .map(|v| bearer_token(v.as_bytes()))
-    });
+fn authenticate(shared: &Shared, said: &Said) -> Result<[u8; 32], LeveeError> {
+    let presented = said
+        .api_key
+        .map(HeaderValue::as_bytes)
+        .or_else(|| said.authorization.map(|v| bearer_token(v.as_bytes())));
     let digest: Option<[u8; 32]> = presented.map(|p| Sha256::digest(p).into());
     if shared.keys.is_empty() {
         return Ok(digest.unwrap_or([0; 32]));
@@ -622,4 +665,53 @@ fn authenticate(shared: &Shared, h: &HeaderMap) -> Result<[u8; 32], LeveeError> 
 
 fn printable(s: &str) -> String {
     s.chars().take(100).filter(|c| !c.is_control()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::HeaderName;
+
+    #[test]
+    fn the_one_pass_reads_each_field_as_a_lookup_would() {
+        let mut h = HeaderMap::new();
+        let fields = [
+            (headers::X_API_KEY, "k1"),
+            (http::header::AUTHORIZATION, "Bearer k2"),
+            (headers::IDEMPOTENCY_KEY, "idem"),
+            (headers::X_STAINLESS_RETRY_COUNT, "2"),
+            (headers::X_STAINLESS_TIMEOUT, "60"),
+            (headers::X_STAINLESS_READ_TIMEOUT, "30"),
+            (headers::X_TIMEOUT_MS, "5000"),
+            (headers::X_DEADLINE_MS, "1700000000000"),
+            (
+                HeaderName::from_static(crate::census::CALLER_HEADER),
+                "billing",
+            ),
+        ];
+        for (name, value) in &fields {
+            h.append(name.clone(), HeaderValue::from_static(value));
+            // A repeated field: the first value counts, as with `get`.
+            h.append(name.clone(), HeaderValue::from_static("second"));
+        }
+        h.append("x-other", HeaderValue::from_static("ignored"));
+        let said = Said::of(&h);
+        let read = [
+            said.api_key,
+            said.authorization,
+            said.idempotency_key,
+            said.stainless_retry_count,
+            said.stainless_timeout,
+            said.stainless_read_timeout,
+            said.timeout_ms,
+            said.deadline_ms,
+            said.caller,
+        ];
+        for ((name, _), got) in fields.iter().zip(read) {
+            assert_eq!(got, h.get(name), "{name}");
+        }
+        let empty = HeaderMap::new();
+        let none = Said::of(&empty);
+        assert!(none.api_key.is_none() && none.caller.is_none());
+    }
 }

@@ -33,15 +33,17 @@ static GLOBAL: Counting = Counting;
 /// Most heap bytes the gateway may hold per open stream, over HTTP/1.1 or
 /// HTTP/2 to the provider: its caller connection, its share of the
 /// upstream connection and the relay. Measured when this budget was set:
-/// 24.5 KiB over HTTP/1.1 (a connection per stream, driven inside the
-/// request's task), 22.7-24.4 KiB over HTTP/2 (one connection for all
-/// streams; the figure moves with how full h2's shared buffers happen to be
-/// in a build). Each of these fails it: hyper's HTTP/1 client, whose
-/// connection is a task of its own with a dispatch channel and an 8 KiB
-/// write buffer (46.5-47.7 KiB); the request's future (every await on the
-/// request path) kept for the caller connection's life instead of freed
-/// when the response head is sent (62.4 KiB).
-const BUDGET: i64 = 28 * 1024;
+/// 9.6 KiB over HTTP/1.1 (a connection per stream, driven inside the
+/// request's task), 9.7 KiB over HTTP/2 (one connection for all streams;
+/// the figure moves with how full h2's shared buffers happen to be in a
+/// build). Each of these fails it: hyper's HTTP/1 server on the caller side
+/// (its connection's 8 KiB read and write buffers, its body channel:
+/// 22.7-24.5 KiB); hyper's HTTP/1 client, whose connection is a task of its
+/// own with a dispatch channel and an 8 KiB write buffer (46.5-47.7 KiB
+/// with hyper's server); the request's future (every await on the request
+/// path) kept for the caller connection's life instead of freed when the
+/// response head is sent (62.4 KiB with hyper's server).
+const BUDGET: i64 = 14 * 1024;
 
 const STREAMS: usize = 64;
 
