@@ -49,6 +49,15 @@ const READ_AHEAD: usize = 64 * 1024;
 /// written with it; larger pieces are written from their own buffer.
 const INLINE: usize = 16 * 1024;
 
+/// Longest a connection closing with its request's body unread keeps
+/// reading (and dropping) that body, so the caller can read the answer.
+const LINGER_FOR: Duration = Duration::from_secs(2);
+/// Most bytes of an unread body dropped before the connection closes: a
+/// body over the gateway's limit is not read to its end (a 50 MiB upload
+/// refused at 10 MiB stops there), so a caller sending more than this
+/// after its answer may still see the close as a reset.
+const LINGER_BYTES: usize = 1024 * 1024;
+
 /// Limits a connection serves under.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Settings {
@@ -86,7 +95,7 @@ where
             Ok(None) => return,
             Err(status) => {
                 conn.refuse(status).await;
-                return;
+                return conn.linger().await;
             }
         };
         let keep_alive = head.keep_alive;
@@ -97,10 +106,12 @@ where
         let Some(resp) = conn.exchange(fut, &mut feed).await else {
             return; // the caller left: the request is cancelled
         };
-        let keep_alive = keep_alive && feed.is_done() && !*closing.borrow();
+        let unread = !feed.is_done();
+        let keep_alive = keep_alive && !unread && !*closing.borrow();
         drop(feed);
         match conn.answer(resp, version, head_only, keep_alive).await {
             Ok(true) => {}
+            Ok(false) if unread => return conn.linger().await,
             Ok(false) | Err(_) => return,
         }
         conn.shrink();
@@ -371,7 +382,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             || parts.status.is_informational()
             || parts.status == StatusCode::NO_CONTENT
             || parts.status == StatusCode::NOT_MODIFIED;
-        let framing = Out::choose(&parts.headers, &body, version, no_body);
+        let framing = if no_body {
+            // A `HEAD` answer declares the length a `GET` would have had.
+            let length = declared_length(&parts.headers).or(body.size_hint().exact());
+            Out::Nothing(length.filter(|_| head_only))
+        } else {
+            Out::choose(&parts.headers, &body, version)
+        };
         let keep_alive = keep_alive && !matches!(framing, Out::Close);
         self.encode_head(&parts, framing, version, keep_alive);
         if no_body {
@@ -446,7 +463,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
                 self.out.extend_from_slice(b"\r\n");
             }
             Out::Close => self.put(data),
-            Out::Nothing => {}
+            Out::Nothing(_) => {}
         }
         Ok(())
     }
@@ -481,16 +498,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             date::put(out);
         }
         match framing {
-            Out::Length(n) => {
+            Out::Length(n) | Out::Nothing(Some(n)) => {
                 let mut digits = itoa::Buffer::new();
                 line(out, b"content-length", digits.format(n).as_bytes());
             }
             Out::Chunked => line(out, b"transfer-encoding", b"chunked"),
-            Out::Close | Out::Nothing => {}
-        }
-        if let Some(n) = framing.declared(&parts.headers) {
-            let mut digits = itoa::Buffer::new();
-            line(out, b"content-length", digits.format(n).as_bytes());
+            Out::Close | Out::Nothing(None) => {}
         }
         if !keep_alive {
             line(out, b"connection", b"close");
@@ -514,6 +527,28 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         self.out
             .extend_from_slice(b"content-length: 0\r\nconnection: close\r\n\r\n");
         let _ = std::future::poll_fn(|cx| self.poll_flush(cx)).await;
+    }
+
+    /// Closes after an answer given before the request was read whole
+    /// (a `413`, a `401`, a refused head): the write side first, then the rest of the body
+    /// is read and dropped until the caller closes, for at most
+    /// `LINGER_FOR` and `LINGER_BYTES`. Closing with the body still
+    /// arriving would reset the connection, and a reset can destroy the
+    /// answer before the caller reads it: an SDK still sending its body
+    /// would see a connection error instead of the `413`, and retry it.
+    async fn linger(&mut self) {
+        let _ = std::future::poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)).await;
+        let mut dropped = 0;
+        let drain = async {
+            while dropped < LINGER_BYTES {
+                self.buf.clear();
+                match std::future::poll_fn(|cx| self.poll_fill(cx)).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => dropped += n,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER_FOR, drain).await;
     }
 
     /// Lets go of buffer space a large exchange left behind (a slow stream
@@ -570,15 +605,12 @@ enum Out {
     Chunked,
     /// Until the connection closes (HTTP/1.0 callers, length unknown).
     Close,
-    /// No body (`HEAD`, `204`, `304`, `1xx`); a declared length is kept.
-    Nothing,
+    /// No body (`HEAD`, `204`, `304`, `1xx`); a `HEAD` answer's length.
+    Nothing(Option<u64>),
 }
 
 impl Out {
-    fn choose(headers: &HeaderMap, body: &Body, version: Version, no_body: bool) -> Out {
-        if no_body {
-            return Out::Nothing;
-        }
+    fn choose(headers: &HeaderMap, body: &Body, version: Version) -> Out {
         if let Some(n) = declared_length(headers) {
             return Out::Length(n);
         }
@@ -589,14 +621,6 @@ impl Out {
             Out::Chunked
         } else {
             Out::Close
-        }
-    }
-
-    /// A `HEAD` answer keeps the length the gateway declared.
-    fn declared(self, headers: &HeaderMap) -> Option<u64> {
-        match self {
-            Out::Nothing => declared_length(headers),
-            _ => None,
         }
     }
 
@@ -1054,6 +1078,40 @@ mod tests {
         let got = read_answers(&mut c, 1).await;
         assert!(got.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{got}");
         assert!(got.contains("connection: close\r\n"), "{got}");
+        drop(c);
+        watchdog(task).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_caller_still_sending_a_body_refused_unread_can_finish_and_read_the_answer() {
+        let refuse = |_req: Request<FrontBody>| async {
+            let mut r = Response::new(full("too large"));
+            *r.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
+            r
+        };
+        // A pipe far smaller than the body: without the linger the server
+        // closes while the body is still being written, and the write fails.
+        let (c, task, _closing) = start(16 * 1024, refuse);
+        let (mut rd, mut wr) = tokio::io::split(c);
+        let body = vec![b' '; 512 * 1024];
+        let writer = tokio::spawn(async move {
+            wr.write_all(b"POST /a HTTP/1.1\r\ncontent-length: 524288\r\n\r\n")
+                .await?;
+            wr.write_all(&body).await?;
+            wr.shutdown().await
+        });
+        let mut got = Vec::new();
+        watchdog(rd.read_to_end(&mut got)).await.unwrap();
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            text.starts_with("HTTP/1.1 413 Payload Too Large\r\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("too large"), "{text}");
+        watchdog(writer)
+            .await
+            .unwrap()
+            .expect("the whole body was taken");
         watchdog(task).await.unwrap();
     }
 
@@ -1199,6 +1257,7 @@ mod tests {
                 "{what}: {text}"
             );
             assert!(text.contains("connection: close"), "{what}: {text}");
+            drop(c);
             watchdog(task).await.unwrap();
         }
     }
@@ -1309,6 +1368,24 @@ mod tests {
         let text = String::from_utf8_lossy(&got);
         assert!(text.matches("HTTP/1.1 200").count() <= 1, "{text}");
         assert!(!text.contains("too long"), "{text}");
+        watchdog(task).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_head_request_gets_the_length_and_no_body_and_the_connection_goes_on() {
+        let svc =
+            |_req: Request<FrontBody>| std::future::ready(Response::new(full("twelve bytes")));
+        let (mut c, task, _closing) = start(64 * 1024, svc);
+        c.write_all(b"HEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        let text = String::from_utf8_lossy(&got);
+        let (head, get) = text.split_once("\r\n\r\n").expect("the HEAD answer");
+        assert!(head.contains("content-length: 12"), "{text}");
+        assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(get.ends_with("\r\n\r\ntwelve bytes"), "{text}");
         watchdog(task).await.unwrap();
     }
 

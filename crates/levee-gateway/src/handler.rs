@@ -41,8 +41,8 @@ where
     // The answer's future (every await on the request path, ~7.5 KiB) has
     // an allocation of its own, freed as soon as the response head is
     // ready. Held inline it would be part of the connection's service
-    // future, which hyper allocates once per connection and keeps for the
-    // connection's life: a slow stream would hold it to the end (44.7 KiB
+    // future, which the connection's task holds for the connection's
+    // life: a slow stream would hold it to the end (44.7 KiB
     // of RSS per open stream with it inline, 30.5 KiB boxed, at 2,000
     // streams), for one more allocation per request.
     let answer = Box::pin(answer(shared, req, dialect));

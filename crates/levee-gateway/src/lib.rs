@@ -1,9 +1,11 @@
 //! Levee's gateway: the thin driver that puts the policy core on the network.
 //!
-//! It accepts OpenAI- and Anthropic-dialect requests (hyper 1.x server),
-//! routes them by model and path, resolves each request's deadline, and then
-//! loops on the core's planner — dispatching attempts through a pooled hyper
-//! client (rustls for https), sleeping through backoff waits, relaying
+//! It accepts OpenAI- and Anthropic-dialect requests over HTTP/1.1 (its own
+//! server, each connection served in its task), routes them by model and
+//! path, resolves each request's deadline, and then loops on the core's
+//! planner — dispatching attempts through its own connection pools (HTTP/1.1
+//! in the attempt's task, hyper's HTTP/2, rustls for https), sleeping
+//! through backoff waits, relaying
 //! streams — until it can answer. It re-implements no retry rule: whether,
 //! when and where to send is always the planner's decision. Where a
 //! fallback target speaks the other dialect, the exchange is translated

@@ -794,7 +794,7 @@ fn key_of(value: &str) -> &str {
 /// (`openai-organization`, `openai-project`, `cookie`, `api-key`,
 /// `x-goog-api-key`, `forwarded`, `x-forwarded-for`, …) ever travels beside
 /// Levee's own key. Levee sets `authorization`/`x-api-key`, `x-timeout-ms`
-/// and `idempotency-key` itself; framing headers are hyper's.
+/// and `idempotency-key` itself; framing headers are the connection's.
 pub fn is_forwarded(api: Api, name: &HeaderName) -> bool {
     match name.as_str() {
         "content-type" | "accept" | "user-agent" | "traceparent" | "tracestate" => true,
