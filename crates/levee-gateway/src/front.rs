@@ -22,7 +22,7 @@
 //! that closes its side while its request is in flight cancels the request
 //! (it can no longer read the answer); so does a failed write.
 
-use crate::h1wire::{decode_chunked, Chunk, Framing, Kind, Span, Step, MAX_HEADERS};
+use crate::h1wire::{decode_chunked, Chunk, Framing, InBuf, Kind, Span, Step, MAX_HEADERS};
 use crate::respond::Body;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -35,7 +35,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 /// First read buffer of a connection: a chat request's head and body are
@@ -83,8 +83,7 @@ where
 {
     let mut conn = Conn {
         io,
-        buf: BytesMut::new(),
-        read_size: READ_BUF,
+        read: InBuf::new(READ_BUF, MAX_READ_BUF),
         out: BytesMut::new(),
         queue: VecDeque::new(),
         read_closed: false,
@@ -121,10 +120,7 @@ where
 /// One caller connection.
 struct Conn<IO> {
     io: IO,
-    /// Bytes read and not yet consumed.
-    buf: BytesMut,
-    /// How much the next read asks for.
-    read_size: usize,
+    read: InBuf,
     /// Small answer bytes, written after `queue`.
     out: BytesMut,
     /// Answer pieces to write before `out`, in order.
@@ -144,16 +140,9 @@ struct Head {
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.buf.capacity() - self.buf.len() < self.read_size / 4 {
-            self.buf.reserve(self.read_size);
-        }
-        let spare = self.buf.capacity() - self.buf.len();
-        let read = self.io.read_buf(&mut self.buf);
-        let n = ready!(std::pin::pin!(read).poll(cx))?;
+        let n = ready!(self.read.poll_fill(&mut self.io, cx))?;
         if n == 0 {
             self.read_closed = true;
-        } else if n == spare && self.read_size < MAX_READ_BUF {
-            self.read_size *= 2;
         }
         Poll::Ready(Ok(n))
     }
@@ -171,17 +160,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         let timer = tokio::time::sleep(settings.header_read_timeout);
         tokio::pin!(timer);
         loop {
-            if !self.buf.is_empty() {
-                if let Some(head) = parse_head(&mut self.buf)? {
+            if !self.read.buf.is_empty() {
+                if let Some(head) = parse_head(&mut self.read.buf)? {
                     return Ok(Some(head));
                 }
-                if self.buf.len() > limit {
+                if self.read.buf.len() > limit {
                     return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
                 }
             } else if *closing.borrow() || self.read_closed {
                 return Ok(None);
             }
-            let idle = self.buf.is_empty();
+            let idle = self.read.buf.is_empty();
             tokio::select! {
                 biased;
                 read = std::future::poll_fn(|cx| self.poll_fill(cx)) => match read {
@@ -201,8 +190,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
     fn attach_body(&mut self, head: Head) -> (Request<FrontBody>, Feed) {
         let (parts, ()) = head.req.into_parts();
         let (body, feed) = match head.kind {
-            Kind::Length(n) if n <= self.buf.len() as u64 => {
-                let data = self.buf.split_to(n as usize).freeze();
+            Kind::Length(n) if n <= self.read.buf.len() as u64 => {
+                let data = self.read.buf.split_to(n as usize).freeze();
                 (FrontBody::whole(data), Feed::done())
             }
             Kind::Done | Kind::Length(0) => (FrontBody::whole(Bytes::new()), Feed::done()),
@@ -237,7 +226,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             if feed.is_done() {
                 // Watch for the caller leaving; bytes of a next request
                 // (pipelined) wait in the buffer.
-                if self.buf.is_empty() && !self.read_closed {
+                if self.read.buf.is_empty() && !self.read_closed {
                     match self.poll_fill(cx) {
                         Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
                         Poll::Ready(Ok(_)) | Poll::Pending => {}
@@ -285,10 +274,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             return Poll::Pending;
         }
         let step = match &mut feed.kind {
-            Kind::Length(left) if !self.buf.is_empty() => {
-                let take = (*left).min(self.buf.len() as u64);
+            Kind::Length(left) if !self.read.buf.is_empty() => {
+                let take = (*left).min(self.read.buf.len() as u64);
                 *left -= take;
-                Ok(Step::Data(self.buf.split_to(take as usize).freeze())).map(|s| {
+                Ok(Step::Data(self.read.buf.split_to(take as usize).freeze())).map(|s| {
                     if *left == 0 {
                         (s, true)
                     } else {
@@ -296,8 +285,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
                     }
                 })
             }
-            Kind::Chunked(state) if !self.buf.is_empty() => {
-                decode_chunked(state, &mut self.buf).map(|s| (s, false))
+            Kind::Chunked(state) if !self.read.buf.is_empty() => {
+                decode_chunked(state, &mut self.read.buf).map(|s| (s, false))
             }
             _ => Ok((Step::More, false)),
         };
@@ -421,7 +410,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
                         return Poll::Ready(Err(e));
                     }
                     // The caller leaving ends a stream it can no longer read.
-                    if self.buf.is_empty() && !self.read_closed {
+                    if self.read.buf.is_empty() && !self.read_closed {
                         match self.poll_fill(cx) {
                             Poll::Ready(Ok(0)) => {
                                 return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()))
@@ -541,7 +530,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         let mut dropped = 0;
         let drain = async {
             while dropped < LINGER_BYTES {
-                self.buf.clear();
+                self.read.buf.clear();
                 match std::future::poll_fn(|cx| self.poll_fill(cx)).await {
                     Ok(0) | Err(_) => return,
                     Ok(n) => dropped += n,
@@ -557,10 +546,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         if self.out.capacity() > MAX_READ_BUF {
             self.out = BytesMut::new();
         }
-        if self.buf.is_empty() && self.buf.capacity() > MAX_READ_BUF {
-            self.buf = BytesMut::new();
-            self.read_size = READ_BUF;
-        }
+        self.read.shrink();
     }
 }
 

@@ -25,7 +25,7 @@
 //! answer's header map: they describe this connection, and a proxy never
 //! passes them on.
 
-use crate::h1wire::{decode_chunked, Framing, Kind, Span, Step, MAX_HEADERS};
+use crate::h1wire::{decode_chunked, Framing, InBuf, Kind, Span, Step, MAX_HEADERS};
 use crate::respond::is_hop_by_hop;
 use crate::transport::Conn;
 use bytes::{Bytes, BytesMut};
@@ -33,19 +33,16 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::TokioIo;
-use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::sync::Weak;
 use std::task::{ready, Context, Poll, Waker};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-/// First read buffer of a connection. Answers arrive in small pieces (a
-/// chat completion is ~600 bytes, an SSE event ~300): for 10,000 open
-/// streams an 8 KiB buffer each would be 80 MiB.
+/// First read buffer of a connection: answers arrive in small pieces (a
+/// chat completion is ~600 bytes, an SSE event ~300).
 const READ_BUF: usize = 2048;
-/// A read that fills the buffer doubles the next one, up to this (a large
-/// answer is then read in fewer system calls).
+/// Largest read, once reads fill the buffer.
 const MAX_READ_BUF: usize = 16 * 1024;
 /// Longest response head accepted (a provider's is 1-2 KiB).
 const MAX_HEAD: usize = 64 * 1024;
@@ -66,10 +63,7 @@ pub(crate) struct H1Conn(Box<Inner>);
 
 struct Inner {
     io: TokioIo<Conn>,
-    /// Bytes read and not yet consumed.
-    buf: BytesMut,
-    /// How much the next read asks for.
-    read_size: usize,
+    read: InBuf,
 }
 
 /// Why an exchange failed.
@@ -108,8 +102,7 @@ impl H1Conn {
     pub(crate) fn new(io: Conn) -> Self {
         H1Conn(Box::new(Inner {
             io: TokioIo::new(io),
-            buf: BytesMut::new(),
-            read_size: READ_BUF,
+            read: InBuf::new(READ_BUF, MAX_READ_BUF),
         }))
     }
 
@@ -119,7 +112,7 @@ impl H1Conn {
     /// from its last event, so this makes a system call only when something
     /// did arrive.
     pub(crate) fn is_open(&mut self) -> bool {
-        if !self.0.buf.is_empty() {
+        if !self.0.read.buf.is_empty() {
             return false;
         }
         let mut cx = Context::from_waker(Waker::noop());
@@ -285,16 +278,7 @@ struct Head {
 impl Inner {
     /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.buf.capacity() - self.buf.len() < self.read_size / 4 {
-            self.buf.reserve(self.read_size);
-        }
-        let spare = self.buf.capacity() - self.buf.len();
-        let read = self.io.read_buf(&mut self.buf);
-        let n = ready!(std::pin::pin!(read).poll(cx))?;
-        if n == spare && self.read_size < MAX_READ_BUF {
-            self.read_size *= 2;
-        }
-        Poll::Ready(Ok(n))
+        self.read.poll_fill(&mut self.io, cx)
     }
 
     async fn fill(&mut self) -> io::Result<usize> {
@@ -305,11 +289,11 @@ impl Inner {
     /// leave the buffer; header values share them).
     async fn read_head(&mut self, no_body: bool) -> Result<Head, H1Error> {
         loop {
-            if !self.buf.is_empty() {
-                if let Some(head) = parse_head(&mut self.buf, no_body)? {
+            if !self.read.buf.is_empty() {
+                if let Some(head) = parse_head(&mut self.read.buf, no_body)? {
                     return Ok(head);
                 }
-                if self.buf.len() > MAX_HEAD {
+                if self.read.buf.len() > MAX_HEAD {
                     return Err(H1Error::HeadTooLarge);
                 }
             }
@@ -403,7 +387,7 @@ impl H1Body {
     fn finish(&mut self) {
         self.kind = Kind::Done;
         if let Some(conn) = self.conn.take() {
-            if self.keep_alive && conn.0.buf.is_empty() {
+            if self.keep_alive && conn.0.read.buf.is_empty() {
                 if let Some(home) = self.home.upgrade() {
                     home.checkin(conn);
                 }
@@ -423,7 +407,7 @@ impl H1Body {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(Step::Done);
         };
-        let buf = &mut conn.0.buf;
+        let buf = &mut conn.0.read.buf;
         match &mut self.kind {
             Kind::Done => Ok(Step::Done),
             Kind::Eof if buf.is_empty() => Ok(Step::More),

@@ -6,6 +6,10 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::Version;
+use std::future::Future;
+use std::io;
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Most header lines in a head (hyper's default too).
 pub(crate) const MAX_HEADERS: usize = 100;
@@ -13,6 +17,56 @@ pub(crate) const MAX_HEADERS: usize = 100;
 pub(crate) const MAX_CHUNK_LINE: usize = 4096;
 /// Most bytes of trailer fields after the last chunk.
 pub(crate) const MAX_TRAILERS: usize = 16 * 1024;
+
+/// A connection's read buffer: bytes read and not yet consumed, and how
+/// much the next read asks for. It starts small (a head and a small body
+/// fit in 2 KiB; 10,000 open streams with 8 KiB each would be 80 MiB) and a
+/// read that fills it doubles the next one, up to `max`, so that a large
+/// body is read in fewer system calls.
+pub(crate) struct InBuf {
+    pub buf: BytesMut,
+    read_size: usize,
+    first: usize,
+    max: usize,
+}
+
+impl InBuf {
+    pub(crate) fn new(first: usize, max: usize) -> InBuf {
+        InBuf {
+            buf: BytesMut::new(),
+            read_size: first,
+            first,
+            max,
+        }
+    }
+
+    /// Reads more bytes from `io`; `Ok(0)` at the end of the stream.
+    pub(crate) fn poll_fill<IO: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut IO,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < self.read_size / 4 {
+            self.buf.reserve(self.read_size);
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        let read = io.read_buf(&mut self.buf);
+        let n = ready!(std::pin::pin!(read).poll(cx))?;
+        if n == spare && self.read_size < self.max {
+            self.read_size *= 2;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Lets go of a large buffer once it is empty (a slow stream should not
+    /// keep a 64 KiB buffer for its life).
+    pub(crate) fn shrink(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > self.max {
+            self.buf = BytesMut::new();
+            self.read_size = self.first;
+        }
+    }
+}
 
 /// Where a header's name and value lie in the head (offsets and lengths;
 /// they fit 32 bits).
