@@ -327,6 +327,9 @@ impl Observer {
 
     /// The answer is known: ends the request's span.
     pub fn answered(self, answer: &Result<Response<Body>, LeveeError>) {
+        if !self.trace.is_on() {
+            return;
+        }
         match answer {
             Ok(resp) => {
                 let h = resp.headers();

@@ -246,6 +246,12 @@ impl RequestTrace {
         RequestTrace::default()
     }
 
+    /// Whether this request is traced (what a span would record need not
+    /// be looked up otherwise).
+    pub fn is_on(&self) -> bool {
+        self.inner.is_some()
+    }
+
     /// Starts the span of attempt `n` (1-based) to `target`.
     pub fn attempt(&self, route: &str, target: &str, n: u32) -> AttemptTrace {
         let Some((cx, tracer)) = &self.inner else {
