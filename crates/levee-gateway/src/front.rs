@@ -105,7 +105,7 @@ where
         let Some(resp) = conn.exchange(fut, &mut feed).await else {
             return; // the caller left: the request is cancelled
         };
-        let unread = !feed.is_done();
+        let unread = !feed.read_whole();
         let keep_alive = keep_alive && !unread && !*closing.borrow();
         drop(feed);
         match conn.answer(resp, version, head_only, keep_alive).await {
@@ -204,6 +204,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
                 let body = FrontBody(Inner::Flow(Arc::clone(&flow), exact));
                 let feed = Feed {
                     kind,
+                    broken: false,
                     flow: Some(flow),
                     continue_due: head.expect_continue,
                 };
@@ -264,8 +265,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         }
         if !self.out.is_empty() || !self.queue.is_empty() {
             if let Poll::Ready(Err(_)) = self.poll_flush(cx) {
-                inflow.fail(BodyError::Closed, cx);
-                feed.kind = Kind::Done;
+                feed.fail(&mut inflow, BodyError::Closed, cx);
                 return Poll::Ready(());
             }
         }
@@ -291,10 +291,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             _ => Ok((Step::More, false)),
         };
         match step {
-            Err(e) => {
-                feed.kind = Kind::Done;
-                inflow.fail(BodyError::Framing(e), cx);
-            }
+            Err(e) => feed.fail(&mut inflow, BodyError::Framing(e), cx),
             Ok((Step::Data(data), last)) => {
                 inflow.push(data, cx);
                 if last {
@@ -307,15 +304,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
                 inflow.finish(cx);
             }
             Ok((Step::More, _)) => match ready!(self.poll_fill(cx)) {
-                Ok(0) => {
-                    feed.kind = Kind::Done;
-                    inflow.fail(BodyError::Closed, cx);
-                }
+                Ok(0) => feed.fail(&mut inflow, BodyError::Closed, cx),
                 Ok(_) => {}
-                Err(e) => {
-                    feed.kind = Kind::Done;
-                    inflow.fail(BodyError::Io(e.kind()), cx);
-                }
+                Err(e) => feed.fail(&mut inflow, BodyError::Io(e.kind()), cx),
             },
         }
         Poll::Ready(())
@@ -725,6 +716,9 @@ fn request_body(framing: &Framing, version: Version) -> Result<Kind, StatusCode>
 /// The connection's side of a body being read while the gateway works.
 struct Feed {
     kind: Kind,
+    /// The body broke off (the caller left, a framing error): what follows
+    /// on the connection is not a request.
+    broken: bool,
     /// `None` once the body is whole or the gateway dropped it.
     flow: Option<Arc<Mutex<Inflow>>>,
     /// `expect: 100-continue` asked for, and not sent yet.
@@ -735,14 +729,26 @@ impl Feed {
     fn done() -> Feed {
         Feed {
             kind: Kind::Done,
+            broken: false,
             flow: None,
             continue_due: false,
         }
     }
 
-    /// The whole body was read: the next bytes are the next request.
+    /// Nothing more of the body will be read.
     fn is_done(&self) -> bool {
         self.kind == Kind::Done
+    }
+
+    /// The whole body was read: the next bytes are the next request.
+    fn read_whole(&self) -> bool {
+        self.kind == Kind::Done && !self.broken
+    }
+
+    fn fail(&mut self, inflow: &mut Inflow, e: BodyError, cx: &Context<'_>) {
+        self.kind = Kind::Done;
+        self.broken = true;
+        inflow.fail(e, cx);
     }
 }
 
@@ -1098,6 +1104,27 @@ mod tests {
             .await
             .unwrap()
             .expect("the whole body was taken");
+        watchdog(task).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn after_a_body_framed_wrong_what_follows_is_not_served_as_a_request() {
+        // Three bytes of chunk data, then no CRLF but a request: the body is
+        // broken, and the bytes after it must not be read as a request
+        // (that is how a request is smuggled past the gateway).
+        let (mut c, task, _closing) = start(64 * 1024, echo());
+        c.write_all(b"POST /a HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc")
+            .await
+            .unwrap();
+        tokio::task::yield_now().await;
+        c.write_all(b"GET /smuggled HTTP/1.1\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        let got = read_answers(&mut c, 2).await;
+        assert_eq!(got.matches("HTTP/1.1 ").count(), 1, "{got}");
+        assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+        assert!(got.contains("connection: close\r\n"), "{got}");
+        drop(c);
         watchdog(task).await.unwrap();
     }
 

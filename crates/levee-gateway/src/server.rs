@@ -59,10 +59,13 @@ pub async fn serve_connections(
     generations: Arc<Reloader>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let limits = &generations.current().config.limits;
-    let settings = front::Settings {
-        header_read_timeout: limits.header_read_timeout,
-        max_header_bytes: limits.max_header_bytes,
+    // Read once (as hyper's builder was): a reload does not change them.
+    let settings = {
+        let first = generations.current();
+        front::Settings {
+            header_read_timeout: first.config.limits.header_read_timeout,
+            max_header_bytes: first.config.limits.max_header_bytes,
+        }
     };
     // Each connection holds a receiver: `true` asks it to finish, and the
     // sender's `closed()` is every connection gone.
