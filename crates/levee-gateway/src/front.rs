@@ -1,12 +1,15 @@
 //! HTTP/1.1 from callers, served inside each connection's own task.
 //!
 //! hyper's server reads a request body through a channel its dispatcher
-//! fills, encodes every answer through its own buffers, and costs ~10,000
-//! instructions a request in the proxy benchmark — as much as the whole
-//! policy. Here the connection task parses the head itself (httparse, the
-//! parser hyper uses), hands the gateway a body that is usually already
-//! whole (a chat request arrives with its head), and writes the answer's
-//! head and body in one system call when the body is ready with it.
+//! fills and encodes every answer through its own buffers: ~10,000
+//! instructions a request in the proxy benchmark, a fifth of the whole
+//! request path, and an 8 KiB read and an 8 KiB write buffer per
+//! connection. Here the connection task parses the head itself (httparse,
+//! the parser hyper uses), hands the gateway a body that is usually
+//! already whole (a chat request arrives with its head), and writes the
+//! answer's head and body in one system call when the body is ready with
+//! it: ~6,000 instructions, and 9.6 KiB of heap per open stream in all
+//! (22.7 KiB with hyper's server).
 //!
 //! What it speaks: HTTP/1.1 and HTTP/1.0 requests framed by
 //! `content-length`, `transfer-encoding: chunked` or nothing; keep-alive
