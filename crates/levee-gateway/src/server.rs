@@ -176,8 +176,9 @@ fn take_backlog(listener: TcpListener, mut serve: impl FnMut(TcpStream)) -> usiz
     taken
 }
 
-/// HTTP/1 connection settings for both listeners: the header section must
-/// arrive within `limits.header_read_timeout` and fit `limits.max_header_bytes`.
+/// hyper's HTTP/1 settings for the admin listener, the same limits as the
+/// public one's: the header section must arrive within
+/// `limits.header_read_timeout` and fit `limits.max_header_bytes`.
 fn connection_builder(limits: &levee_config::Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
