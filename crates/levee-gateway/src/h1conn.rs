@@ -26,11 +26,12 @@
 //! passes them on.
 
 use crate::h1wire::{decode_chunked, Framing, InBuf, Kind, Span, Step, MAX_HEADERS};
+use crate::outbound::Outbound;
 use crate::respond::is_hop_by_hop;
 use crate::transport::Conn;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode, Version};
+use http::{Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::TokioIo;
 use std::io;
@@ -128,12 +129,12 @@ impl H1Conn {
     /// to `home` at its end.
     pub(crate) async fn send<B: AsRef<[u8]>>(
         mut self,
-        req: &Request<B>,
+        req: &Outbound<B>,
         host: &HeaderValue,
         home: Weak<dyn Home>,
     ) -> Result<Response<H1Body>, Failed> {
         let answered_early = self.write_request(req, host).await?;
-        let no_body = req.method() == http::Method::HEAD;
+        let no_body = req.method == http::Method::HEAD;
         let head = loop {
             let head = self.0.read_head(no_body).await?;
             if !head.informational {
@@ -162,10 +163,10 @@ impl H1Conn {
     /// before all of it was written (the rest is then not sent).
     async fn write_request<B: AsRef<[u8]>>(
         &mut self,
-        req: &Request<B>,
+        req: &Outbound<B>,
         host: &HeaderValue,
     ) -> Result<bool, Failed> {
-        let body = req.body().as_ref();
+        let body = req.body.as_ref();
         let inline = body.len() <= INLINE_BODY;
         let mut out = Vec::with_capacity(256 + if inline { body.len() } else { 0 });
         encode_head(&mut out, req, host);
@@ -232,27 +233,26 @@ impl Inner {
 /// The request line and header section, with `content-length` for the
 /// body. Framing and hop-by-hop fields in `req` are left out: this
 /// connection's own framing is the only one sent.
-fn encode_head<B: AsRef<[u8]>>(out: &mut Vec<u8>, req: &Request<B>, host: &HeaderValue) {
+fn encode_head<B: AsRef<[u8]>>(out: &mut Vec<u8>, req: &Outbound<B>, host: &HeaderValue) {
     let target = req
-        .uri()
+        .uri
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/");
-    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.extend_from_slice(req.method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    let headers = req.headers();
-    if !headers.contains_key(header::HOST) {
+    if !req.fields.contains(&header::HOST) {
         line(out, header::HOST.as_str(), host.as_bytes());
     }
-    for (name, value) in headers {
+    for (name, value) in req.fields.iter() {
         if !is_hop_by_hop(name.as_str()) {
             line(out, name.as_str(), value.as_bytes());
         }
     }
     let mut digits = itoa::Buffer::new();
-    let len = digits.format(req.body().as_ref().len());
+    let len = digits.format(req.body.as_ref().len());
     line(out, header::CONTENT_LENGTH.as_str(), len.as_bytes());
     out.extend_from_slice(b"\r\n");
 }
@@ -503,11 +503,12 @@ mod tests {
 
     const REQUEST: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nhost: mock.test\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
 
-    fn request() -> Request<Bytes> {
-        let mut req = Request::new(Bytes::from_static(b"{}"));
-        *req.method_mut() = http::Method::POST;
-        *req.uri_mut() = "http://mock.test/v1/chat/completions".parse().unwrap();
-        req.headers_mut().insert(
+    fn request() -> Outbound<Bytes> {
+        let mut req = Outbound::post(
+            "http://mock.test/v1/chat/completions".parse().unwrap(),
+            Bytes::from_static(b"{}"),
+        );
+        req.fields.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
@@ -594,9 +595,9 @@ mod tests {
         let host = HeaderValue::from_static("mock.test");
         let mut req = request();
         // Framing and hop-by-hop fields from the request are never sent.
-        req.headers_mut()
+        req.fields
             .insert(header::CONTENT_LENGTH, HeaderValue::from_static("99"));
-        req.headers_mut()
+        req.fields
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         let sending = tokio::spawn(async move {
             conn.send(&req, &host, home)
@@ -820,9 +821,9 @@ mod tests {
 
     /// A request whose body is larger than the inline limit (written after
     /// its head) and larger than the pipe takes without being read.
-    fn large_request() -> Request<Bytes> {
+    fn large_request() -> Outbound<Bytes> {
         let mut req = request();
-        *req.body_mut() = Bytes::from(vec![b'x'; 4 * INLINE_BODY]);
+        req.body = Bytes::from(vec![b'x'; 4 * INLINE_BODY]);
         req
     }
 

@@ -29,6 +29,7 @@ pub mod idempotency;
 pub mod inspect;
 pub mod metrics;
 pub mod observe;
+pub mod outbound;
 pub mod record;
 pub mod redact;
 pub mod reload;

@@ -156,7 +156,7 @@ impl Observer {
         n: u32,
         deadline: Instant,
         now: Instant,
-        headers: &mut HeaderMap,
+        fields: &mut crate::outbound::Fields,
     ) {
         let shared = &self.shared;
         if d.kind == AttemptKind::Fallback || (d.kind == AttemptKind::First && d.target > 0) {
@@ -177,17 +177,18 @@ impl Observer {
         let span = self
             .trace
             .attempt(self.route_name(), self.provider_name(d.target), n);
-        span.inject(headers);
+        span.inject(fields);
         self.span = Some(span);
     }
 
     /// The attempt ended without an answer to relay.
     pub fn attempt_finished(&mut self, f: Finished<'_>) {
         let shared = Arc::clone(&self.shared);
-        self.outside += shared.clock.since(f.started);
+        let at = shared.clock.now();
+        self.outside += at.saturating_since(f.started);
         if shared.recorder.is_some() {
             let mut line = TapeLine {
-                delay_ms: ms(shared.clock.since(f.started)),
+                delay_ms: ms(at.saturating_since(f.started)),
                 ..TapeLine::default()
             };
             match f.outcome {
@@ -219,7 +220,6 @@ impl Observer {
         if let Some(span) = self.span.take() {
             span.finish(status, Some(label));
         }
-        let at = shared.clock.now();
         shared.census.attempt(
             self.route,
             f.target,
@@ -242,11 +242,13 @@ impl Observer {
     ) -> Option<TapeLine> {
         let shared = Arc::clone(&self.shared);
         let target = req.target();
-        self.outside += shared.clock.since(started);
+        // One reading of the clock for the whole account (each is ~100
+        // instructions, and a request took twelve).
+        let at = shared.clock.now();
+        self.outside += at.saturating_since(started);
         shared
             .metrics
             .attempt(self.provider_name(target), "success");
-        let at = shared.clock.now();
         shared.census.attempt(
             self.route,
             target,
@@ -258,7 +260,7 @@ impl Observer {
             .metrics
             .attempts_per_request
             .observe(f64::from(req.attempts()));
-        let total = shared.clock.since(self.arrived);
+        let total = at.saturating_since(self.arrived);
         if body.is_none() {
             shared
                 .metrics
@@ -268,7 +270,7 @@ impl Observer {
         let added = total.saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
         shared.metrics.request(self.route_name(), "success");
-        self.log_summary(req, "success", None, added, None, "success");
+        self.log_summary(req, at, "success", None, added, None, "success");
         if let Some(span) = self.span.take() {
             span.finish(Some(head.status.as_u16()), None);
         }
@@ -279,7 +281,7 @@ impl Observer {
             status: head.status.as_u16(),
             headers: TapeLine::headers_from(&head.headers),
             body: body.map(TapeLine::body_from),
-            delay_ms: ms(shared.clock.since(started)),
+            delay_ms: ms(at.saturating_since(started)),
             ..TapeLine::default()
         };
         match body {
@@ -307,11 +309,14 @@ impl Observer {
         if attempts == 0 || !f.upstream_status {
             shared.metrics.reject(reason);
         }
-        let total = shared.clock.since(self.arrived);
-        let added = total.saturating_sub(self.outside);
+        let at = shared.clock.now();
+        let added = at
+            .saturating_since(self.arrived)
+            .saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
         self.log_summary(
             req,
+            at,
             reason,
             Some(f.status),
             added,
@@ -348,13 +353,14 @@ impl Observer {
     fn log_summary(
         &self,
         req: &RequestState,
+        at: Instant,
         outcome: &str,
         status: Option<u16>,
         added: Duration,
         err: Option<&LastError>,
         last_result: &str,
     ) {
-        let left = req.deadline().saturating_since(self.shared.clock.now());
+        let left = req.deadline().saturating_since(at);
         // The provider's error body, once per logical request (five copies of
         // one validator complaint bury it).
         let upstream_error = err.map(|e| {

@@ -308,11 +308,10 @@ pub struct AttemptTrace {
 
 impl AttemptTrace {
     /// Sets the attempt's `traceparent` on the upstream request.
-    pub fn inject(&self, headers: &mut http::HeaderMap) {
+    pub fn inject(&self, fields: &mut crate::outbound::Fields) {
         if let Some(span) = &self.span {
             let cx = Context::new().with_remote_span_context(span.span_context().clone());
-            TraceContextPropagator::new()
-                .inject_context(&cx, &mut opentelemetry_http::HeaderInjector(headers));
+            TraceContextPropagator::new().inject_context(&cx, fields);
         }
     }
 

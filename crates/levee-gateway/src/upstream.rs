@@ -15,9 +15,10 @@ use crate::clock::Clock;
 use crate::h1conn::{Failed, H1Body, H1Conn, Home};
 use crate::h2conn::{self, H2Conn, H2Pool, Streams, Watched};
 use crate::handler::BoxError;
+use crate::outbound::Outbound;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, Uri};
+use http::{Response, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
@@ -310,9 +311,9 @@ impl Pool {
     async fn send_on_h1(
         self: &Arc<Self>,
         conn: H1Conn,
-        req: &mut Request<ConnTimed>,
+        req: &mut Outbound<ConnTimed>,
     ) -> Result<Response<UpstreamBody>, Failed> {
-        req.body_mut().connected();
+        req.body.connected();
         let resp = conn.send(req, &self.host, self.home()).await?;
         Ok(resp.map(UpstreamBody::H1))
     }
@@ -396,7 +397,7 @@ impl Pool {
     /// when only HTTP/1 was spoken and its connect was inline).
     async fn send(
         self: &Arc<Self>,
-        req: Request<ConnTimed>,
+        req: Outbound<ConnTimed>,
     ) -> Result<Response<UpstreamBody>, SendError> {
         if self.prefers_h2() {
             self.send_h2(req, None).await
@@ -410,12 +411,12 @@ impl Pool {
     /// connection just then) goes on a new one.
     async fn send_h1(
         self: &Arc<Self>,
-        mut req: Request<ConnTimed>,
+        mut req: Outbound<ConnTimed>,
     ) -> Result<Response<UpstreamBody>, SendError> {
         loop {
             let (conn, reused) = match self.checkout() {
                 Some(c) => (c.conn, true),
-                None => match Box::pin(self.connect(req.uri())).await? {
+                None => match Box::pin(self.connect(&req.uri)).await? {
                     Opened::H1(c) => (c, false),
                     // `http2: auto` and the provider picked h2 this time.
                     Opened::H2(c) => return Box::pin(self.send_h2(req, Some(c))).await,
@@ -436,7 +437,7 @@ impl Pool {
     /// closed before it was written — goes once more on a new connection.
     async fn send_h2(
         self: &Arc<Self>,
-        mut req: Request<ConnTimed>,
+        mut req: Outbound<ConnTimed>,
         mut first: Option<Arc<H2Conn>>,
     ) -> Result<Response<UpstreamBody>, SendError> {
         let mut retried = false;
@@ -453,28 +454,26 @@ impl Pool {
                     Err(None) => return Box::pin(self.send_h1(req)).await,
                 },
             };
-            req.body_mut().connected();
-            let copy = (!retried).then(|| copy_request(&req));
-            let sent = conn.sender.clone().try_send_request(req).await;
-            let mut e = match sent {
+            req.body.connected();
+            // The outbound request stays here: hyper gives back only requests
+            // never written, and one the server refused unprocessed goes once
+            // more as it was.
+            let sent = conn.sender.clone().try_send_request(req.to_request()).await;
+            let e = match sent {
                 Ok(resp) => return Ok(resp.map(UpstreamBody::H2)),
-                Err(e) => e,
-            };
-            let back = match e.take_message() {
-                Some(back) => {
-                    conn.unreserve();
-                    Some(back)
+                Err(mut e) => {
+                    if e.take_message().is_some() {
+                        conn.unreserve();
+                    } else if !h2conn::refused_unprocessed(e.error()) {
+                        return Err(SendError::Request(Box::new(e.into_error())));
+                    }
+                    e
                 }
-                None if h2conn::refused_unprocessed(e.error()) => copy,
-                None => None,
             };
-            match back {
-                Some(back) if !retried => {
-                    req = back;
-                    retried = true;
-                }
-                _ => return Err(SendError::Request(Box::new(e.into_error()))),
+            if retried {
+                return Err(SendError::Request(Box::new(e.into_error())));
             }
+            retried = true;
         }
     }
 
@@ -484,7 +483,7 @@ impl Pool {
     /// connection found HTTP/1.1 while this one waited: use the HTTP/1 pool).
     async fn h2_conn(
         self: &Arc<Self>,
-        req: &Request<ConnTimed>,
+        req: &Outbound<ConnTimed>,
         fresh: bool,
     ) -> Result<Result<Arc<H2Conn>, Option<H1Conn>>, SendError> {
         if !fresh {
@@ -501,21 +500,11 @@ impl Pool {
                 return Ok(Ok(c));
             }
         }
-        Ok(match Box::pin(self.connect(req.uri())).await? {
+        Ok(match Box::pin(self.connect(&req.uri)).await? {
             Opened::H2(c) => Ok(c),
             Opened::H1(c) => Err(Some(c)),
         })
     }
-}
-
-/// A copy of an HTTP/2 request, kept to send once more if the server
-/// refuses it unprocessed (hyper gives back only requests never written).
-fn copy_request(req: &Request<ConnTimed>) -> Request<ConnTimed> {
-    let mut copy = Request::new(req.body().clone());
-    *copy.method_mut() = req.method().clone();
-    *copy.uri_mut() = req.uri().clone();
-    *copy.headers_mut() = req.headers().clone();
-    copy
 }
 
 impl Home for Pool {
@@ -709,7 +698,7 @@ impl ProviderRuntime {
     /// Sends one attempt, timing how long it waits for a connection.
     pub fn send(
         &self,
-        req: Request<Bytes>,
+        req: Outbound<Bytes>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + Send + 'static {
         let started = self.clock.now();
         let req = req.map(|bytes| ConnTimed {
@@ -812,14 +801,9 @@ pub fn build_request(
     body: Bytes,
     timeout: Duration,
     idempotency_key: &HeaderValue,
-) -> Request<Bytes> {
-    let mut req = Request::new(body);
-    *req.method_mut() = http::Method::POST;
-    *req.uri_mut() = uri;
-    let h = req.headers_mut();
-    // Levee's own five fields and the caller's few forwarded ones, in one
-    // allocation instead of growing the map twice.
-    h.reserve(12);
+) -> Outbound<Bytes> {
+    let mut req = Outbound::post(uri, body);
+    let h = &mut req.fields;
     // Names listed in the caller's `Connection` header are hop-by-hop.
     let listed: Vec<String> = inbound
         .get_all(header::CONNECTION)
@@ -836,14 +820,14 @@ pub fn build_request(
     if let Some((n, v)) = &provider.auth {
         h.insert(n.clone(), v.clone());
     }
-    if provider.api == Api::Anthropic && !h.contains_key(headers::ANTHROPIC_VERSION) {
-        h.insert(
+    if provider.api == Api::Anthropic && !h.contains(&headers::ANTHROPIC_VERSION) {
+        h.append(
             headers::ANTHROPIC_VERSION,
             HeaderValue::from_static("2023-06-01"),
         );
     }
-    if !h.contains_key(header::CONTENT_TYPE) {
-        h.insert(
+    if !h.contains(&header::CONTENT_TYPE) {
+        h.append(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
