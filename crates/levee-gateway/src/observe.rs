@@ -270,7 +270,7 @@ impl Observer {
         let added = total.saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
         shared.metrics.request(self.route_name(), "success");
-        self.log_summary(req, at, "success", None, added, None, "success");
+        self.log_summary(req, at, "success", None, added, "success");
         if let Some(span) = self.span.take() {
             span.finish(Some(head.status.as_u16()), None);
         }
@@ -318,9 +318,8 @@ impl Observer {
             req,
             at,
             reason,
-            Some(f.status),
+            Some((f.status, last_error)),
             added,
-            last_error,
             self.last_label,
         );
     }
@@ -349,18 +348,19 @@ impl Observer {
         }
     }
 
-    /// The summary log line, once per logical request.
+    /// The summary log line, once per logical request; `failure` is the
+    /// status Levee answered with and the provider's last error, if any.
     fn log_summary(
         &self,
         req: &RequestState,
         at: Instant,
         outcome: &str,
-        status: Option<u16>,
+        failure: Option<(u16, Option<&LastError>)>,
         added: Duration,
-        err: Option<&LastError>,
         last_result: &str,
     ) {
         let left = req.deadline().saturating_since(at);
+        let (status, err) = failure.map_or((None, None), |(s, e)| (Some(s), e));
         // The provider's error body, once per logical request (five copies of
         // one validator complaint bury it).
         let upstream_error = err.map(|e| {
