@@ -25,7 +25,7 @@
 //! that closes its side while its request is in flight cancels the request
 //! (it can no longer read the answer); so does a failed write.
 
-use crate::h1wire::{decode_chunked, Chunk, Framing, InBuf, Kind, Span, Step, MAX_HEADERS};
+use crate::h1wire::{decode_chunked, Chunk, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS};
 use crate::respond::Body;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -631,7 +631,7 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
 fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
     // Left uninitialised: httparse writes only the slots it fills.
     let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
-    let mut spans = [Span::default(); MAX_HEADERS];
+    let mut spans = Spans::new();
     let mut req = httparse::Request::new(&mut []);
     let len = match req.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -653,7 +653,6 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
     let path = at(req.path.unwrap_or("").as_bytes());
     let mut framing = Framing::default();
     let mut expect_continue = false;
-    let mut count = 0;
     for h in req.headers.iter() {
         let connection_only = framing
             .see(h.name, h.value)
@@ -664,19 +663,18 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
         // The request's length stays in its map: the gateway refuses a
         // body declared over its limit before reading it.
         if !connection_only || h.name.eq_ignore_ascii_case("content-length") {
-            spans[count] = Span {
+            spans.push(Span {
                 name: at(h.name.as_bytes()),
                 value: at(h.value),
-            };
-            count += 1;
+            });
         }
     }
     let kind = request_body(&framing, version)?;
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(path.0 as usize..(path.0 + path.1) as usize))
         .map_err(|_| StatusCode::BAD_REQUEST)?;
-    let mut headers = HeaderMap::with_capacity(count);
-    for span in &spans[..count] {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for span in spans.iter() {
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
         let name = HeaderName::from_bytes(&head[n..n + nl]).map_err(|_| StatusCode::BAD_REQUEST)?;
@@ -952,6 +950,31 @@ mod tests {
                 }
             })
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_of_a_hundred_fields_reaches_the_gateway_whole() {
+        let fields = |req: Request<FrontBody>| {
+            let names: Vec<String> = req
+                .headers()
+                .iter()
+                .map(|(n, v)| format!("{n}={}", v.to_str().unwrap_or("?")))
+                .collect();
+            async move { Response::new(full(names.join(","))) }
+        };
+        let (mut c, task, _closing) = start(64 * 1024, fields);
+        // Ninety-nine and `connection`: the most a head may have.
+        let head: String = (0..99).map(|i| format!("x-f{i}: v{i}\r\n")).collect();
+        c.write_all(format!("GET / HTTP/1.1\r\n{head}connection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        let text = String::from_utf8_lossy(&got);
+        let want: Vec<String> = (0..99).map(|i| format!("x-f{i}=v{i}")).collect();
+        assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+        assert!(text.ends_with(&want.join(",")), "{text}");
+        watchdog(task).await.unwrap();
     }
 
     async fn watchdog<T>(f: impl Future<Output = T>) -> T {

@@ -25,7 +25,7 @@
 //! answer's header map: they describe this connection, and a proxy never
 //! passes them on.
 
-use crate::h1wire::{decode_chunked, Framing, InBuf, Kind, Span, Step, MAX_HEADERS};
+use crate::h1wire::{decode_chunked, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS};
 use crate::outbound::Outbound;
 use crate::respond::is_hop_by_hop;
 use crate::transport::Conn;
@@ -34,6 +34,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::TokioIo;
+use levee_wire::headers::X_TIMEOUT_MS;
 use std::io;
 use std::pin::Pin;
 use std::sync::Weak;
@@ -252,6 +253,9 @@ fn encode_head<B: AsRef<[u8]>>(out: &mut Vec<u8>, req: &Outbound<B>, host: &Head
         }
     }
     let mut digits = itoa::Buffer::new();
+    if let Some(ms) = req.timeout_ms {
+        line(out, X_TIMEOUT_MS.as_str(), digits.format(ms).as_bytes());
+    }
     let len = digits.format(req.body.as_ref().len());
     line(out, header::CONTENT_LENGTH.as_str(), len.as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -310,7 +314,7 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     // Left uninitialised: httparse writes only the slots it fills (zeroed,
     // they would be 3.2 KiB written for every answer).
     let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
-    let mut spans = [Span::default(); MAX_HEADERS];
+    let mut spans = Spans::new();
     let mut resp = httparse::Response::new(&mut []);
     let len = match httparse::ParserConfig::default()
         .parse_response_with_uninit_headers(&mut resp, buf, &mut slots)?
@@ -330,14 +334,12 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     let mut framing = Framing::default();
     // Building a header map costs ~700 instructions a field; the fields
     // about this connection are read here and left out of it.
-    let mut count = 0;
     for h in resp.headers.iter() {
         if !framing.see(h.name, h.value).map_err(H1Error::Framing)? {
-            spans[count] = Span {
+            spans.push(Span {
                 name: at(h.name.as_bytes()),
                 value: at(h.value),
-            };
-            count += 1;
+            });
         }
     }
     if code == 101 {
@@ -350,8 +352,8 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
         StatusCode::from_u16(code).map_err(|_| H1Error::Framing("status code out of range"))?;
     // Room for the two `x-levee-*` fields a relayed answer gains: a map
     // that grows moves every field (~1,000 instructions).
-    let mut headers = HeaderMap::with_capacity(count + 2);
-    for span in &spans[..count] {
+    let mut headers = HeaderMap::with_capacity(spans.len() + 2);
+    for span in spans.iter() {
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
         let name = HeaderName::from_bytes(&head[n..n + nl])
@@ -599,13 +601,20 @@ mod tests {
             .insert(header::CONTENT_LENGTH, HeaderValue::from_static("99"));
         req.fields
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        req.timeout_ms = Some(2500);
         let sending = tokio::spawn(async move {
             conn.send(&req, &host, home)
                 .await
                 .map(|_| ())
                 .map_err(|f| f.error.to_string())
         });
-        assert_eq!(read_request(&mut theirs).await, REQUEST);
+        let want = String::from_utf8_lossy(REQUEST).replace(
+            "content-length: 2",
+            "x-timeout-ms: 2500\r\ncontent-length: 2",
+        );
+        let mut got = vec![0; want.len()];
+        theirs.read_exact(&mut got).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), want);
         theirs
             .write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
             .await

@@ -848,11 +848,8 @@ pub fn build_request(
             HeaderValue::from_static("application/json"),
         );
     }
-    h.insert(
-        headers::X_TIMEOUT_MS,
-        HeaderValue::from(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-    );
     h.insert(headers::IDEMPOTENCY_KEY, idempotency_key.clone());
+    req.timeout_ms = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
     req
 }
 
