@@ -266,7 +266,9 @@ impl RequestTrace {
                 KeyValue::new("levee.attempt", i64::from(n)),
             ])
             .start_with_context(tracer, cx);
-        AttemptTrace { span: Some(span) }
+        AttemptTrace {
+            span: Some(Box::new(span)),
+        }
     }
 
     /// A wait (backoff or Retry-After) before the next attempt.
@@ -303,7 +305,9 @@ impl RequestTrace {
 
 /// One attempt's span; a no-op without telemetry.
 pub struct AttemptTrace {
-    span: Option<opentelemetry_sdk::trace::Span>,
+    /// Boxed: an SDK span is 280 bytes, carried (and copied) by every
+    /// request's future whether or not it is traced.
+    span: Option<Box<opentelemetry_sdk::trace::Span>>,
 }
 
 impl AttemptTrace {
