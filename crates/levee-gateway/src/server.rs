@@ -3,7 +3,6 @@
 //! header-read-time limits) and the admin listener (`/metrics`, `/healthz`,
 //! `/readyz`, on hyper), with graceful shutdown.
 
-use crate::app::App;
 use crate::front;
 use crate::reload::Reloader;
 use crate::respond::{full, Body};
@@ -77,8 +76,7 @@ pub async fn serve_connections(
         let generations = Arc::clone(&generations);
         // Each request runs under the generation current when it arrives.
         let svc = move |req: Request<front::FrontBody>| {
-            let app = App::from(generations.current());
-            async move { app.call(req).await }
+            crate::handler::handle(generations.current(), req)
         };
         tokio::spawn(front::serve(stream, settings, svc, watching.clone()));
     };
