@@ -472,12 +472,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
                 .as_bytes(),
         );
         out.extend_from_slice(b"\r\n");
+        let mut dated = false;
         for (name, value) in &parts.headers {
             if !is_framing(name) {
                 line(out, name.as_str().as_bytes(), value.as_bytes());
+                dated |= name == header::DATE;
             }
         }
-        if !parts.headers.contains_key(header::DATE) {
+        if !dated {
             date::put(out);
         }
         match framing {
@@ -950,6 +952,31 @@ mod tests {
                 }
             })
         }
+    }
+
+    #[tokio::test]
+    async fn an_answer_with_its_own_date_gets_no_second_one() {
+        let dated = |_req: Request<FrontBody>| async {
+            let mut r = Response::new(full("x"));
+            r.headers_mut().insert(
+                header::DATE,
+                HeaderValue::from_static("Tue, 01 Dec 2026 00:00:00 GMT"),
+            );
+            r
+        };
+        let (mut c, task, _closing) = start(64 * 1024, dated);
+        c.write_all(b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        let text = String::from_utf8_lossy(&got);
+        assert_eq!(text.matches("\r\ndate: ").count(), 1, "{text}");
+        assert!(
+            text.contains("\r\ndate: Tue, 01 Dec 2026 00:00:00 GMT\r\n"),
+            "{text}"
+        );
+        watchdog(task).await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

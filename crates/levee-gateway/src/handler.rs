@@ -317,9 +317,11 @@ fn resolve_deadline(
         deadline_ms: said.deadline_ms.map(HeaderValue::as_bytes),
         patience_secs: patience,
     };
+    // The wall clock matters only to an absolute deadline (`x-deadline-ms`).
+    let unix_ms = said.deadline_ms.map_or(0, |_| shared.clock.unix_ms());
     route
         .deadline
-        .resolve(headers, arrived, shared.clock.unix_ms())
+        .resolve(headers, arrived, unix_ms)
         .map_err(|e| {
             let e = LeveeError::bad_request(400, format!("levee: {e}"));
             reject(shared, "bad_request", e)
