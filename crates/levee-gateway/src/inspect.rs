@@ -42,6 +42,22 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
     let text = std::str::from_utf8(body).map_err(|e| {
         InspectError::InvalidJson(format!("invalid UTF-8 at byte {}", e.valid_up_to()))
     })?;
+    // Most bodies are read without serde; the rest get its verdict.
+    if let Some(top) = crate::quickjson::top(text) {
+        return match top.model {
+            Some(m) if !m.is_empty() => Ok(Inspected {
+                model: m.to_owned(),
+                stream: top.stream,
+            }),
+            _ => Err(InspectError::MissingModel),
+        };
+    }
+    by_serde(text)
+}
+
+/// The verdict of `serde_json`'s visitor, for a body the quick reader
+/// leaves to it.
+fn by_serde(text: &str) -> Result<Inspected, InspectError> {
     let peek: Peek<'_> = serde_json::from_str(text).map_err(|e| {
         let mut m = e.to_string();
         m.truncate(200);
@@ -243,6 +259,7 @@ pub fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Result<Bytes, Inspec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn model_and_stream() {
@@ -344,6 +361,137 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    /// JSON-like text: mostly valid, with the shapes the quick reader must
+    /// leave to `serde_json` (escapes, exponents, long numbers, controls,
+    /// surrogates, duplicates, deep nesting) mixed in.
+    fn json_text() -> impl Strategy<Value = String> {
+        let string = |parts: Vec<&'static str>| {
+            prop::collection::vec(prop::sample::select(parts), 0..6)
+                .prop_map(|parts| format!("\"{}\"", parts.concat()))
+        };
+        let leaf = prop_oneof![
+            4 => prop::sample::select(vec!["null", "true", "false", "0", "-0", "7", "-12.5", "0.25"])
+                .prop_map(str::to_string),
+            4 => string(vec!["a", "model", " ", "é", "日", "\\n", "\\\"", "\\\\", "\\/", "\\t"]),
+            1 => prop::sample::select(vec![
+                "tru", "01", "1.", "1e3", "-2E-4", "1e400", "123456789012345678901234567890",
+                "-", ".5",
+            ])
+            .prop_map(str::to_string),
+            1 => "[0-9]{1,330}",
+            1 => string(vec!["a", "\\u00e9", "\\ud800", "\\udc00", "\\ud83d\\ude00", "\\q", "\n", "\u{1}", "\u{7f}"]),
+        ];
+        let value = leaf.prop_recursive(5, 40, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(("[a-z]{0,3}", inner), 0..5).prop_map(|v| {
+                    let members: Vec<String> =
+                        v.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+            ]
+        });
+        let key = prop::sample::select(vec![
+            "model",
+            "stream",
+            "messages",
+            "x",
+            "model",
+            "stream",
+            "mod\\u0065l",
+            "stream ",
+        ]);
+        let top = prop::collection::vec((key, value.clone(), prop::bool::ANY), 0..6).prop_map(
+            |members| {
+                let members: Vec<String> = members
+                    .iter()
+                    .map(|(k, v, spaced)| {
+                        if *spaced {
+                            format!(" \"{k}\" :\t{v}\n")
+                        } else {
+                            format!("\"{k}\":{v}")
+                        }
+                    })
+                    .collect();
+                format!("{{{}}}", members.join(","))
+            },
+        );
+        let model = prop::sample::select(vec!["\"gpt-4o\"", "\"\"", "null", "\"a\\\"b\"", "3"]);
+        (top, model, prop::bool::ANY).prop_map(|(top, model, lead)| {
+            if lead && top.len() > 2 {
+                format!("{{\"model\":{model},{}", &top[1..])
+            } else {
+                top
+            }
+        })
+    }
+
+    /// The text with one byte taken out or one structural byte put in.
+    fn mutated() -> impl Strategy<Value = Vec<u8>> {
+        (
+            json_text(),
+            0usize..6,
+            any::<prop::sample::Index>(),
+            prop::sample::select(b"{}[],:\"\\ 0e-.tn\xc3".to_vec()),
+        )
+            .prop_map(|(text, how, at, byte)| {
+                let mut b = text.into_bytes();
+                let i = at.index(b.len() + 1);
+                match how {
+                    0..=3 => {}
+                    4 if i < b.len() => {
+                        b.remove(i);
+                    }
+                    _ => b.insert(i, byte),
+                }
+                b
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        /// The quick reader and `serde_json` agree on every body: the same
+        /// model, stream flag and kind of refusal.
+        #[test]
+        fn the_quick_reader_answers_what_serde_json_answers(body in mutated()) {
+            let by_serde = match std::str::from_utf8(&body) {
+                Ok(text) if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') => {
+                    by_serde(text)
+                }
+                _ => inspect(&body),
+            };
+            prop_assert_eq!(
+                kind(inspect(&body)),
+                kind(by_serde),
+                "{:?}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+    }
+
+    /// The property above means something only if the generated bodies
+    /// reach both paths: read by the quick reader, and left to serde.
+    #[test]
+    fn the_generated_bodies_reach_both_paths() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = mutated();
+        let (mut quick, mut serde) = (0, 0);
+        for _ in 0..2000 {
+            let body = strategy.new_tree(&mut runner).unwrap().current();
+            match std::str::from_utf8(&body)
+                .ok()
+                .and_then(crate::quickjson::top)
+            {
+                Some(_) => quick += 1,
+                None => serde += 1,
+            }
+        }
+        assert!(quick > 300 && serde > 300, "quick {quick}, serde {serde}");
     }
 
     #[test]

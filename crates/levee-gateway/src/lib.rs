@@ -30,6 +30,7 @@ pub mod inspect;
 pub mod metrics;
 pub mod observe;
 pub mod outbound;
+mod quickjson;
 pub mod record;
 pub mod redact;
 pub mod reload;
