@@ -381,7 +381,7 @@ mod tests {
             ])
             .prop_map(str::to_string),
             1 => "[0-9]{1,330}",
-            1 => string(vec!["a", "\\u00e9", "\\ud800", "\\udc00", "\\ud83d\\ude00", "\\q", "\n", "\u{1}", "\u{7f}"]),
+            1 => string(vec!["a", "\\u00e9", "\\ud800", "\\udc00", "\\ud83d\\ude00", "\\ud800\\u0041", "\\ud800a", "\\u00zz", "\\u004", "\\q", "\n", "\u{1}", "\u{7f}"]),
         ];
         let value = leaf.prop_recursive(5, 40, 5, |inner| {
             prop_oneof![

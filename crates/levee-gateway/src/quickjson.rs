@@ -1,8 +1,8 @@
 //! A one-pass reader of a request body's top-level `model` and `stream`,
-//! for the bodies every chat request sends: plain strings (the common
-//! escapes allowed), short numbers, nesting under 64. It validates as it
+//! for the bodies every chat request sends: strings, short numbers,
+//! nesting under 64. It validates as it
 //! reads, and it is conservative: anything whose verdict needs more care
-//! than that — an escaped top-level key or model, a `\u` escape, an exponent
+//! than that — an escaped top-level key or model, a lone surrogate, an exponent
 //! or a number of over 40 characters, a field given twice, deep nesting, any
 //! syntax error — makes it answer "not sure" (`None`), and `serde_json`
 //! reads the body instead and gives the verdict and its wording. It never
@@ -147,9 +147,9 @@ fn plain_string(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
     (b[end] == b'"').then(|| (&b[i + 1..end], end + 1))
 }
 
-/// Past a string at `i` (its opening quote), its simple escapes allowed
-/// (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`); a `\u` escape is left
-/// to `serde_json`, which knows a lone surrogate from a pair.
+/// Past a string at `i` (its opening quote), its escapes checked: a `\u`
+/// escape of a surrogate must be a leading one followed by a trailing one
+/// (a lone surrogate is left to `serde_json`, which refuses it).
 fn string(b: &[u8], i: usize) -> Option<usize> {
     let mut i = i + 1;
     loop {
@@ -158,11 +158,30 @@ fn string(b: &[u8], i: usize) -> Option<usize> {
             b'"' => return Some(i + 1),
             b'\\' => match b.get(i + 1)? {
                 b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' => match hex4(b, i + 2)? {
+                    // A leading surrogate, then its trailing one.
+                    0xD800..=0xDBFF if b.get(i + 6..i + 8)? == b"\\u" => {
+                        if !(0xDC00..=0xDFFF).contains(&hex4(b, i + 8)?) {
+                            return None;
+                        }
+                        i += 12;
+                    }
+                    0xD800..=0xDFFF => return None,
+                    _ => i += 6,
+                },
                 _ => return None,
             },
             _ => return None,
         }
     }
+}
+
+/// The four hex digits of a `\u` escape at `i`.
+fn hex4(b: &[u8], i: usize) -> Option<u16> {
+    b.get(i..i + 4)?.iter().try_fold(0u16, |n, &c| {
+        let d = char::from(c).to_digit(16)?;
+        Some(n << 4 | d as u16)
+    })
 }
 
 /// Past a number at `i`: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, no exponent, at
@@ -274,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_chat_request_is_read_here() {
-        let chat = r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse.\nSay \"hi\"\t\\ /"},{"role":"user","content":"Say hello. é ü 日本"}],"max_tokens":64,"temperature":0.7,"top_p":1,"n":-1,"stream":true,"stop":null,"logprobs":false,"tools":[]}"#;
+        let chat = r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse.\nSay \"hi\"\t\\ /"},{"role":"user","content":"Say hello. é ü 日本 \u00e9 \ud83d\ude00 \u2028"}],"max_tokens":64,"temperature":0.7,"top_p":1,"n":-1,"stream":true,"stop":null,"logprobs":false,"tools":[]}"#;
         assert_eq!(read(chat), Some((Some("gpt-4o-mini"), true)));
         assert_eq!(
             read(" \r\n\t{ \"stream\" : false , \"model\" : \"m\" } \n"),
@@ -301,7 +320,11 @@ mod tests {
             r#"{"mod\u0065l":"m"}"#,
             r#"{"model":"m\"q"}"#,
             r#"{"model":5}"#,
-            r#"{"model":"m","x":"\u00e9"}"#,
+            r#"{"model":"m","x":"\ud800"}"#,
+            r#"{"model":"m","x":"\ud800\u0041"}"#,
+            r#"{"model":"m","x":"\udc00\ud800"}"#,
+            r#"{"model":"m","x":"\u00zz"}"#,
+            r#"{"model":"m","x":"\u00e"}"#,
             r#"{"model":"m","x":1e3}"#,
             r#"{"model":"m","x":1234567890123456789012345678901234567890123}"#,
             r#"{"model":"m","x":01}"#,
