@@ -111,6 +111,7 @@ fn word(b: &[u8], i: usize, w: &[u8]) -> Option<usize> {
 
 /// The first byte at or after `i` that ends a plain run of string content:
 /// `"`, `\` or a control character. Eight bytes a step.
+#[inline]
 fn string_stop(b: &[u8], mut i: usize) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -150,29 +151,36 @@ fn plain_string(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
 /// Past a string at `i` (its opening quote), its escapes checked: a `\u`
 /// escape of a surrogate must be a leading one followed by a trailing one
 /// (a lone surrogate is left to `serde_json`, which refuses it).
+#[inline]
 fn string(b: &[u8], i: usize) -> Option<usize> {
     let mut i = i + 1;
     loop {
         i = string_stop(b, i)?;
         match b[i] {
             b'"' => return Some(i + 1),
-            b'\\' => match b.get(i + 1)? {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                b'u' => match hex4(b, i + 2)? {
-                    // A leading surrogate, then its trailing one.
-                    0xD800..=0xDBFF if b.get(i + 6..i + 8)? == b"\\u" => {
-                        if !(0xDC00..=0xDFFF).contains(&hex4(b, i + 8)?) {
-                            return None;
-                        }
-                        i += 12;
-                    }
-                    0xD800..=0xDFFF => return None,
-                    _ => i += 6,
-                },
-                _ => return None,
-            },
+            b'\\' => i = escape(b, i)?,
             _ => return None,
         }
+    }
+}
+
+/// Past the escape at `i` (its backslash). Out of line: most strings have
+/// none, and inlined it made every string's call save and restore
+/// registers it alone needs.
+#[cold]
+#[inline(never)]
+fn escape(b: &[u8], i: usize) -> Option<usize> {
+    match b.get(i + 1)? {
+        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(i + 2),
+        b'u' => match hex4(b, i + 2)? {
+            // A leading surrogate, then its trailing one.
+            0xD800..=0xDBFF if b.get(i + 6..i + 8)? == b"\\u" => (0xDC00..=0xDFFF)
+                .contains(&hex4(b, i + 8)?)
+                .then_some(i + 12),
+            0xD800..=0xDFFF => None,
+            _ => Some(i + 6),
+        },
+        _ => None,
     }
 }
 
