@@ -151,7 +151,7 @@ struct Callers {
     /// Names admitted from `x-levee-caller` so far.
     dynamic: usize,
     /// The anonymous callers' slot once made: most requests name no
-    /// caller, and finding the slot by name hashed it each time (~250
+    /// caller, and finding the slot by name hashed it each time (~280
     /// instructions a request).
     anonymous: Option<usize>,
 }
