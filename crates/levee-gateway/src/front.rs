@@ -956,27 +956,19 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_with_its_own_date_gets_no_second_one() {
-        let dated = |_req: Request<FrontBody>| async {
-            let mut r = Response::new(full("x"));
-            r.headers_mut().insert(
-                header::DATE,
-                HeaderValue::from_static("Tue, 01 Dec 2026 00:00:00 GMT"),
-            );
-            r
-        };
-        let (mut c, task, _closing) = start(64 * 1024, dated);
-        c.write_all(b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        let dated = answering_with("x", header::DATE, "Tue, 01 Dec 2026 00:00:00 GMT");
+        let got = exchange(
+            64 * 1024,
+            dated,
+            b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n",
+        )
+        .await;
         let text = String::from_utf8_lossy(&got);
         assert_eq!(text.matches("\r\ndate: ").count(), 1, "{text}");
         assert!(
             text.contains("\r\ndate: Tue, 01 Dec 2026 00:00:00 GMT\r\n"),
             "{text}"
         );
-        watchdog(task).await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
@@ -989,25 +981,50 @@ mod tests {
                 .collect();
             async move { Response::new(full(names.join(","))) }
         };
-        let (mut c, task, _closing) = start(64 * 1024, fields);
         // Ninety-nine and `connection`: the most a head may have.
         let head: String = (0..99).map(|i| format!("x-f{i}: v{i}\r\n")).collect();
-        c.write_all(format!("GET / HTTP/1.1\r\n{head}connection: close\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        let request = format!("GET / HTTP/1.1\r\n{head}connection: close\r\n\r\n");
+        let got = exchange(64 * 1024, fields, request.as_bytes()).await;
         let text = String::from_utf8_lossy(&got);
         let want: Vec<String> = (0..99).map(|i| format!("x-f{i}=v{i}")).collect();
         assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
         assert!(text.ends_with(&want.join(",")), "{text}");
-        watchdog(task).await.unwrap();
     }
 
     async fn watchdog<T>(f: impl Future<Output = T>) -> T {
         tokio::time::timeout(WATCHDOG, f)
             .await
             .expect("watchdog: the connection stalled")
+    }
+
+    /// A service answering `body` with the field `name: value` set.
+    fn answering_with(
+        body: &'static str,
+        name: header::HeaderName,
+        value: &'static str,
+    ) -> impl FnMut(Request<FrontBody>) -> std::future::Ready<Response<Body>> + Send + 'static {
+        move |_req| {
+            let mut r = Response::new(full(body));
+            r.headers_mut()
+                .insert(name.clone(), HeaderValue::from_static(value));
+            std::future::ready(r)
+        }
+    }
+
+    /// Writes `request` on a fresh connection to `svc`, reads until the
+    /// connection closes and waits for its task: all the caller received.
+    async fn exchange<S, F>(pipe: usize, svc: S, request: &[u8]) -> Vec<u8>
+    where
+        S: FnMut(Request<FrontBody>) -> F + Send + 'static,
+        F: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let (mut c, task, _closing) = start(pipe, svc);
+        c.write_all(request).await.unwrap();
+        let mut got = Vec::new();
+        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        drop(c);
+        watchdog(task).await.unwrap();
+        got
     }
 
     /// Reads until `n` answers' heads and bodies (content-length framed)
@@ -1313,18 +1330,13 @@ mod tests {
             ),
         ];
         for (what, raw, status) in cases {
-            let (mut c, task, _closing) = start(64 * 1024, echo());
-            c.write_all(&raw).await.unwrap();
-            let mut got = Vec::new();
-            watchdog(c.read_to_end(&mut got)).await.unwrap();
+            let got = exchange(64 * 1024, echo(), &raw).await;
             let text = String::from_utf8_lossy(&got);
             assert!(
                 text.starts_with(&format!("HTTP/1.1 {status} ")),
                 "{what}: {text}"
             );
             assert!(text.contains("connection: close"), "{what}: {text}");
-            drop(c);
-            watchdog(task).await.unwrap();
         }
     }
 
@@ -1405,54 +1417,37 @@ mod tests {
         let sent = big.clone();
         let svc =
             move |_req: Request<FrontBody>| std::future::ready(Response::new(full(sent.clone())));
-        let (mut c, task, _closing) = start(1024, svc);
-        c.write_all(b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        let got = exchange(1024, svc, b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n").await;
         let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         assert!(String::from_utf8_lossy(&got[..end]).contains("content-length: 200000\r\n"));
         assert!(got[end..] == big[..], "the body differs");
-        watchdog(task).await.unwrap();
     }
 
     #[tokio::test]
     async fn an_answer_longer_than_it_declared_ends_the_connection() {
-        let svc = |_req: Request<FrontBody>| async {
-            let mut r = Response::new(full("too long"));
-            r.headers_mut()
-                .insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
-            r
-        };
-        let (mut c, task, _closing) = start(64 * 1024, svc);
-        c.write_all(b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n")
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        let svc = answering_with("too long", header::CONTENT_LENGTH, "3");
+        let got = exchange(
+            64 * 1024,
+            svc,
+            b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+        )
+        .await;
         let text = String::from_utf8_lossy(&got);
         assert!(text.matches("HTTP/1.1 200").count() <= 1, "{text}");
         assert!(!text.contains("too long"), "{text}");
-        watchdog(task).await.unwrap();
     }
 
     #[tokio::test]
     async fn a_head_request_gets_the_length_and_no_body_and_the_connection_goes_on() {
         let svc =
             |_req: Request<FrontBody>| std::future::ready(Response::new(full("twelve bytes")));
-        let (mut c, task, _closing) = start(64 * 1024, svc);
-        c.write_all(b"HEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        watchdog(c.read_to_end(&mut got)).await.unwrap();
+        let request = b"HEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nconnection: close\r\n\r\n";
+        let got = exchange(64 * 1024, svc, request).await;
         let text = String::from_utf8_lossy(&got);
         let (head, get) = text.split_once("\r\n\r\n").expect("the HEAD answer");
         assert!(head.contains("content-length: 12"), "{text}");
         assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
         assert!(get.ends_with("\r\n\r\ntwelve bytes"), "{text}");
-        watchdog(task).await.unwrap();
     }
 
     #[test]
