@@ -26,7 +26,9 @@
 # every process is stopped on exit.
 #
 # Environment: SECONDS_LOAD (10), WARMUP (2), CONNS (16), ROUNDS (3),
-# NGINX_TOO (1: also count nginx as the reverse proxy).
+# NGINX_TOO (1: also count nginx as the reverse proxy), UPSTREAM_FIELDS
+# (empty: nginx's own five answer fields; `openai`: 17 more, the ones an
+# OpenAI chat completion carries, which each proxy parses and passes on).
 # Progress on stderr only on a terminal; the table on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,7 @@ WARMUP="${WARMUP:-2}"
 CONNS="${CONNS:-16}"
 ROUNDS="${ROUNDS:-3}"
 NGINX_TOO="${NGINX_TOO:-1}"
+UPSTREAM_FIELDS="${UPSTREAM_FIELDS:-}"
 if [ -t 2 ]; then TTY=1; else TTY=""; fi
 say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
 
@@ -63,7 +66,12 @@ $3
 }
 NGX
 }
-nginx_conf "$work/up" 1 "server { listen 127.0.0.1:$UP_PORT; location / { default_type application/json; return 200 '$COMPLETION'; } }"
+case "$UPSTREAM_FIELDS" in
+  "") fields="" ;;
+  openai) fields="$(provider_fields_nginx)" ;;
+  *) echo "instructions.sh: UPSTREAM_FIELDS is empty or openai, not $UPSTREAM_FIELDS" >&2; exit 2 ;;
+esac
+nginx_conf "$work/up" 1 "server { listen 127.0.0.1:$UP_PORT; location / { default_type application/json; $fields return 200 '$COMPLETION'; } }"
 "$NGINX" -e "$work/up/error.log" -p "$work/up" -c "$work/up/nginx.conf" &
 pids+=($!)
 

@@ -95,6 +95,24 @@ gateway_yaml() {
 
 COMPLETION='{"id":"chatcmpl-levee000000000001","object":"chat.completion","created":1796011552,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"This is a mock response from Levee.","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":18,"completion_tokens":8,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_levee_mock"}'
 REQUEST='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello."}],"max_tokens":64}'
+# The answer-head fields an OpenAI chat completion carries besides the
+# framing ones (17; names as the provider sends them, values of their
+# usual length), for runs that ask for a provider's head rather than
+# nginx's bare one: UPSTREAM_FIELDS=openai.
+provider_fields_nginx() {
+  cat <<'NGX'
+add_header openai-organization user-0123456789abcdefghij; add_header openai-processing-ms 312;
+add_header openai-project proj_0123456789abcdefghijklmn; add_header openai-version 2020-10-01;
+add_header x-ratelimit-limit-requests 10000; add_header x-ratelimit-limit-tokens 2000000;
+add_header x-ratelimit-remaining-requests 9999; add_header x-ratelimit-remaining-tokens 1999980;
+add_header x-ratelimit-reset-requests 6ms; add_header x-ratelimit-reset-tokens 0s;
+add_header x-request-id req_0123456789abcdef0123456789abcdef;
+add_header strict-transport-security "max-age=31536000; includeSubDomains; preload";
+add_header cf-cache-status DYNAMIC; add_header x-content-type-options nosniff;
+add_header access-control-expose-headers X-Request-ID; add_header cf-ray 8f1e2d3c4b5a6978-IAD;
+add_header alt-svc 'h3=":443"; ma=86400';
+NGX
+}
 
 proxy_yaml() {
   cat >"$work/levee.yaml" <<YAML

@@ -30,7 +30,7 @@ use crate::outbound::Outbound;
 use crate::respond::is_hop_by_hop;
 use crate::transport::Conn;
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::TokioIo;
@@ -356,7 +356,7 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     for span in spans.iter() {
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
-        let name = HeaderName::from_bytes(&head[n..n + nl])
+        let name = crate::fieldname::field_name(&head[n..n + nl])
             .map_err(|_| H1Error::Framing("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
             .map_err(|_| H1Error::Framing("invalid header value"))?;

@@ -20,6 +20,7 @@ pub mod clock;
 mod collect;
 pub mod crossing;
 mod drive;
+mod fieldname;
 mod front;
 mod h1conn;
 mod h1wire;
