@@ -39,7 +39,9 @@
 # ("1000 5000"), SAT_CONNS (64), RATE_CONNS (64), LOADGEN_CPU (0),
 # SERVER_CPU (1), LEVEE_BIN (skip the build), LEVEE_BIN_B (a second Levee to
 # compare), LEVEE_ARGS_B (extra `serve` flags for it, e.g. "--workers 0"),
-# RAW_OUT (file to keep raw rows). RATES="" runs saturation only.
+# RAW_OUT (file to keep raw rows), UPSTREAM_FIELDS (empty: the upstream's
+# own five answer fields; `openai`: the 17 more an OpenAI chat completion
+# carries, bench/lib.sh). RATES="" runs saturation only.
 # Prints a results table on stdout; progress on stderr only on a terminal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +56,7 @@ LOADGEN_CPU="${LOADGEN_CPU:-0}"
 SERVER_CPU="${SERVER_CPU:-1}"
 RT="${RT:-1}"
 MODE="${MODE:-default}"
+UPSTREAM_FIELDS="${UPSTREAM_FIELDS:-}"
 case "$MODE" in default | pinned) ;; *) echo "gateway.sh: MODE is default or pinned" >&2; exit 1 ;; esac
 
 if [ -t 2 ]; then TTY=1; else TTY=""; fi
@@ -130,11 +133,17 @@ $body
 }
 EOF
 }
+case "$UPSTREAM_FIELDS" in
+  "") fields="" ;;
+  openai) fields="$(provider_fields_nginx)" ;;
+  *) echo "gateway.sh: UPSTREAM_FIELDS is empty or openai, not $UPSTREAM_FIELDS" >&2; exit 1 ;;
+esac
 nginx_conf up 1 "
   server {
     listen 127.0.0.1:$UP_PORT reuseport;
     location / {
       default_type application/json;
+      $fields
       return 200 '$COMPLETION';
     }
   }"
@@ -194,6 +203,12 @@ for t in "${targets[@]}"; do
 done
 curl -s -X POST -H 'content-type: application/json' -d "$REQUEST" "${URL[levee]}" | grep -q '"chat.completion"' \
   || die "levee did not relay the upstream's completion"
+if [ -n "$UPSTREAM_FIELDS" ]; then
+  for t in nginx levee; do
+    curl -si -X POST -H 'content-type: application/json' -d "$REQUEST" "${URL[$t]}" | grep -qi '^x-ratelimit-remaining-tokens:' \
+      || die "$t did not pass on the upstream's provider fields"
+  done
+fi
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 sleep 1
@@ -334,10 +349,10 @@ metrics >"$work/metrics.txt"
 [ -n "${RAW_OUT:-}" ] && cp "$work/metrics.txt" "${RAW_OUT%.tsv}.metrics.txt"
 
 # --- report ---------------------------------------------------------------
-python3 - "$RAW" "$work" "$ROUNDS" "$IDLE_RSS_START" "$IDLE_RSS_AFTER" "$LEVEE_THREADS" "$([ "$RT" = 1 ] && echo on || echo off)" "$MODE" "${targets[*]}" <<'PY'
+python3 - "$RAW" "$work" "$ROUNDS" "$IDLE_RSS_START" "$IDLE_RSS_AFTER" "$LEVEE_THREADS" "$([ "$RT" = 1 ] && echo on || echo off)" "$MODE" "${targets[*]}" "${UPSTREAM_FIELDS:-bare}" <<'PY'
 import glob, statistics, sys
 from collections import defaultdict
-raw, work, rounds, rss0, rss1, threads, rt, mode, targets = sys.argv[1:10]
+raw, work, rounds, rss0, rss1, threads, rt, mode, targets, fields = sys.argv[1:11]
 targets = targets.split()
 rows = [l.rstrip("\n").split("\t") for l in open(raw) if l.strip()]
 by = defaultdict(list)  # (target, load) -> list of rows
@@ -347,7 +362,7 @@ for r, t, load, rps, p50, p90, p99, p999, non2xx, errs, cpu in rows:
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 loads = sorted({k[1] for k in by}, key=lambda l: (l != "sat", int(l) if l.isdigit() else 0))
 
-print(f"Levee gateway benchmark, mode {mode}: median of {rounds} rounds (wrk for saturation, oha open-loop for fixed rates; fixed-rate runs at SCHED_FIFO: {rt})")
+print(f"Levee gateway benchmark, mode {mode}, upstream answer fields: {fields}; median of {rounds} rounds (wrk for saturation, oha open-loop for fixed rates; fixed-rate runs at SCHED_FIFO: {rt})")
 print()
 print(f"| target | load | req/s | p50 | p90 | p99 | p99.9 | non-2xx / errors | server CPU per request |")
 print(f"|---|---|---|---|---|---|---|---|---|")

@@ -28,7 +28,9 @@
 # Environment: SECONDS_LOAD (10), WARMUP (2), CONNS (16), ROUNDS (3),
 # NGINX_TOO (1: also count nginx as the reverse proxy), UPSTREAM_FIELDS
 # (empty: nginx's own five answer fields; `openai`: 17 more, the ones an
-# OpenAI chat completion carries, which each proxy parses and passes on).
+# OpenAI chat completion carries, which each proxy parses and passes on),
+# CALLER_FIELDS (empty: wrk's host, length and type; `sdk`: the 14 more
+# OpenAI's Python SDK sends, which a proxy parses and mostly drops).
 # Progress on stderr only on a terminal; the table on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +40,7 @@ CONNS="${CONNS:-16}"
 ROUNDS="${ROUNDS:-3}"
 NGINX_TOO="${NGINX_TOO:-1}"
 UPSTREAM_FIELDS="${UPSTREAM_FIELDS:-}"
+CALLER_FIELDS="${CALLER_FIELDS:-}"
 if [ -t 2 ]; then TTY=1; else TTY=""; fi
 say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
 
@@ -84,6 +87,11 @@ function done(summary, latency, requests)
 end
 LUA
 printf 'wrk.body = %s\n' "'$REQUEST'" >>"$work/post.lua"
+case "$CALLER_FIELDS" in
+  "") ;;
+  sdk) sdk_fields_lua >>"$work/post.lua" ;;
+  *) echo "instructions.sh: CALLER_FIELDS is empty or sdk, not $CALLER_FIELDS" >&2; exit 2 ;;
+esac
 
 proxy_yaml "$UP_PORT"
 

@@ -95,6 +95,28 @@ gateway_yaml() {
 
 COMPLETION='{"id":"chatcmpl-levee000000000001","object":"chat.completion","created":1796011552,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"This is a mock response from Levee.","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":18,"completion_tokens":8,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_levee_mock"}'
 REQUEST='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello."}],"max_tokens":64}'
+# The request-head fields OpenAI's Python SDK sends besides host, length
+# and content type (14; as it spells them), for runs that ask for an SDK's
+# request rather than wrk's bare one: CALLER_FIELDS=sdk. Lines of wrk Lua.
+sdk_fields_lua() {
+  cat <<'LUA'
+wrk.headers["Accept-Encoding"] = "gzip, deflate"
+wrk.headers["Connection"] = "keep-alive"
+wrk.headers["authorization"] = "Bearer sk-0123456789abcdefghijklmnopqrstuvwxyz0123456789ab"
+wrk.headers["accept"] = "application/json"
+wrk.headers["user-agent"] = "OpenAI/Python 3.57.0"
+wrk.headers["x-stainless-lang"] = "python"
+wrk.headers["x-stainless-package-version"] = "3.57.0"
+wrk.headers["x-stainless-os"] = "Linux"
+wrk.headers["x-stainless-arch"] = "x64"
+wrk.headers["x-stainless-runtime"] = "CPython"
+wrk.headers["x-stainless-runtime-version"] = "3.11.7"
+wrk.headers["x-stainless-async"] = "false"
+wrk.headers["x-stainless-retry-count"] = "0"
+wrk.headers["x-stainless-read-timeout"] = "600"
+LUA
+}
+
 # The answer-head fields an OpenAI chat completion carries besides the
 # framing ones (17; names as the provider sends them, values of their
 # usual length), for runs that ask for a provider's head rather than

@@ -153,7 +153,7 @@ struct Inbound {
     path: &'static str,
     model: String,
     stream: bool,
-    caller: [u8; 32],
+    caller: Caller,
     route: usize,
     dialect: Dialect,
 }
@@ -249,6 +249,14 @@ struct Said<'a> {
 }
 
 impl<'a> Said<'a> {
+    /// The credentials sent: the `x-api-key` value, else the
+    /// `authorization` value (`true`: its token follows a scheme).
+    fn credentials(&self) -> Option<(HeaderValue, bool)> {
+        self.api_key
+            .map(|v| (v.clone(), false))
+            .or_else(|| self.authorization.map(|v| (v.clone(), true)))
+    }
+
     fn of(h: &'a HeaderMap) -> Said<'a> {
         let mut said = Said::default();
         for (name, value) in h {
@@ -351,7 +359,7 @@ async fn admit(
     let said = Said::of(&r.parts.headers);
     let deadline = resolve_deadline(shared, route, &r, &said, arrived)?;
     shared.census.admitted(
-        crate::census::key_index(&shared.keys, &r.caller),
+        r.caller.key_index(&shared.keys),
         said.caller.map(HeaderValue::as_bytes),
         r.route,
         deadline.saturating_since(arrived),
@@ -379,7 +387,7 @@ async fn admit(
         None => None,
         Some(k) => {
             let key = KeyClaim {
-                caller: r.caller,
+                caller: r.caller.digest(),
                 key: k,
                 body_hash: Sha256::digest(&r.body).into(),
                 counted: sdk_retry,
@@ -650,17 +658,16 @@ fn bearer_token(v: &[u8]) -> &[u8] {
 /// The caller's identity for idempotency: its gateway key, else a digest of
 /// the credentials it sent, else anonymous. `Err` (401) when gateway keys
 /// are configured and none matches.
-fn authenticate(shared: &Shared, said: &Said) -> Result<[u8; 32], LeveeError> {
-    let presented = said
-        .api_key
-        .map(HeaderValue::as_bytes)
-        .or_else(|| said.authorization.map(|v| bearer_token(v.as_bytes())));
-    let digest: Option<[u8; 32]> = presented.map(|p| Sha256::digest(p).into());
+fn authenticate(shared: &Shared, said: &Said) -> Result<Caller, LeveeError> {
+    let presented = said.credentials();
     if shared.keys.is_empty() {
-        return Ok(digest.unwrap_or([0; 32]));
+        return Ok(Caller::Presented(presented));
     }
+    let digest = presented
+        .as_ref()
+        .map(|(v, bearer)| credential_digest(v, *bearer));
     match digest {
-        Some(d) if crate::census::key_index(&shared.keys, &d).is_some() => Ok(d),
+        Some(d) if crate::census::key_index(&shared.keys, &d).is_some() => Ok(Caller::Checked(d)),
         _ => {
             let msg = "levee: missing or invalid API key for this gateway";
             Err(reject(
@@ -672,6 +679,46 @@ fn authenticate(shared: &Shared, said: &Said) -> Result<[u8; 32], LeveeError> {
     }
 }
 
+/// Who sent a request. The SHA-256 digest of its credentials (~3,600
+/// instructions for an OpenAI key, a tenth of a whole proxied request) is
+/// made only when something needs it: checking it against the gateway's
+/// keys, or claiming an idempotency key the caller brought.
+enum Caller {
+    /// Matched one of the gateway's keys: this digest.
+    Checked([u8; 32]),
+    /// No gateway keys to check against: the `x-api-key` value, or the
+    /// `authorization` value (`true`: its token is after the scheme), if any.
+    Presented(Option<(HeaderValue, bool)>),
+}
+
+impl Caller {
+    /// The digest of the credentials sent; all zero for none.
+    fn digest(&self) -> [u8; 32] {
+        match self {
+            Caller::Checked(d) => *d,
+            Caller::Presented(Some((v, bearer))) => credential_digest(v, *bearer),
+            Caller::Presented(None) => [0; 32],
+        }
+    }
+
+    /// Which of the gateway's keys the caller used.
+    fn key_index(&self, keys: &[[u8; 32]]) -> Option<usize> {
+        match self {
+            Caller::Checked(d) => crate::census::key_index(keys, d),
+            Caller::Presented(_) => None,
+        }
+    }
+}
+
+fn credential_digest(v: &HeaderValue, bearer: bool) -> [u8; 32] {
+    let token = if bearer {
+        bearer_token(v.as_bytes())
+    } else {
+        v.as_bytes()
+    };
+    Sha256::digest(token).into()
+}
+
 fn printable(s: &str) -> String {
     s.chars().take(100).filter(|c| !c.is_control()).collect()
 }
@@ -680,6 +727,40 @@ fn printable(s: &str) -> String {
 mod tests {
     use super::*;
     use http::header::HeaderName;
+
+    /// The digest made late is the one made at once: the `x-api-key`
+    /// value, else the `authorization` token, else all zero; and a caller
+    /// not checked against gateway keys has none of them.
+    #[test]
+    fn a_callers_digest_made_when_needed_is_the_credentials_digest() {
+        type Case = (&'static [(&'static str, &'static str)], &'static [u8]);
+        let cases: [Case; 6] = [
+            (&[], b""),
+            (&[("x-api-key", "k1")], b"k1"),
+            (&[("authorization", "Bearer k2")], b"k2"),
+            (&[("authorization", "bearer   k2")], b"k2"),
+            (&[("authorization", "Basic k3")], b"Basic k3"),
+            (
+                &[("authorization", "Bearer k2"), ("x-api-key", "k1")],
+                b"k1",
+            ),
+        ];
+        for (fields, token) in cases {
+            let mut h = HeaderMap::new();
+            for (n, v) in fields {
+                h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
+            }
+            let caller = Caller::Presented(Said::of(&h).credentials());
+            let want: [u8; 32] = if token.is_empty() {
+                [0; 32]
+            } else {
+                Sha256::digest(token).into()
+            };
+            assert_eq!(caller.digest(), want, "{fields:?}");
+            assert_eq!(caller.key_index(&[want]), None, "{fields:?}");
+            assert_eq!(Caller::Checked(want).key_index(&[[9; 32], want]), Some(1));
+        }
+    }
 
     #[test]
     fn the_one_pass_reads_each_field_as_a_lookup_would() {
