@@ -104,9 +104,10 @@ const NAMES: &[&str] = &[
 const LONGEST: usize = 48;
 
 struct Table {
-    /// The names, shortest first: the lowercase bytes, their last eight
-    /// bytes as `tail` makes them (a first test that tells most of one
-    /// length apart: `x-ratelimit-*` share their first twelve), the name.
+    /// The names, shortest first: the lowercase bytes (kept beside the
+    /// name: a standard name's `as_str` is itself a lookup), their last
+    /// eight bytes as `tail` makes them (a first test that tells most of
+    /// one length apart: `x-ratelimit-*` share their first twelve), the name.
     names: Vec<(&'static [u8], u64, HeaderName)>,
     /// For each length, the range of `names` that long.
     by_len: [(u16, u16); LONGEST + 1],

@@ -706,17 +706,12 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
 /// costs ~190 instructions less than parsing the request target into a
 /// `Uri` byte by byte (0.6 % of a whole proxied chat completion). Another
 /// target (a query string, a path served nowhere) is parsed as it comes.
-static SERVED: std::sync::LazyLock<[(&str, Uri); 6]> = std::sync::LazyLock::new(|| {
-    use levee_wire::paths;
-    [
-        paths::CHAT_COMPLETIONS,
-        paths::MESSAGES,
-        paths::EMBEDDINGS,
-        paths::RESPONSES,
-        paths::MODELS,
-        "/v1/messages/count_tokens",
-    ]
-    .map(|p| (p, Uri::from_static(p)))
+static SERVED: std::sync::LazyLock<Vec<(&str, Uri)>> = std::sync::LazyLock::new(|| {
+    use levee_wire::paths::{MODELS, POST};
+    POST.into_iter()
+        .chain([MODELS])
+        .map(|p| (p, Uri::from_static(p)))
+        .collect()
 });
 
 /// The `Uri` of a served path, when `target` is one exactly.
