@@ -69,6 +69,14 @@ impl Dependencies for GatewayDeps<'_> {
     fn refund(&mut self, t: usize, now: levee_policy::Instant, tokens: u32) {
         self.shared.routes[self.route].budget(t).refund(now, tokens)
     }
+    fn expected(&self, t: usize, now: levee_policy::Instant) -> Option<std::time::Duration> {
+        self.provider(t)
+            .lock()
+            .expected(now, self.upstream_model(t))
+    }
+    fn stalled(&mut self, t: usize, now: levee_policy::Instant, permit: &mut Permit) {
+        self.provider(t).lock().stalled(now, permit)
+    }
 }
 
 /// Owns a request's policy state while an attempt may be in flight. Dropping
@@ -102,6 +110,11 @@ impl AttemptFinisher {
     /// Records the in-flight attempt's outcome; returns its class.
     pub fn record(&mut self, outcome: Outcome) -> Class {
         self.with_policy(|p, req, deps, now| p.record(req, deps, now, outcome))
+    }
+
+    /// The in-flight attempt is past its target's learned p99 with no head.
+    pub fn stalled(&mut self) {
+        self.with_policy(|p, req, deps, now| p.stalled(req, deps, now))
     }
 
     /// The dispatched attempt could not be sent (a shared allowance refused it).

@@ -311,29 +311,34 @@ fn caller_layer(shared: &Shared, said: &Said) -> Result<(Option<String>, bool), 
 }
 
 /// The request's deadline: its headers (or its SDK's patience) within the
-/// route's bounds.
+/// route's bounds, for a stream as for a plain request; and, for a stream,
+/// the caller's own deadline unclamped (`None` when it said nothing),
+/// which alone bounds the stream after its first byte.
 fn resolve_deadline(
     shared: &Shared,
     route: &levee_config::Route,
     r: &Inbound,
     said: &Said,
     arrived: levee_policy::Instant,
-) -> Result<levee_policy::Instant, LeveeError> {
-    let patience = if r.stream { None } else { sdk_patience(said) };
+) -> Result<(levee_policy::Instant, Option<levee_policy::Instant>), LeveeError> {
     let headers = DeadlineHeaders {
         timeout_ms: said.timeout_ms.map(HeaderValue::as_bytes),
         deadline_ms: said.deadline_ms.map(HeaderValue::as_bytes),
-        patience_secs: patience,
+        patience_secs: sdk_patience(said),
     };
     // The wall clock matters only to an absolute deadline (`x-deadline-ms`).
     let unix_ms = said.deadline_ms.map_or(0, |_| shared.clock.unix_ms());
-    route
-        .deadline
-        .resolve(headers, arrived, unix_ms)
-        .map_err(|e| {
-            let e = LeveeError::bad_request(400, format!("levee: {e}"));
-            reject(shared, "bad_request", e)
-        })
+    let wants = levee_policy::DeadlinePolicy::caller_wants(headers, unix_ms).map_err(|e| {
+        let e = LeveeError::bad_request(400, format!("levee: {e}"));
+        reject(shared, "bad_request", e)
+    })?;
+    let deadline = route.deadline.resolve_remaining(wants, arrived);
+    let own = if r.stream {
+        wants.map(|w| arrived + w)
+    } else {
+        None
+    };
+    Ok((deadline, own))
 }
 
 /// The idempotency key Levee sends for a request that has none: a UUIDv7,
@@ -357,7 +362,7 @@ async fn admit(
     let route = &shared.config.routes[r.route];
     let arrived = shared.clock.now();
     let said = Said::of(&r.parts.headers);
-    let deadline = resolve_deadline(shared, route, &r, &said, arrived)?;
+    let (deadline, stream_deadline) = resolve_deadline(shared, route, &r, &said, arrived)?;
     shared.census.admitted(
         r.caller.key_index(&shared.keys),
         said.caller.map(HeaderValue::as_bytes),
@@ -428,6 +433,7 @@ async fn admit(
         stream: r.stream,
         idem,
         caller_retry: sdk_retry,
+        stream_deadline,
     };
     crate::drive::run(ctx, deadline, lease, obs).await
 }

@@ -154,7 +154,7 @@ const HELP: [(&str, &str); 18] = [
     ),
     (
         "levee_circuit_state",
-        "Circuit breaker state: 0 closed, 1 open, 2 half-open",
+        "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 recovering (closed, ramping back: refusing above 1.4x the rate before the trip)",
     ),
     (
         "levee_in_flight",

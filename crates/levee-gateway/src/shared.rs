@@ -26,6 +26,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub struct RouteRuntime {
     budgets: Vec<Mutex<RetryBudget>>,
     pub bulkhead: Arc<ConcurrencyLimiter>,
+    /// Requests waiting out a backoff, a Retry-After or a model's pace:
+    /// they give their bulkhead slot back while they wait (the slots count
+    /// requests on the wire) and are bounded here instead, at four times
+    /// the bulkhead, and by their deadlines.
+    pub waiting: Arc<ConcurrencyLimiter>,
 }
 
 impl RouteRuntime {
@@ -45,6 +50,7 @@ impl RouteRuntime {
                 .map(|_| Mutex::new(route.budget.clone()))
                 .collect(),
             bulkhead: ConcurrencyLimiter::new(route.max_in_flight),
+            waiting: ConcurrencyLimiter::new(route.max_in_flight.saturating_mul(4)),
         }
     }
 }

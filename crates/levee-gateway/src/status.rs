@@ -49,6 +49,7 @@ fn breaker(state: BreakerState) -> (&'static str, &'static str) {
         BreakerState::Closed => ("closed", "ok"),
         BreakerState::Open => ("open", "bad"),
         BreakerState::HalfOpen => ("half-open", "warn"),
+        BreakerState::Recovering => ("recovering", "warn"),
     }
 }
 

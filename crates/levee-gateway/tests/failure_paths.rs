@@ -84,10 +84,11 @@ async fn a_429_on_one_model_leaves_the_providers_other_models_alone() {
     let r = ask(&env, "cool").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-attempts"), "1");
-    // `hot` itself is still held.
+    // `hot` itself is paced, never shut: the next request is sent, and
+    // the provider's own 429 answers it.
     let r = ask(&env, "hot").await;
-    assert_eq!(r.header("x-levee-reason"), "rate_limited");
-    assert_eq!(r.header("x-levee-attempts"), "0");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_ne!(r.header("x-levee-attempts"), "0");
 }
 
 #[tokio::test(start_paused = true)]
@@ -120,4 +121,32 @@ async fn anthropic_overloaded_529_is_retried_by_default() {
     assert_eq!(r.status, 529);
     assert_eq!(r.header("x-levee-attempts"), "3");
     assert_eq!(env.stats(0).requests_total, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_waiting_out_a_retry_after_do_not_hold_the_routes_slots() {
+    // A route with two slots; two requests for `hot` meet 503 +
+    // `retry-after: 1` and wait it out. A request for `cool` arriving
+    // meanwhile is on the wire at once, not shed.
+    let env = local_one(
+        "faults:\n  - { status: 503, retry_after: 1, model: hot, to: 1s }\n",
+        "    max_in_flight: 2\n",
+    );
+    let patient = |model: &'static str| {
+        env.post(
+            "/v1/chat/completions",
+            Box::leak(chat(model).into_boxed_str()),
+            &[("x-timeout-ms", "60000")],
+        )
+    };
+    let (a, b, c) = watchdog(WATCHDOG, async {
+        tokio::join!(patient("hot"), patient("hot"), async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            ask(&env, "cool").await
+        })
+    })
+    .await;
+    assert_eq!(c.status, 200, "{}", c.text());
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(a.header("x-levee-attempts"), "2");
 }

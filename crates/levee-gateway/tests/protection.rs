@@ -318,7 +318,11 @@ async fn the_per_minute_allowance_is_spent_per_attempt_and_refuses_before_sendin
     // One request, three attempts: the whole burst.
     let r = watchdog(WATCHDOG, env.chat()).await;
     assert_eq!(r.header("x-levee-attempts"), "3");
-    let r = env.chat().await;
+    // A caller whose deadline cannot hold the wait for the next slot (1 s
+    // at 60/min) is refused at once; one whose deadline can hold it waits.
+    let r = env
+        .post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "800")])
+        .await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("x-levee-reason"), "rate_limited");
     assert!(!r.header("retry-after").is_empty());

@@ -38,12 +38,16 @@ use std::time::Duration;
 
 const BUCKETS: usize = 10;
 
-/// The breaker's state, as exported in `levee_circuit_state` (0, 1, 2).
+/// The breaker's state, as exported in `levee_circuit_state` (0, 1, 2, 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerState {
     Closed = 0,
     Open = 1,
     HalfOpen = 2,
+    /// Closed, but still ramping after an outage: admitting at most 1.4×
+    /// the rate seen before the trip (plus a second's burst); what it
+    /// refuses is refused as `circuit_recovering`, never as `circuit_open`.
+    Recovering = 3,
 }
 
 /// Why a breaker configuration was refused.
@@ -106,6 +110,8 @@ enum State {
 struct Ramp {
     cap: Gcra,
     last_refused: Instant,
+    /// Whether it has refused anything yet (then it reads "recovering").
+    refused: bool,
     ends_by: Instant,
 }
 
@@ -127,6 +133,9 @@ pub struct CircuitBreaker {
     baseline_per_minute: u32,
     /// After closing: at most 1.4× that rate.
     ramp: Option<Ramp>,
+    /// When it last closed (or was built): the ratio rule waits until the
+    /// window has seen half its length of traffic since then.
+    closed_at: Option<Instant>,
     state: State,
 }
 
@@ -220,6 +229,7 @@ impl CircuitBreaker {
             last_fault: Instant::ZERO,
             baseline_per_minute: 0,
             ramp: None,
+            closed_at: None,
             state: State::Closed,
         }
     }
@@ -266,10 +276,30 @@ impl CircuitBreaker {
     /// The state as it would be seen at `now` (an elapsed open period reads as half-open).
     pub fn state(&self, now: Instant) -> BreakerState {
         match self.state {
+            State::Closed if self.ramping(now) && self.ramp.as_ref().is_some_and(|r| r.refused) => {
+                BreakerState::Recovering
+            }
             State::Closed => BreakerState::Closed,
             State::Open { until, .. } if now < until => BreakerState::Open,
+            State::Open { until, .. } if self.stale(now, until) => BreakerState::Closed,
             State::Open { .. } | State::HalfOpen { .. } => BreakerState::HalfOpen,
         }
+    }
+
+    /// An open period that ended a whole window ago with no attempt since:
+    /// its evidence is stale, so the next attempt finds it closed. (Without
+    /// this, a model that tripped and then saw no traffic read "half-open"
+    /// on the gauge and the status page for as long as it stayed quiet.)
+    fn stale(&self, now: Instant, until: Instant) -> bool {
+        now >= until + self.window
+    }
+
+    /// Whether the post-recovery ramp is still in force at `now`.
+    fn ramping(&self, now: Instant) -> bool {
+        self.ramp.as_ref().is_some_and(|r| {
+            let calm = now.saturating_since(r.last_refused) >= self.window;
+            !calm && now < r.ends_by
+        })
     }
 
     /// When an open breaker will next admit a probe (`None` when it would admit now).
@@ -292,6 +322,11 @@ impl CircuitBreaker {
 
     /// Lets an attempt through, or says until when it refuses.
     pub fn admit(&mut self, now: Instant) -> Result<BreakerPermit, Instant> {
+        if let State::Open { until, .. } = self.state {
+            if self.stale(now, until) {
+                self.close(now);
+            }
+        }
         if let State::Open { until, next_probe } = self.state {
             if now < until {
                 if now < next_probe {
@@ -311,13 +346,13 @@ impl CircuitBreaker {
         }
         match &mut self.state {
             State::Closed => {
+                if !self.ramping(now) {
+                    self.ramp = None;
+                }
                 if let Some(r) = &mut self.ramp {
-                    let window = u128::from(self.bucket_ns) * BUCKETS as u128;
-                    let calm = now.saturating_since(r.last_refused).as_nanos() >= window;
-                    if calm || now >= r.ends_by {
-                        self.ramp = None;
-                    } else if let Err(until) = r.cap.check(now) {
+                    if let Err(until) = r.cap.check(now) {
                         r.last_refused = now;
+                        r.refused = true;
                         return Err(until);
                     }
                 }
@@ -420,8 +455,19 @@ impl CircuitBreaker {
         self.in_a_row += 1;
         let (ok, faults) = self.totals(now);
         let total = ok + faults;
-        let ratio_reached =
-            total >= self.min_requests && f64::from(faults) >= self.error_ratio * f64::from(total);
+        // Right after closing the window is empty, and its first
+        // `min_requests` outcomes are a small sample: at a 30 % fault rate
+        // (below a 50 % ratio) 20 outcomes reach 50 % about one time in
+        // twenty, and the ratio is checked at every fault, so a breaker
+        // that had opened once kept reopening. The ratio waits for half a
+        // window of traffic since the close; a total outage is still seen
+        // at once by the faults-in-a-row rule and by the probes.
+        let seasoned = self
+            .closed_at
+            .is_none_or(|at| now.saturating_since(at) >= self.window / 2);
+        let ratio_reached = seasoned
+            && total >= self.min_requests
+            && f64::from(faults) >= self.error_ratio * f64::from(total);
         if ratio_reached || self.in_a_row >= self.min_requests {
             self.open(now);
         }
@@ -464,11 +510,19 @@ impl CircuitBreaker {
     fn close(&mut self, now: Instant) {
         let ramp_per_minute = self.baseline_per_minute.saturating_mul(7) / 5;
         let window = Duration::from_nanos(self.bucket_ns.saturating_mul(BUCKETS as u64));
-        self.ramp = Gcra::per_minute(ramp_per_minute, (ramp_per_minute / 600).max(1))
+        // The burst is a whole second of the ramp rate (at least
+        // `min_requests`): callers that come back in a burst at their old
+        // rate — 10 calls back to back each second after an incident that
+        // saw 40 at once — are never refused; a burst of a tenth of a
+        // second refused 7 of those 10.
+        let burst = (ramp_per_minute / 60).max(self.min_requests);
+        self.closed_at = Some(now);
+        self.ramp = Gcra::per_minute(ramp_per_minute, burst)
             .ok()
             .map(|cap| Ramp {
                 cap,
                 last_refused: now,
+                refused: false,
                 ends_by: now + window * 3,
             });
         self.state = State::Closed;
@@ -586,11 +640,16 @@ mod tests {
             assert!(run(&mut b, back, Class::Success));
         }
         assert_eq!(b.state(back), BreakerState::Closed);
-        // A wave of 1,000 requests in the next second: about 140 get through.
+        // A wave of 1,000 requests in the next second: about 280 get through
+        // (a second's burst at 1.4 × 100/s, and 140/s after it).
         let through = (0..1_000u64)
             .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
             .count();
-        assert!((130..=160).contains(&through), "{through}");
+        assert!((270..=300).contains(&through), "{through}");
+        assert_eq!(
+            b.state(back + Duration::from_secs(1)),
+            BreakerState::Recovering
+        );
         // While the wave lasts, the cap holds (here: 20 s of it).
         let held = (1_000..20_000u64)
             .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
@@ -606,7 +665,8 @@ mod tests {
     fn the_ramp_is_sized_from_the_traffic_seen_not_from_an_empty_window() {
         // One second of 100/s right after start, then an outage: the ramp
         // is about 1.4 × 120/s (the faults count as traffic too), not a tenth
-        // of it because the 10 s window was not full.
+        // of it because the 10 s window was not full; with its one-second
+        // burst, ~336 in the first second.
         let mut b = breaker();
         for i in 0..100u64 {
             run(&mut b, Instant::from_millis(i * 10), Class::Success);
@@ -622,7 +682,7 @@ mod tests {
         let through = (0..1_000u64)
             .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
             .count();
-        assert!((150..=190).contains(&through), "{through}");
+        assert!((320..=350).contains(&through), "{through}");
     }
 
     #[test]
@@ -697,6 +757,102 @@ mod tests {
             run(&mut b, Instant::from_millis(20_000), FAULT);
         }
         assert_eq!(b.state(Instant::from_millis(20_000)), BreakerState::Closed);
+    }
+
+    #[test]
+    fn after_an_incident_callers_at_their_old_rate_are_never_refused() {
+        // 40 calls at once meet 503s; the fault clears; ten seconds later
+        // ten calls back to back each second. Each must be admitted: the
+        // ramp bounds a backlog's wave, not the old traffic.
+        let mut b = CircuitBreaker::default_policy();
+        let t = Instant::from_millis(100_000);
+        for _ in 0..40 {
+            run(&mut b, t, FAULT);
+        }
+        assert_eq!(b.state(t), BreakerState::Open);
+        let back = t + Duration::from_secs(1);
+        while b.state(back) != BreakerState::Closed {
+            assert!(run(&mut b, back, Class::Success));
+        }
+        for s in 10..20u64 {
+            for i in 0..10u64 {
+                let now = back + Duration::from_secs(s) + Duration::from_millis(i);
+                assert!(
+                    run(&mut b, now, Class::Success),
+                    "refused at {s} s, call {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_ramp_that_refuses_says_so_on_the_gauge() {
+        let mut b = CircuitBreaker::default_policy();
+        let t = Instant::from_millis(100_000);
+        for _ in 0..40 {
+            run(&mut b, t, FAULT);
+        }
+        let back = t + Duration::from_secs(1);
+        while b.state(back) != BreakerState::Closed {
+            run(&mut b, back, Class::Success);
+        }
+        // A wave far above the old rate: refused, and the state says why.
+        let refused = (0..1_000)
+            .filter(|_| !run(&mut b, back, Class::Success))
+            .count();
+        assert!(refused > 0);
+        assert_eq!(b.state(back), BreakerState::Recovering);
+        // A calm window later it reads closed again.
+        assert_eq!(
+            b.state(back + Duration::from_secs(11)),
+            BreakerState::Closed
+        );
+    }
+
+    #[test]
+    fn a_tripped_model_that_sees_no_traffic_reads_closed_once_its_evidence_is_stale() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        assert_eq!(b.state(t + Duration::from_secs(6)), BreakerState::HalfOpen);
+        let stale = t + Duration::from_secs(5) + Duration::from_secs(10);
+        assert_eq!(b.state(stale), BreakerState::Closed);
+        assert!(run(&mut b, stale, Class::Success));
+        assert_eq!(b.state(stale), BreakerState::Closed);
+    }
+
+    #[test]
+    fn after_opening_once_a_thirty_percent_fault_rate_does_not_reopen_it() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+        let mut b = CircuitBreaker::default_policy();
+        let t = Instant::from_millis(100_000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        // The provider is back at a 30 % fault rate, 100 outcomes/s, for
+        // 200 s; the half-open probes may need a few tries, then it must
+        // stay closed.
+        let mut closed_at = None;
+        for i in 0..20_000u64 {
+            let now = t + Duration::from_millis(1_000 + i * 10);
+            let class = if rng.gen_bool(0.3) {
+                FAULT
+            } else {
+                Class::Success
+            };
+            run(&mut b, now, class);
+            match (closed_at, b.state(now)) {
+                (None, BreakerState::Closed | BreakerState::Recovering) => closed_at = Some(i),
+                (Some(c), BreakerState::Open) => {
+                    panic!("reopened {} s after closing", (i - c) / 100)
+                }
+                _ => {}
+            }
+        }
+        assert!(closed_at.is_some());
     }
 
     #[test]

@@ -92,6 +92,17 @@ impl DeadlinePolicy {
         now: Instant,
         now_unix_ms: u64,
     ) -> Result<Instant, DeadlineError> {
+        Ok(self.resolve_remaining(Self::caller_wants(h, now_unix_ms)?, now))
+    }
+
+    /// How long the caller itself will wait, unclamped (`None`: it did not
+    /// say). A committed stream runs until this, not the route's bounds:
+    /// they bound the attempts before the first byte, while a 3-minute
+    /// answer from a slow reasoning model is what its caller waits for.
+    pub fn caller_wants(
+        h: DeadlineHeaders<'_>,
+        now_unix_ms: u64,
+    ) -> Result<Option<Duration>, DeadlineError> {
         let relative = match h.timeout_ms {
             Some(v) => Some(parse_ms(TIMEOUT_MS, v)?),
             None => None,
@@ -106,12 +117,11 @@ impl DeadlinePolicy {
             )),
             None => None,
         };
-        let wanted = match (relative, absolute) {
+        Ok(match (relative, absolute) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (Some(a), None) | (None, Some(a)) => Some(a),
             (None, None) => h.patience_secs.and_then(parse_secs),
-        };
-        Ok(self.resolve_remaining(wanted, now))
+        })
     }
 
     /// The deadline for a caller that has `remaining` time (none said: the

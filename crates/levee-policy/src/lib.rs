@@ -17,6 +17,7 @@ pub mod breaker;
 pub mod budget;
 pub mod classify;
 pub mod deadline;
+pub mod learn;
 pub mod planner;
 pub mod provider;
 pub mod retry_after;

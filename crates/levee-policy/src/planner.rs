@@ -59,6 +59,10 @@ pub enum Reason {
     RateLimited,
     UpstreamError,
     BadRequest,
+    /// A model's breaker closed after an outage and is ramping back (at
+    /// most 1.4× the rate before it tripped): the provider is answering,
+    /// the ramp refused this one.
+    CircuitRecovering,
 }
 
 impl Reason {
@@ -72,6 +76,7 @@ impl Reason {
             Reason::RateLimited => "rate_limited",
             Reason::UpstreamError => "upstream_error",
             Reason::BadRequest => "bad_request",
+            Reason::CircuitRecovering => "circuit_recovering",
         }
     }
 
@@ -79,7 +84,7 @@ impl Reason {
     pub fn status(self) -> u16 {
         match self {
             Reason::DeadlineExceeded => 504,
-            Reason::Shed | Reason::CircuitOpen => 503,
+            Reason::Shed | Reason::CircuitOpen | Reason::CircuitRecovering => 503,
             Reason::RateLimited => 429,
             Reason::BadRequest => 400,
             Reason::BudgetExhausted | Reason::UpstreamError => 502,
@@ -87,7 +92,7 @@ impl Reason {
     }
 
     /// All reasons, for pre-registering metric labels.
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::DeadlineExceeded,
         Reason::Shed,
         Reason::CircuitOpen,
@@ -95,6 +100,7 @@ impl Reason {
         Reason::RateLimited,
         Reason::UpstreamError,
         Reason::BadRequest,
+        Reason::CircuitRecovering,
     ];
 }
 
@@ -120,6 +126,10 @@ pub struct Dispatch {
     pub attempt: u32,
     /// First, retry or fallback.
     pub kind: AttemptKind,
+    /// The target's learned p99 attempt time, when it is shorter than the
+    /// timeout: an attempt still without a first byte then is stall
+    /// evidence, which the driver reports with [`RoutePolicy::stalled`].
+    pub stall_after: Option<Duration>,
 }
 
 /// Give up, and how to answer.
@@ -190,6 +200,16 @@ pub trait Dependencies {
     fn deposit(&mut self, t: usize, now: Instant);
     /// Refunds `tokens` retries that worked into target `t`'s budget.
     fn refund(&mut self, t: usize, now: Instant, tokens: u32);
+    /// Target `t`'s learned attempt time (a recent p99), if known.
+    fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
+        let _ = (t, now);
+        None
+    }
+    /// The attempt on target `t` behind `permit` is past its learned p99
+    /// with no first byte: count the stall against its model's breaker.
+    fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
+        let _ = (t, now, permit);
+    }
 }
 
 /// [`Dependencies`] over plain mutable state: `providers[target_provider[t]]`
@@ -228,6 +248,12 @@ impl Dependencies for Deps<'_> {
     fn refund(&mut self, t: usize, now: Instant, tokens: u32) {
         self.budgets[t].refund(now, tokens)
     }
+    fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
+        self.providers[self.target_provider[t]].expected(now, self.model(t))
+    }
+    fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
+        self.providers[self.target_provider[t]].stalled(now, permit)
+    }
 }
 
 /// A route's immutable retry policy.
@@ -250,6 +276,10 @@ struct InFlight {
     target: usize,
     permit: Permit,
     cut_by_deadline: bool,
+    /// What a retry on this target would need besides its wait (an
+    /// expected attempt, the fallback reserve, the margin), as learned at
+    /// dispatch.
+    retry_needs: Duration,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -461,11 +491,26 @@ impl RoutePolicy {
                 return Decision::Wait { until: p.at };
             }
             req.pending = None;
-            let needed = self.expected[p.target] + self.reserve_after_for(p.target, p.kind);
+            if p.kind == AttemptKind::First {
+                // It waited for a throttled or ramping model's slot.
+                return self.first(req, deps, now, rng);
+            }
+            let needed = self.expected_now(deps, p.target, now)
+                + self.reserve_for(deps, p.target, p.kind, now);
             if remaining >= needed + self.margin {
                 match self.dispatch(req, deps, now, p.target, p.kind) {
                     Ok(d) => return Decision::Dispatch(d),
-                    Err(r) => req.blocked = Some(refusal_reason(r, now)),
+                    Err(r) => {
+                        // Another waiter took the slot it waited for: wait
+                        // for the next one while the deadline holds it.
+                        if let Some(until) = self.waitable(deps, r, p.target, now, remaining) {
+                            let spread = u64::try_from(RETRY_AFTER_SPREAD.as_nanos()).unwrap_or(0);
+                            let at = until + Duration::from_nanos(rng.gen_range(0..=spread));
+                            req.pending = Some(Pending { at, ..p });
+                            return Decision::Wait { until: at };
+                        }
+                        req.blocked = Some(refusal_reason(r, now));
+                    }
                 }
             } else {
                 req.blocked = Some((Reason::DeadlineExceeded, None));
@@ -473,7 +518,7 @@ impl RoutePolicy {
             return self.fall_back(req, deps, now, rng, p.target + 1);
         }
         let Some(last) = req.last else {
-            return self.first(req, deps, now);
+            return self.first(req, deps, now, rng);
         };
         let t = req.target;
         if !req.committed && last.outcome == Outcome::SkippedNoDeadline {
@@ -497,29 +542,67 @@ impl RoutePolicy {
         self.fall_back(req, deps, now, rng, t + 1)
     }
 
-    fn reserve_after_for(&self, t: usize, kind: AttemptKind) -> Duration {
+    fn reserve_for<D: Dependencies>(
+        &self,
+        deps: &D,
+        t: usize,
+        kind: AttemptKind,
+        now: Instant,
+    ) -> Duration {
         match kind {
-            AttemptKind::Retry => self.reserve_after[t],
+            AttemptKind::Retry => self.reserve_after_now(deps, t, now),
             AttemptKind::First | AttemptKind::Fallback => Duration::ZERO,
         }
     }
 
-    fn first<D: Dependencies>(
+    /// What an attempt on `t` is expected to take now: the target's learned
+    /// p99, never above its configured `expected_attempt` (the starting
+    /// value and the cap).
+    fn expected_now<D: Dependencies>(&self, deps: &D, t: usize, now: Instant) -> Duration {
+        let configured = self.expected[t];
+        deps.expected(t, now)
+            .map_or(configured, |learned| learned.min(configured))
+    }
+
+    /// The fallback reserve after `t`: each later target's expected attempt.
+    fn reserve_after_now<D: Dependencies>(&self, deps: &D, t: usize, now: Instant) -> Duration {
+        if self.reserve_after[t].is_zero() {
+            return Duration::ZERO;
+        }
+        (t + 1..self.expected.len())
+            .map(|u| self.expected_now(deps, u, now))
+            .sum()
+    }
+
+    /// The request's first attempt: on the first target that admits it, or,
+    /// when the primary is only pacing (a 429's throttle, the allowance, a
+    /// recovery ramp) and the deadline holds the wait for its next slot,
+    /// after that wait — the primary's vendor keeps its traffic. A first
+    /// attempt needs only more than the return margin, on any target: the
+    /// expected attempt is the slow end of a call, not its usual time, and
+    /// a caller whose deadline is shorter than a backup's slow end still
+    /// gets most of its answers from it.
+    fn first<D: Dependencies, R: Rng + ?Sized>(
         &self,
         req: &mut RequestState,
         deps: &mut D,
         now: Instant,
+        rng: &mut R,
     ) -> Decision {
         let remaining = req.deadline.saturating_since(now);
         if remaining <= self.margin {
             return self.fail(req, now, (Reason::DeadlineExceeded, None));
         }
         let mut first_refusal = None;
+        let mut soonest: Option<Instant> = None;
         for t in 0..self.expected.len() {
-            // Rerouting past a refusing target is a fallback in all but name:
-            // it needs its own expected attempt to fit.
-            if t > 0 && remaining < self.expected[t] + self.margin {
-                break;
+            if let Err(r) = deps.check(t, now) {
+                if let Some(until) = self.waitable(deps, r, t, now, remaining) {
+                    if t == 0 {
+                        return self.wait_first(req, until, rng);
+                    }
+                    soonest = Some(soonest.map_or(until, |s| s.min(until)));
+                }
             }
             if req.caller_retry && deps.check(t, now).is_ok() && !deps.withdraw(t, now) {
                 first_refusal.get_or_insert((Reason::BudgetExhausted, None));
@@ -537,8 +620,52 @@ impl RoutePolicy {
                 }
             }
         }
+        if let Some(until) = soonest {
+            return self.wait_first(req, until, rng);
+        }
         let blocked = first_refusal.unwrap_or((Reason::DeadlineExceeded, None));
         self.fail(req, now, blocked)
+    }
+
+    /// When a refusal is a slot to wait for — a throttled model's pace, the
+    /// allowance, a recovery ramp — that comes within the Retry-After cap
+    /// and leaves the deadline an expected attempt and the margin.
+    #[allow(clippy::too_many_arguments)]
+    fn waitable<D: Dependencies>(
+        &self,
+        deps: &D,
+        r: Refusal,
+        t: usize,
+        now: Instant,
+        remaining: Duration,
+    ) -> Option<Instant> {
+        let until = match r {
+            Refusal::Throttled { until }
+            | Refusal::RateLimited { until }
+            | Refusal::Recovering { until } => until,
+            Refusal::CircuitOpen { .. } | Refusal::Shed => return None,
+        };
+        let wait = until.saturating_since(now) + RETRY_AFTER_SPREAD;
+        let fits = wait <= self.retry_after_cap
+            && remaining >= wait + self.expected_now(deps, t, now) + self.margin;
+        fits.then_some(until)
+    }
+
+    /// Waits for a slot, spread so that waiters do not all wake at once.
+    fn wait_first<R: Rng + ?Sized>(
+        &self,
+        req: &mut RequestState,
+        until: Instant,
+        rng: &mut R,
+    ) -> Decision {
+        let spread = u64::try_from(RETRY_AFTER_SPREAD.as_nanos()).unwrap_or(0);
+        let at = until + Duration::from_nanos(rng.gen_range(0..=spread));
+        req.pending = Some(Pending {
+            target: 0,
+            at,
+            kind: AttemptKind::First,
+        });
+        Decision::Wait { until: at }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -575,18 +702,26 @@ impl RoutePolicy {
         }
         match deps.check(t, now) {
             Ok(()) => {}
-            Err(Refusal::Throttled { until }) | Err(Refusal::CircuitOpen { until }) => {
+            Err(Refusal::Throttled { until })
+            | Err(Refusal::CircuitOpen { until })
+            | Err(Refusal::Recovering { until }) => {
                 wait = wait.max(until.saturating_since(now) + spread(rng));
             }
             // Shed / rate limit may clear by the time the wait is over.
             Err(_) => {}
         }
-        let needed = wait + self.expected[t] + self.reserve_after[t] + self.margin;
+        let needed = wait
+            + self.expected_now(deps, t, now)
+            + self.reserve_after_now(deps, t, now)
+            + self.margin;
         if remaining < needed {
             let ra = last.class.wait();
             return Err((Reason::DeadlineExceeded, ra));
         }
-        if !deps.withdraw(t, now) {
+        // A retry after a 429 spends no retry budget: the model's pace
+        // (what the provider accepts) is what bounds it, with `max_attempts`.
+        let paced = matches!(last.class, Class::Throttled { wait: Some(_), .. });
+        if !paced && !deps.withdraw(t, now) {
             return Err((Reason::BudgetExhausted, None));
         }
         if transient(last) {
@@ -617,7 +752,7 @@ impl RoutePolicy {
     ) -> Decision {
         let remaining = req.deadline.saturating_since(now);
         for t in from..self.expected.len() {
-            if remaining < self.expected[t] + self.margin {
+            if remaining < self.expected_now(deps, t, now) + self.margin {
                 continue;
             }
             if let Err(r) = deps.check(t, now) {
@@ -647,12 +782,16 @@ impl RoutePolicy {
         t: usize,
         kind: AttemptKind,
     ) -> Result<Dispatch, Refusal> {
-        let (timeout, cut_by_deadline) = self.attempt_timeout(req, now, t);
+        let (timeout, cut_by_deadline) = self.attempt_timeout(req, deps, now, t);
         let permit = deps.admit(t, now)?;
+        let stall_after = deps.expected(t, now).filter(|p99| *p99 < timeout);
+        let retry_needs =
+            self.expected_now(deps, t, now) + self.reserve_after_now(deps, t, now) + self.margin;
         req.in_flight = Some(InFlight {
             target: t,
             permit,
             cut_by_deadline,
+            retry_needs,
         });
         if kind == AttemptKind::Retry && t == req.target {
             req.attempts_on_target += 1;
@@ -669,27 +808,34 @@ impl RoutePolicy {
             timeout,
             attempt: req.attempts,
             kind,
+            stall_after,
         })
     }
 
     /// An attempt on `t` at `now`: its timeout, and whether the deadline (not
     /// the route's `attempt_timeout`) made it shorter than `expected_attempt`.
-    fn attempt_timeout(&self, req: &RequestState, now: Instant, t: usize) -> (Duration, bool) {
+    fn attempt_timeout<D: Dependencies>(
+        &self,
+        req: &RequestState,
+        deps: &D,
+        now: Instant,
+        t: usize,
+    ) -> (Duration, bool) {
         let mut budget = req
             .deadline
             .saturating_since(now)
             .saturating_sub(self.margin);
-        if let Some(next) = self.expected.get(t + 1) {
+        if t + 1 < self.expected.len() {
             // Leave the next target a full attempt and its margin, when the
             // deadline holds more than that.
-            let reserve = *next + self.margin;
+            let reserve = self.expected_now(deps, t + 1, now) + self.margin;
             if budget > reserve {
                 budget -= reserve;
             }
         }
         match self.attempt_timeout {
             Some(cap) if cap <= budget => (cap, false),
-            _ => (budget, budget < self.expected[t]),
+            _ => (budget, budget < self.expected_now(deps, t, now)),
         }
     }
 
@@ -743,9 +889,39 @@ impl RoutePolicy {
             o => o,
         };
         let class = self.classifier.classify(outcome);
+        // An overload answer that could not be retried only because the
+        // caller's deadline cannot hold another attempt says as much about
+        // the caller as about the provider: twenty callers with 1 s
+        // deadlines meeting 503s must not switch the model off for a
+        // caller with 30 s. It counts for the breaker only when a retry
+        // could have started (or the schedule was spent).
+        let for_breaker = match (class, outcome) {
+            (
+                Class::Fault {
+                    retryable: true,
+                    wait,
+                    provider_wide: false,
+                },
+                Outcome::Status { .. },
+            ) if req.attempts_on_target < self.max_attempts && !req.committed => {
+                let remaining = req.deadline.saturating_since(now);
+                let needs = wait.unwrap_or_default().min(self.retry_after_cap) + f.retry_needs;
+                if remaining < needs {
+                    Class::NotProviderFault
+                } else {
+                    class
+                }
+            }
+            _ => class,
+        };
         // However long the provider asked, it holds the model (or provider)
         // closed for at most the cap.
-        deps.finish(f.target, now, f.permit, class.capped(self.retry_after_cap));
+        deps.finish(
+            f.target,
+            now,
+            f.permit,
+            for_breaker.capped(self.retry_after_cap),
+        );
         if class == Class::Success {
             deps.deposit(f.target, now);
             if req.refundable > 0 {
@@ -795,6 +971,16 @@ impl RoutePolicy {
         req.attempts_on_target = req.attempts_on_target.saturating_sub(1);
         req.blocked = Some(refusal_reason(refusal, now));
         req.refused = Some(f.target);
+    }
+
+    /// The in-flight attempt has passed its target's learned p99
+    /// ([`Dispatch::stall_after`]) with no first byte while the caller still
+    /// waits: stall evidence for the model's breaker, counted once. The
+    /// attempt goes on until its timeout.
+    pub fn stalled<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
+        if let Some(f) = req.in_flight.as_mut() {
+            deps.stalled(f.target, now, &mut f.permit);
+        }
     }
 
     /// Gives back an in-flight attempt's permit without learning anything
@@ -879,6 +1065,7 @@ fn refusal_reason(r: Refusal, now: Instant) -> (Reason, Option<Duration>) {
     let reason = match r {
         Refusal::CircuitOpen { .. } => Reason::CircuitOpen,
         Refusal::Throttled { .. } | Refusal::RateLimited { .. } => Reason::RateLimited,
+        Refusal::Recovering { .. } => Reason::CircuitRecovering,
         Refusal::Shed => Reason::Shed,
     };
     (reason, r.retry_after(now))

@@ -25,6 +25,7 @@
 use crate::admission::Gcra;
 use crate::breaker::{BreakerPermit, BreakerState, CircuitBreaker};
 use crate::classify::Class;
+use crate::learn::{AttemptTimes, Pace};
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -36,8 +37,12 @@ pub const MAX_MODELS: usize = 64;
 pub enum Refusal {
     /// Breaker open until then.
     CircuitOpen { until: Instant },
-    /// The provider said 429 with a wait; everyone waits until then.
+    /// The provider said 429 with a wait: until it passes, the model is
+    /// paced to the rate the provider accepts, and the next slot is then.
     Throttled { until: Instant },
+    /// The breaker closed after an outage and is ramping back: at most
+    /// 1.4× the rate before the trip; the next slot is then.
+    Recovering { until: Instant },
     /// The per-minute allowance would be exceeded; it conforms again then.
     RateLimited { until: Instant },
     /// `max_in_flight` reached.
@@ -50,6 +55,10 @@ pub struct Permit {
     breaker: BreakerPermit,
     link: BreakerPermit,
     domain: u16,
+    /// When the attempt was admitted (its time is learned from it).
+    at: Instant,
+    /// A stall was already counted against the model's breaker.
+    stall_counted: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -57,6 +66,20 @@ struct Domain {
     model: Box<str>,
     breaker: CircuitBreaker,
     throttled_until: Instant,
+    times: AttemptTimes,
+    pace: Pace,
+}
+
+impl Domain {
+    fn new(model: &str, breaker: CircuitBreaker) -> Self {
+        Domain {
+            model: model.into(),
+            breaker,
+            throttled_until: Instant::ZERO,
+            times: AttemptTimes::default(),
+            pace: Pace::default(),
+        }
+    }
 }
 
 /// Mutable state of one provider.
@@ -78,11 +101,7 @@ impl ProviderState {
     pub fn new(breaker: CircuitBreaker, allowance: Option<Gcra>, max_in_flight: u32) -> Self {
         ProviderState {
             link: breaker.clone(),
-            domains: vec![Domain {
-                model: "".into(),
-                breaker: breaker.clone(),
-                throttled_until: Instant::ZERO,
-            }],
+            domains: vec![Domain::new("", breaker.clone())],
             template: breaker,
             allowance,
             max_in_flight: max_in_flight.max(1),
@@ -106,11 +125,7 @@ impl ProviderState {
         if self.domains.len() > MAX_MODELS {
             return 0;
         }
-        self.domains.push(Domain {
-            model: model.into(),
-            breaker: self.template.clone(),
-            throttled_until: Instant::ZERO,
-        });
+        self.domains.push(Domain::new(model, self.template.clone()));
         self.domains.len() - 1
     }
 
@@ -130,10 +145,11 @@ impl ProviderState {
             if let Some(until) = d.breaker.refusing_until(now) {
                 return Err(Refusal::CircuitOpen { until });
             }
-            if d.throttled_until > now {
-                return Err(Refusal::Throttled {
-                    until: d.throttled_until,
-                });
+            if d.pace.active() {
+                // Throttled: paced to what the provider accepts, never shut.
+                d.pace
+                    .peek(now)
+                    .map_err(|until| Refusal::Throttled { until })?;
             }
         }
         if self.in_flight >= self.max_in_flight {
@@ -159,7 +175,13 @@ impl ProviderState {
             Ok(b) => b,
             Err(until) => {
                 self.link.record(now, link, Class::NotProviderFault);
-                return Err(Refusal::CircuitOpen { until });
+                let d = &self.domains[domain];
+                return Err(match d.breaker.state(now) {
+                    BreakerState::Closed | BreakerState::Recovering => {
+                        Refusal::Recovering { until }
+                    }
+                    _ => Refusal::CircuitOpen { until },
+                });
             }
         };
         if let Some(g) = &mut self.allowance {
@@ -173,11 +195,51 @@ impl ProviderState {
             }
         }
         self.in_flight += 1;
+        let d = &mut self.domains[domain];
+        d.pace.take(now);
+        d.pace.sent(now);
         Ok(Permit {
             breaker,
             link,
             domain: u16::try_from(domain).unwrap_or(0),
+            at: now,
+            stall_counted: false,
         })
+    }
+
+    /// The attempt behind `permit` has waited past its model's learned p99
+    /// with no first byte while its caller still waits: stall evidence,
+    /// counted once as a fault against the model's breaker now, while the
+    /// attempt goes on (a stalled provider sends no answer to count).
+    pub fn stalled(&mut self, now: Instant, permit: &mut Permit) {
+        if permit.stall_counted {
+            return;
+        }
+        permit.stall_counted = true;
+        let i = usize::from(permit.domain).min(self.domains.len() - 1);
+        let stall = Class::Fault {
+            retryable: true,
+            wait: None,
+            provider_wide: false,
+        };
+        self.record_model(now, i, permit.breaker, stall);
+    }
+
+    /// The learned p99 attempt time of `model` (dispatch to answer), when
+    /// enough recent attempts succeeded to tell.
+    pub fn expected(&self, now: Instant, model: &str) -> Option<Duration> {
+        let i = match self.find(model) {
+            Some(i) => i,
+            None if self.domains.len() > MAX_MODELS => 0,
+            None => return None,
+        };
+        self.domains[i].times.p99(now)
+    }
+
+    /// The pace a throttled model is held to (attempts per second), if any.
+    pub fn pace(&self, now: Instant, model: &str) -> Option<f64> {
+        let _ = now;
+        self.domains[self.find(model)?].pace.current()
     }
 
     /// Records an admitted attempt's result and frees its slot. A cancelled or
@@ -197,15 +259,34 @@ impl ProviderState {
         };
         self.link.record(now, permit.link, link_class);
         let i = usize::from(permit.domain).min(self.domains.len() - 1);
-        let was_open = self.domains[i].breaker.state(now) != BreakerState::Closed;
         let d = &mut self.domains[i];
-        d.breaker.record(now, permit.breaker, class);
-        if let Class::Throttled {
-            wait: Some(wait), ..
-        } = class
-        {
-            d.throttled_until = d.throttled_until.max(now + wait);
+        match class {
+            Class::Success => {
+                d.times.observe(now, now.saturating_since(permit.at));
+                d.pace.answered(now, false);
+            }
+            Class::Permanent => d.pace.answered(now, false),
+            Class::Throttled { wait, .. } => {
+                d.pace.answered(now, true);
+                if let Some(wait) = wait {
+                    d.pace.throttled(now);
+                    d.throttled_until = d.throttled_until.max(now + wait);
+                }
+            }
+            Class::Fault { .. } | Class::NotProviderFault => {}
         }
+        if !permit.stall_counted {
+            self.record_model(now, i, permit.breaker, class);
+        }
+    }
+
+    fn record_model(&mut self, now: Instant, i: usize, permit: BreakerPermit, class: Class) {
+        let d = &mut self.domains[i];
+        let was_open = matches!(
+            d.breaker.state(now),
+            BreakerState::Open | BreakerState::HalfOpen
+        );
+        d.breaker.record(now, permit, class);
         let opened = !was_open && d.breaker.state(now) == BreakerState::Open;
         if opened && self.open_models(now) >= 2 {
             self.link.trip(now);
@@ -236,7 +317,10 @@ impl ProviderState {
             match d.breaker.state(now) {
                 BreakerState::Open => return BreakerState::Open,
                 BreakerState::HalfOpen => worst = BreakerState::HalfOpen,
-                BreakerState::Closed => {}
+                BreakerState::Recovering if worst == BreakerState::Closed => {
+                    worst = BreakerState::Recovering
+                }
+                BreakerState::Recovering | BreakerState::Closed => {}
             }
         }
         worst
@@ -264,6 +348,7 @@ impl Refusal {
         match self {
             Refusal::CircuitOpen { until }
             | Refusal::Throttled { until }
+            | Refusal::Recovering { until }
             | Refusal::RateLimited { until } => Some(until.saturating_since(now)),
             Refusal::Shed => None,
         }
@@ -274,26 +359,45 @@ impl Refusal {
 mod tests {
     use super::*;
 
+    const THROTTLED_2S: Class = Class::Throttled {
+        retryable: true,
+        wait: Some(Duration::from_secs(2)),
+    };
+
     #[test]
-    fn throttle_blocks_everyone_until_the_wait_is_over() {
+    fn a_throttled_model_is_paced_to_what_it_accepts_never_shut() {
         let mut p = ProviderState::unlimited();
-        let t = Instant::from_millis(1000);
+        // Five seconds at 20 answers/s, then a 429 asking for 2 s.
+        for i in 0..100u64 {
+            let t = Instant::from_millis(i * 50);
+            let permit = p.admit(t, "m").unwrap();
+            p.finish(t, permit, Class::Success);
+        }
+        let t = Instant::from_millis(4_999);
         let permit = p.admit(t, "m").unwrap();
-        p.finish(
-            t,
-            permit,
-            Class::Throttled {
-                retryable: true,
-                wait: Some(Duration::from_secs(2)),
-            },
-        );
-        assert_eq!(
-            p.check(t + Duration::from_secs(1), "m"),
-            Err(Refusal::Throttled {
-                until: t + Duration::from_secs(2)
+        p.finish(t, permit, THROTTLED_2S);
+        // The next second, offered 1,000 attempts: about 20 go (not 0, as a
+        // shut model would let through, nor 1,000); all are answered, so
+        // the pace probes up by a quarter after the first second.
+        let through = (0..1_000u64)
+            .filter(|i| {
+                let now = t + Duration::from_millis(*i);
+                p.admit(now, "m")
+                    .map(|permit| p.finish(now, permit, Class::Success))
+                    .is_ok()
             })
-        );
-        assert!(p.admit(t + Duration::from_secs(2), "m").is_ok());
+            .count();
+        assert!((18..=26).contains(&through), "{through}");
+        assert!(matches!(
+            p.check(t + Duration::from_millis(1_000), "m"),
+            Err(Refusal::Throttled { .. })
+        ));
+        // Offered less than half the pace for a second, the pace is lifted.
+        let quiet = t + Duration::from_millis(1_500);
+        let permit = p.admit(quiet, "m").unwrap();
+        p.finish(quiet, permit, Class::Success);
+        let later = t + Duration::from_millis(3_001);
+        assert!((0..100).all(|_| p.admit(later, "m").is_ok()));
     }
 
     const FAULT: Class = Class::Fault {
@@ -316,6 +420,8 @@ mod tests {
                 wait,
             },
         );
+        // Nothing accepted yet: paced at one attempt a second.
+        assert!(p.admit(t, "hot").is_ok());
         assert!(matches!(p.check(t, "hot"), Err(Refusal::Throttled { .. })));
         assert_eq!(p.check(t, "cool"), Ok(()));
     }

@@ -1,0 +1,411 @@
+//! What a target really does: its attempt times and the pace it accepts.
+//!
+//! A route's `expected_attempt_ms` is an operator's guess at "a full call
+//! at the slow end", and every deadline judgment leans on it: whether a
+//! retry can start, what a fallback needs, how much of an attempt's timeout
+//! is kept for the backup. A guess of 20 s in front of a provider that
+//! answers in 2 s made every caller with an 8 s deadline look too short for
+//! anything: a stalled primary took all 8 s and the backup was never asked.
+//! [`AttemptTimes`] learns a recent high percentile of the target's real
+//! attempts, and the planner uses it — never above the configured value,
+//! which stays the starting point and the cap.
+//!
+//! [`Pace`] learns how many answers a throttled model gives per second, so
+//! that a 429 slows a model down to what the provider accepts instead of
+//! shutting it out (a single `retry-after: 2` used to refuse every request
+//! for two seconds, again and again: 22 of 600 calls succeeded in a storm
+//! where the provider accepted 40 % of requests).
+//!
+//! Both are fixed-size and allocation-free.
+
+use crate::time::Instant;
+use std::time::Duration;
+
+/// Buckets of the latency histogram: bucket `i` holds times up to
+/// `1 ms · 1.25^i` (64 buckets reach ~1,600 s).
+const BUCKETS: usize = 64;
+/// Each histogram covers this long; the estimate reads the current one and
+/// the one before it, so it reflects the last 30 to 60 seconds.
+const PERIOD: Duration = Duration::from_secs(30);
+/// Fewer observations than this and the configured value stands.
+pub const MIN_SAMPLES: u32 = 20;
+/// The percentile learned.
+const QUANTILE: f64 = 0.99;
+
+fn bucket_of(d: Duration) -> usize {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms <= 1.0 {
+        return 0;
+    }
+    let i = (ms.ln() / 1.25f64.ln()).ceil();
+    if i >= (BUCKETS - 1) as f64 {
+        BUCKETS - 1
+    } else {
+        i as usize
+    }
+}
+
+fn bucket_top(i: usize) -> Duration {
+    Duration::from_secs_f64(1.25f64.powi(i32::try_from(i).unwrap_or(i32::MAX)) / 1000.0)
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Histogram {
+    epoch: u64,
+    count: u32,
+    buckets: [u32; BUCKETS],
+}
+
+impl Histogram {
+    const EMPTY: Histogram = Histogram {
+        epoch: u64::MAX,
+        count: 0,
+        buckets: [0; BUCKETS],
+    };
+}
+
+/// A recent p99 of one target's attempt times (dispatch to answer: the
+/// whole body for a plain answer, the first event for a stream), learned
+/// from successful attempts only — a stall or an outage has no successes,
+/// so it cannot teach the estimate that the provider is slow.
+#[derive(Clone, Debug)]
+pub struct AttemptTimes {
+    hist: [Histogram; 2],
+}
+
+impl Default for AttemptTimes {
+    fn default() -> Self {
+        AttemptTimes {
+            hist: [Histogram::EMPTY; 2],
+        }
+    }
+}
+
+impl AttemptTimes {
+    fn epoch(now: Instant) -> u64 {
+        now.as_nanos() / PERIOD.as_nanos() as u64
+    }
+
+    /// Notes one successful attempt that took `took`.
+    pub fn observe(&mut self, now: Instant, took: Duration) {
+        let e = Self::epoch(now);
+        let h = &mut self.hist[(e % 2) as usize];
+        if h.epoch != e {
+            *h = Histogram {
+                epoch: e,
+                ..Histogram::EMPTY
+            };
+        }
+        h.count = h.count.saturating_add(1);
+        let b = &mut h.buckets[bucket_of(took)];
+        *b = b.saturating_add(1);
+    }
+
+    /// The learned p99 (the top of its bucket, so at most 25 % above the
+    /// true value), or `None` with fewer than [`MIN_SAMPLES`] recent
+    /// observations.
+    pub fn p99(&self, now: Instant) -> Option<Duration> {
+        let e = Self::epoch(now);
+        let live = |h: &&Histogram| h.epoch == e || h.epoch.wrapping_add(1) == e;
+        let total: u32 = self.hist.iter().filter(live).map(|h| h.count).sum();
+        if total < MIN_SAMPLES {
+            return None;
+        }
+        // The smallest bucket with at least 99 % of the observations at or below it.
+        let need = (f64::from(total) * QUANTILE).ceil() as u32;
+        let mut seen = 0u32;
+        for i in 0..BUCKETS {
+            seen += self
+                .hist
+                .iter()
+                .filter(live)
+                .map(|h| h.buckets[i])
+                .sum::<u32>();
+            if seen >= need {
+                return Some(bucket_top(i));
+            }
+        }
+        Some(bucket_top(BUCKETS - 1))
+    }
+}
+
+/// Seconds of history the pace reads.
+const PACE_SECONDS: usize = 5;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Second {
+    epoch: u64,
+    sent: u32,
+    accepted: u32,
+    throttled: u32,
+}
+
+/// How a throttled model is paced: the answers it accepted (not 429) per
+/// second over the last few seconds, and whether slowing down helped.
+///
+/// The rules, judged once a second while a pace is in force:
+/// - a 429 with a wait starts a pace at the rate the provider accepted
+///   over the last five seconds (at least one a second);
+/// - while 429s are under a tenth of the answers, the provider is content:
+///   the pace probes up by a quarter (a limit that rose is found);
+/// - while they are a tenth or more and their share did not fall by ten
+///   points from what it was (a tenth or more) when the pace began, the
+///   429s do not follow our rate (a shared pool refusing a share of
+///   everyone's requests at any pace; pacing to what it accepts would
+///   shrink the pace without end): the pace grows by half;
+/// - otherwise slowing down helps: the pace is what the provider accepts;
+/// - a pace that is not binding (fewer attempts sent than half of it) ends;
+///   one that ended by growing marks the model's 429s as not about our
+///   rate for 30 s, in which a 429 holds only the request that got it.
+#[derive(Clone, Debug, Default)]
+pub struct Pace {
+    /// A ring of the last seconds: the current one and `PACE_SECONDS` full ones.
+    seconds: [Second; PACE_SECONDS + 1],
+    /// The share of 429s when the pace began (per mille).
+    share_at_start: u32,
+    /// Attempts per second granted, the second it was set, and whether it
+    /// last grew because slowing down did not help.
+    rate: Option<(f64, u64, bool)>,
+    /// The next instant an attempt may be admitted under the pace.
+    next: Instant,
+    /// Until then, 429s are taken as not about our rate.
+    indifferent_until: Instant,
+}
+
+/// The least pace of a throttled model that the provider still answers.
+pub const MIN_PACE_PER_SECOND: f64 = 1.0;
+
+/// How long a model whose 429s did not follow our rate is not paced.
+const INDIFFERENT_FOR: Duration = Duration::from_secs(30);
+
+impl Pace {
+    fn second(&mut self, now: Instant) -> &mut Second {
+        let e = now.as_nanos() / 1_000_000_000;
+        let s = &mut self.seconds[(e % (PACE_SECONDS as u64 + 1)) as usize];
+        if s.epoch != e {
+            *s = Second {
+                epoch: e,
+                ..Second::default()
+            };
+        }
+        s
+    }
+
+    /// (accepted per second, throttled, answered) over the last full
+    /// seconds (not the current one) that saw answers.
+    fn totals(&self, now: Instant) -> (f64, u32, u32) {
+        let e = now.as_nanos() / 1_000_000_000;
+        let (seconds, accepted, throttled) = self
+            .seconds
+            .iter()
+            .filter(|s| s.epoch < e && e - s.epoch <= PACE_SECONDS as u64)
+            .filter(|s| s.accepted + s.throttled > 0)
+            .fold((0u32, 0u32, 0u32), |(n, a, t), s| {
+                (n + 1, a + s.accepted, t + s.throttled)
+            });
+        let per_second = f64::from(accepted) / f64::from(seconds.max(1));
+        (per_second, throttled, accepted + throttled)
+    }
+
+    fn share(throttled: u32, answered: u32) -> u32 {
+        if answered == 0 {
+            return 0;
+        }
+        u32::try_from(u64::from(throttled) * 1000 / u64::from(answered)).unwrap_or(1000)
+    }
+
+    /// Notes an attempt sent.
+    pub fn sent(&mut self, now: Instant) {
+        self.second(now).sent += 1;
+    }
+
+    /// Notes an answer: a 429 (`throttled`) or any other answer.
+    pub fn answered(&mut self, now: Instant, throttled: bool) {
+        let s = self.second(now);
+        if throttled {
+            s.throttled += 1;
+        } else {
+            s.accepted += 1;
+        }
+    }
+
+    /// A 429 with a wait: starts a pace unless one is in force or the
+    /// model's 429s were lately found not to follow our rate.
+    pub fn throttled(&mut self, now: Instant) {
+        if self.rate.is_some() || now < self.indifferent_until {
+            return;
+        }
+        // The last few seconds, the current one included.
+        let (per_second, throttled, answered) = self.totals(now + Duration::from_secs(1));
+        self.share_at_start = Self::share(throttled, answered);
+        let e = now.as_nanos() / 1_000_000_000;
+        self.rate = Some((per_second.max(MIN_PACE_PER_SECOND), e, false));
+        self.next = now;
+    }
+
+    /// The pace in force now (attempts per second), judged once a second;
+    /// `None` once it has ended.
+    fn judge(&mut self, now: Instant) -> Option<f64> {
+        let e = now.as_nanos() / 1_000_000_000;
+        let (rate, since, grew) = self.rate?;
+        if e <= since {
+            return Some(rate);
+        }
+        let last = self
+            .seconds
+            .iter()
+            .find(|s| s.epoch + 1 == e)
+            .copied()
+            .unwrap_or_default();
+        if f64::from(last.sent) < rate / 2.0 {
+            self.rate = None;
+            if grew {
+                self.indifferent_until = now + INDIFFERENT_FOR;
+            }
+            return None;
+        }
+        let accepted_rate = self.totals(now).0.max(MIN_PACE_PER_SECOND);
+        let share = Self::share(last.throttled, last.accepted + last.throttled);
+        let start = self.share_at_start;
+        let (next, grew) = if share < 100 {
+            (rate * 1.25, false)
+        } else if start >= 100 && share + 100 > start {
+            // Slower, yet refused as often as when the pace began.
+            ((rate * 1.5).max(accepted_rate), true)
+        } else {
+            (accepted_rate, false)
+        };
+        self.rate = Some((next, e, grew));
+        Some(next)
+    }
+
+    /// Whether a pace is in force.
+    pub fn active(&self) -> bool {
+        self.rate.is_some()
+    }
+
+    /// Whether an attempt may go now under the pace; `Err(at)` says when the
+    /// next one may.
+    pub fn peek(&self, now: Instant) -> Result<(), Instant> {
+        if self.rate.is_none() || now >= self.next {
+            Ok(())
+        } else {
+            Err(self.next)
+        }
+    }
+
+    /// Takes a slot of the pace (call after [`Pace::peek`] said yes).
+    pub fn take(&mut self, now: Instant) {
+        if let Some(rate) = self.judge(now) {
+            let gap = Duration::from_secs_f64(1.0 / rate.max(MIN_PACE_PER_SECOND));
+            self.next = self.next.max(now - Duration::from_secs(1).min(gap)) + gap;
+        }
+    }
+
+    /// The pace in force (attempts per second), if any.
+    pub fn current(&self) -> Option<f64> {
+        self.rate.map(|(r, _, _)| r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_estimate_until_enough_samples_then_the_p99() {
+        let mut t = AttemptTimes::default();
+        let now = Instant::from_millis(1_000);
+        for _ in 0..19 {
+            t.observe(now, Duration::from_millis(100));
+        }
+        assert_eq!(t.p99(now), None);
+        for _ in 0..81 {
+            t.observe(now, Duration::from_millis(100));
+        }
+        t.observe(now, Duration::from_secs(3));
+        let p = t.p99(now).unwrap();
+        assert!(
+            p >= Duration::from_millis(100) && p <= Duration::from_millis(125),
+            "{p:?}"
+        );
+        // 2 of 102 slow: the p99 is slow.
+        t.observe(now, Duration::from_secs(3));
+        let p = t.p99(now).unwrap();
+        assert!(
+            p >= Duration::from_secs(3) && p <= Duration::from_millis(3750),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn old_observations_age_out() {
+        let mut t = AttemptTimes::default();
+        for _ in 0..50 {
+            t.observe(Instant::from_millis(1_000), Duration::from_secs(2));
+        }
+        assert!(t.p99(Instant::from_millis(40_000)).is_some());
+        assert_eq!(t.p99(Instant::from_millis(61_000)), None);
+    }
+
+    #[test]
+    fn a_pace_that_helps_holds_at_the_accepted_rate() {
+        // A provider that accepts 10/s: sent 30/s, 20 refused each second.
+        let mut p = Pace::default();
+        for s in 0..5u64 {
+            for i in 0..30u64 {
+                let now = Instant::from_millis(s * 1000 + i * 33);
+                p.sent(now);
+                p.answered(now, i % 3 != 0);
+            }
+        }
+        p.throttled(Instant::from_millis(4_990));
+        assert_eq!(p.current(), Some(10.0));
+        // The provider takes 10 a second and refuses the rest: paced, at
+        // most a probe's worth of attempts is refused.
+        let (mut admitted, mut refused) = (0, 0);
+        let mut window = (0, 0);
+        for ms in (5_000..15_000u64).step_by(10) {
+            let now = Instant::from_millis(ms);
+            if p.peek(now).is_ok() {
+                p.take(now);
+                p.sent(now);
+                if window.0 != ms / 1000 {
+                    window = (ms / 1000, 0);
+                }
+                window.1 += 1;
+                p.answered(now, window.1 > 10);
+                admitted += 1;
+                refused += u32::from(window.1 > 10);
+            }
+        }
+        assert!((95..=130).contains(&admitted), "{admitted}");
+        assert!(refused <= 25, "{refused} of {admitted}");
+    }
+
+    #[test]
+    fn a_pace_that_does_not_help_grows_back_to_the_demand() {
+        // 60 % of requests refused whatever the rate.
+        let mut p = Pace::default();
+        let refuse = |i: u64| i % 5 < 3;
+        for i in 0..100u64 {
+            let now = Instant::from_millis(i * 50);
+            p.sent(now);
+            p.answered(now, refuse(i));
+        }
+        p.throttled(Instant::from_millis(5_000));
+        let mut per_second = [0u32; 10];
+        let mut n = 0u64;
+        for ms in (5_000..15_000u64).step_by(50) {
+            let now = Instant::from_millis(ms);
+            if p.peek(now).is_ok() {
+                p.take(now);
+                p.sent(now);
+                p.answered(now, refuse(n));
+                n += 1;
+                per_second[((ms - 5_000) / 1000) as usize] += 1;
+            }
+        }
+        assert!(per_second[9] >= 18, "{per_second:?}");
+    }
+}
