@@ -77,6 +77,9 @@ impl Dependencies for GatewayDeps<'_> {
     fn stalled(&mut self, t: usize, now: levee_policy::Instant, permit: &mut Permit) {
         self.provider(t).lock().stalled(now, permit)
     }
+    fn retries_winning(&self, t: usize, now: levee_policy::Instant, permit: &Permit) -> bool {
+        self.provider(t).lock().retries_winning(now, permit)
+    }
 }
 
 /// Owns a request's policy state while an attempt may be in flight. Dropping

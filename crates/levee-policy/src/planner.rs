@@ -210,6 +210,13 @@ pub trait Dependencies {
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         let _ = (t, now, permit);
     }
+    /// Whether retries on target `t` are winning (see
+    /// [`crate::learn::Retries`]): only then are retries that rescued a
+    /// request refunded.
+    fn retries_winning(&self, t: usize, now: Instant, permit: &Permit) -> bool {
+        let _ = (t, now, permit);
+        true
+    }
 }
 
 /// [`Dependencies`] over plain mutable state: `providers[target_provider[t]]`
@@ -253,6 +260,9 @@ impl Dependencies for Deps<'_> {
     }
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.providers[self.target_provider[t]].stalled(now, permit)
+    }
+    fn retries_winning(&self, t: usize, now: Instant, permit: &Permit) -> bool {
+        self.providers[self.target_provider[t]].retries_winning(now, permit)
     }
 }
 
@@ -783,7 +793,10 @@ impl RoutePolicy {
         kind: AttemptKind,
     ) -> Result<Dispatch, Refusal> {
         let (timeout, cut_by_deadline) = self.attempt_timeout(req, deps, now, t);
-        let permit = deps.admit(t, now)?;
+        let mut permit = deps.admit(t, now)?;
+        if kind == AttemptKind::Retry && t == req.target {
+            permit = permit.retry();
+        }
         let stall_after = deps.expected(t, now).filter(|p99| *p99 < timeout);
         let retry_needs =
             self.expected_now(deps, t, now) + self.reserve_after_now(deps, t, now) + self.margin;
@@ -914,6 +927,7 @@ impl RoutePolicy {
             }
             _ => class,
         };
+        let winning = deps.retries_winning(f.target, now, &f.permit);
         // However long the provider asked, it holds the model (or provider)
         // closed for at most the cap.
         deps.finish(
@@ -924,7 +938,9 @@ impl RoutePolicy {
         );
         if class == Class::Success {
             deps.deposit(f.target, now);
-            if req.refundable > 0 {
+            // Retries are paid back only while they win: at a saturated
+            // provider each one took another caller's place.
+            if req.refundable > 0 && winning {
                 deps.refund(f.target, now, req.refundable);
                 req.refundable = 0;
             }

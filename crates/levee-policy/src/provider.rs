@@ -25,7 +25,7 @@
 use crate::admission::Gcra;
 use crate::breaker::{BreakerPermit, BreakerState, CircuitBreaker};
 use crate::classify::Class;
-use crate::learn::{AttemptTimes, Pace};
+use crate::learn::{AttemptTimes, Pace, Retries};
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -59,6 +59,19 @@ pub struct Permit {
     at: Instant,
     /// A stall was already counted against the model's breaker.
     stall_counted: bool,
+    /// Sent while the model was busier than its running average.
+    busy: bool,
+    /// A retry on the same target.
+    retry: bool,
+}
+
+impl Permit {
+    /// Marks the attempt as a retry on the same target (its answer tells
+    /// whether retries are winning).
+    pub fn retry(mut self) -> Self {
+        self.retry = true;
+        self
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -68,6 +81,7 @@ struct Domain {
     throttled_until: Instant,
     times: AttemptTimes,
     pace: Pace,
+    retries: Retries,
 }
 
 impl Domain {
@@ -78,6 +92,7 @@ impl Domain {
             throttled_until: Instant::ZERO,
             times: AttemptTimes::default(),
             pace: Pace::default(),
+            retries: Retries::default(),
         }
     }
 }
@@ -194,16 +209,19 @@ impl ProviderState {
                 return Err(Refusal::RateLimited { until });
             }
         }
-        self.in_flight += 1;
         let d = &mut self.domains[domain];
         d.pace.take(now);
         d.pace.sent(now);
+        let busy = d.retries.dispatched(self.in_flight);
+        self.in_flight += 1;
         Ok(Permit {
             breaker,
             link,
             domain: u16::try_from(domain).unwrap_or(0),
             at: now,
             stall_counted: false,
+            busy,
+            retry: false,
         })
     }
 
@@ -236,6 +254,14 @@ impl ProviderState {
         self.domains[i].times.p99(now)
     }
 
+    /// Whether retries on the model `permit` was for are winning: at
+    /// least half of them succeed and its faults do not come with load
+    /// (see [`Retries`]).
+    pub fn retries_winning(&self, now: Instant, permit: &Permit) -> bool {
+        let i = usize::from(permit.domain).min(self.domains.len() - 1);
+        self.domains[i].retries.winning(now)
+    }
+
     /// The pace a throttled model is held to (attempts per second), if any.
     pub fn pace(&self, now: Instant, model: &str) -> Option<f64> {
         let _ = now;
@@ -260,6 +286,10 @@ impl ProviderState {
         self.link.record(now, permit.link, link_class);
         let i = usize::from(permit.domain).min(self.domains.len() - 1);
         let d = &mut self.domains[i];
+        if matches!(class, Class::Success | Class::Fault { .. }) {
+            let fault = matches!(class, Class::Fault { .. });
+            d.retries.answered(now, permit.retry, permit.busy, fault);
+        }
         match class {
             Class::Success => {
                 d.times.observe(now, now.saturating_since(permit.at));

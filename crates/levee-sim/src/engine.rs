@@ -40,6 +40,9 @@ pub(crate) enum Ev {
     Step(Ref),
     /// A call's attempt `n` timed out (stale unless that attempt is still out).
     Timeout(Ref, u32),
+    /// Levee's attempt `n` passed its target's learned p99 (stale unless
+    /// that attempt is still out): stall evidence.
+    Stalled(Ref, u32),
     /// A provider job is answered.
     Done(Ref),
 }
@@ -244,6 +247,7 @@ impl<'a> Engine<'a> {
                 Ev::Arrive(i) => self.arrive(i),
                 Ev::Step(r) => self.step(r),
                 Ev::Timeout(r, a) => self.timeout(r, a),
+                Ev::Stalled(r, a) => self.levee_stalled(r, a),
                 Ev::Done(r) => self.done(r),
             }
         }

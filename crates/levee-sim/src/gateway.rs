@@ -165,6 +165,9 @@ impl Engine<'_> {
                     c.child = Some(job);
                 }
                 self.schedule(self.now + ns(d.timeout), Ev::Timeout(r, d.attempt));
+                if let Some(after) = d.stall_after {
+                    self.schedule(self.now + ns(after), Ev::Stalled(r, d.attempt));
+                }
                 self.job_begin(job, sim, model);
             }
             Decision::Wait { until } => {
@@ -177,6 +180,32 @@ impl Engine<'_> {
                 self.finish(r, no_retry(f.status, f.retry_after));
             }
         }
+    }
+
+    /// Attempt `attempt` of `r` is past its target's learned p99 and still
+    /// out: the gateway's driver reports the same.
+    pub(crate) fn levee_stalled(&mut self, r: Ref, attempt: u32) {
+        let now = self.policy_now();
+        let Engine { calls, levee, .. } = self;
+        let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
+            return;
+        };
+        if c.child.is_none() || c.attempt != attempt {
+            return;
+        }
+        let Kind::Levee { route, st, .. } = &mut c.kind else {
+            return;
+        };
+        let route = *route as usize;
+        let mut deps = Deps {
+            providers: &mut lv.states,
+            target_provider: &lv.target_provider[route],
+            target_model: &[],
+            budgets: &mut lv.budgets[route],
+        };
+        lv.gw.config.routes[route]
+            .policy
+            .stalled(st, &mut deps, now);
     }
 
     /// An attempt came back (or timed out): record it, then go on.
