@@ -91,7 +91,18 @@ const CASES: &[Case] = &[
         }],
         route: "    targets: [p]\n    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
         timeout_ms: 20_000,
-        want: (3, Some("upstream_error")),
+        // Five attempts: the default `max_attempts`.
+        want: (5, Some("upstream_error")),
+    },
+    Case {
+        name: "a 429 paces the model and its retry waits the Retry-After",
+        providers: &[Side {
+            mock: "faults:\n  - { status: 429, retry_after: 1, to: 500ms }\n",
+            sim: "{ workers: 100, latency: 20ms, faults: [ { status: 429, retry_after: 1s, latency: 10ms, to: 500ms } ] }",
+        }],
+        route: "    targets: [p]\n",
+        timeout_ms: 20_000,
+        want: (2, None),
     },
 ];
 

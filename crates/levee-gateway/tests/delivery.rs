@@ -310,3 +310,27 @@ async fn a_stream_cut_after_its_2xx_head_before_any_event_is_labelled_as_such() 
     assert_eq!(attempts_labelled(&m, "cut_before_first_event"), 2.0, "{m}");
     assert_eq!(attempts_labelled(&m, "connect_error"), 0.0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_three_minute_stream_with_sdk_defaults_completes() {
+    // A slow reasoning model: an event every 20 s, ~200 s in all (inside
+    // the 60 s idle timer). The route sets no deadline (30 s default, 120 s
+    // max): those bound the attempts before the first byte, not the
+    // stream. The OpenAI SDK's default patience is 600 s; a caller that
+    // says nothing has no deadline after the first byte.
+    let env = local_one("faults:\n  - { chunk_delay: 20s }\n", "");
+    let sdk = [("x-stainless-read-timeout", "600")];
+    let t = paused_now();
+    let (with_sdk, silent) = watchdog(Duration::from_secs(400), async {
+        tokio::join!(
+            env.post("/v1/chat/completions", CHAT_STREAM, &sdk),
+            env.post("/v1/chat/completions", CHAT_STREAM, &[]),
+        )
+    })
+    .await;
+    assert!(t.elapsed() >= Duration::from_secs(180), "{:?}", t.elapsed());
+    for r in [with_sdk, silent] {
+        let text = r.text();
+        assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    }
+}

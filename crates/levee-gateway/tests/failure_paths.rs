@@ -119,8 +119,9 @@ async fn anthropic_overloaded_529_is_retried_by_default() {
     )
     .await;
     assert_eq!(r.status, 529);
-    assert_eq!(r.header("x-levee-attempts"), "3");
-    assert_eq!(env.stats(0).requests_total, 3);
+    // The default `max_attempts` is 5.
+    assert_eq!(r.header("x-levee-attempts"), "5");
+    assert_eq!(env.stats(0).requests_total, 5);
 }
 
 #[tokio::test(start_paused = true)]

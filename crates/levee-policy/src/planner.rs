@@ -126,8 +126,8 @@ pub struct Dispatch {
     pub attempt: u32,
     /// First, retry or fallback.
     pub kind: AttemptKind,
-    /// The target's learned p99 attempt time, when it is shorter than the
-    /// timeout: an attempt still without a first byte then is stall
+    /// Twice the target's learned p99 attempt time, when it is shorter than
+    /// the timeout: an attempt still without a first byte then is stall
     /// evidence, which the driver reports with [`RoutePolicy::stalled`].
     pub stall_after: Option<Duration>,
 }
@@ -797,7 +797,12 @@ impl RoutePolicy {
         if kind == AttemptKind::Retry && t == req.target {
             permit = permit.retry();
         }
-        let stall_after = deps.expected(t, now).filter(|p99| *p99 < timeout);
+        // Twice the p99: a healthy attempt a little past it (1 % are) is
+        // not evidence; one with no first byte at twice it is.
+        let stall_after = deps
+            .expected(t, now)
+            .map(|p99| p99 * 2)
+            .filter(|mark| *mark < timeout);
         let retry_needs =
             self.expected_now(deps, t, now) + self.reserve_after_now(deps, t, now) + self.margin;
         req.in_flight = Some(InFlight {

@@ -280,7 +280,7 @@ fn a_stalled_primary_with_short_deadlines_reaches_the_backup_and_trips_its_break
     assert_eq!(d.target, 0);
     assert!(d.timeout < secs(8) - ms(150), "{:?}", d.timeout);
     let stall = d.stall_after.expect("a learned p99");
-    assert!(stall <= ms(125), "{stall:?}");
+    assert!(stall <= ms(250), "twice the learned p99: {stall:?}");
     // The primary stalls: the attempt times out, and the backup answers.
     now = now + d.timeout;
     p.record(&mut req, &mut w.deps(), now, Outcome::Timeout);

@@ -35,10 +35,12 @@ fn seeds(name: &str, keep: impl Fn(&str) -> bool) -> Vec<Report> {
 fn a_30_percent_brownout_costs_levee_callers_almost_nothing() {
     for r in seeds("brownout.yaml", |n| n == "levee") {
         let v = variant(&r, "levee");
-        // Three attempts give at most 1 − 0.3³ during the minute of fault:
-        // 99.3 % over the run. A budget funded by successes alone gave 94.2 %.
-        assert!(v.success_ratio >= 0.985, "{v:?}");
-        assert!(v.amplification_peak <= 1.5, "{v:?}");
+        // Five attempts (the default) give 1 − 0.3⁵ = 99.8 % during the
+        // minute of fault at 1.43 requests a call on average. Three gave
+        // 99.3 % over the run; a budget funded by successes alone, 94.2 %.
+        assert!(v.success_ratio >= 0.995, "{v:?}");
+        // The busiest second, not the average: a few points over 1.43.
+        assert!(v.amplification_peak <= 1.55, "{v:?}");
     }
 }
 
