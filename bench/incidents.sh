@@ -74,12 +74,24 @@ say() { if [ -t 2 ]; then echo "incidents: $*" >&2; fi; }
 results="$work/results.jsonl"
 : >"$results"
 
-# `levee mock` on a free port, logging to $work/NAME.log; sets $mock.
+# `levee mock` on a free port, logging to $work/NAME.mock.log; sets $mock.
+# (lib.sh's start_mock can read the "listening on" line before the mock has
+# written all of it: only whole lines are read here.)
 mock_named() {
-  local name="$1"; shift
-  rm -f "$work/mock.log"
-  start_mock "$@"
-  cp "$work/mock.log" "$work/$name.mock.log" 2>/dev/null || true
+  local name="$1" log="$work/$1.mock.log" lines
+  shift
+  "$LEVEE_BIN" mock --listen 127.0.0.1:0 "$@" 2>"$log" &
+  pids+=($!)
+  mock=""
+  for _ in $(seq 1 400); do
+    lines="$(wc -l <"$log")"
+    if [ "$lines" -gt 0 ]; then
+      mock="$(head -n "$lines" "$log" | grep -m1 -oE 'listening on [0-9.]+:[0-9]+' | awk '{print $3}' || true)"
+      [ -n "$mock" ] && return 0
+    fi
+    sleep 0.05
+  done
+  echo "incidents.sh: levee mock did not start:" >&2; cat "$log" >&2; exit 1
 }
 
 # Stops every process started since pid index $1.

@@ -67,6 +67,23 @@ def stats_delta(before: dict, after: dict) -> dict:
     return out
 
 
+COUNTERS = re.compile(r'^(levee_(?:requests|upstream_attempts|rejected|fallbacks)_total)'
+                      r'\{([^}]*)\}\s+(\S+)$', re.M)
+
+
+def gateway_counters(admin: str) -> dict:
+    """Levee's own counts, non-zero ones: requests by outcome, upstream
+    attempts by provider and result, rejections by reason, fallbacks."""
+    out: dict = {}
+    for name, labels, value in COUNTERS.findall(http_get(f"{admin}/metrics").decode()):
+        v = float(value)
+        if v:
+            short = name[len("levee_"):-len("_total")]
+            lab = ",".join(x.split("=", 1)[1].strip('"') for x in labels.split(",") if x)
+            out.setdefault(short, {})[lab] = int(v)
+    return out
+
+
 CIRCUIT = re.compile(r'^levee_circuit_state\{[^}]*provider="([^"]+)"[^}]*\}\s+(\S+)', re.M)
 
 
@@ -266,7 +283,7 @@ def restart_faults(a) -> None:
 
 async def storm(a):
     out, records, _ = await story_open_loop(a, "openai", 20, 30, bound=180)
-    if a.backup:
+    if a.backup and a.path == "levee":   # x-levee-target exists only through Levee
         ok = [r for r in records if r["ok"]]
         prim = sum(1 for r in ok if r.get("target") == a.primary)
         out["primary_share_of_successes_pct"] = round(100 * prim / len(ok), 1) if ok else None
@@ -417,6 +434,8 @@ def fmt(v) -> str:
     if isinstance(v, dict):
         return ", ".join(f"{k} {n}" for k, n in v.items()) or "none"
     if isinstance(v, list):
+        if v and all(isinstance(x, list) and len(x) == 2 for x in v):   # [[t, state], ...]
+            return ", ".join(f"{t} s→{st}" for t, st in v)
         return " ".join(str(x) for x in v)
     return str(v)
 
@@ -430,24 +449,30 @@ def ramp_codes(r: dict) -> str:
 
 
 MEASURES = {
-    "storm": ["success_pct", "upstream_per_call", "p50_s", "p99_s", "errors", "reasons"],
+    "storm": ["success_pct", "upstream_per_call", "p50_s", "p99_s", "errors", "reasons",
+              "gateway.upstream_attempts"],
     "storm-backup": ["success_pct", "primary_share_of_successes_pct", "upstream_per_call",
                      "mocks.primary.requests", "mocks.backup.requests", "p50_s", "p99_s",
-                     "errors", "reasons"],
+                     "errors", "reasons", "gateway.upstream_attempts", "gateway.fallbacks"],
     "stall": ["success_pct", "by_phase.before_stall.success_pct",
               "by_phase.stall_first_10s.success_pct", "by_phase.stall_last_10s.success_pct",
               "by_phase.after_stall.success_pct", "calls_15_25s_answered_by_backup_pct",
               "breaker_opened_after_stall_start_s", "back_to_primary_after_stall_end_s",
-              "upstream_per_call", "p99_s", "errors", "reasons"],
+              "circuit_changes.anthropic",
+              "upstream_per_call", "p99_s", "errors", "reasons", "gateway.upstream_attempts",
+              "gateway.fallbacks"],
     "breaker-ramp": ["burst.success_pct", "burst.done_s", "burst.circuit_state_after",
                      "ramp_successes", "ramp_circuit_open", "ramp.codes", "ramp.states",
-                     "upstream_requests"],
-    "long-stream": ["completed", "duration_s", "chunks", "err", "reason"],
+                     "upstream_requests", "gateway.upstream_attempts"],
+    "long-stream": ["completed", "duration_s", "chunks", "err", "message"],
     "short-timeout": ["success_pct", "errors", "reasons", "answered_by",
-                      "mocks.primary.requests", "mocks.backup.requests", "p50_s"],
+                      "mocks.primary.requests", "mocks.backup.requests", "p50_s",
+                      "gateway.upstream_attempts", "gateway.fallbacks"],
     "saturated": ["offered_calls", "start_lag_max_s", "success_pct", "upstream_per_call",
-                  "p50_s", "p99_s", "errors", "reasons"],
-    "brownout": ["success_pct", "upstream_per_call", "p50_s", "p99_s", "errors", "reasons"],
+                  "p50_s", "p99_s", "errors", "reasons", "circuit_changes.primary",
+                  "gateway.upstream_attempts"],
+    "brownout": ["success_pct", "upstream_per_call", "p50_s", "p99_s", "errors", "reasons",
+                 "gateway.upstream_attempts"],
 }
 
 
@@ -530,6 +555,8 @@ def main() -> None:
     a = p.parse_args()
     a.mocks = dict(m.split("=", 1) for m in a.mock)
     result = asyncio.run(STORIES[a.story](a))
+    if a.admin:
+        result["gateway"] = gateway_counters(a.admin)
     print(json.dumps({"story": a.story, "path": a.path, **result}))
 
 

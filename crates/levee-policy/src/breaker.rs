@@ -136,6 +136,8 @@ pub struct CircuitBreaker {
     /// When it last closed (or was built): the ratio rule waits until the
     /// window has seen half its length of traffic since then.
     closed_at: Option<Instant>,
+    /// The first outcome since it was built or last closed.
+    first_outcome: Option<Instant>,
     state: State,
 }
 
@@ -230,6 +232,7 @@ impl CircuitBreaker {
             baseline_per_minute: 0,
             ramp: None,
             closed_at: None,
+            first_outcome: None,
             state: State::Closed,
         }
     }
@@ -412,8 +415,17 @@ impl CircuitBreaker {
         let (total, oldest) = live.fold((0u64, e), |(n, old), b| {
             (n + u64::from(b.ok + b.fault), old.min(b.epoch))
         });
-        let since_oldest = now.as_nanos() - oldest * self.bucket_ns;
-        let span_ns = u128::from(since_oldest.max(self.bucket_ns));
+        // Measured from the first outcome when it is later than the oldest
+        // bucket's start: a provider saturated from its first second (150
+        // calls/s at a capacity of 100/s) tripped 0.3 s in, and a rate
+        // averaged over the whole first bucket set the ramp at 56/s, which
+        // then refused two thirds of the traffic for 30 s.
+        let oldest_ns = oldest * self.bucket_ns;
+        let start = self
+            .first_outcome
+            .map_or(oldest_ns, |f| f.as_nanos().max(oldest_ns));
+        let since_start = now.as_nanos().saturating_sub(start);
+        let span_ns = u128::from(since_start.max(self.bucket_ns / 10).max(1));
         let per_minute = u128::from(total) * 60_000_000_000 / span_ns.max(1);
         u32::try_from(per_minute).unwrap_or(u32::MAX)
     }
@@ -439,6 +451,7 @@ impl CircuitBreaker {
             // A late answer to an attempt admitted before the breaker tripped.
             return;
         }
+        self.first_outcome.get_or_insert(now);
         let b = self.bucket(now);
         if fault {
             b.fault += 1;
@@ -518,6 +531,7 @@ impl CircuitBreaker {
         // every caller's retries at 1,000/s still meets 1.4× at most.
         let burst = (ramp_per_minute / 600).max(self.min_requests);
         self.closed_at = Some(now);
+        self.first_outcome = None;
         self.ramp = Gcra::per_minute(ramp_per_minute, burst)
             .ok()
             .map(|cap| Ramp {
