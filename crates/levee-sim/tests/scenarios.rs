@@ -341,3 +341,41 @@ fn the_levee_hop_spends_the_retry_budget_from_the_config() {
             > 0
     );
 }
+
+#[test]
+fn a_429_storm_through_levee_is_no_worse_than_the_sdk_calling_directly() {
+    let r = run("429-storm.yaml");
+    let (direct, levee) = (variant(r, "direct SDK"), variant(r, "levee"));
+    // A throttle that shut the model for each 2 s wait answered 3.7 %.
+    assert!(levee.success_ratio >= 0.75, "{levee:?}");
+    assert!(
+        levee.success_ratio >= direct.success_ratio - 0.01,
+        "levee {} direct {}",
+        levee.success_ratio,
+        direct.success_ratio
+    );
+    assert!(
+        levee.attempts_per_request_mean <= direct.attempts_per_request_mean + 0.02,
+        "levee {} direct {}",
+        levee.attempts_per_request_mean,
+        direct.attempts_per_request_mean
+    );
+}
+
+#[test]
+fn a_saturated_provider_sees_at_most_a_tenth_more_than_the_offered_load() {
+    let r = run("saturated.yaml");
+    let levee = variant(r, "levee");
+    // 150 calls/s offered; refunded retries gave 1.27x.
+    assert!(levee.baseline_upstream_rps <= 1.1 * 150.0, "{levee:?}");
+    assert!(levee.success_ratio >= 0.6, "{levee:?}");
+}
+
+#[test]
+fn a_stalled_primary_with_8_s_callers_is_answered_by_the_backup() {
+    let r = run("stalled-primary.yaml");
+    let levee = variant(r, "levee");
+    // Every call of the 20 s stall failed when the 20 s expected attempt
+    // kept the backup out of an 8 s deadline.
+    assert!(levee.success_ratio >= 0.9, "{levee:?}");
+}
