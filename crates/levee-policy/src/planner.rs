@@ -327,6 +327,8 @@ pub struct RequestState {
     refundable: u32,
     /// The caller marked this request as its own retry.
     caller_retry: bool,
+    /// When the first attempt was sent.
+    started: Option<Instant>,
 }
 
 impl RequestState {
@@ -345,6 +347,7 @@ impl RequestState {
             refused: None,
             refundable: 0,
             caller_retry: false,
+            started: None,
         }
     }
 
@@ -761,8 +764,21 @@ impl RoutePolicy {
         from: usize,
     ) -> Decision {
         let remaining = req.deadline.saturating_since(now);
+        // A failure that came back fast (an overload answer in 50 ms) left
+        // the caller nine tenths of its patience or more: the backup is then
+        // asked as a first attempt would be, whatever its slow end. A caller
+        // with 10 s behind a backup expected at 15 s otherwise never reached
+        // it after a 529.
+        let answered = req
+            .last
+            .is_some_and(|l| matches!(l.outcome, Outcome::Status { .. } | Outcome::ConnectError));
+        let fast = answered
+            && req.started.is_some_and(|s| {
+                let patience = req.deadline.saturating_since(s);
+                remaining >= patience - patience / 10 && remaining > self.margin
+            });
         for t in from..self.expected.len() {
-            if remaining < self.expected_now(deps, t, now) + self.margin {
+            if !fast && remaining < self.expected_now(deps, t, now) + self.margin {
                 continue;
             }
             if let Err(r) = deps.check(t, now) {
@@ -821,6 +837,7 @@ impl RoutePolicy {
             req.attempts_on_target = 1;
         }
         req.attempts += 1;
+        req.started.get_or_insert(now);
         Ok(Dispatch {
             target: t,
             timeout,

@@ -333,3 +333,37 @@ fn a_first_attempt_reaches_a_backup_whose_configured_attempt_is_longer_than_the_
         "{d:?}"
     );
 }
+
+#[test]
+fn a_fast_overload_answer_reaches_a_backup_longer_than_the_deadline() {
+    // Anthropic SDK with `timeout=10`, the example config (primary 20 s,
+    // backup 15 s, nothing learned yet), a 529 in 50 ms: no retry fits,
+    // and the backup is asked with nearly the whole 10 s left.
+    let p = route(&[secs(20), secs(15)], 3);
+    let mut w = short_callers_world();
+    let mut rng = SmallRng::seed_from_u64(12);
+    let now = Instant::from_millis(50_000);
+    let mut req = RequestState::new(now + secs(10));
+    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), now, &mut rng) else {
+        panic!()
+    };
+    assert_eq!(d.target, 0);
+    let back = now + ms(50);
+    p.record(&mut req, &mut w.deps(), back, status(529, None));
+    let d = p.decide(&mut req, &mut w.deps(), back, &mut rng);
+    assert!(
+        matches!(d, Decision::Dispatch(d) if d.target == 1 && d.kind == AttemptKind::Fallback),
+        "{d:?}"
+    );
+    // After a slow failure (6 s of the 10 gone) the backup's 15 s rule stands.
+    let mut req = RequestState::new(now + secs(10));
+    let Decision::Dispatch(_) = p.decide(&mut req, &mut w.deps(), now, &mut rng) else {
+        panic!()
+    };
+    let late = now + secs(6);
+    p.record(&mut req, &mut w.deps(), late, status(529, None));
+    assert!(matches!(
+        p.decide(&mut req, &mut w.deps(), late, &mut rng),
+        Decision::Fail(_)
+    ));
+}
