@@ -297,7 +297,15 @@ struct Last {
     class: Class,
     status: Option<u16>,
     outcome: Outcome,
+    /// Whether retries on its target were winning when it came back.
+    winning: bool,
 }
+
+/// Attempts on one target while its retries are not winning, when
+/// `max_attempts` allows more: the official SDKs' own count (1 + 2
+/// retries). Retries that lose at a 60 % rate cost 1.96 requests a call at
+/// three attempts and 2.34 at five, for answers the provider was refusing.
+pub const LOSING_ATTEMPTS: u32 = 3;
 
 #[derive(Clone, Copy, Debug)]
 struct Pending {
@@ -544,7 +552,12 @@ impl RoutePolicy {
         if req.committed || !last.class.is_retryable() {
             return self.fail(req, now, non_retry_reason(last.class));
         }
-        if req.attempts_on_target < self.max_attempts {
+        let cap = if last.winning {
+            self.max_attempts
+        } else {
+            self.max_attempts.min(LOSING_ATTEMPTS)
+        };
+        if req.attempts_on_target < cap {
             match self.plan_retry(req, deps, now, rng, t, remaining, last) {
                 Ok(d) => return d,
                 Err(blocked) => req.blocked = Some(blocked),
@@ -975,6 +988,7 @@ impl RoutePolicy {
             class,
             status,
             outcome,
+            winning,
         });
         class
     }

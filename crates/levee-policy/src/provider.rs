@@ -286,9 +286,12 @@ impl ProviderState {
         self.link.record(now, permit.link, link_class);
         let i = usize::from(permit.domain).min(self.domains.len() - 1);
         let d = &mut self.domains[i];
-        if matches!(class, Class::Success | Class::Fault { .. }) {
-            let fault = matches!(class, Class::Fault { .. });
-            d.retries.answered(now, permit.retry, permit.busy, fault);
+        if matches!(
+            class,
+            Class::Success | Class::Fault { .. } | Class::Throttled { .. }
+        ) {
+            let failed = !matches!(class, Class::Success);
+            d.retries.answered(now, permit.retry, permit.busy, failed);
         }
         match class {
             Class::Success => {
