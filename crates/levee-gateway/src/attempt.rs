@@ -77,7 +77,12 @@ impl Dependencies for GatewayDeps<'_> {
     fn stalled(&mut self, t: usize, now: levee_policy::Instant, permit: &mut Permit) {
         self.provider(t).lock().stalled(now, permit)
     }
-    fn retries_winning(&self, t: usize, now: levee_policy::Instant, permit: &Permit) -> bool {
+    fn retries_winning(
+        &self,
+        t: usize,
+        now: levee_policy::Instant,
+        permit: &Permit,
+    ) -> Option<bool> {
         self.provider(t).lock().retries_winning(now, permit)
     }
 }

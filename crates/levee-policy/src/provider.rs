@@ -257,7 +257,7 @@ impl ProviderState {
     /// Whether retries on the model `permit` was for are winning: at
     /// least half of them succeed and its faults do not come with load
     /// (see [`Retries`]).
-    pub fn retries_winning(&self, now: Instant, permit: &Permit) -> bool {
+    pub fn retries_winning(&self, now: Instant, permit: &Permit) -> Option<bool> {
         let i = usize::from(permit.domain).min(self.domains.len() - 1);
         self.domains[i].retries.winning(now)
     }
