@@ -52,8 +52,9 @@
 #
 # Environment: LEVEE_BIN (else a dev build: `cargo build -p levee`),
 # INCIDENTS_COLUMN. Needs the test venv (scripts/python-tests creates
-# .venv). Loopback only; stops everything it starts; every client run is
-# bounded (at most 4 min for long-stream, 3 min for the others).
+# .venv). Loopback only; stops everything it starts (per path); calls still
+# running at a story's bound are cancelled and counted as `unfinished`, and
+# each client process is killed after 200 s (260 s for long-stream).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python

@@ -436,7 +436,7 @@ def fmt(v) -> str:
     if isinstance(v, list):
         if v and all(isinstance(x, list) and len(x) == 2 for x in v):   # [[t, state], ...]
             return ", ".join(f"{t} s→{st}" for t, st in v)
-        return " ".join(str(x) for x in v)
+        return " ".join("—" if x is None else str(x) for x in v)
     return str(v)
 
 

@@ -314,7 +314,7 @@ const RETRY_WINDOW: Duration = Duration::from_secs(10);
 /// Fewer retries than this and they are taken to be winning.
 const MIN_RETRIES: u32 = 10;
 /// Fewer attempts than this on either side and a model is not judged saturated.
-const MIN_SIDE: u32 = 20;
+const MIN_SIDE: u32 = 50;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Tally {
@@ -361,7 +361,8 @@ struct RetryWindow {
 /// against their running average). Retries are winning while at least
 /// half of them succeed and faults do not come with load: a saturated
 /// provider fails the attempts sent while busy more than those sent while
-/// quiet (by 15 points or more); a brownout fails both alike.
+/// quiet (by 20 points or more, 50 or more of each); a brownout fails
+/// both alike.
 #[derive(Clone, Debug, Default)]
 pub struct Retries {
     windows: [RetryWindow; 2],
@@ -418,10 +419,10 @@ impl Retries {
     }
 
     /// Whether faults come with load: the model fails attempts sent while
-    /// busy at least 15 points more often than those sent while quiet.
+    /// busy at least 20 points more often than those sent while quiet.
     pub fn saturated(&self, now: Instant) -> bool {
         let t = self.totals(now);
-        t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE && t.busy.rate() >= t.quiet.rate() + 0.15
+        t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE && t.busy.rate() >= t.quiet.rate() + 0.2
     }
 
     /// Whether retries are winning: at least half succeed and the model is

@@ -33,6 +33,19 @@
 //!   provider's breaker, throttle, allowance and in-flight cap;
 //! - an attempt whose timeout was cut short by the caller's deadline and then
 //!   timed out is [`Outcome::SkippedNoDeadline`]: not a provider fault.
+//! - every "expected attempt" is the target's learned p99 when there is one
+//!   (see [`crate::learn`]), never above its configured value;
+//! - the first attempt, and a fallback after an answer that came back with
+//!   nine tenths of the caller's patience left, need only the margin;
+//! - a first attempt refused by a model's pace, the allowance or a recovery
+//!   ramp waits for the slot when the deadline holds it, the route's primary
+//!   first;
+//! - a retry after a 429 spends no budget (the pace bounds it); while a
+//!   target's retries are proven winning, neither does one after a transient
+//!   fault, and it waits only the first backoff step's jitter; while they
+//!   lose, a target gets at most [`LOSING_ATTEMPTS`] and nothing is refunded;
+//! - an overload answer left unretried only for lack of deadline does not
+//!   count against the breaker.
 
 use crate::backoff::{Backoff, Jitter};
 use crate::budget::RetryBudget;
