@@ -91,8 +91,9 @@ const CASES: &[Case] = &[
         }],
         route: "    targets: [p]\n    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
         timeout_ms: 20_000,
-        // Five attempts: the default `max_attempts`.
-        want: (5, Some("upstream_error")),
+        // Eight attempts: the default `max_attempts` (too few retries yet
+        // to call them losing).
+        want: (8, Some("upstream_error")),
     },
     Case {
         name: "a 429 paces the model and its retry waits the Retry-After",
