@@ -1136,6 +1136,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_trailer_section_ended_by_a_blank_looking_line_smuggles_no_second_request() {
+        // A line of one space after the last chunk is not the empty line
+        // that ends the trailers: taken as one, the GET after it was served
+        // as a second request on the connection (nginx gives one answer).
+        let got = exchange(
+            64 * 1024,
+            echo(),
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"model\":\"demo\"}\r\n0\r\n \r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        .await;
+        let text = String::from_utf8_lossy(&got);
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+        assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    }
+
+    #[tokio::test]
     async fn continue_is_sent_when_the_body_is_read_and_not_when_it_is_refused_unread() {
         // The body is read: `100 Continue`, then the answer.
         let (mut c, _task, _closing) = start(64 * 1024, echo());

@@ -275,7 +275,16 @@ pub(crate) fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<St
                     }
                     return Ok(Step::More);
                 };
-                let empty = buf[..end].trim_ascii().is_empty();
+                // Only an empty line ends the trailers. A line of spaces, tabs
+                // or a lone CR is not one: taken as the end, it made the next
+                // lines a new request on the same connection (a request
+                // smuggled past a front that framed the body as nginx does).
+                let line = &buf[..end];
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let empty = line.is_empty();
+                if !empty && !is_field_line(line) {
+                    return Err("invalid trailer line");
+                }
                 buf.advance(end + 1);
                 if empty {
                     return Ok(Step::Done);
@@ -287,6 +296,21 @@ pub(crate) fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<St
             }
         }
     }
+}
+
+/// Whether `line` (without its line end) is a header field line:
+/// a token, `:`, then a value of visible characters, spaces and tabs.
+fn is_field_line(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    !name.is_empty()
+        && name.iter().all(|&b| tchar(b))
+        && value
+            .iter()
+            .all(|&b| b == b'\t' || b == b' ' || (0x21..=0x7e).contains(&b) || b >= 0x80)
 }
 
 /// The size on a chunk-size line (`1a;ext=v\r`): hex digits, then
@@ -342,6 +366,53 @@ mod tests {
             b"10000000000000000",
         ] {
             assert!(chunk_size(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    fn trailers(bytes: &[u8]) -> (Result<Step, &'static str>, usize) {
+        let mut state = Chunk::Trailers(0);
+        let mut buf = BytesMut::from(bytes);
+        let r = decode_chunked(&mut state, &mut buf);
+        (r, buf.len())
+    }
+
+    #[test]
+    fn only_an_empty_line_ends_the_trailers() {
+        // Ends here, leaving what follows for the next request.
+        for ok in [
+            &b"\r\nGET"[..],
+            b"\nGET",
+            b"a: b\r\n\r\nGET",
+            b"x-t:\t1 \r\n\r\nGET",
+        ] {
+            let (r, left) = trailers(ok);
+            assert!(
+                matches!(r, Ok(Step::Done)),
+                "{}",
+                String::from_utf8_lossy(ok)
+            );
+            assert_eq!(left, 3, "{}", String::from_utf8_lossy(ok));
+        }
+        // A line of only whitespace (or a lone CR) is no end and no field:
+        // the message is refused, nothing after it is read as a request.
+        for bad in [
+            &b" \r\nGET"[..],
+            b"\t\r\nGET",
+            b"\x0c\r\nGET",
+            b"\r\r\nGET",
+            b" a: b\r\n\r\n",
+            b"no colon\r\n\r\n",
+            b": empty name\r\n\r\n",
+            b"a b: c\r\n\r\n",
+            b"a: b\x00\r\n\r\n",
+        ] {
+            let (r, _) = trailers(bad);
+            assert_eq!(
+                r.err(),
+                Some("invalid trailer line"),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }
