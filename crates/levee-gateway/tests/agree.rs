@@ -91,9 +91,10 @@ const CASES: &[Case] = &[
         }],
         route: "    targets: [p]\n    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
         timeout_ms: 20_000,
-        // Eight attempts: the default `max_attempts` (too few retries yet
-        // to call them losing).
-        want: (8, Some("upstream_error")),
+        // The default `max_attempts` is 8, but retries after an overload
+        // status are not refunded: the budget's 5 a second always allowed
+        // pays for five, then it is spent.
+        want: (6, Some("budget_exhausted")),
     },
     Case {
         name: "a 429 paces the model and its retry waits the Retry-After",

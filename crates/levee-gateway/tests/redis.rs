@@ -55,6 +55,7 @@ async fn a_burst_split_across_replicas_stays_within_the_shared_rate() {
     let (a, b) = replicas_sharing_6(r.port).await;
     let mut ok = 0;
     let mut limited = 0;
+    let started = std::time::Instant::now();
     for i in 0..24 {
         let addr = if i % 2 == 0 { a.gw.addr } else { b.addr };
         let resp = watchdog(WATCHDOG, post_to(&a, addr, CHAT, &[])).await;
@@ -70,9 +71,13 @@ async fn a_burst_split_across_replicas_stays_within_the_shared_rate() {
     }
     let seen = a.stats(0).requests_total;
     assert_eq!(seen, ok);
+    // A request refused by the allowance paces the model, and later ones
+    // wait for a slot their deadline holds instead of being refused: the
+    // run takes seconds, and the allowance refills one a second meanwhile.
+    let refilled = started.elapsed().as_secs();
     assert!(
-        (6..=7).contains(&ok),
-        "{ok} reached the provider: the shared allowance is 6 now"
+        ok >= 6 && ok <= 7 + refilled,
+        "{ok} reached the provider in {refilled} s: the shared allowance is 6 now, then 1/s"
     );
     assert_eq!(ok + limited, 24);
     b.shutdown().await;
