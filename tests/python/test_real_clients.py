@@ -20,6 +20,7 @@ LEVEE_REASONS = {
     "deadline_exceeded",
     "shed",
     "circuit_open",
+    "circuit_recovering",
     "budget_exhausted",
     "rate_limited",
     "upstream_error",
