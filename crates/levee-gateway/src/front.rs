@@ -724,13 +724,21 @@ fn served_uri(target: &[u8]) -> Option<Uri> {
 
 /// How a request's body is framed. A length together with `chunked` is
 /// how requests are smuggled past one proxy to the next: refused, as is
-/// any transfer coding that does not end in `chunked` (its end could not
-/// be found) and any coding on HTTP/1.0.
+/// any coding on HTTP/1.0 and more than one `transfer-encoding` field.
+/// The one field must say exactly `chunked`: another coding before it
+/// (`gzip, chunked`) is one Levee does not implement (501), and one it
+/// would silently drop, `identity, chunked`, is refused too.
 fn request_body(framing: &Framing, version: Version) -> Result<Kind, StatusCode> {
     if framing.transfer_encoding {
-        if version == Version::HTTP_10 || framing.content_length.is_some() || !framing.chunked_last
+        if version == Version::HTTP_10
+            || framing.content_length.is_some()
+            || framing.te_fields > 1
+            || !framing.chunked_last
         {
             return Err(StatusCode::BAD_REQUEST);
+        }
+        if !framing.te_only_chunked {
+            return Err(StatusCode::NOT_IMPLEMENTED);
         }
         return Ok(Kind::Chunked(Chunk::Size));
     }
@@ -1149,6 +1157,39 @@ mod tests {
         let text = String::from_utf8_lossy(&got);
         assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
         assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn transfer_encoding_is_one_field_saying_exactly_chunked() {
+        let body = "\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /x HTTP/1.1\r\n\r\n";
+        for (te, status) in [
+            (
+                "transfer-encoding: chunked\r\ntransfer-encoding: chunked",
+                "400",
+            ),
+            (
+                "transfer-encoding: chunked\r\ntransfer-encoding: gzip",
+                "400",
+            ),
+            ("transfer-encoding: identity, chunked", "501"),
+            ("transfer-encoding: gzip, chunked", "501"),
+            ("transfer-encoding: chunked, gzip", "400"),
+        ] {
+            let request = format!("POST /a HTTP/1.1\r\n{te}{body}");
+            let got = exchange(64 * 1024, echo(), request.as_bytes()).await;
+            let text = String::from_utf8_lossy(&got);
+            assert!(
+                text.starts_with(&format!("HTTP/1.1 {status}")),
+                "{te}: {text}"
+            );
+            assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{te}: {text}");
+        }
+        // One field, any case, surrounding whitespace: read.
+        let request =
+            format!("POST /a HTTP/1.1\r\nconnection: close\r\ntransfer-encoding:  Chunked {body}");
+        let got = exchange(64 * 1024, echo(), request.as_bytes()).await;
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     }
 
     #[tokio::test]

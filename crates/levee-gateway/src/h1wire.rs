@@ -122,6 +122,10 @@ pub(crate) struct Framing {
     pub content_length: Option<u64>,
     pub transfer_encoding: bool,
     pub chunked_last: bool,
+    /// `transfer-encoding` fields seen.
+    pub te_fields: u8,
+    /// Every `transfer-encoding` value was exactly one coding, `chunked`.
+    pub te_only_chunked: bool,
     pub close: bool,
     pub keep_alive: bool,
 }
@@ -142,6 +146,9 @@ impl Framing {
                 self.content_length = Some(n);
             }
         } else if len == 17 && name.eq_ignore_ascii_case("transfer-encoding") {
+            self.te_only_chunked = (self.te_fields == 0 || self.te_only_chunked)
+                && value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            self.te_fields = self.te_fields.saturating_add(1);
             self.transfer_encoding = true;
             if let Some(last) = value
                 .split(|&b| b == b',')
@@ -317,6 +324,11 @@ fn is_field_line(line: &[u8]) -> bool {
 /// optional whitespace and extensions, which are ignored.
 pub(crate) fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // A CR anywhere but before the LF: parsers disagree on where such a
+    // line ends, so it is refused, as hyper does.
+    if line.contains(&b'\r') {
+        return Err("invalid chunk size");
+    }
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 {
         return Err("invalid chunk size");
@@ -358,6 +370,8 @@ mod tests {
         assert_eq!(parse_decimal(b"18446744073709551616"), None);
         for bad in [
             &b""[..],
+            b"1\r;a=b\r",
+            b"1;a=\rb",
             b"\r",
             b"g",
             b"-1",
