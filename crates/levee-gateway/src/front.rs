@@ -655,10 +655,24 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
     let path = at(req.path.unwrap_or("").as_bytes());
     let mut framing = Framing::default();
     let mut expect_continue = false;
+    // Field names a `connection` field lists (besides close/keep-alive):
+    // hop-by-hop, so never part of the request the gateway sees. Rare: no
+    // allocation unless there are some.
+    let mut listed: Vec<(u32, u32)> = Vec::new();
     for h in req.headers.iter() {
         let connection_only = framing
             .see(h.name, h.value)
             .map_err(|_| StatusCode::BAD_REQUEST)?;
+        if h.name.eq_ignore_ascii_case("connection") {
+            for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                let plain = token.is_empty()
+                    || token.eq_ignore_ascii_case(b"close")
+                    || token.eq_ignore_ascii_case(b"keep-alive");
+                if !plain {
+                    listed.push(at(token));
+                }
+            }
+        }
         if h.name.eq_ignore_ascii_case("expect") {
             expect_continue = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
         }
@@ -682,6 +696,13 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
     for span in spans.iter() {
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
+        let name_bytes = &head[n..n + nl];
+        if listed
+            .iter()
+            .any(|&(t, tl)| head[t as usize..(t + tl) as usize].eq_ignore_ascii_case(name_bytes))
+        {
+            continue;
+        }
         let name =
             crate::fieldname::field_name(&head[n..n + nl]).map_err(|_| StatusCode::BAD_REQUEST)?;
         let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
@@ -1190,6 +1211,34 @@ mod tests {
         let got = exchange(64 * 1024, echo(), request.as_bytes()).await;
         let text = String::from_utf8_lossy(&got);
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn fields_the_callers_connection_field_names_never_reach_the_gateway() {
+        let svc = |req: Request<FrontBody>| {
+            let saw = |name: &str| {
+                if req.headers().contains_key(name) {
+                    "yes"
+                } else {
+                    "no"
+                }
+            };
+            let mut r = Response::new(full(""));
+            for (name, out) in [("user-agent", "x-saw-ua"), ("accept", "x-saw-accept")] {
+                r.headers_mut()
+                    .insert(out, HeaderValue::from_static(saw(name)));
+            }
+            std::future::ready(r)
+        };
+        let got = exchange(
+            64 * 1024,
+            svc,
+            b"GET /v1/models HTTP/1.1\r\nconnection: close, User-Agent\r\nuser-agent: x\r\naccept: y\r\n\r\n",
+        )
+        .await;
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.contains("x-saw-ua: no\r\n"), "{text}");
+        assert!(text.contains("x-saw-accept: yes\r\n"), "{text}");
     }
 
     #[tokio::test]
