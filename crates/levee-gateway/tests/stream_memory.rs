@@ -145,7 +145,7 @@ async fn gateways_own(http2: &str) -> i64 {
     let direct = format!("{}/v1/chat/completions", remote.mock.url());
     // Warm-up: lazily built state (metric families, pools, tables).
     held_per_stream(&client, &via, &remote.mock).await;
-    let mut measure = async || {
+    let measure = async || {
         let direct = held_per_stream(&client, &direct, &remote.mock).await;
         let through = held_per_stream(&client, &via, &remote.mock).await;
         (direct, through)
