@@ -47,7 +47,13 @@ impl Dependencies for GatewayDeps<'_> {
         let model = self.upstream_model(t);
         self.provider(t).lock().admit(now, model)
     }
-    fn finish(&mut self, t: usize, now: levee_policy::Instant, permit: Permit, class: Class) {
+    fn finish(
+        &mut self,
+        t: usize,
+        now: levee_policy::Instant,
+        permit: Permit,
+        class: Class,
+    ) -> Option<bool> {
         self.provider(t).lock().finish(now, permit, class)
     }
     fn withdraw(&mut self, t: usize, now: levee_policy::Instant) -> bool {
@@ -76,14 +82,6 @@ impl Dependencies for GatewayDeps<'_> {
     }
     fn stalled(&mut self, t: usize, now: levee_policy::Instant, permit: &mut Permit) {
         self.provider(t).lock().stalled(now, permit)
-    }
-    fn retries_winning(
-        &self,
-        t: usize,
-        now: levee_policy::Instant,
-        permit: &Permit,
-    ) -> Option<bool> {
-        self.provider(t).lock().retries_winning(now, permit)
     }
 }
 

@@ -205,8 +205,10 @@ pub trait Dependencies {
     fn check(&self, t: usize, now: Instant) -> Result<(), Refusal>;
     /// Admits an attempt to target `t`'s provider.
     fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal>;
-    /// Records an admitted attempt's result on target `t`'s provider.
-    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class);
+    /// Records an admitted attempt's result on target `t`'s provider;
+    /// returns whether retries on its model were winning before it (see
+    /// [`crate::learn::Retries`]; `None`: too few to tell).
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool>;
     /// Withdraws one retry from target `t`'s budget.
     fn withdraw(&mut self, t: usize, now: Instant) -> bool;
     /// Deposits a success into target `t`'s budget.
@@ -222,13 +224,6 @@ pub trait Dependencies {
     /// with no first byte: count the stall against its model's breaker.
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         let _ = (t, now, permit);
-    }
-    /// Whether retries on target `t` are winning (see
-    /// [`crate::learn::Retries`]; `None`: too few to tell). Retries that
-    /// rescued a request are refunded unless they are losing.
-    fn retries_winning(&self, t: usize, now: Instant, permit: &Permit) -> Option<bool> {
-        let _ = (t, now, permit);
-        None
     }
 }
 
@@ -256,7 +251,7 @@ impl Dependencies for Deps<'_> {
         let model = self.target_model.get(t).copied().unwrap_or("");
         self.providers[self.target_provider[t]].admit(now, model)
     }
-    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) {
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool> {
         self.providers[self.target_provider[t]].finish(now, permit, class)
     }
     fn withdraw(&mut self, t: usize, now: Instant) -> bool {
@@ -273,9 +268,6 @@ impl Dependencies for Deps<'_> {
     }
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.providers[self.target_provider[t]].stalled(now, permit)
-    }
-    fn retries_winning(&self, t: usize, now: Instant, permit: &Permit) -> Option<bool> {
-        self.providers[self.target_provider[t]].retries_winning(now, permit)
     }
 }
 
@@ -539,10 +531,7 @@ impl RoutePolicy {
                         // Another waiter took the slot it waited for: wait
                         // for the next one while the deadline holds it.
                         if let Some(until) = self.waitable(deps, r, p.target, now, remaining) {
-                            let spread = u64::try_from(RETRY_AFTER_SPREAD.as_nanos()).unwrap_or(0);
-                            let at = until + Duration::from_nanos(rng.gen_range(0..=spread));
-                            req.pending = Some(Pending { at, ..p });
-                            return Decision::Wait { until: at };
+                            return wait_for(req, Pending { at: until, ..p }, rng);
                         }
                         req.blocked = Some(refusal_reason(r, now));
                     }
@@ -636,14 +625,6 @@ impl RoutePolicy {
         let mut first_refusal = None;
         let mut soonest: Option<Instant> = None;
         for t in 0..self.expected.len() {
-            if let Err(r) = deps.check(t, now) {
-                if let Some(until) = self.waitable(deps, r, t, now, remaining) {
-                    if t == 0 {
-                        return self.wait_first(req, until, rng);
-                    }
-                    soonest = Some(soonest.map_or(until, |s| s.min(until)));
-                }
-            }
             if req.caller_retry && deps.check(t, now).is_ok() && !deps.withdraw(t, now) {
                 first_refusal.get_or_insert((Reason::BudgetExhausted, None));
                 continue;
@@ -656,6 +637,12 @@ impl RoutePolicy {
                     return Decision::Dispatch(d);
                 }
                 Err(r) => {
+                    if let Some(until) = self.waitable(deps, r, t, now, remaining) {
+                        if t == 0 {
+                            return self.wait_first(req, until, rng);
+                        }
+                        soonest = Some(soonest.map_or(until, |s| s.min(until)));
+                    }
                     first_refusal.get_or_insert(refusal_reason(r, now));
                 }
             }
@@ -691,21 +678,19 @@ impl RoutePolicy {
         fits.then_some(until)
     }
 
-    /// Waits for a slot, spread so that waiters do not all wake at once.
+    /// Waits for a slot for the first attempt.
     fn wait_first<R: Rng + ?Sized>(
         &self,
         req: &mut RequestState,
         until: Instant,
         rng: &mut R,
     ) -> Decision {
-        let spread = u64::try_from(RETRY_AFTER_SPREAD.as_nanos()).unwrap_or(0);
-        let at = until + Duration::from_nanos(rng.gen_range(0..=spread));
-        req.pending = Some(Pending {
+        let first = Pending {
             target: 0,
-            at,
+            at: until,
             kind: AttemptKind::First,
-        });
-        Decision::Wait { until: at }
+        };
+        wait_for(req, first, rng)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -852,19 +837,22 @@ impl RoutePolicy {
         t: usize,
         kind: AttemptKind,
     ) -> Result<Dispatch, Refusal> {
-        let (timeout, cut_by_deadline) = self.attempt_timeout(req, deps, now, t);
+        // Each target's learned time is looked up once (the gateway locks
+        // its provider for it).
+        let learned = deps.expected(t, now);
+        let expected = learned.map_or(self.expected[t], |l| l.min(self.expected[t]));
+        let mut later = (t + 1..self.expected.len()).map(|u| self.expected_now(deps, u, now));
+        let next = later.next();
+        let reserve = next.unwrap_or_default() + later.sum::<Duration>();
+        let (timeout, cut_by_deadline) = self.attempt_timeout(req, now, expected, next);
         let mut permit = deps.admit(t, now)?;
         if kind == AttemptKind::Retry && t == req.target {
             permit = permit.retry();
         }
         // Twice the p99: a healthy attempt a little past it (1 % are) is
         // not evidence; one with no first byte at twice it is.
-        let stall_after = deps
-            .expected(t, now)
-            .map(|p99| p99 * 2)
-            .filter(|mark| *mark < timeout);
-        let retry_needs =
-            self.expected_now(deps, t, now) + self.reserve_after_now(deps, t, now) + self.margin;
+        let stall_after = learned.map(|p99| p99 * 2).filter(|mark| *mark < timeout);
+        let retry_needs = expected + reserve + self.margin;
         req.in_flight = Some(InFlight {
             target: t,
             permit,
@@ -891,30 +879,31 @@ impl RoutePolicy {
         })
     }
 
-    /// An attempt on `t` at `now`: its timeout, and whether the deadline (not
-    /// the route's `attempt_timeout`) made it shorter than `expected_attempt`.
-    fn attempt_timeout<D: Dependencies>(
+    /// An attempt at `now` expected to take `expected`, with `next` the next
+    /// target's expected attempt: its timeout, and whether the deadline (not
+    /// the route's `attempt_timeout`) made it shorter than `expected`.
+    fn attempt_timeout(
         &self,
         req: &RequestState,
-        deps: &D,
         now: Instant,
-        t: usize,
+        expected: Duration,
+        next: Option<Duration>,
     ) -> (Duration, bool) {
         let mut budget = req
             .deadline
             .saturating_since(now)
             .saturating_sub(self.margin);
-        if t + 1 < self.expected.len() {
+        if let Some(next) = next {
             // Leave the next target a full attempt and its margin, when the
             // deadline holds more than that.
-            let reserve = self.expected_now(deps, t + 1, now) + self.margin;
+            let reserve = next + self.margin;
             if budget > reserve {
                 budget -= reserve;
             }
         }
         match self.attempt_timeout {
             Some(cap) if cap <= budget => (cap, false),
-            _ => (budget, budget < self.expected_now(deps, t, now)),
+            _ => (budget, budget < expected),
         }
     }
 
@@ -993,10 +982,9 @@ impl RoutePolicy {
             }
             _ => class,
         };
-        let winning = deps.retries_winning(f.target, now, &f.permit);
         // However long the provider asked, it holds the model (or provider)
         // closed for at most the cap.
-        deps.finish(
+        let winning = deps.finish(
             f.target,
             now,
             f.permit,
@@ -1041,7 +1029,7 @@ impl RoutePolicy {
             return;
         };
         let wait = refusal.retry_after(now);
-        deps.finish(
+        let _ = deps.finish(
             f.target,
             now,
             f.permit,
@@ -1070,7 +1058,7 @@ impl RoutePolicy {
     /// (caller left, driver dropped the attempt).
     pub fn abandon<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
         if let Some(f) = req.in_flight.take() {
-            deps.finish(f.target, now, f.permit, Class::NotProviderFault);
+            let _ = deps.finish(f.target, now, f.permit, Class::NotProviderFault);
         }
     }
 
@@ -1142,6 +1130,15 @@ impl RoutePolicy {
             shorter_than_expected_attempt: deadline < self.expected[0],
         }
     }
+}
+
+/// Waits for `p`'s slot, spread over [`RETRY_AFTER_SPREAD`] so that waiters
+/// told the same slot do not all wake at once.
+fn wait_for<R: Rng + ?Sized>(req: &mut RequestState, p: Pending, rng: &mut R) -> Decision {
+    let spread = u64::try_from(RETRY_AFTER_SPREAD.as_nanos()).unwrap_or(0);
+    let at = p.at + Duration::from_nanos(rng.gen_range(0..=spread));
+    req.pending = Some(Pending { at, ..p });
+    Decision::Wait { until: at }
 }
 
 fn refusal_reason(r: Refusal, now: Instant) -> (Reason, Option<Duration>) {

@@ -254,14 +254,6 @@ impl ProviderState {
         self.domains[i].times.p99(now)
     }
 
-    /// Whether retries on the model `permit` was for are winning: at
-    /// least half of them succeed and its faults do not come with load
-    /// (see [`Retries`]).
-    pub fn retries_winning(&self, now: Instant, permit: &Permit) -> Option<bool> {
-        let i = usize::from(permit.domain).min(self.domains.len() - 1);
-        self.domains[i].retries.winning(now)
-    }
-
     /// The pace a throttled model is held to (attempts per second), if any.
     pub fn pace(&self, now: Instant, model: &str) -> Option<f64> {
         let _ = now;
@@ -271,7 +263,10 @@ impl ProviderState {
     /// Records an admitted attempt's result and frees its slot. A cancelled or
     /// abandoned attempt is finished with [`Class::NotProviderFault`]. A
     /// throttle's `wait` is taken as given: cap it before (the planner does).
-    pub fn finish(&mut self, now: Instant, permit: Permit, class: Class) {
+    /// Returns whether retries on the model were winning before this answer:
+    /// at least half of them succeed and its faults do not come with load
+    /// (see [`Retries`]; `None`: too few to tell).
+    pub fn finish(&mut self, now: Instant, permit: Permit, class: Class) -> Option<bool> {
         self.in_flight = self.in_flight.saturating_sub(1);
         // The provider-wide breaker learns only whether the provider could be
         // reached: any answer is a success for it.
@@ -286,6 +281,7 @@ impl ProviderState {
         self.link.record(now, permit.link, link_class);
         let i = usize::from(permit.domain).min(self.domains.len() - 1);
         let d = &mut self.domains[i];
+        let winning = d.retries.winning(now);
         if matches!(
             class,
             Class::Success | Class::Fault { .. } | Class::Throttled { .. }
@@ -311,6 +307,7 @@ impl ProviderState {
         if !permit.stall_counted {
             self.record_model(now, i, permit.breaker, class);
         }
+        winning
     }
 
     fn record_model(&mut self, now: Instant, i: usize, permit: BreakerPermit, class: Class) {

@@ -3,9 +3,8 @@
 //! with callers whose deadline is shorter than `expected_attempt_ms`.
 
 mod kit;
-use kit::{secs, status, World, OK};
-use levee_policy::backoff::Backoff;
-use levee_policy::classify::{Classifier, Outcome};
+use kit::{route, secs, status, World, OK};
+use levee_policy::classify::Outcome;
 use levee_policy::planner::{AttemptKind, Decision, Reason, RequestState, RoutePolicy};
 use levee_policy::{BreakerState, CircuitBreaker, Instant, ProviderState, RetryBudget};
 use rand::rngs::SmallRng;
@@ -16,17 +15,6 @@ use std::time::Duration;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-fn route(expected: &[Duration], max_attempts: u32) -> RoutePolicy {
-    RoutePolicy::new(
-        expected,
-        max_attempts,
-        Classifier::default(),
-        Backoff::default(),
-        true,
-    )
-    .unwrap()
 }
 
 /// The default budget: 10 % of successes, 5 retries a second always.

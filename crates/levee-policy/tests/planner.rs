@@ -1,7 +1,7 @@
 //! The planner's rules, pinned to the seeds' arithmetic.
 
 mod kit;
-use kit::{secs, status, World};
+use kit::{route, secs, status, World};
 use levee_policy::backoff::{Backoff, Jitter};
 use levee_policy::classify::{Classifier, Outcome, RetryOn};
 use levee_policy::planner::{AttemptKind, Decision, Dispatch, Reason, RequestState, RoutePolicy};
@@ -30,18 +30,6 @@ fn seed_004() -> RoutePolicy {
         3,
         Classifier::new(&[RetryOn::Status(429), RetryOn::Status(503)]),
         Backoff::schedule(&[7000, 11_000], Jitter::None).unwrap(),
-        true,
-    )
-    .unwrap()
-}
-
-/// A route with the default classifier and backoff, honouring Retry-After.
-fn route(expected: &[Duration], max_attempts: u32) -> RoutePolicy {
-    RoutePolicy::new(
-        expected,
-        max_attempts,
-        Classifier::default(),
-        Backoff::default(),
         true,
     )
     .unwrap()

@@ -185,12 +185,26 @@ impl Engine<'_> {
     /// Attempt `attempt` of `r` is past its target's learned p99 and still
     /// out: the gateway's driver reports the same.
     pub(crate) fn levee_stalled(&mut self, r: Ref, attempt: u32) {
+        self.on_levee_call(r, Some(attempt), |policy, st, deps, now| {
+            policy.stalled(st, deps, now)
+        });
+    }
+
+    /// Runs `f` on call `r`'s route policy, request state and dependencies
+    /// (when `attempt` is given, only while that attempt is still out).
+    /// No model is given: what runs here names its domain by its permit.
+    fn on_levee_call(
+        &mut self,
+        r: Ref,
+        attempt: Option<u32>,
+        f: impl FnOnce(&levee_policy::RoutePolicy, &mut RequestState, &mut Deps<'_>, Instant),
+    ) {
         let now = self.policy_now();
         let Engine { calls, levee, .. } = self;
         let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
             return;
         };
-        if c.child.is_none() || c.attempt != attempt {
+        if attempt.is_some_and(|a| c.child.is_none() || c.attempt != a) {
             return;
         }
         let Kind::Levee { route, st, .. } = &mut c.kind else {
@@ -203,9 +217,7 @@ impl Engine<'_> {
             target_model: &[],
             budgets: &mut lv.budgets[route],
         };
-        lv.gw.config.routes[route]
-            .policy
-            .stalled(st, &mut deps, now);
+        f(&lv.gw.config.routes[route].policy, st, &mut deps, now);
     }
 
     /// An attempt came back (or timed out): record it, then go on.
@@ -250,25 +262,9 @@ impl Engine<'_> {
     /// The caller left: give back the in-flight attempt's permit. The guard
     /// is dropped with the call.
     pub(crate) fn levee_cancel(&mut self, r: Ref) {
-        let now = self.policy_now();
-        let Engine { calls, levee, .. } = self;
-        let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
-            return;
-        };
-        let Kind::Levee { route, st, .. } = &mut c.kind else {
-            return;
-        };
-        let route = *route as usize;
-        // Finishing and abandoning need no model: the permit names its domain.
-        let mut deps = Deps {
-            providers: &mut lv.states,
-            target_provider: &lv.target_provider[route],
-            target_model: &[],
-            budgets: &mut lv.budgets[route],
-        };
-        lv.gw.config.routes[route]
-            .policy
-            .abandon(st, &mut deps, now);
+        self.on_levee_call(r, None, |policy, st, deps, now| {
+            policy.abandon(st, deps, now)
+        });
     }
 
     /// Virtual time as the policy sees it: shifted by the run's clock phase.

@@ -2,9 +2,21 @@
 //! per-target retry budgets (target i on provider i), and outcome shorthands.
 #![allow(dead_code)] // each user takes a part of the kit
 
-use levee_policy::planner::Deps;
-use levee_policy::{Outcome, ProviderState, RetryBudget};
+use levee_policy::planner::{Deps, RoutePolicy};
+use levee_policy::{Backoff, Classifier, Outcome, ProviderState, RetryBudget};
 use std::time::Duration;
+
+/// A route with the default classifier and backoff, honouring Retry-After.
+pub fn route(expected: &[Duration], max_attempts: u32) -> RoutePolicy {
+    RoutePolicy::new(
+        expected,
+        max_attempts,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap()
+}
 
 pub const OK: Outcome = Outcome::Status {
     status: 200,
