@@ -144,7 +144,15 @@ def test_a_second_gateway_takes_over_the_address_and_no_caller_sees_a_failure(wo
             gw.process.stop()
 
     failures = [f for loop in loops for f in loop.failures]
-    resets = [f for f in failures if f.startswith("new-connection") and "ConnectionResetError" in f]
+    # A handshake reset shows up two ways: a new connection's own request, or
+    # the keep-alive caller's one retry, which goes out on a new connection
+    # and so can meet the same instant (both its tries then read a reset).
+    resets = [
+        f
+        for f in failures
+        if (f.startswith("new-connection") and "ConnectionResetError" in f)
+        or (f.startswith("keep-alive") and f.count("Connection reset by peer") == 2)
+    ]
     if kernel_migrates_handshakes():
         assert failures == [], f"{len(failures)} failed of {calls() + len(failures)}: {failures[:5]}"
     else:
