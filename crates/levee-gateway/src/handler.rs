@@ -388,7 +388,12 @@ async fn admit(
         return Err(LeveeError::failure(&shed, msg));
     };
     // Idempotency: the caller's key, or one Levee makes for this request.
-    let lease = match key_header.as_deref() {
+    // The store keys it by endpoint too: an answer is replayed only to the
+    // endpoint (and dialect) that produced it.
+    let store_key = key_header
+        .as_deref()
+        .map(|k| crate::idempotency::store_key(r.path, k));
+    let lease = match store_key.as_deref() {
         None => None,
         Some(k) => {
             let key = KeyClaim {

@@ -136,6 +136,30 @@ async fn the_same_idempotency_key_runs_once_and_is_replayed() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_idempotency_key_is_scoped_by_endpoint() {
+    let env = local_one("faults: []", "");
+    let h = [("idempotency-key", "same")];
+    let chat = env.post("/v1/chat/completions", CHAT, &h).await;
+    assert_eq!(chat.status, 200, "{}", chat.text());
+    let again = env.post("/v1/chat/completions", CHAT, &h).await;
+    assert_eq!(again.header("x-levee-replayed"), "true", "stored");
+    // The same key and body to another endpoint reach the provider, which
+    // answers for that endpoint (here: embeddings need `input`).
+    let emb = env.post("/v1/embeddings", CHAT, &h).await;
+    assert_ne!(
+        emb.header("x-levee-replayed"),
+        "true",
+        "a chat completion is never replayed to /v1/embeddings"
+    );
+    assert_ne!(emb.body, chat.body);
+    assert_eq!(emb.status, 400, "{}", emb.text());
+    assert!(emb.text().contains("input"), "{}", emb.text());
+    let s = env.stats(0);
+    assert_eq!(s.by_path.get("/v1/chat/completions"), Some(&1), "{s:?}");
+    assert_eq!(s.by_path.get("/v1/embeddings"), Some(&1), "{s:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_request_releases_its_idempotency_key() {
     let env = local_one("faults:\n  - { status: 400, to: 200ms }\n", "");
     let h = [("idempotency-key", "retry-me")];

@@ -1,8 +1,11 @@
 //! The idempotency store: nothing runs twice.
 //!
-//! Keyed by (caller identity, `idempotency-key`). The first request with a key
-//! leads; a second one while it is in flight waits for its result instead of
-//! calling the provider; after completion a non-streaming success is replayed
+//! Keyed by (caller identity, endpoint path, `idempotency-key`): the same key
+//! sent to `/v1/chat/completions` and to `/v1/embeddings` names two entries,
+//! so an answer is only ever replayed to the endpoint (and so the dialect)
+//! that produced it. The first request with a key leads; a second one while
+//! it is in flight waits for its result instead of calling the provider;
+//! after completion a non-streaming success is replayed
 //! (`x-levee-replayed: true`) until the TTL expires. The same key with a
 //! different body is refused (422). A lease that is dropped — the request
 //! failed, was cancelled or timed out — releases the entry at once, so a later
@@ -39,6 +42,17 @@ use http::HeaderMap;
 use levee_policy::Instant;
 use std::sync::Arc;
 use tokio::sync::watch;
+
+/// The key a request claims in the store: its endpoint path and its
+/// `idempotency-key`, joined by a space. An endpoint path has no space, so
+/// two different (path, key) pairs never give the same store key.
+pub fn store_key(path: &str, key: &str) -> String {
+    let mut out = String::with_capacity(path.len() + 1 + key.len());
+    out.push_str(path);
+    out.push(' ');
+    out.push_str(key);
+    out
+}
 
 /// A stored successful response.
 #[derive(Debug)]
