@@ -352,6 +352,30 @@ fn generated_key(shared: &Shared) -> HeaderValue {
         .unwrap_or(HeaderValue::from_static("levee"))
 }
 
+/// The idempotency key Levee sends a provider for a request with a key of
+/// its own: the hex SHA-256 of a fixed label, the caller's identity digest
+/// and the store key (endpoint path and caller's key). Two callers using the
+/// same key send the provider two different values, so one caller cannot
+/// make the provider answer another caller's request from its own cache;
+/// the same caller with the same key sends the same value on every attempt
+/// and from every replica, so a provider deduplicates its retries.
+fn forwarded_key(caller: &[u8; 32], store_key: &str) -> HeaderValue {
+    let digest = Sha256::new()
+        .chain_update(b"levee idempotency-key v1\n")
+        .chain_update(caller)
+        .chain_update(store_key.as_bytes())
+        .finalize();
+    let mut text = [0u8; 64];
+    for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
+    }
+    HeaderValue::from_maybe_shared(Bytes::from_owner(text))
+        .unwrap_or(HeaderValue::from_static("levee"))
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// Admission: the deadline, what each target is sent, the bulkhead slot and
 /// the idempotency key; then the driver.
 async fn admit(
@@ -393,25 +417,22 @@ async fn admit(
     let store_key = key_header
         .as_deref()
         .map(|k| crate::idempotency::store_key(r.path, k));
-    let lease = match store_key.as_deref() {
-        None => None,
+    let (lease, idem) = match store_key.as_deref() {
+        None => (None, generated_key(shared)),
         Some(k) => {
+            let caller = r.caller.digest();
             let key = KeyClaim {
-                caller: r.caller.digest(),
+                caller,
                 key: k,
                 body_hash: Sha256::digest(&r.body).into(),
                 counted: sdk_retry,
             };
             match claim_key(shared, key, &route.name, deadline, note).await? {
-                Led::Lead(lease) => lease,
+                Led::Lead(lease) => (lease, forwarded_key(&caller, k)),
                 Led::Replayed(resp) => return Ok(resp),
             }
         }
     };
-    let idem = key_header
-        .as_deref()
-        .and_then(|k| HeaderValue::from_str(k).ok())
-        .unwrap_or_else(|| generated_key(shared));
     let trace = match &shared.telemetry {
         Some(t) => t.request(&r.parts.headers, &route.name),
         None => crate::telemetry::RequestTrace::off(),

@@ -92,8 +92,12 @@ async fn a_failing_primary_falls_back_to_the_backup_with_its_model() {
         "prefix stripped for a"
     );
     assert_eq!(
-        env.stats(1).idempotency_keys.get("k1"),
-        Some(&1),
+        env.stats(1).idempotency_keys,
+        env.stats(0)
+            .idempotency_keys
+            .keys()
+            .map(|k| (k.clone(), 1))
+            .collect(),
         "same key on the fallback"
     );
     let m = env.metrics();
@@ -157,6 +161,58 @@ async fn an_idempotency_key_is_scoped_by_endpoint() {
     let s = env.stats(0);
     assert_eq!(s.by_path.get("/v1/chat/completions"), Some(&1), "{s:?}");
     assert_eq!(s.by_path.get("/v1/embeddings"), Some(&1), "{s:?}");
+}
+
+/// The one idempotency key a provider has seen, and how many requests
+/// carried it.
+fn only_key(env: &Local) -> (String, u64) {
+    let keys = env.stats(0).idempotency_keys;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    keys.into_iter().next().unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_idempotency_key_a_provider_sees_is_derived_from_the_caller_and_its_key() {
+    // Two replicas of one deployment; the first one's provider fails the
+    // first attempt, so the request is retried.
+    let retry = "    retry: { max_attempts: 3, backoff: { base_ms: 5, max_ms: 5 } }\n";
+    let a = local_one("faults:\n  - { status: 503, to: 1ms }\n", retry);
+    let b = local_one("faults: []", retry);
+    let as_caller = |who: &'static str| [("idempotency-key", "shared"), ("authorization", who)];
+    let x = watchdog(
+        WATCHDOG,
+        a.post("/v1/chat/completions", CHAT, &as_caller("Bearer tenant-x")),
+    )
+    .await;
+    assert_eq!((x.status, x.header("x-levee-attempts")), (200, "2"));
+    let (sent_x, n) = only_key(&a);
+    assert_eq!(n, 2, "one value on every attempt");
+    assert_ne!(sent_x, "shared", "not the caller's key as sent");
+    assert!(
+        sent_x.len() == 64 && sent_x.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{sent_x}"
+    );
+
+    // Another tenant with the same key and body: another value.
+    let y = a
+        .post("/v1/chat/completions", CHAT, &as_caller("Bearer tenant-y"))
+        .await;
+    assert_eq!(y.status, 200);
+    assert_ne!(y.header("x-levee-replayed"), "true");
+    let keys = a.stats(0).idempotency_keys;
+    assert_eq!(keys.len(), 2, "two tenants, two values: {keys:?}");
+    assert!(!keys.contains_key("shared"), "{keys:?}");
+
+    // The first tenant again, through the other replica: the same value.
+    let again = b
+        .post("/v1/chat/completions", CHAT, &as_caller("Bearer tenant-x"))
+        .await;
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        only_key(&b),
+        (sent_x, 1),
+        "the same value from every replica"
+    );
 }
 
 #[tokio::test(start_paused = true)]
