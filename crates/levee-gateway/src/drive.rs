@@ -197,6 +197,7 @@ impl Driver {
             &ctx.idem,
         );
         let (n, deadline) = (self.fin.req.attempts(), self.fin.req.deadline());
+        crate::shutdown::attempts_sent(n);
         self.obs
             .attempt_started(&d, n, deadline, now, &mut upstream_req.fields);
         let attempt_deadline = shared.clock.to_tokio(now + d.timeout);

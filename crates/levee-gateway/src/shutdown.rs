@@ -2,7 +2,8 @@
 //! over are not simply cut: a request still waiting for its answer gets a 503
 //! in its dialect (`x-levee-reason: shutting_down`, `x-should-retry: false`),
 //! and a stream still relaying gets an error event in its dialect and its
-//! terminating chunk, so every caller can tell what happened.
+//! terminating chunk, so every caller can tell what happened. The 503 says in
+//! `x-levee-attempts` how many attempts the request had sent.
 
 use crate::respond::{Body, LeveeError, Why};
 use bytes::Bytes;
@@ -10,6 +11,7 @@ use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 use levee_wire::Dialect;
+use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +19,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use tokio::sync::Notify;
+
+tokio::task_local! {
+    /// The attempts the request being answered has sent: set by the driver
+    /// at each dispatch, read by [`GraceOver::guard`] when it answers 503.
+    /// It lives inside the guarded future (no allocation per request).
+    static SENT: Cell<u32>;
+}
+
+/// Notes that the request being answered (inside [`GraceOver::guard`]) has
+/// sent `n` attempts; outside a guard, does nothing.
+pub(crate) fn attempts_sent(n: u32) {
+    let _ = SENT.try_with(|sent| sent.set(n));
+}
 
 /// The grace-over signal: set once, when the shutdown grace period ends.
 ///
@@ -77,7 +92,7 @@ impl GraceOver {
     ) -> Response<Body> {
         // Waited on in place (not `self.wait()`): no allocation per request.
         let mut wait = std::pin::pin!(self.notify.notified());
-        let mut answer = std::pin::pin!(answer);
+        let mut answer = std::pin::pin!(SENT.scope(Cell::new(0), answer));
         let mut seen = None;
         let answered = std::future::poll_fn(|cx| {
             if let Poll::Ready(r) = answer.as_mut().poll(cx) {
@@ -92,7 +107,10 @@ impl GraceOver {
         let Some(resp) = answered else {
             metrics.reject("shutting_down");
             let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
-            return LeveeError::new(Why::ShuttingDown, 503, msg).into_response(dialect);
+            let sent = answer.as_mut().take_value().map_or(0, Cell::into_inner);
+            return LeveeError::new(Why::ShuttingDown, 503, msg)
+                .attempts(sent)
+                .into_response(dialect);
         };
         let is_stream = resp
             .headers()

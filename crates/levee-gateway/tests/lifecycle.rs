@@ -75,6 +75,34 @@ async fn shutdown_lets_in_flight_requests_finish() {
     }
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_503_at_the_end_of_the_grace_period_counts_the_attempts_sent() {
+    // The first attempt fails, the second is held by the provider.
+    let env = std::sync::Arc::new(local_one(
+        "faults:\n  - { status: 503, to: 1ms }\n  - { stall: true }\n",
+        "    retry: { max_attempts: 3, backoff: { base_ms: 5, max_ms: 5 } }\n",
+    ));
+    let e2 = std::sync::Arc::clone(&env);
+    let waiting = tokio::spawn(async move {
+        e2.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "60000")])
+            .await
+    });
+    until(
+        WATCHDOG,
+        "the second attempt is held at the provider",
+        || {
+            let s = env.stats(0);
+            s.requests_total == 2 && s.in_flight == 1
+        },
+    )
+    .await;
+    env.app.shared().grace_over.fire();
+    let r = watchdog(WATCHDOG, waiting).await.unwrap();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("x-levee-reason"), "shutting_down");
+    assert_eq!(r.header("x-levee-attempts"), "2", "both attempts were sent");
+}
+
 #[tokio::test]
 async fn provider_keys_never_appear_in_answers_metrics_or_logs() {
     std::env::set_var("LEVEE_TEST_SECRET_KEY", "sk-very-secret-4242");
