@@ -2,6 +2,11 @@
 //! connection, served by [`crate::front`] under the header-size and
 //! header-read-time limits) and the admin listener (`/metrics`, `/healthz`,
 //! `/readyz`, on hyper), with graceful shutdown.
+//!
+//! The admin listener answers only requests whose `Host` names it (421
+//! otherwise), so a web page whose domain an attacker points at the admin
+//! address (DNS rebinding) cannot read it from a browser; and it sends a
+//! `Content-Security-Policy` that lets its pages load nothing.
 
 use crate::front;
 use crate::reload::Reloader;
@@ -17,6 +22,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -194,6 +200,7 @@ pub async fn serve_admin(
     shutdown: impl Future<Output = ()>,
 ) {
     let builder = connection_builder(&generations.current().config.limits);
+    let bound = listener.local_addr().ok();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -205,7 +212,11 @@ pub async fn serve_admin(
                 let generations = Arc::clone(&generations);
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let shared = generations.current();
-                    async move { Ok::<_, Infallible>(admin(&shared, &req)) }
+                    let answer = match bound {
+                        Some(bound) if !admin_host_ok(bound, &req) => misdirected(),
+                        _ => admin(&shared, &req),
+                    };
+                    async move { Ok::<_, Infallible>(answer) }
                 });
                 let conn = builder.serve_connection(TokioIo::new(stream), svc);
                 tokio::spawn(async move {
@@ -215,6 +226,71 @@ pub async fn serve_admin(
             _ = &mut shutdown => break,
         }
     }
+}
+
+/// What the admin pages may load: nothing but their own inline style (the
+/// status page has one `<style>` element, no scripts, images or forms), in
+/// no frame.
+pub const ADMIN_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Whether a request to the admin listener bound at `bound` names it: the
+/// URI's authority, else the `Host` field, must carry the bound port (or
+/// none when it is 80) and one of
+/// - the bound IP address;
+/// - for a loopback or unspecified bind, `localhost` or a loopback address;
+/// - for an unspecified bind, any IP address (one of the machine's own: a
+///   probe or a scrape by pod IP). An address is never a DNS-rebinding
+///   name: a browser sends the name the page was loaded from.
+///
+/// A request naming nothing (HTTP/1.0 without `Host`) does not come from
+/// a browser and is answered.
+pub fn admin_host_ok<B>(bound: SocketAddr, req: &Request<B>) -> bool {
+    let named = match req.uri().authority() {
+        Some(a) => Some(a.as_str().as_bytes()),
+        None => req.headers().get(http::header::HOST).map(|v| v.as_bytes()),
+    };
+    match named {
+        None => true,
+        Some(v) => names_admin(bound, v),
+    }
+}
+
+/// Whether the authority `v` (`host[:port]`) names the admin listener bound at `bound`.
+fn names_admin(bound: SocketAddr, v: &[u8]) -> bool {
+    let Ok(authority) = http::uri::Authority::try_from(v) else {
+        return false;
+    };
+    if authority.as_str().contains('@') {
+        return false;
+    }
+    let port_ok = match authority.port_u16() {
+        Some(p) => p == bound.port(),
+        None => bound.port() == 80 && !authority.as_str().ends_with(':'),
+    };
+    if !port_ok {
+        return false;
+    }
+    let host = authority.host();
+    let local = bound.ip().is_loopback() || bound.ip().is_unspecified();
+    let literal = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    match literal.parse::<IpAddr>() {
+        Ok(ip) => ip == bound.ip() || (local && ip.is_loopback()) || bound.ip().is_unspecified(),
+        Err(_) => local && host.eq_ignore_ascii_case("localhost"),
+    }
+}
+
+/// The answer to a request whose `Host` does not name the admin listener.
+fn misdirected() -> Response<Body> {
+    let mut r = Response::new(full(
+        "misdirected request: the admin listener answers only to its own address as Host\n",
+    ));
+    *r.status_mut() = StatusCode::MISDIRECTED_REQUEST;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    r
 }
 
 fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
@@ -263,5 +339,73 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
     *r.status_mut() = status;
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r.headers_mut().insert(
+        http::header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(ADMIN_CSP),
+    );
+    r.headers_mut().insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(bound: &str, host: &str) -> bool {
+        let bound: SocketAddr = bound.parse().expect("test address");
+        names_admin(bound, host.as_bytes())
+    }
+
+    #[test]
+    fn the_admin_host_must_name_the_bound_address() {
+        // Loopback: the address, localhost and the loopback literals.
+        for host in [
+            "127.0.0.1:9090",
+            "localhost:9090",
+            "LOCALHOST:9090",
+            "[::1]:9090",
+        ] {
+            assert!(ok("127.0.0.1:9090", host), "{host}");
+        }
+        for host in [
+            "rebind.example:9090",
+            "localhost.rebind.example:9090",
+            "127.0.0.1:9091",
+            "127.0.0.1",
+            "127.0.0.1:",
+            "localhost",
+            "10.0.0.5:9090",
+            "user@127.0.0.1:9090",
+            "",
+            "[::1:9090",
+        ] {
+            assert!(!ok("127.0.0.1:9090", host), "{host:?}");
+        }
+        // A private address: only itself.
+        assert!(ok("10.0.0.5:9090", "10.0.0.5:9090"));
+        assert!(!ok("10.0.0.5:9090", "localhost:9090"));
+        assert!(!ok("10.0.0.5:9090", "127.0.0.1:9090"));
+        assert!(!ok("10.0.0.5:9090", "admin.internal:9090"));
+        // Unspecified: localhost and any address (probes and scrapes by pod
+        // IP), never a name.
+        for bound in ["0.0.0.0:9090", "[::]:9090"] {
+            for host in [
+                "localhost:9090",
+                "127.0.0.1:9090",
+                "[::1]:9090",
+                "10.1.2.3:9090",
+            ] {
+                assert!(ok(bound, host), "{bound} {host}");
+            }
+            assert!(!ok(bound, "rebind.example:9090"), "{bound}");
+            assert!(!ok(bound, "10.1.2.3:9091"), "{bound}");
+        }
+        // Port 80 may be left out.
+        assert!(ok("127.0.0.1:80", "localhost"));
+        assert!(ok("127.0.0.1:80", "127.0.0.1:80"));
+        assert!(!ok("127.0.0.1:80", "rebind.example"));
+    }
 }

@@ -317,6 +317,85 @@ async fn the_admin_listener_closes_a_connection_that_never_finishes_its_headers(
     env.stop().await;
 }
 
+/// One raw request to `addr`; the status code and the whole answer.
+async fn raw_get(addr: SocketAddr, request_line: &str, host: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let host = host.map_or(String::new(), |h| format!("host: {h}\r\n"));
+    let req = format!("{request_line}\r\n{host}connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    watchdog(WATCHDOG, s.read_to_end(&mut out)).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+#[tokio::test]
+async fn the_admin_listener_answers_only_to_its_own_address() {
+    let env = one("faults: []", "").await;
+    let admin = env.gw.admin_addr;
+    let port = admin.port();
+    let own = [
+        admin.to_string(),
+        format!("localhost:{port}"),
+        format!("LocalHost:{port}"),
+        format!("[::1]:{port}"),
+    ];
+    for host in &own {
+        for path in ["/", "/metrics", "/census", "/healthz", "/readyz"] {
+            let (status, text) = raw_get(admin, &format!("GET {path} HTTP/1.1"), Some(host)).await;
+            assert_eq!(status, 200, "{host} {path}: {text}");
+        }
+    }
+    // The status page may load nothing and run nothing: its one inline
+    // style is all it needs.
+    let (_, page) = raw_get(admin, "GET / HTTP/1.1", Some(&own[0])).await;
+    let csp = header(&page, "content-security-policy").unwrap_or_default();
+    for rule in [
+        "default-src 'none'",
+        "style-src 'unsafe-inline'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+        "form-action 'none'",
+    ] {
+        assert!(csp.contains(rule), "{page}");
+    }
+    assert!(!csp.contains("script-src"), "{csp}");
+    assert!(page.contains("<style>"), "{page}");
+    assert!(!page.contains("<script"), "{page}");
+    assert!(
+        !page.contains("style=\""),
+        "no inline style attributes: {page}"
+    );
+    // A name pointed at the admin address (DNS rebinding), another port,
+    // a name without the port, or an absolute URI naming another host.
+    let other_port = port.wrapping_add(1);
+    let foreign = [
+        format!("rebind.example:{port}"),
+        format!("localhost.rebind.example:{port}"),
+        format!("127.0.0.1:{other_port}"),
+        "localhost".to_string(),
+        format!("10.1.2.3:{port}"),
+        "".to_string(),
+        format!("user@127.0.0.1:{port}"),
+    ];
+    for host in &foreign {
+        for path in ["/", "/metrics", "/census", "/healthz"] {
+            let (status, text) = raw_get(admin, &format!("GET {path} HTTP/1.1"), Some(host)).await;
+            assert_eq!(status, 421, "{host:?} {path}: {text}");
+            assert!(!text.contains("levee_"), "{text}");
+            assert!(!text.contains("<html"), "{text}");
+        }
+    }
+    let line = format!("GET http://rebind.example:{port}/metrics HTTP/1.1");
+    let (status, text) = raw_get(admin, &line, Some(&admin.to_string())).await;
+    assert_eq!(status, 421, "{text}");
+    // A request with no Host at all is not a browser's.
+    let (status, text) = raw_get(admin, "GET /healthz HTTP/1.0", None).await;
+    assert_eq!(status, 200, "{text}");
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn bodies_that_cannot_be_parsed_in_full_are_refused_on_every_route() {
     // No model rewrite on this route: the body would otherwise go out raw.

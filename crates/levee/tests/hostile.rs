@@ -386,7 +386,8 @@ fn get(addr: SocketAddr, path: &str) -> Answer {
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
         return Answer::Closed;
     };
-    let raw = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    // The admin listener answers only to its own address as Host.
+    let raw = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
     if s.write_all(raw.as_bytes()).is_err() {
         return Answer::Closed;
     }

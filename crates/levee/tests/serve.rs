@@ -14,7 +14,7 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u1
     s.set_read_timeout(Some(Duration::from_secs(20)))?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )?;
     let mut out = String::new();
