@@ -55,7 +55,7 @@ impl Config {
                 defaults::ADMIN_LISTEN,
             ),
             shutdown_grace: raw.shutdown_grace.map_or(defaults::SHUTDOWN_GRACE, |d| d.0),
-            limits: limits(raw.limits.as_ref()),
+            limits: limits(src, raw.limits.as_ref())?,
             providers,
             routes,
             callers: raw
@@ -81,16 +81,24 @@ fn addr(v: Option<SocketAddr>, default: ([u8; 4], u16)) -> SocketAddr {
     v.unwrap_or_else(|| SocketAddr::from(default))
 }
 
-fn limits(raw: Option<&RawLimits>) -> Limits {
+fn limits(src: Source<'_>, raw: Option<&RawLimits>) -> Result<Limits, ConfigError> {
     let d = Limits::default();
-    let Some(l) = raw else { return d };
-    Limits {
+    let Some(l) = raw else { return Ok(d) };
+    if l.max_header_bytes.is_some_and(|n| n < MIN_HEADER_BYTES) {
+        let path = [Key("limits"), Key("max_header_bytes")];
+        return Err(ConfigError::at(src, &path, Problem::HeaderLimitTooSmall));
+    }
+    Ok(Limits {
         max_body_bytes: l.max_body_bytes.unwrap_or(d.max_body_bytes),
         max_header_bytes: l.max_header_bytes.unwrap_or(d.max_header_bytes),
         header_read_timeout: l.header_read_timeout.map_or(d.header_read_timeout, |t| t.0),
         body_read_timeout: l.body_read_timeout.map_or(d.body_read_timeout, |t| t.0),
-    }
+    })
 }
+
+/// The smallest `limits.max_header_bytes`: the official SDKs' own fields
+/// come to ~700 bytes, so a smaller limit refuses every SDK request.
+const MIN_HEADER_BYTES: usize = 1024;
 
 /// The provider used when none is configured; the caller points it at a
 /// running mock ([`Config::set_builtin_mock_addr`]).

@@ -109,6 +109,8 @@ pub enum Problem {
         "`idempotency.max_entries` must be at least 1 and `idempotency.max_bytes` at least 1024"
     )]
     IdempotencyTooSmall,
+    #[error("must be at least 1024 bytes: the official SDKs send ~700 bytes of header fields")]
+    HeaderLimitTooSmall,
     #[error("`state.{0}` applies only with `backend: redis`: remove it or set `backend: redis`")]
     RedisOnly(&'static str),
     #[error("provider `{0}`: `http2_max_streams` applies only to HTTP/2, and `http2: never` speaks HTTP/1.1: remove it or set `http2: auto` or `http2: always`")]

@@ -10,7 +10,6 @@
 use crate::handler::BoxError;
 use bytes::{Bytes, BytesMut};
 use http_body::Body;
-use http_body_util::BodyExt;
 
 /// Why a body could not be read whole.
 #[derive(Debug)]
@@ -34,8 +33,23 @@ where
     let mut first: Option<Bytes> = None;
     let mut joined: Option<BytesMut> = None;
     let mut len = 0usize;
-    while let Some(frame) = body.as_mut().frame().await {
-        let frame = frame.map_err(|_| CollectError::Broken)?;
+    // A body known to be longer than the limit (a chunk that declared
+    // more) is refused before waiting for its bytes.
+    // A body known to be longer than the limit (a chunk that declared
+    // more than fits) is refused before waiting for its bytes.
+    loop {
+        let room = (limit - len.min(limit)) as u64;
+        let frame = std::future::poll_fn(|cx| {
+            if body.size_hint().lower() > room {
+                return std::task::Poll::Ready(Some(Err(CollectError::TooLarge)));
+            }
+            body.as_mut()
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(|_| CollectError::Broken)))
+        })
+        .await;
+        let Some(frame) = frame else { break };
+        let frame = frame?;
         let Ok(data) = frame.into_data() else {
             continue;
         };

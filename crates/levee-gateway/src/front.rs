@@ -16,16 +16,20 @@
 //! (HTTP/1.0 only when asked); `expect: 100-continue` (the `100` is sent
 //! when the gateway first reads the body); pipelined requests answered in
 //! order. Answers are framed by their `content-length`, by the body's exact
-//! size, else chunked (HTTP/1.0: by the close). Refused: a head over the
-//! byte limit or with more than 100 fields (`431`), a malformed head or
+//! size, else chunked (HTTP/1.0: by the close). Refused, with Levee's error
+//! body in the dialect the request line names: a head over the byte limit
+//! (exactly, however it arrived) or with more than 100 fields (`431`), a
+//! malformed head, a missing, repeated or invalid `host`, or ambiguous
 //! framing (`400`: two different lengths, a length with `chunked`, a
-//! transfer coding other than `chunked` last); both close the connection.
+//! `transfer-encoding` other than one `chunked`); each closes the connection.
 //! A head that is not whole within the header read timeout closes the
 //! connection, and so does an idle keep-alive connection after it. A caller
 //! that closes its side while its request is in flight cancels the request
 //! (it can no longer read the answer); so does a failed write.
 
-use crate::h1wire::{decode_chunked, Chunk, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS};
+use crate::h1wire::{
+    decode_chunked, Chunked, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS,
+};
 use crate::respond::Body;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -95,8 +99,8 @@ where
         let head = match conn.next_head(&settings, &mut closing).await {
             Ok(Some(head)) => head,
             Ok(None) => return,
-            Err(status) => {
-                conn.refuse(status).await;
+            Err(refusal) => {
+                conn.refuse(refusal, &settings).await;
                 return conn.linger().await;
             }
         };
@@ -158,17 +162,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         &mut self,
         settings: &Settings,
         closing: &mut Closing,
-    ) -> Result<Option<Head>, StatusCode> {
-        let limit = settings.max_header_bytes.max(8192);
+    ) -> Result<Option<Head>, Refusal> {
+        let limit = settings.max_header_bytes;
         let timer = tokio::time::sleep(settings.header_read_timeout);
         tokio::pin!(timer);
         loop {
             if !self.read.buf.is_empty() {
-                if let Some(head) = parse_head(&mut self.read.buf)? {
+                if let Some(head) = parse_head(&mut self.read.buf, limit)? {
                     return Ok(Some(head));
                 }
                 if self.read.buf.len() > limit {
-                    return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                    return Err(HEAD_TOO_LARGE);
                 }
             } else if *closing.borrow() || self.read_closed {
                 return Ok(None);
@@ -293,6 +297,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             }
             _ => Ok((Step::More, false)),
         };
+        if let Kind::Chunked(chunked) = &feed.kind {
+            // What the current chunk declared is the body's too: a reader
+            // with a limit can refuse a 1 GiB chunk at its size line,
+            // without waiting for bytes that may never come.
+            let ahead = chunked.declared_ahead();
+            if ahead > inflow.ahead {
+                inflow.ahead = ahead;
+                inflow.wake(cx);
+            }
+            inflow.ahead = ahead;
+        }
         match step {
             Err(e) => feed.fail(&mut inflow, BodyError::Framing(e), cx),
             Ok((Step::Data(data), last)) => {
@@ -498,8 +513,21 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         out.extend_from_slice(b"\r\n");
     }
 
-    /// Answers a request the head of which could not be taken, and closes.
-    async fn refuse(&mut self, status: StatusCode) {
+    /// Answers a request the head of which could not be taken, and closes:
+    /// Levee's JSON error in the dialect the request line's path (or an
+    /// `anthropic-version` field in what arrived) names, so an SDK shows
+    /// what was wrong instead of an empty body.
+    async fn refuse(&mut self, (status, why): Refusal, settings: &Settings) {
+        let dialect = sniff_dialect(&self.read.buf);
+        let message = if status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE {
+            format!(
+                "levee: {why}: the limit is {} bytes (limits.max_header_bytes) and {MAX_HEADERS} fields",
+                settings.max_header_bytes
+            )
+        } else {
+            format!("levee: {why}")
+        };
+        let body = dialect.error_body(status.as_u16(), "bad_request", &message);
         self.out.clear();
         self.queue.clear();
         self.out.extend_from_slice(b"HTTP/1.1 ");
@@ -509,8 +537,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             .extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
         self.out.extend_from_slice(b"\r\n");
         date::put(&mut self.out);
-        self.out
-            .extend_from_slice(b"content-length: 0\r\nconnection: close\r\n\r\n");
+        line(&mut self.out, b"content-type", b"application/json");
+        line(&mut self.out, b"x-should-retry", b"false");
+        line(&mut self.out, b"x-levee-reason", b"bad_request");
+        line(&mut self.out, b"x-levee-attempts", b"0");
+        line(
+            &mut self.out,
+            b"content-length",
+            body.len().to_string().as_bytes(),
+        );
+        self.out.extend_from_slice(b"connection: close\r\n\r\n");
+        self.out.extend_from_slice(&body);
         let _ = std::future::poll_fn(|cx| self.poll_flush(cx)).await;
     }
 
@@ -628,20 +665,94 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| crate::h1wire::parse_decimal(v.as_bytes()))
 }
 
+/// Why a head is refused: the status and what was wrong, for the answer.
+type Refusal = (StatusCode, &'static str);
+
+const HEAD_TOO_LARGE: Refusal = (
+    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+    "the request head is too large",
+);
+
+fn bad(why: &'static str) -> Refusal {
+    (StatusCode::BAD_REQUEST, why)
+}
+
+/// The dialect of a request whose head was refused, from the bytes that
+/// arrived: the request line's path, else an `anthropic-version` field.
+fn sniff_dialect(buf: &[u8]) -> levee_wire::Dialect {
+    use levee_wire::Dialect;
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    let path = line.split(|&b| b == b' ').nth(1).unwrap_or_default();
+    let path = std::str::from_utf8(path).unwrap_or_default();
+    let path = path.split('?').next().unwrap_or_default();
+    Dialect::of_path(path).unwrap_or_else(|| {
+        let named = buf
+            .windows(b"\nanthropic-version:".len())
+            .any(|w| w.eq_ignore_ascii_case(b"\nanthropic-version:"));
+        if named {
+            Dialect::Anthropic
+        } else {
+            Dialect::OpenAi
+        }
+    })
+}
+
+/// Whether a `host` field's value is `uri-host [":" port]` (RFC 9112 3.2):
+/// a registered name, an IPv4 address or a bracketed IPv6 literal, with an
+/// optional decimal port, and no user information. An empty value is
+/// valid (a target with no authority).
+fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = match value.strip_prefix(b"[") {
+        Some(rest) => {
+            let Some(close) = rest.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let literal = &rest[..close];
+            let ip = !literal.is_empty()
+                && literal
+                    .iter()
+                    .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+            if !ip {
+                return false;
+            }
+            match &rest[close + 1..] {
+                [] => (&[][..], None),
+                [b':', port @ ..] => (&[][..], Some(port)),
+                _ => return false,
+            }
+        }
+        None => match value.iter().position(|&b| b == b':') {
+            Some(colon) => (&value[..colon], Some(&value[colon + 1..])),
+            None => (value, None),
+        },
+    };
+    // reg-name: unreserved, percent-encoded and sub-delims characters
+    // (an IPv4 address is one too).
+    let reg_name = host
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b));
+    reg_name && port.is_none_or(|p| p.iter().all(u8::is_ascii_digit))
+}
+
 /// Parses one request head from the front of `buf`: `None` while it is
 /// incomplete. The head's bytes leave the buffer; header values share them.
-fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
+/// A head longer than `limit` bytes is refused even when it arrived whole.
+fn parse_head(buf: &mut BytesMut, limit: usize) -> Result<Option<Head>, Refusal> {
     // Left uninitialised: httparse writes only the slots it fills.
     let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut spans = Spans::new();
     let mut req = httparse::Request::new(&mut []);
     let len = match req.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Complete(n)) if n > limit => return Err(HEAD_TOO_LARGE),
         Ok(httparse::Status::Complete(n)) => n,
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+            return Err((
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "the request head has too many fields",
+            ))
         }
-        Err(_) => return Err(StatusCode::BAD_REQUEST),
+        Err(_) => return Err(bad("the request head is not valid HTTP/1.1")),
     };
     let version = if req.version == Some(0) {
         Version::HTTP_10
@@ -649,7 +760,7 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
         Version::HTTP_11
     };
     let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
-        .map_err(|_| StatusCode::BAD_REQUEST)?;
+        .map_err(|_| bad("invalid method"))?;
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
     let path = at(req.path.unwrap_or("").as_bytes());
@@ -659,10 +770,20 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
     // hop-by-hop, so never part of the request the gateway sees. Rare: no
     // allocation unless there are some.
     let mut listed: Vec<(u32, u32)> = Vec::new();
+    let mut hosts = 0u8;
     for h in req.headers.iter() {
-        let connection_only = framing
-            .see(h.name, h.value)
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
+        let connection_only = framing.see(h.name, h.value).map_err(bad)?;
+        if h.name.len() == 4 && h.name.eq_ignore_ascii_case("host") {
+            // Two hosts, or one a front and Levee could read differently,
+            // is how requests are routed past a front's checks.
+            hosts = hosts.saturating_add(1);
+            if hosts > 1 {
+                return Err(bad("more than one host field"));
+            }
+            if !valid_host(h.value) {
+                return Err(bad("the host field is not a valid host[:port]"));
+            }
+        }
         if h.name.eq_ignore_ascii_case("connection") {
             for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 let plain = token.is_empty()
@@ -685,12 +806,16 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
             });
         }
     }
+    if hosts == 0 && version == Version::HTTP_11 {
+        return Err(bad("an HTTP/1.1 request must have a host field"));
+    }
     let kind = request_body(&framing, version)?;
     let head = buf.split_to(len).freeze();
     let target = path.0 as usize..(path.0 + path.1) as usize;
     let uri = match served_uri(&head[target.clone()]) {
         Some(uri) => uri,
-        None => Uri::from_maybe_shared(head.slice(target)).map_err(|_| StatusCode::BAD_REQUEST)?,
+        None => Uri::from_maybe_shared(head.slice(target))
+            .map_err(|_| bad("the request target is not a valid URI"))?,
     };
     let mut headers = HeaderMap::with_capacity(spans.len());
     for span in spans.iter() {
@@ -703,10 +828,10 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, StatusCode> {
         {
             continue;
         }
-        let name =
-            crate::fieldname::field_name(&head[n..n + nl]).map_err(|_| StatusCode::BAD_REQUEST)?;
+        let name = crate::fieldname::field_name(&head[n..n + nl])
+            .map_err(|_| bad("invalid header field name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
+            .map_err(|_| bad("invalid header field value"))?;
         headers.append(name, value);
     }
     let mut req = Request::new(());
@@ -749,19 +874,27 @@ fn served_uri(target: &[u8]) -> Option<Uri> {
 /// The one field must say exactly `chunked`: another coding before it
 /// (`gzip, chunked`) is one Levee does not implement (501), and one it
 /// would silently drop, `identity, chunked`, is refused too.
-fn request_body(framing: &Framing, version: Version) -> Result<Kind, StatusCode> {
+fn request_body(framing: &Framing, version: Version) -> Result<Kind, Refusal> {
     if framing.transfer_encoding {
-        if version == Version::HTTP_10
-            || framing.content_length.is_some()
-            || framing.te_fields > 1
-            || !framing.chunked_last
-        {
-            return Err(StatusCode::BAD_REQUEST);
+        if version == Version::HTTP_10 {
+            return Err(bad("transfer-encoding on an HTTP/1.0 request"));
+        }
+        if framing.content_length.is_some() {
+            return Err(bad("both content-length and transfer-encoding"));
+        }
+        if framing.te_fields > 1 {
+            return Err(bad("more than one transfer-encoding field"));
+        }
+        if !framing.chunked_last {
+            return Err(bad("transfer-encoding does not end with chunked"));
         }
         if !framing.te_only_chunked {
-            return Err(StatusCode::NOT_IMPLEMENTED);
+            return Err((
+                StatusCode::NOT_IMPLEMENTED,
+                "transfer codings other than chunked are not implemented",
+            ));
         }
-        return Ok(Kind::Chunked(Chunk::Size));
+        return Ok(Kind::Chunked(Chunked::START));
     }
     Ok(match framing.content_length {
         Some(0) | None => Kind::Done,
@@ -813,6 +946,8 @@ impl Feed {
 struct Inflow {
     data: VecDeque<Bytes>,
     queued: usize,
+    /// Bytes the current chunk declared that are not read yet.
+    ahead: u64,
     /// The body is over: `Some(Ok)` at its end, `Some(Err)` broken off.
     end: Option<Result<(), BodyError>>,
     /// The gateway polled the body and found nothing.
@@ -926,7 +1061,12 @@ impl http_body::Body for FrontBody {
         match &self.0 {
             Inner::Whole(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
             Inner::Flow(_, Some(n)) => SizeHint::with_exact(*n),
-            Inner::Flow(_, None) => SizeHint::default(),
+            Inner::Flow(flow, None) => {
+                let inflow = flow.lock().unwrap_or_else(|p| p.into_inner());
+                let mut hint = SizeHint::default();
+                hint.set_lower(inflow.queued as u64 + inflow.ahead);
+                hint
+            }
         }
     }
 }
@@ -1013,7 +1153,7 @@ mod tests {
         let got = exchange(
             64 * 1024,
             dated,
-            b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n",
+            b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
         )
         .await;
         let text = String::from_utf8_lossy(&got);
@@ -1034,12 +1174,14 @@ mod tests {
                 .collect();
             async move { Response::new(full(names.join(","))) }
         };
-        // Ninety-nine and `connection`: the most a head may have.
-        let head: String = (0..99).map(|i| format!("x-f{i}: v{i}\r\n")).collect();
-        let request = format!("GET / HTTP/1.1\r\n{head}connection: close\r\n\r\n");
+        // `host`, ninety-eight and `connection`: the most a head may have.
+        let head: String = (0..98).map(|i| format!("x-f{i}: v{i}\r\n")).collect();
+        let request = format!("GET / HTTP/1.1\r\nhost: x\r\n{head}connection: close\r\n\r\n");
         let got = exchange(64 * 1024, fields, request.as_bytes()).await;
         let text = String::from_utf8_lossy(&got);
-        let want: Vec<String> = (0..99).map(|i| format!("x-f{i}=v{i}")).collect();
+        let want: Vec<String> = std::iter::once("host=x".to_string())
+            .chain((0..98).map(|i| format!("x-f{i}=v{i}")))
+            .collect();
         assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
         assert!(text.ends_with(&want.join(",")), "{text}");
     }
@@ -1127,7 +1269,7 @@ mod tests {
         assert!(first.contains("\r\ndate: "), "{first}");
         assert!(first.ends_with("content-length: 5\r\n\r\nhello"), "{first}");
         // Two pipelined requests in one write: two answers, in order.
-        c.write_all(b"POST /b HTTP/1.1\r\ncontent-length: 3\r\n\r\nonePOST /c HTTP/1.1\r\ncontent-length: 3\r\n\r\ntwo")
+        c.write_all(b"POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\nonePOST /c HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\ntwo")
             .await
             .unwrap();
         let two = read_answers(&mut c, 2).await;
@@ -1142,9 +1284,11 @@ mod tests {
     #[tokio::test]
     async fn a_body_that_arrives_later_and_chunked_is_read_whole() {
         let (mut c, task, _closing) = start(64 * 1024, echo());
-        c.write_all(b"POST /a HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
-            .await
-            .unwrap();
+        c.write_all(
+            b"POST /a HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n",
+        )
+        .await
+        .unwrap();
         tokio::task::yield_now().await;
         c.write_all(b"4;ext=1\r\ndefg\r\n0\r\ntrailer: x\r\n\r\n")
             .await
@@ -1153,7 +1297,7 @@ mod tests {
         assert!(got.contains("x-len: 7\r\n"), "{got}");
         assert!(got.ends_with("\r\n\r\nabcdefg"), "{got}");
         // A length whose bytes come in pieces.
-        c.write_all(b"POST /a HTTP/1.1\r\ncontent-length: 6\r\n\r\nab")
+        c.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 6\r\n\r\nab")
             .await
             .unwrap();
         tokio::task::yield_now().await;
@@ -1172,7 +1316,7 @@ mod tests {
         let got = exchange(
             64 * 1024,
             echo(),
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"model\":\"demo\"}\r\n0\r\n \r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"model\":\"demo\"}\r\n0\r\n \r\nGET /v1/models HTTP/1.1\r\nhost: x\r\nHost: x\r\n\r\n",
         )
         .await;
         let text = String::from_utf8_lossy(&got);
@@ -1182,7 +1326,7 @@ mod tests {
 
     #[tokio::test]
     async fn transfer_encoding_is_one_field_saying_exactly_chunked() {
-        let body = "\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /x HTTP/1.1\r\n\r\n";
+        let body = "\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /x HTTP/1.1\r\nhost: x\r\n\r\n";
         for (te, status) in [
             (
                 "transfer-encoding: chunked\r\ntransfer-encoding: chunked",
@@ -1196,7 +1340,7 @@ mod tests {
             ("transfer-encoding: gzip, chunked", "501"),
             ("transfer-encoding: chunked, gzip", "400"),
         ] {
-            let request = format!("POST /a HTTP/1.1\r\n{te}{body}");
+            let request = format!("POST /a HTTP/1.1\r\nhost: x\r\n{te}{body}");
             let got = exchange(64 * 1024, echo(), request.as_bytes()).await;
             let text = String::from_utf8_lossy(&got);
             assert!(
@@ -1207,7 +1351,7 @@ mod tests {
         }
         // One field, any case, surrounding whitespace: read.
         let request =
-            format!("POST /a HTTP/1.1\r\nconnection: close\r\ntransfer-encoding:  Chunked {body}");
+            format!("POST /a HTTP/1.1\r\nhost: x\r\nconnection: close\r\ntransfer-encoding:  Chunked {body}");
         let got = exchange(64 * 1024, echo(), request.as_bytes()).await;
         let text = String::from_utf8_lossy(&got);
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
@@ -1233,7 +1377,7 @@ mod tests {
         let got = exchange(
             64 * 1024,
             svc,
-            b"GET /v1/models HTTP/1.1\r\nconnection: close, User-Agent\r\nuser-agent: x\r\naccept: y\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close, User-Agent\r\nuser-agent: x\r\naccept: y\r\n\r\n",
         )
         .await;
         let text = String::from_utf8_lossy(&got);
@@ -1245,9 +1389,11 @@ mod tests {
     async fn continue_is_sent_when_the_body_is_read_and_not_when_it_is_refused_unread() {
         // The body is read: `100 Continue`, then the answer.
         let (mut c, _task, _closing) = start(64 * 1024, echo());
-        c.write_all(b"POST /a HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n")
-            .await
-            .unwrap();
+        c.write_all(
+            b"POST /a HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n",
+        )
+        .await
+        .unwrap();
         let mut head = [0u8; 25];
         watchdog(c.read_exact(&mut head)).await.unwrap();
         assert_eq!(&head, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -1264,9 +1410,11 @@ mod tests {
             r
         };
         let (mut c, task, _closing) = start(64 * 1024, refuse);
-        c.write_all(b"POST /a HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n")
-            .await
-            .unwrap();
+        c.write_all(
+            b"POST /a HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n",
+        )
+        .await
+        .unwrap();
         let got = read_answers(&mut c, 1).await;
         assert!(got.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{got}");
         assert!(got.contains("connection: close\r\n"), "{got}");
@@ -1287,7 +1435,7 @@ mod tests {
         let (mut rd, mut wr) = tokio::io::split(c);
         let body = vec![b' '; 512 * 1024];
         let writer = tokio::spawn(async move {
-            wr.write_all(b"POST /a HTTP/1.1\r\ncontent-length: 524288\r\n\r\n")
+            wr.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 524288\r\n\r\n")
                 .await?;
             wr.write_all(&body).await?;
             wr.shutdown().await
@@ -1313,11 +1461,11 @@ mod tests {
         // broken, and the bytes after it must not be read as a request
         // (that is how a request is smuggled past the gateway).
         let (mut c, task, _closing) = start(64 * 1024, echo());
-        c.write_all(b"POST /a HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc")
+        c.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc")
             .await
             .unwrap();
         tokio::task::yield_now().await;
-        c.write_all(b"GET /smuggled HTTP/1.1\r\ncontent-length: 0\r\n\r\n")
+        c.write_all(b"GET /smuggled HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
             .await
             .unwrap();
         let got = read_answers(&mut c, 2).await;
@@ -1355,7 +1503,7 @@ mod tests {
     async fn an_answer_of_unknown_length_is_chunked_and_each_piece_sent_as_it_comes() {
         let (tx, rx) = mpsc::channel(4);
         let (mut c, task, _closing) = start(64 * 1024, streaming(Arc::new(Mutex::new(Some(rx)))));
-        c.write_all(b"POST /a HTTP/1.1\r\ncontent-length: 0\r\n\r\n")
+        c.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
             .await
             .unwrap();
         tx.send(Bytes::from_static(b"data: one\n\n")).await.unwrap();
@@ -1414,7 +1562,7 @@ mod tests {
             }
         };
         let (mut c, task, _closing) = start(64 * 1024, svc);
-        c.write_all(b"POST /a HTTP/1.1\r\ncontent-length: 2\r\n\r\nhi")
+        c.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\nhi")
             .await
             .unwrap();
         tokio::task::yield_now().await;
@@ -1429,24 +1577,24 @@ mod tests {
         let cases: [(&str, Vec<u8>, &str); 6] = [
             (
                 "length and chunked",
-                b"POST /a HTTP/1.1\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
+                b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
                 "400",
             ),
             (
                 "two lengths",
-                b"POST /a HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\nabcd".to_vec(),
+                b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\nabcd".to_vec(),
                 "400",
             ),
             (
                 "a coding that is not chunked last",
-                b"POST /a HTTP/1.1\r\ntransfer-encoding: chunked, gzip\r\n\r\n".to_vec(),
+                b"POST /a HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked, gzip\r\n\r\n".to_vec(),
                 "400",
             ),
             ("not HTTP", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n".to_vec(), "400"),
             (
                 "101 fields",
                 [
-                    &b"GET / HTTP/1.1\r\n"[..],
+                    &b"GET / HTTP/1.1\r\nhost: x\r\n"[..],
                     &b"x: y\r\n".repeat(101),
                     &b"\r\n"[..],
                 ]
@@ -1455,7 +1603,7 @@ mod tests {
             ),
             (
                 "a head over the limit",
-                [&b"GET / HTTP/1.1\r\nx: "[..], &b"y".repeat(20_000)].concat(),
+                [&b"GET / HTTP/1.1\r\nhost: x\r\nx: "[..], &b"y".repeat(20_000)].concat(),
                 "431",
             ),
         ];
@@ -1483,7 +1631,7 @@ mod tests {
         watchdog(task).await.unwrap();
 
         let (mut c, task, _closing) = start(64 * 1024, echo());
-        c.write_all(b"POST /a HTTP/1.1\r\ncontent-length: 0\r\n\r\n")
+        c.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
             .await
             .unwrap();
         read_answers(&mut c, 1).await;
@@ -1497,7 +1645,7 @@ mod tests {
     #[tokio::test]
     async fn closing_ends_an_idle_connection_at_once_and_a_busy_one_after_its_answer() {
         let (mut idle, idle_task, closing) = start(64 * 1024, echo());
-        idle.write_all(b"POST /a HTTP/1.1\r\ncontent-length: 0\r\n\r\n")
+        idle.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
             .await
             .unwrap();
         read_answers(&mut idle, 1).await;
@@ -1515,7 +1663,7 @@ mod tests {
             }
         };
         let (mut busy, busy_task, busy_closing) = start(64 * 1024, svc);
-        busy.write_all(b"POST /a HTTP/1.1\r\ncontent-length: 0\r\n\r\n")
+        busy.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
             .await
             .unwrap();
         while calls.load(Ordering::SeqCst) == 0 {
@@ -1547,7 +1695,12 @@ mod tests {
         let sent = big.clone();
         let svc =
             move |_req: Request<FrontBody>| std::future::ready(Response::new(full(sent.clone())));
-        let got = exchange(1024, svc, b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n").await;
+        let got = exchange(
+            1024,
+            svc,
+            b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
         let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         assert!(String::from_utf8_lossy(&got[..end]).contains("content-length: 200000\r\n"));
         assert!(got[end..] == big[..], "the body differs");
@@ -1559,7 +1712,7 @@ mod tests {
         let got = exchange(
             64 * 1024,
             svc,
-            b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nhost: x\r\n\r\nGET / HTTP/1.1\r\nhost: x\r\n\r\n",
         )
         .await;
         let text = String::from_utf8_lossy(&got);
@@ -1571,7 +1724,7 @@ mod tests {
     async fn a_head_request_gets_the_length_and_no_body_and_the_connection_goes_on() {
         let svc =
             |_req: Request<FrontBody>| std::future::ready(Response::new(full("twelve bytes")));
-        let request = b"HEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nconnection: close\r\n\r\n";
+        let request = b"HEAD / HTTP/1.1\r\nhost: x\r\n\r\nGET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
         let got = exchange(64 * 1024, svc, request).await;
         let text = String::from_utf8_lossy(&got);
         let (head, get) = text.split_once("\r\n\r\n").expect("the HEAD answer");
@@ -1588,7 +1741,9 @@ mod tests {
         for (path, made) in SERVED.iter() {
             let mut buf =
                 BytesMut::from(format!("POST {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_str());
-            let head = parse_head(&mut buf).expect("valid").expect("whole");
+            let head = parse_head(&mut buf, 64 * 1024)
+                .expect("valid")
+                .expect("whole");
             let uri = head.req.uri();
             assert_eq!(uri, &Uri::from_static(path));
             assert_eq!(uri.path(), *path);
@@ -1605,11 +1760,13 @@ mod tests {
         ] {
             let mut buf =
                 BytesMut::from(format!("POST {target} HTTP/1.1\r\nhost: x\r\n\r\n").as_str());
-            let head = parse_head(&mut buf).expect("valid").expect("whole");
+            let head = parse_head(&mut buf, 64 * 1024)
+                .expect("valid")
+                .expect("whole");
             assert_eq!(head.req.uri().to_string(), target);
         }
         let mut buf = BytesMut::from("POST /v1/chat/\x01completions HTTP/1.1\r\nhost: x\r\n\r\n");
-        assert!(parse_head(&mut buf).is_err());
+        assert!(parse_head(&mut buf, 64 * 1024).is_err());
     }
 
     #[test]

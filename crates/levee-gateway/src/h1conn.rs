@@ -16,14 +16,14 @@
 //! What it speaks: `POST` (any method) with a `content-length` body; answers
 //! framed by `content-length`, `transfer-encoding: chunked` (extensions and
 //! trailers read and dropped) or the connection's close; `1xx` heads
-//! skipped; keep-alive unless the provider says `connection: close` or
+//! skipped (at most 8); keep-alive unless the provider says `connection: close` or
 //! answers HTTP/1.0 without `keep-alive`. It does not pipeline, upgrade or
 //! send `expect: 100-continue`. Both `transfer-encoding` and
 //! `content-length` on one answer: `transfer-encoding` frames it, and the
 //! connection is not reused (the pair is how a response is smuggled). The
-//! framing and `connection` fields are read here and left out of the
-//! answer's header map: they describe this connection, and a proxy never
-//! passes them on.
+//! framing and `connection` fields, and the fields `connection` names, are
+//! read here and left out of the answer's header map: they describe this
+//! connection, and a proxy never passes them on.
 
 use crate::h1wire::{decode_chunked, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS};
 use crate::outbound::Outbound;
@@ -40,6 +40,9 @@ use std::pin::Pin;
 use std::sync::Weak;
 use std::task::{ready, Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+/// Most interim (`1xx`) heads before an answer's own.
+const MAX_INTERIM: usize = 8;
 
 /// First read buffer of a connection: answers arrive in small pieces (a
 /// chat completion is ~600 bytes, an SSE event ~300).
@@ -136,10 +139,17 @@ impl H1Conn {
     ) -> Result<Response<H1Body>, Failed> {
         let answered_early = self.write_request(req, host).await?;
         let no_body = req.method == http::Method::HEAD;
+        let mut interim = 0;
         let head = loop {
             let head = self.0.read_head(no_body).await?;
             if !head.informational {
                 break head;
+            }
+            // An endless run of `1xx` heads would hold the attempt with
+            // bytes arriving and no answer.
+            interim += 1;
+            if interim > MAX_INTERIM {
+                return Err(H1Error::Framing("too many interim (1xx) answers").into());
             }
         };
         let mut body = H1Body {
@@ -332,9 +342,22 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
     let mut framing = Framing::default();
+    // Field names the provider's `connection` field lists: hop-by-hop, so
+    // never relayed to the caller. Rare: no allocation unless there are some.
+    let mut listed: Vec<(u32, u32)> = Vec::new();
     // Building a header map costs ~700 instructions a field; the fields
     // about this connection are read here and left out of it.
     for h in resp.headers.iter() {
+        if h.name.eq_ignore_ascii_case("connection") {
+            for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                let plain = token.is_empty()
+                    || token.eq_ignore_ascii_case(b"close")
+                    || token.eq_ignore_ascii_case(b"keep-alive");
+                if !plain {
+                    listed.push(at(token));
+                }
+            }
+        }
         if !framing.see(h.name, h.value).map_err(H1Error::Framing)? {
             spans.push(Span {
                 name: at(h.name.as_bytes()),
@@ -356,7 +379,14 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     for span in spans.iter() {
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
-        let name = crate::fieldname::field_name(&head[n..n + nl])
+        let name_bytes = &head[n..n + nl];
+        if listed
+            .iter()
+            .any(|&(t, tl)| head[t as usize..(t + tl) as usize].eq_ignore_ascii_case(name_bytes))
+        {
+            continue;
+        }
+        let name = crate::fieldname::field_name(name_bytes)
             .map_err(|_| H1Error::Framing("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
             .map_err(|_| H1Error::Framing("invalid header value"))?;
@@ -558,7 +588,8 @@ mod tests {
         let answer = answer.to_vec();
         let provider = tokio::spawn(async move {
             let got = read_request(&mut theirs).await;
-            theirs.write_all(&answer).await.unwrap();
+            // A connection that gives up part way closes its end.
+            let _ = theirs.write_all(&answer).await;
             if close {
                 drop(theirs);
                 None
@@ -695,6 +726,36 @@ mod tests {
         assert_eq!((head.status().as_u16(), &body[..]), (201, &b"ok"[..]));
         assert!(head.headers().get("link").is_none());
         assert_eq!(shelf.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn interim_heads_are_bounded() {
+        let interim = b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n";
+        let last = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let answer = |n: usize| [interim.repeat(n), last.to_vec()].concat();
+        let (r, _) = exchange(64, &answer(MAX_INTERIM), false).await;
+        assert_eq!(
+            r.unwrap().1,
+            "ok",
+            "{MAX_INTERIM} interim heads are skipped"
+        );
+        let (r, shelf) = exchange(64, &answer(MAX_INTERIM + 1), false).await;
+        let err = r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("interim"), "{err}");
+        assert_eq!(
+            shelf.len(),
+            0,
+            "a connection that sent too many is not reused"
+        );
+    }
+
+    #[tokio::test]
+    async fn fields_the_providers_connection_field_names_are_not_relayed() {
+        let answer = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop, x-other\r\nx-hop: 1\r\nX-Other: 2\r\nx-request-id: r1\r\ncontent-length: 2\r\n\r\nok";
+        let (r, _) = exchange(64, answer, false).await;
+        let (head, _) = r.unwrap();
+        let names: Vec<&str> = head.headers().keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-request-id"]);
     }
 
     #[tokio::test]

@@ -17,6 +17,11 @@ pub(crate) const MAX_HEADERS: usize = 100;
 pub(crate) const MAX_CHUNK_LINE: usize = 4096;
 /// Most bytes of trailer fields after the last chunk.
 pub(crate) const MAX_TRAILERS: usize = 16 * 1024;
+/// Most bytes of chunk extensions in one body (hyper's bound too): each
+/// chunk-size line may carry up to `MAX_CHUNK_LINE`, and a body of a
+/// million one-byte chunks would otherwise make the reader parse ~4 GiB of
+/// extensions it ignores.
+pub(crate) const MAX_CHUNK_EXTENSIONS: usize = 16 * 1024;
 
 /// A connection's read buffer: bytes read and not yet consumed, and how
 /// much the next read asks for. It starts small (a head and a small body
@@ -180,7 +185,7 @@ impl Framing {
             // Both framings at once: never reuse the connection.
             let reuse = keep_alive && self.content_length.is_none();
             return if self.chunked_last {
-                (Kind::Chunked(Chunk::Size), reuse)
+                (Kind::Chunked(Chunked::START), reuse)
             } else {
                 (Kind::Eof, false)
             };
@@ -206,10 +211,34 @@ pub(crate) fn parse_decimal(s: &[u8]) -> Option<u64> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Length(u64),
-    Chunked(Chunk),
+    Chunked(Chunked),
     /// Until the provider closes the connection.
     Eof,
     Done,
+}
+
+/// A chunked body's decoder: where it is, and the extension bytes seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Chunked {
+    pub at: Chunk,
+    extensions: usize,
+}
+
+impl Chunked {
+    /// Before the first chunk-size line.
+    pub(crate) const START: Chunked = Chunked {
+        at: Chunk::Size,
+        extensions: 0,
+    };
+
+    /// Bytes the current chunk declared and the decoder has not yet
+    /// passed on: the body is at least this much longer.
+    pub(crate) fn declared_ahead(&self) -> u64 {
+        match self.at {
+            Chunk::Data(left) => left,
+            _ => 0,
+        }
+    }
 }
 
 /// Where a chunked body's decoder is.
@@ -234,9 +263,12 @@ pub(crate) enum Step {
 }
 
 /// One step of a chunked body's decoder over `buf`.
-pub(crate) fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Step, &'static str> {
+pub(crate) fn decode_chunked(
+    chunked: &mut Chunked,
+    buf: &mut BytesMut,
+) -> Result<Step, &'static str> {
     loop {
-        match *state {
+        match chunked.at {
             Chunk::Size => {
                 let Some(end) = buf.iter().position(|&b| b == b'\n') else {
                     if buf.len() > MAX_CHUNK_LINE {
@@ -244,9 +276,13 @@ pub(crate) fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<St
                     }
                     return Ok(Step::More);
                 };
-                let size = chunk_size(&buf[..end])?;
+                let (size, extensions) = chunk_line(&buf[..end])?;
+                chunked.extensions += extensions;
+                if chunked.extensions > MAX_CHUNK_EXTENSIONS {
+                    return Err("chunk extensions too long");
+                }
                 buf.advance(end + 1);
-                *state = if size == 0 {
+                chunked.at = if size == 0 {
                     Chunk::Trailers(0)
                 } else {
                     Chunk::Data(size)
@@ -255,7 +291,7 @@ pub(crate) fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<St
             Chunk::Data(_) if buf.is_empty() => return Ok(Step::More),
             Chunk::Data(left) => {
                 let take = left.min(buf.len() as u64);
-                *state = if take == left {
+                chunked.at = if take == left {
                     Chunk::DataEnd
                 } else {
                     Chunk::Data(left - take)
@@ -266,12 +302,12 @@ pub(crate) fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<St
                 None => return Ok(Step::More),
                 Some(b'\n') => {
                     buf.advance(1);
-                    *state = Chunk::Size;
+                    chunked.at = Chunk::Size;
                 }
                 Some(b'\r') if buf.len() < 2 => return Ok(Step::More),
                 Some(b'\r') if buf[1] == b'\n' => {
                     buf.advance(2);
-                    *state = Chunk::Size;
+                    chunked.at = Chunk::Size;
                 }
                 Some(_) => return Err("chunk data longer than its size"),
             },
@@ -299,7 +335,7 @@ pub(crate) fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<St
                 if seen + end + 1 > MAX_TRAILERS {
                     return Err("trailers too long");
                 }
-                *state = Chunk::Trailers(seen + end + 1);
+                chunked.at = Chunk::Trailers(seen + end + 1);
             }
         }
     }
@@ -322,7 +358,13 @@ fn is_field_line(line: &[u8]) -> bool {
 
 /// The size on a chunk-size line (`1a;ext=v\r`): hex digits, then
 /// optional whitespace and extensions, which are ignored.
+#[cfg(test)]
 pub(crate) fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+    chunk_line(line).map(|(size, _)| size)
+}
+
+/// A chunk-size line's size and the length of its extensions.
+fn chunk_line(line: &[u8]) -> Result<(u64, usize), &'static str> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     // A CR anywhere but before the LF: parsers disagree on where such a
     // line ends, so it is refused, as hyper does.
@@ -338,7 +380,8 @@ pub(crate) fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
         return Err("invalid chunk size");
     }
     let hex = std::str::from_utf8(&line[..digits]).map_err(|_| "invalid chunk size")?;
-    u64::from_str_radix(hex, 16).map_err(|_| "invalid chunk size")
+    let size = u64::from_str_radix(hex, 16).map_err(|_| "invalid chunk size")?;
+    Ok((size, rest.len()))
 }
 
 #[cfg(test)]
@@ -384,7 +427,10 @@ mod tests {
     }
 
     fn trailers(bytes: &[u8]) -> (Result<Step, &'static str>, usize) {
-        let mut state = Chunk::Trailers(0);
+        let mut state = Chunked {
+            at: Chunk::Trailers(0),
+            extensions: 0,
+        };
         let mut buf = BytesMut::from(bytes);
         let r = decode_chunked(&mut state, &mut buf);
         (r, buf.len())
