@@ -137,7 +137,7 @@ struct Conn<IO> {
 }
 
 /// A request head read and checked, its body not attached yet.
-struct Head {
+pub(crate) struct Head {
     req: Request<()>,
     /// What is left of the body to read.
     kind: Kind,
@@ -665,8 +665,26 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| crate::h1wire::parse_decimal(v.as_bytes()))
 }
 
+impl Head {
+    /// How the body is framed, whether the connection stays open, the
+    /// method and the target: what a framing comparison needs.
+    pub(crate) fn view(&self) -> (Kind, bool, String, Vec<u8>) {
+        let target = self
+            .req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| self.req.uri().to_string(), |p| p.as_str().to_string());
+        (
+            self.kind,
+            self.keep_alive,
+            self.req.method().as_str().to_string(),
+            target.into_bytes(),
+        )
+    }
+}
+
 /// Why a head is refused: the status and what was wrong, for the answer.
-type Refusal = (StatusCode, &'static str);
+pub(crate) type Refusal = (StatusCode, &'static str);
 
 const HEAD_TOO_LARGE: Refusal = (
     StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -737,7 +755,7 @@ fn valid_host(value: &[u8]) -> bool {
 /// Parses one request head from the front of `buf`: `None` while it is
 /// incomplete. The head's bytes leave the buffer; header values share them.
 /// A head longer than `limit` bytes is refused even when it arrived whole.
-fn parse_head(buf: &mut BytesMut, limit: usize) -> Result<Option<Head>, Refusal> {
+pub(crate) fn parse_head(buf: &mut BytesMut, limit: usize) -> Result<Option<Head>, Refusal> {
     // Left uninitialised: httparse writes only the slots it fills.
     let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut spans = Spans::new();

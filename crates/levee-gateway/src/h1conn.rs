@@ -42,7 +42,7 @@ use std::task::{ready, Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// Most interim (`1xx`) heads before an answer's own.
-const MAX_INTERIM: usize = 8;
+pub(crate) const MAX_INTERIM: usize = 8;
 
 /// First read buffer of a connection: answers arrive in small pieces (a
 /// chat completion is ~600 bytes, an SSE event ~300).
@@ -315,6 +315,25 @@ impl Inner {
                 return Err(H1Error::Closed);
             }
         }
+    }
+}
+
+/// [`parse_head`]'s status, whether it is interim, the body's framing and
+/// whether the connection can be reused, for a framing comparison.
+pub(crate) fn parse_head_view(
+    buf: &mut BytesMut,
+    no_body: bool,
+) -> Result<Option<(u16, bool, Kind, bool)>, &'static str> {
+    match parse_head(buf, no_body) {
+        Ok(Some(h)) => Ok(Some((
+            h.status.as_u16(),
+            h.informational,
+            h.framing,
+            h.keep_alive,
+        ))),
+        Ok(None) => Ok(None),
+        Err(H1Error::Framing(why)) => Err(why),
+        Err(_) => Err("invalid answer head"),
     }
 }
 

@@ -21,6 +21,8 @@ mod collect;
 pub mod crossing;
 mod drive;
 mod fieldname;
+#[doc(hidden)]
+pub mod framing_view;
 mod front;
 mod h1conn;
 mod h1wire;
