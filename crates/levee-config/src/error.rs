@@ -109,7 +109,7 @@ pub enum Problem {
         "`idempotency.max_entries` must be at least 1 and `idempotency.max_bytes` at least 1024"
     )]
     IdempotencyTooSmall,
-    #[error("must be at least 1024 bytes: the official SDKs send ~700 bytes of header fields")]
+    #[error("`limits.max_header_bytes` must be at least 1024: the official SDKs send ~700 bytes of header fields")]
     HeaderLimitTooSmall,
     #[error("`state.{0}` applies only with `backend: redis`: remove it or set `backend: redis`")]
     RedisOnly(&'static str),

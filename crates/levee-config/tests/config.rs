@@ -235,3 +235,16 @@ fn idempotency_bytes_and_on_unavailable_are_read_and_checked() {
     assert!(Config::parse("state: { backend: redis, on_unavailable: maybe }\n").is_err());
     assert!(Config::parse("idempotency: { max_bytes: 10 }\n").is_err());
 }
+
+#[test]
+fn a_head_limit_under_1_kib_is_refused_and_one_under_8_kib_kept() {
+    let err = Config::parse("limits:\n  max_header_bytes: 512\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("max_header_bytes"), "{err}");
+    assert!(err.contains("at least 1024"), "{err}");
+    let c = Config::parse("limits: { max_header_bytes: 4096 }\n").unwrap();
+    assert_eq!(c.limits.max_header_bytes, 4096);
+}
