@@ -401,9 +401,12 @@ impl Driver {
         };
         let relay = RelayBody::new(start, body, finisher, recording, holds);
         let provider = &shared.providers[route.targets[target].provider];
+        let mut headers = parts.headers;
+        // A provider may echo the key in a successful answer's head too.
+        shared.secrets.headers(&mut headers);
         Delivered::Done(Ok(relayed(
             parts.status,
-            parts.headers,
+            headers,
             relay.boxed_unsync(),
             attempts,
             provider.name_header.as_ref(),
@@ -465,6 +468,8 @@ impl Driver {
             }
         };
         let provider = &shared.providers[route.targets[target].provider];
+        let mut parts = parts;
+        shared.secrets.headers(&mut parts.headers);
         let stored_headers = self.lease.is_some().then(|| {
             let mut headers = HeaderMap::new();
             copy_headers(&parts.headers, &mut headers);
