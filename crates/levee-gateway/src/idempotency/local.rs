@@ -2,7 +2,9 @@
 //! map, bounded in count and bytes and shared fairly among callers.
 
 use super::{Claimed, Follow, IdempotencyBackend, Scope, Stored};
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use levee_policy::Instant;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -270,14 +272,49 @@ impl IdempotencyStore {
     }
 }
 
-/// What an answer costs the store: its body, headers and key.
+/// The answer as kept: its body and header values copied into allocations
+/// of their own. As relayed, they are slices of the connection's read
+/// buffers (up to 64 KiB each), and a stored slice keeps its whole buffer
+/// alive: 110,000 small answers held 207 MB against a 64 MiB bound.
+fn compact(stored: Stored) -> Stored {
+    let mut headers = HeaderMap::with_capacity(stored.headers.len());
+    for (name, value) in &stored.headers {
+        // Both copied: a name that is not a standard one is a slice too.
+        let name = HeaderName::from_bytes(name.as_str().as_bytes());
+        let value = HeaderValue::from_bytes(value.as_bytes());
+        if let (Ok(n), Ok(v)) = (name, value) {
+            headers.append(n, v);
+        }
+    }
+    Stored {
+        status: stored.status,
+        headers,
+        body: Bytes::copy_from_slice(&stored.body),
+    }
+}
+
+/// What the allocator adds to each allocation (its header and rounding),
+/// on average for the small ones a stored answer is made of.
+const PER_ALLOCATION: usize = 16;
+
+/// What an answer costs the store in heap bytes: the body and each header
+/// field (its slot in the map, its value and a name of its own), the key
+/// (held twice: in the map and in its caller's queue), the map's slot (at
+/// hashbrown's 7/8 load), the shared answer and its allocations.
 fn size_of(stored: &Stored, key: &str) -> u64 {
+    use std::mem::size_of;
+    let slot = size_of::<HeaderName>() + size_of::<HeaderValue>() + 16;
     let headers: usize = stored
         .headers
         .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 32)
-        .sum();
-    (stored.body.len() + headers + key.len() + 128) as u64
+        .map(|(n, v)| slot + 4 + n.as_str().len() + v.len() + 2 * PER_ALLOCATION)
+        .sum::<usize>()
+        + 2 * PER_ALLOCATION;
+    let map_slot = (size_of::<(Key, Entry)>() * 8).div_ceil(7);
+    let queue_slot = size_of::<(String, Instant)>();
+    let shared = size_of::<Stored>() + 16 + PER_ALLOCATION;
+    let keys = 2 * (key.len() + PER_ALLOCATION);
+    (stored.body.len() + PER_ALLOCATION + headers + map_slot + queue_slot + shared + keys) as u64
 }
 
 impl Lease {
@@ -286,7 +323,7 @@ impl Lease {
     /// room can be made fairly) wakes the followers with it but is not kept.
     pub fn complete(mut self, stored: Stored, now: Instant) {
         let Some(key) = self.key.take() else { return };
-        let stored = Arc::new(stored);
+        let stored = Arc::new(compact(stored));
         let expires = now + self.store.ttl;
         let size = size_of(&stored, &key.1);
         {
