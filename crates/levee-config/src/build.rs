@@ -271,6 +271,7 @@ fn state(src: Source<'_>, raw: Option<&RawState>) -> Result<StateBackend, Config
             ("replicas", s.replicas.is_some()),
             ("timeout", s.timeout.is_some()),
             ("on_unavailable", s.on_unavailable.is_some()),
+            ("max_bytes", s.max_bytes.is_some()),
         ];
         return match set.iter().find(|(_, is_set)| *is_set) {
             Some((key, _)) => {
@@ -292,5 +293,6 @@ fn state(src: Source<'_>, raw: Option<&RawState>) -> Result<StateBackend, Config
         replicas: s.replicas.map_or(defaults::REDIS_REPLICAS, |r| r.0),
         timeout: s.timeout.map_or(defaults::REDIS_TIMEOUT, |t| t.0),
         on_unavailable: s.on_unavailable.unwrap_or_default(),
+        max_bytes: s.max_bytes.unwrap_or(defaults::REDIS_MAX_BYTES),
     })
 }

@@ -42,6 +42,9 @@ pub const REDIS_KEY_PREFIX: &str = "levee";
 pub const REDIS_REPLICAS: u32 = 1;
 /// `state.timeout`: a shared-state call slower than this falls back.
 pub const REDIS_TIMEOUT: Duration = Duration::from_millis(5);
+/// `state.max_bytes`: stored answers in Redis, over every replica and
+/// caller (four callers' full shares of the default `idempotency.max_bytes`).
+pub const REDIS_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The built-in mock provider, used when no providers are configured.
 pub mod mock {

@@ -210,6 +210,9 @@ pub enum StateBackend {
         replicas: u32,
         timeout: Duration,
         on_unavailable: OnUnavailable,
+        /// The most bytes of stored answers the shared store holds, over
+        /// every replica and caller.
+        max_bytes: u64,
     },
 }
 

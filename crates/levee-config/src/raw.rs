@@ -216,6 +216,7 @@ pub struct RawState {
     pub replicas: Option<AtLeastOne<u32>>,
     pub timeout: Option<Dur>,
     pub on_unavailable: Option<OnUnavailable>,
+    pub max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -376,6 +376,9 @@ fn forwarded_key(caller: &[u8; 32], store_key: &str) -> HeaderValue {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The idempotency store's one bucket for every caller of a keyless gateway.
+const KEYLESS: [u8; 32] = [0xff; 32];
+
 /// Admission: the deadline, what each target is sent, the bulkhead slot and
 /// the idempotency key; then the driver.
 async fn admit(
@@ -421,9 +424,10 @@ async fn admit(
         None => (None, generated_key(shared)),
         Some(k) => {
             let caller = r.caller.digest();
+            let (bucket, scoped) = r.caller.store_scope(caller, k);
             let key = KeyClaim {
-                caller,
-                key: k,
+                caller: bucket,
+                key: &scoped,
                 body_hash: Sha256::digest(&r.body).into(),
                 counted: sdk_retry,
             };
@@ -731,6 +735,29 @@ impl Caller {
             Caller::Checked(d) => *d,
             Caller::Presented(Some((v, bearer))) => credential_digest(v, *bearer),
             Caller::Presented(None) => [0; 32],
+        }
+    }
+
+    /// Where a keyed request lives in the idempotency store: the bucket it
+    /// shares the store's room with, and its key there. Fair shares go to
+    /// the callers the operator named (the gateway's keys). On a keyless
+    /// gateway anyone can make up credentials (100 made-up `authorization`
+    /// values once took 100 shares and evicted another caller's answers),
+    /// so keyless callers share one bucket; each still finds only its own
+    /// answers, its credentials' digest being part of its key.
+    fn store_scope(&self, digest: [u8; 32], store_key: &str) -> ([u8; 32], String) {
+        match self {
+            Caller::Checked(_) => (digest, store_key.to_string()),
+            Caller::Presented(_) => {
+                let mut scoped = String::with_capacity(65 + store_key.len());
+                for b in digest {
+                    scoped.push(char::from(HEX[usize::from(b >> 4)]));
+                    scoped.push(char::from(HEX[usize::from(b & 0xf)]));
+                }
+                scoped.push(' ');
+                scoped.push_str(store_key);
+                (KEYLESS, scoped)
+            }
         }
     }
 

@@ -258,6 +258,10 @@ fn idempotency_backend(
                     ..
                 }
             ),
+            max_bytes: match config.state {
+                StateBackend::Redis { max_bytes, .. } => max_bytes,
+                StateBackend::Memory => u64::MAX,
+            },
         }),
     };
     idempotency

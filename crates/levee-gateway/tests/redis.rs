@@ -371,3 +371,125 @@ async fn shutdown_releases_the_leases_this_replica_holds_in_redis() {
     pending.abort();
     mock.shutdown().await;
 }
+
+/// Bytes of stored answers in Redis under `prefix`, counted as the store
+/// counts them (body, headers and 128 bytes each).
+async fn stored_bytes(port: u16, prefix: &str) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("redis url");
+    let mut c = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:idem:*"))
+        .query_async(&mut c)
+        .await
+        .expect("KEYS");
+    let mut total = 0;
+    for k in keys {
+        let (body, headers): (u64, u64) = redis::pipe()
+            .cmd("HSTRLEN")
+            .arg(&k)
+            .arg("body")
+            .cmd("HSTRLEN")
+            .arg(&k)
+            .arg("headers")
+            .query_async(&mut c)
+            .await
+            .expect("HSTRLEN");
+        if body > 0 {
+            total += body + headers + 128;
+        }
+    }
+    total
+}
+
+async fn keyed_chats(env: &Env, addr: std::net::SocketAddr, credential: &str, keys: usize) {
+    for i in 0..keys {
+        let key = format!("k-{i}");
+        let h = [
+            ("authorization", credential),
+            ("idempotency-key", key.as_str()),
+        ];
+        let r = watchdog(WATCHDOG, post_to(env, addr, CHAT, &h)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
+
+#[tokio::test]
+async fn made_up_credentials_share_one_bucket_of_the_shared_store() {
+    let Some(r) = redis().await else { return };
+    let prefix = format!("mk{}", r.port);
+    let config = format!(
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 50ms }}\nidempotency: {{ max_bytes: 16384 }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n",
+        r.port
+    );
+    let env = start(&["faults: []"], &config).await;
+    // A keyless gateway: a hundred made-up credentials, two keys each.
+    for i in 0..100 {
+        keyed_chats(&env, env.gw.addr, &format!("Bearer made-up-{i}"), 2).await;
+    }
+    let held = stored_bytes(r.port, &prefix).await;
+    assert!(held > 4096, "answers were stored: {held}");
+    assert!(
+        held <= 16384,
+        "{held} bytes stored against one bucket of 16384"
+    );
+    // Each still replays only its own answer (the first ones are stored;
+    // the store refuses what is over the bucket's share).
+    let h = [
+        ("authorization", "Bearer made-up-0"),
+        ("idempotency-key", "k-1"),
+    ];
+    let again = watchdog(WATCHDOG, post_to(&env, env.gw.addr, CHAT, &h)).await;
+    assert_eq!(again.header("x-levee-replayed"), "true");
+    let other = [
+        ("authorization", "Bearer made-up-0-not"),
+        ("idempotency-key", "k-1"),
+    ];
+    let fresh = watchdog(WATCHDOG, post_to(&env, env.gw.addr, CHAT, &other)).await;
+    assert_eq!(
+        fresh.header("x-levee-replayed"),
+        "",
+        "another caller's answer replayed"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn the_shared_store_holds_at_most_state_max_bytes_over_every_caller() {
+    let Some(r) = redis().await else { return };
+    let prefix = format!("all{}", r.port);
+    let sha = |s: &str| {
+        use sha2::Digest;
+        sha2::Sha256::digest(s.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let keys: String = (0..4)
+        .map(|i| {
+            format!(
+                "  - {{ name: k{i}, sha256: \"{}\" }}\n",
+                sha(&format!("key-{i}"))
+            )
+        })
+        .collect();
+    let config = format!(
+        "keys:\n{keys}state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 50ms, max_bytes: 20000 }}\nidempotency: {{ max_bytes: 16384 }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n",
+        r.port
+    );
+    let env = start(&["faults: []"], &config).await;
+    // Four named callers, each within its own share, together over the
+    // store's bound.
+    for i in 0..4 {
+        keyed_chats(&env, env.gw.addr, &format!("Bearer key-{i}"), 12).await;
+    }
+    let held = stored_bytes(r.port, &prefix).await;
+    assert!(held > 10_000, "answers were stored: {held}");
+    assert!(
+        held <= 20_000,
+        "{held} bytes stored against state.max_bytes 20000"
+    );
+    env.stop().await;
+}

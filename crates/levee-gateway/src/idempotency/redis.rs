@@ -33,22 +33,38 @@ end
 return {'done', redis.call('HGET', k, 'status'), redis.call('HGET', k, 'headers'), redis.call('HGET', k, 'body')}
 "#;
 
-// KEYS[2] counts the bytes a caller has stored (expiring with its newest
-// answer): an answer over the per-answer limit (ARGV[6]), or one that would
-// take the caller past its share (ARGV[7]), is not stored and the key is freed.
+// Bytes stored are counted per time window of one TTL (`ARGV[8]` for the
+// caller's bucket, `ARGV[9]` for the whole store, each followed by the
+// window's number on Redis's own clock): every answer still alive was stored
+// in this window or the one before, so the two together bound what is held,
+// and the count falls as answers expire (a counter that only grew would
+// stop storing a busy caller's answers for good). An answer over the
+// per-answer limit (ARGV[6]), or one that would take its bucket past its
+// share (ARGV[7]) or the store past its bound (ARGV[10]), is not stored and
+// the key is freed. The counters' names are made here, so the store needs a
+// Redis that is not a cluster (as the other scripts do).
 const COMPLETE_SCRIPT: &str = r#"
 local k = KEYS[1]
 if redis.call('HGET', k, 'lease') ~= ARGV[1] then return 0 end
 local size = string.len(ARGV[4]) + string.len(ARGV[3]) + 128
-local used = tonumber(redis.call('GET', KEYS[2]) or '0')
-if size > tonumber(ARGV[6]) or used + size > tonumber(ARGV[7]) then
+local ttl = tonumber(ARGV[5])
+local t = redis.call('TIME')
+local w = math.floor((tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / ttl)
+local function used(prefix)
+  return tonumber(redis.call('GET', prefix .. ':' .. w) or '0')
+    + tonumber(redis.call('GET', prefix .. ':' .. (w - 1)) or '0')
+end
+if size > tonumber(ARGV[6]) or used(ARGV[8]) + size > tonumber(ARGV[7])
+    or used(ARGV[9]) + size > tonumber(ARGV[10]) then
   redis.call('DEL', k)
   return 2
 end
 redis.call('HSET', k, 'state', 'done', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4])
-redis.call('PEXPIRE', k, ARGV[5])
-redis.call('INCRBY', KEYS[2], size)
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('PEXPIRE', k, ttl)
+for _, prefix in ipairs({ARGV[8], ARGV[9]}) do
+  redis.call('INCRBY', prefix .. ':' .. w, size)
+  redis.call('PEXPIRE', prefix .. ':' .. w, 2 * ttl)
+end
 return 1
 "#;
 
@@ -100,9 +116,15 @@ fn idem_key(redis: &RedisState, caller: &[u8; 32], key: &str) -> String {
     format!("{}:idem:{}:{key}", redis.prefix(), hex(&caller[..16]))
 }
 
-/// `prefix:idem-bytes:<caller>`: the bytes of answers a caller has stored.
+/// `prefix:idem-bytes:<caller>`: the prefix of the counters of the bytes a
+/// caller's bucket has stored (one per window, see the complete script).
 fn bytes_key(redis: &RedisState, caller: &[u8; 32]) -> String {
     format!("{}:idem-bytes:{}", redis.prefix(), hex(&caller[..16]))
+}
+
+/// `prefix:idem-bytes-all`: the prefix of the whole store's counters.
+fn all_bytes_key(redis: &RedisState) -> String {
+    format!("{}:idem-bytes-all", redis.prefix())
 }
 
 fn hex(b: &[u8]) -> String {
@@ -117,6 +139,9 @@ pub struct RedisBackend {
     pub ttl: Duration,
     /// `state.on_unavailable: refuse`: no local fallback for keyed requests.
     pub refuse_unshared: bool,
+    /// The most bytes of answers the shared store holds, over every
+    /// replica and caller (`state.max_bytes`).
+    pub max_bytes: u64,
 }
 
 impl IdempotencyBackend for RedisBackend {
@@ -188,6 +213,7 @@ impl RedisBackend {
             id,
             ttl: self.ttl,
             max_bytes: self.local.max_answer_bytes(),
+            store_max_bytes: self.max_bytes,
             renew,
             done: false,
         }
@@ -236,14 +262,17 @@ pub struct Lease {
     ttl: Duration,
     /// The largest answer stored for replay.
     max_bytes: u64,
+    /// The most bytes the whole store holds (`state.max_bytes`).
+    store_max_bytes: u64,
     renew: tokio::task::JoinHandle<()>,
     done: bool,
 }
 
 impl Lease {
-    /// Stores the answer for replay (`ttl`), unless it is over `max_bytes`
-    /// or would take the caller past four times that stored: then the key
-    /// is freed (a later request runs again).
+    /// Stores the answer for replay (`ttl`), unless it is over `max_bytes`,
+    /// would take the caller's bucket past four times that stored, or the
+    /// whole store past `store_max_bytes`: then the key is freed (a later
+    /// request runs again).
     pub(super) async fn complete(mut self, stored: Stored) {
         self.done = true;
         self.renew.abort();
@@ -254,14 +283,16 @@ impl Lease {
             .collect();
         let mut inv = COMPLETE.prepare_invoke();
         inv.key(&self.key)
-            .key(bytes_key(&self.redis, &self.caller))
             .arg(&self.id)
             .arg(stored.status)
             .arg(serde_json::to_string(&headers).unwrap_or_else(|_| "{}".into()))
             .arg(stored.body.as_ref())
             .arg(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX))
             .arg(self.max_bytes)
-            .arg(self.max_bytes.saturating_mul(4));
+            .arg(self.max_bytes.saturating_mul(4))
+            .arg(bytes_key(&self.redis, &self.caller))
+            .arg(all_bytes_key(&self.redis))
+            .arg(self.store_max_bytes);
         // Writing a large answer takes longer than a lookup: size the budget.
         let len = stored.body.len() as u64;
         let budget = self.redis.timeout() + Duration::from_millis(len / BYTES_PER_MS + 1);
