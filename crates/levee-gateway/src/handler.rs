@@ -590,7 +590,7 @@ async fn claim_key(
     loop {
         let (claimed, scope) = shared
             .idempotency
-            .claim(k.caller, k.key, k.body_hash, shared.clock.now())
+            .claim(k.caller, k.key, k.body_hash, shared.clock.now(), waited)
             .await;
         if scope == Scope::Local {
             *note = Some(IdemNote::Local);

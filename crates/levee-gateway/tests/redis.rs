@@ -493,3 +493,42 @@ async fn the_shared_store_holds_at_most_state_max_bytes_over_every_caller() {
     );
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_follower_looking_while_the_leader_writes_a_large_answer_replays_it() {
+    let Some(r) = redis().await else { return };
+    // The default 5 ms budget per Redis call, as in production, and no
+    // local fallback: a look taken for Redis being down is a 503.
+    let config = format!(
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"fol{}\", replicas: 2, on_unavailable: refuse }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n",
+        r.port, r.port
+    );
+    let a = start(&["faults:\n  - { latency: 300ms }\n"], &config).await;
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\n{}",
+        config.replace("{mock0}", &a.mocks[0].url())
+    );
+    let b = spawn_text(&text, 7).await;
+    let body = big_embeddings();
+    let h = [("idempotency-key", "both-at-once")];
+    let first = post_path(&a, a.gw.addr, "/v1/embeddings", &body, &h);
+    let second = async {
+        // Arrive while the first is at the provider: it follows, looking
+        // every 20 ms, and one look lands while the leader writes ~5 MB.
+        watchdog(WATCHDOG, async {
+            while a.stats(0).in_flight < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        post_path(&a, b.addr, "/v1/embeddings", &body, &h).await
+    };
+    let (x, y) = watchdog(WATCHDOG, async { tokio::join!(first, second) }).await;
+    assert_eq!(x.status, 200, "{}", x.text());
+    assert_eq!(y.status, 200, "{}", &y.text()[..y.text().len().min(300)]);
+    assert_eq!(y.header("x-levee-replayed"), "true");
+    assert_eq!(x.body, y.body);
+    assert_eq!(a.stats(0).requests_total, 1, "the answer ran twice");
+    b.shutdown().await;
+    a.stop().await;
+}

@@ -389,6 +389,7 @@ impl IdempotencyBackend for MemoryBackend {
         key: &'a str,
         body_hash: [u8; 32],
         now: Instant,
+        _following: bool,
     ) -> BoxFuture<'a, (Claimed, Scope)> {
         let claimed = self.0.claim(caller, key, body_hash, now);
         Box::pin(std::future::ready((claimed, Scope::Shared)))

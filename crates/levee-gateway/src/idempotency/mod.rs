@@ -64,13 +64,16 @@ pub struct Stored {
 
 /// Where idempotency keys live.
 pub trait IdempotencyBackend: Send + Sync {
-    /// Claims `key` for a request from `caller` whose body hashes to `body_hash`.
+    /// Claims `key` for a request from `caller` whose body hashes to
+    /// `body_hash`. `following`: this request was told to follow and is
+    /// looking again, so the leader may be writing its answer right now.
     fn claim<'a>(
         &'a self,
         caller: [u8; 32],
         key: &'a str,
         body_hash: [u8; 32],
         now: Instant,
+        following: bool,
     ) -> BoxFuture<'a, (Claimed, Scope)>;
 }
 

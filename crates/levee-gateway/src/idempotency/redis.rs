@@ -151,9 +151,10 @@ impl IdempotencyBackend for RedisBackend {
         key: &'a str,
         body_hash: [u8; 32],
         now: Instant,
+        following: bool,
     ) -> BoxFuture<'a, (Claimed, Scope)> {
         Box::pin(async move {
-            match self.claim_shared(caller, key, &body_hash).await {
+            match self.claim_shared(caller, key, &body_hash, following).await {
                 Some(claimed) => (claimed, Scope::Shared),
                 None if self.refuse_unshared => (Claimed::Unavailable, Scope::Local),
                 None => (self.local.claim(caller, key, body_hash, now), Scope::Local),
@@ -170,6 +171,7 @@ impl RedisBackend {
         caller: [u8; 32],
         key: &str,
         body_hash: &[u8; 32],
+        following: bool,
     ) -> Option<Claimed> {
         let id = uuid::Uuid::now_v7().to_string();
         let k = idem_key(&self.redis, &caller, key);
@@ -179,7 +181,18 @@ impl RedisBackend {
             .arg(&id)
             .arg(lease_ms())
             .arg(INLINE_BODY);
-        let mut parts: Vec<Vec<u8>> = self.redis.run("idempotency", inv).await?;
+        // A follower looks while the leader may be writing its answer, and
+        // Redis runs one command at a time: a look queued behind an 8 MB
+        // write waited longer than the base budget, was taken for Redis
+        // being down, and ran the request again (5 of 6 runs). It gets the
+        // time the largest answer the store keeps takes to write.
+        let budget = if following {
+            self.redis.timeout()
+                + Duration::from_millis(self.local.max_answer_bytes() / BYTES_PER_MS + 1)
+        } else {
+            self.redis.timeout()
+        };
+        let mut parts: Vec<Vec<u8>> = self.redis.run_within("idempotency", inv, budget).await?;
         if parts.first().map(Vec::as_slice) == Some(b"big") && parts.len() >= 4 {
             let len: u64 = std::str::from_utf8(&parts[3]).ok()?.parse().ok()?;
             parts[3] = self.read_body(&k, len).await?;
