@@ -211,3 +211,24 @@ def test_a_request_the_backup_cannot_carry_skips_it(cross):
         c.chat.completions.create(model="gpt-test", messages=MESSAGES, n=2)
     assert e.value.status_code == 503, "the primary's failure, not a mangled backup call"
     assert backup.stats()["requests_total"] == 0
+
+
+def test_openai_sdk_sampling_parameters_reach_an_anthropic_backup(cross):
+    gw, _, backup = cross("openai")
+    c = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="test")
+    raw = c.chat.completions.with_raw_response.create(
+        model="gpt-test", messages=MESSAGES, temperature=0.7, top_p=0.9, stop=["END"],
+    )
+    assert raw.headers["x-levee-target"] == "backup"
+    assert "x-levee-skipped" not in raw.headers
+    assert raw.parse().choices[0].message.content == MOCK_TEXT
+    assert backup.stats()["by_status"] == {"200": 1}
+    # A temperature above Anthropic's range of 0 to 1: the backup cannot
+    # take it, so the caller gets the primary's failure, and the answer
+    # names the backup that was passed over and why.
+    with pytest.raises(openai.APIStatusError) as e:
+        c.with_options(max_retries=0).chat.completions.create(
+            model="gpt-test", messages=MESSAGES, temperature=1.5,
+        )
+    assert e.value.response.headers["x-levee-skipped"] == "backup=sampling"
+    assert backup.stats()["by_status"] == {"200": 1}

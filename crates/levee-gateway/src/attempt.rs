@@ -35,13 +35,21 @@ impl GatewayDeps<'_> {
 
 impl Dependencies for GatewayDeps<'_> {
     fn check(&self, t: usize, now: levee_policy::Instant) -> Result<(), Refusal> {
-        if self.plans.get(t).is_some_and(|p| p.skip) {
+        if let Some(plan) = self.plans.get(t).filter(|p| p.skipped()) {
+            // The planner asks before it falls back to a target, and about
+            // the target it is on: asked about a skipped one, it was about
+            // to send the request there.
+            plan.consulted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             return Err(Refusal::Shed);
         }
         self.provider(t).lock().check(now, self.upstream_model(t))
     }
     fn admit(&mut self, t: usize, now: levee_policy::Instant) -> Result<Permit, Refusal> {
-        if self.plans.get(t).is_some_and(|p| p.skip) {
+        if let Some(plan) = self.plans.get(t).filter(|p| p.skipped()) {
+            // Chosen and passed over: the request goes elsewhere because of it.
+            plan.consulted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             return Err(Refusal::Shed);
         }
         let model = self.upstream_model(t);

@@ -59,8 +59,18 @@ pub(crate) struct Plan {
     pub(crate) uri: http::Uri,
     /// How the exchange crosses dialects (`None`: the same dialect).
     pub(crate) crossing: Option<crate::crossing::Crossing>,
-    /// Skipped for this request: the target cannot carry it.
-    pub(crate) skip: bool,
+    /// Skipped for this request: the target cannot carry it, for this
+    /// reason (a metric label).
+    pub(crate) skip: Option<&'static str>,
+    /// The planner chose this skipped target: the refusal changed where
+    /// the request went.
+    pub(crate) consulted: std::sync::atomic::AtomicBool,
+}
+
+impl Plan {
+    pub(crate) fn skipped(&self) -> bool {
+        self.skip.is_some()
+    }
 }
 
 /// How long a committed stream whose caller set no deadline may run (the
@@ -108,7 +118,20 @@ pub(crate) fn run(
         lease,
     };
     Box::pin(async move {
-        let answer = driver.drive().await;
+        let mut answer = driver.drive().await;
+        if let Some(skipped) = driver.obs.skipped() {
+            // Answered by another target than the caller would expect, or
+            // not at all: the answer says which target was passed over and
+            // why, so a vendor switch is never silent.
+            if let Ok(v) = http::HeaderValue::from_str(skipped) {
+                match &mut answer {
+                    Ok(resp) => {
+                        resp.headers_mut().insert(headers::X_LEVEE_SKIPPED, v);
+                    }
+                    Err(e) => e.skipped = Some(v),
+                }
+            }
+        }
         driver.obs.answered(&answer);
         answer
     })
@@ -131,6 +154,7 @@ impl Driver {
                 };
                 policy.decide(&mut self.fin.req, &mut deps, now, &mut rng)
             };
+            self.note_skipped();
             match decision {
                 Decision::Wait { until } => {
                     self.obs.waiting(now, until);
@@ -162,6 +186,19 @@ impl Driver {
                     if let Some(answer) = self.attempt(dispatch, now).await {
                         break answer;
                     }
+                }
+            }
+        }
+    }
+
+    /// Hands the observer the skipped targets the planner chose since it
+    /// last looked (each is counted and named once).
+    fn note_skipped(&mut self) {
+        use std::sync::atomic::Ordering;
+        for (t, plan) in self.ctx.plans.iter().enumerate() {
+            if let Some(reason) = plan.skip {
+                if plan.consulted.swap(false, Ordering::Relaxed) {
+                    self.obs.skipped_target(t, reason);
                 }
             }
         }

@@ -517,7 +517,7 @@ fn prepare_targets(
         let mut upstream_path = path_and_query;
         let (body, crossing, skip) = match crossing::prepare(caller, provider.api, path, body, to) {
             crossing::Prepared::Same => match rewrite_model(body, model, to) {
-                Ok(b) => (b, None, false),
+                Ok(b) => (b, None, None),
                 Err(e) => return bad(400, &format!("levee: {e}")),
             },
             crossing::Prepared::Crossed {
@@ -526,17 +526,15 @@ fn prepare_targets(
                 crossing,
             } => {
                 upstream_path = path;
-                (body, Some(crossing), false)
+                (body, Some(crossing), None)
             }
             crossing::Prepared::Skip(why) => {
-                observe::translation_refused(
-                    shared,
-                    &route.name,
-                    &provider.name,
-                    why.reason.label(),
-                );
+                // Counted when the planner chooses this target, or below
+                // when no target can take the request: a backup that cannot
+                // carry embeddings changes nothing while the primary answers.
+                let label = why.reason.label();
                 refused.get_or_insert(why);
-                (Bytes::new(), None, true)
+                (Bytes::new(), None, Some(label))
             }
         };
         let Some(uri) = provider.uri_for(upstream_path) else {
@@ -547,9 +545,16 @@ fn prepare_targets(
             uri,
             crossing,
             skip,
+            consulted: std::sync::atomic::AtomicBool::new(false),
         });
     }
-    if let (true, Some(why)) = (plans.iter().all(|p| p.skip), &refused) {
+    if let (true, Some(why)) = (plans.iter().all(Plan::skipped), &refused) {
+        for (t, plan) in plans.iter().enumerate() {
+            let provider = &shared.providers[route.targets[t].provider];
+            if let Some(label) = plan.skip {
+                observe::translation_refused(shared, &route.name, &provider.name, label);
+            }
+        }
         let msg = format!(
             "levee: no target of route `{}` can carry this request: {why}",
             route.name

@@ -194,7 +194,7 @@ const HELP: [(&str, &str); 18] = [
     ),
     (
         "levee_translation_refused",
-        "Requests a target of the other dialect could not carry (that target is skipped for the request), by route, provider and reason",
+        "Requests a target of the other dialect could not carry, where that changed where the request went (the planner chose the target and passed it over, or no target could take it), by route, provider and reason",
     ),
 ];
 

@@ -104,6 +104,9 @@ pub(crate) struct Observer {
     /// The request's path and query and the caller's model, for the
     /// `--record` tape; `None` without one.
     tape_origin: Option<(String, String)>,
+    /// Targets the planner chose and passed over because they cannot carry
+    /// the request, as `x-levee-skipped` says them: `provider=reason, …`.
+    skipped: String,
 }
 
 impl Observer {
@@ -124,7 +127,27 @@ impl Observer {
             last_label: "none",
             span: None,
             tape_origin,
+            skipped: String::new(),
         }
+    }
+
+    /// The planner chose `target` and passed it over: it cannot carry the
+    /// request (`reason`). Counted, logged with the request, and said in
+    /// the answer's `x-levee-skipped`.
+    pub(crate) fn skipped_target(&mut self, target: usize, reason: &'static str) {
+        let provider = self.provider_name(target).to_string();
+        translation_refused(&self.shared, self.route_name(), &provider, reason);
+        if !self.skipped.is_empty() {
+            self.skipped.push_str(", ");
+        }
+        self.skipped.push_str(&provider);
+        self.skipped.push('=');
+        self.skipped.push_str(reason);
+    }
+
+    /// `x-levee-skipped`'s value, when a target was passed over.
+    pub(crate) fn skipped(&self) -> Option<&str> {
+        (!self.skipped.is_empty()).then_some(self.skipped.as_str())
     }
 
     fn route_name(&self) -> &str {
@@ -382,6 +405,7 @@ impl Observer {
             added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),
             deadline_left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
             upstream_error = upstream_error.as_deref().unwrap_or(""),
+            skipped = self.skipped.as_str(),
             "request"
         );
     }

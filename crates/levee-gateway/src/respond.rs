@@ -67,6 +67,9 @@ pub struct LeveeError {
     pub retry_after: Option<Duration>,
     /// Set when the provider's own verdict is the answer.
     pub verdict: Option<Box<Verdict>>,
+    /// `x-levee-skipped`: targets passed over because they cannot carry
+    /// the request.
+    pub skipped: Option<HeaderValue>,
 }
 
 impl LeveeError {
@@ -79,6 +82,7 @@ impl LeveeError {
             attempts: 0,
             retry_after: None,
             verdict: None,
+            skipped: None,
         }
     }
 
@@ -134,6 +138,9 @@ impl LeveeError {
             }
         };
         error_headers(resp.headers_mut(), reason, self.attempts, self.retry_after);
+        if let Some(v) = self.skipped {
+            resp.headers_mut().insert(headers::X_LEVEE_SKIPPED, v);
+        }
         resp
     }
 }

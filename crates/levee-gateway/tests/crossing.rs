@@ -190,6 +190,62 @@ async fn a_backup_that_cannot_carry_the_request_is_skipped_and_counted() {
         1.0,
         "{m}"
     );
+    assert_eq!(r.header("x-levee-skipped"), "anthropic=several_choices");
+}
+
+#[tokio::test(start_paused = true)]
+async fn sampling_parameters_reach_an_anthropic_primary_and_a_skip_is_never_silent() {
+    let env = local(&["faults: []", "faults: []"], A_TO_O);
+    // The OpenAI SDK's sampling parameters: carried to the Anthropic primary.
+    let body = r#"{"model":"anthropic/claude-x","temperature":0.7,"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", body, &[])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-levee-target"), "anthropic");
+    assert_eq!(r.header("x-levee-skipped"), "");
+    assert_eq!(r.json()["object"], "chat.completion");
+    assert_eq!(env.stats(1).requests_total, 0);
+    // A temperature Anthropic cannot take: the backup answers, and the
+    // answer says the primary was passed over and why.
+    let hot = r#"{"model":"anthropic/claude-x","temperature":1.5,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", hot, &[])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-levee-target"), "openai");
+    assert_eq!(r.header("x-levee-skipped"), "anthropic=sampling");
+    assert_eq!(
+        env.stats(0).requests_total,
+        1,
+        "the primary was never sent it"
+    );
+    let m = env.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            "levee_translation_refused_total",
+            &["provider=\"anthropic\"", "reason=\"sampling\""]
+        ),
+        1.0,
+        "{m}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backup_that_could_not_carry_a_request_the_primary_answered_is_not_counted() {
+    let env = local(&["faults: []", "faults: []"], O_TO_A);
+    for _ in 0..3 {
+        let r = watchdog(
+            WATCHDOG,
+            env.post("/v1/embeddings", r#"{"model":"m","input":"x"}"#, &[]),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-levee-skipped"), "");
+    }
+    let m = env.metrics();
+    assert!(
+        !m.lines()
+            .any(|l| l.starts_with("levee_translation_refused_total{")),
+        "counted though nothing went elsewhere: {m}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

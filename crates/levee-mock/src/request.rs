@@ -182,8 +182,9 @@ const OPENAI_CHAT_FIELDS: [&str; 37] = [
 ];
 
 /// Top-level fields of a Messages request (the `anthropic` SDK's
-/// `MessageCreateParams`).
-const ANTHROPIC_MESSAGES_FIELDS: [&str; 19] = [
+/// `MessageCreateParams`, and the sampling fields the API takes that the
+/// SDK 2.14's types no longer list: `temperature`, `top_k`, `top_p`).
+const ANTHROPIC_MESSAGES_FIELDS: [&str; 22] = [
     "max_tokens",
     "messages",
     "model",
@@ -198,9 +199,12 @@ const ANTHROPIC_MESSAGES_FIELDS: [&str; 19] = [
     "stop_sequences",
     "stream",
     "system",
+    "temperature",
     "thinking",
     "tool_choice",
     "tools",
+    "top_k",
+    "top_p",
     "user_profile_id",
     "workspace_id",
 ];
@@ -233,6 +237,30 @@ pub(crate) fn strict_check(
     }
     if *endpoint == Endpoint::Messages && !fields.contains_key("max_tokens") {
         return Err(invalid(dialect, "max_tokens", Problem::Missing));
+    }
+    // Sampling ranges: Anthropic's temperature and top_p run from 0 to 1,
+    // OpenAI's temperature from 0 to 2.
+    let numbers: std::collections::BTreeMap<Cow<'_, str>, serde_json::Value> =
+        serde_json::from_slice(bytes).unwrap_or_default();
+    let top = match endpoint {
+        Endpoint::Messages => 1.0,
+        _ => 2.0,
+    };
+    for (field, max) in [("temperature", top), ("top_p", 1.0)] {
+        let Some(v) = numbers.get(field).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        if !v.as_f64().is_some_and(|x| (0.0..=max).contains(&x)) {
+            let message = match dialect {
+                Dialect::OpenAi => format!("Invalid '{field}': must be a number from 0 to {max}."),
+                Dialect::Anthropic => format!("{field}: Input should be a number from 0 to {max}"),
+            };
+            return Err(Invalid {
+                message,
+                param: None,
+                code: None,
+            });
+        }
     }
     Ok(())
 }

@@ -20,11 +20,15 @@ pub struct MessagesRequest {
     pub system: Option<System>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_sequences: Option<Vec<String>>,
-    /// Older API versions' sampling knobs (today's SDK types have none).
+    /// Sampling: the Messages API takes `temperature` (0 to 1), `top_p`
+    /// and `top_k` (the `anthropic` SDK 2.14's types no longer list them;
+    /// its callers send them as extra body fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Tool>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -76,7 +76,18 @@ impl TryFrom<o::ChatRequest> for a::MessagesRequest {
     type Error = Untranslatable;
 
     /// OpenAI Chat Completions → Anthropic Messages.
-    fn try_from(r: o::ChatRequest) -> Result<Self, Untranslatable> {
+    fn try_from(mut r: o::ChatRequest) -> Result<Self, Untranslatable> {
+        // `top_k` is not an OpenAI field, but OpenAI-compatible servers take
+        // it and callers send it as an extra body field: Anthropic has it.
+        let top_k = match r.other.remove("top_k") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                refuse(
+                    Reason::Sampling,
+                    "`top_k` must be a whole number for Anthropic",
+                )
+            })?),
+        };
         check_other(&r.other)?;
         if r.n.is_some_and(|n| n != 1) {
             return Err(refuse(
@@ -84,10 +95,12 @@ impl TryFrom<o::ChatRequest> for a::MessagesRequest {
                 "`n` > 1: Anthropic answers with one message",
             ));
         }
-        if r.temperature.is_some() || r.top_p.is_some() {
+        // OpenAI's temperature runs from 0 to 2, Anthropic's from 0 to 1:
+        // the same number means the same below 1, and nothing above it.
+        if let Some(t) = r.temperature.filter(|t| *t > 1.0) {
             return Err(refuse(
                 Reason::Sampling,
-                "`temperature` / `top_p`: the Messages API has no sampling parameters",
+                format!("`temperature` {t} is above Anthropic's maximum of 1"),
             ));
         }
         let (system, messages) = messages_to_anthropic(r.messages)?;
@@ -131,8 +144,9 @@ impl TryFrom<o::ChatRequest> for a::MessagesRequest {
             messages,
             system,
             stop_sequences,
-            temperature: None,
-            top_p: None,
+            temperature: r.temperature,
+            top_p: r.top_p,
+            top_k,
             tools,
             tool_choice,
             metadata: user_id.map(|u| a::Metadata { user_id: Some(u) }),
@@ -451,6 +465,12 @@ impl TryFrom<a::MessagesRequest> for o::ChatRequest {
     /// Anthropic Messages → OpenAI Chat Completions.
     fn try_from(r: a::MessagesRequest) -> Result<Self, Untranslatable> {
         check_other(&r.other)?;
+        if r.top_k.is_some() {
+            return Err(refuse(
+                Reason::Sampling,
+                "`top_k`: OpenAI Chat Completions has no top_k",
+            ));
+        }
         let mut messages = Vec::with_capacity(r.messages.len() + 1);
         if let Some(s) = r.system {
             messages.push(o::Message::System(o::SystemMessage {

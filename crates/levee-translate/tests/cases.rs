@@ -89,7 +89,9 @@ fn what_anthropic_cannot_carry_is_refused_with_a_reason() {
     };
     assert_eq!(with("n", json!(2)), Reason::SeveralChoices);
     assert_eq!(with("logprobs", json!(true)), Reason::Logprobs);
-    assert_eq!(with("temperature", json!(0.2)), Reason::Sampling);
+    assert_eq!(with("temperature", json!(1.2)), Reason::Sampling);
+    assert_eq!(with("top_k", json!("many")), Reason::Sampling);
+    assert_eq!(with("seed", json!(7)), Reason::Sampling);
     assert_eq!(
         with("response_format", json!({"type": "json_object"})),
         Reason::OutputFormat
@@ -420,4 +422,31 @@ fn usage_from_the_network_saturates_instead_of_overflowing() {
     .unwrap();
     let o: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(o["usage"]["total_tokens"], u64::MAX);
+}
+
+#[test]
+fn sampling_parameters_cross_where_both_dialects_have_them() {
+    let body = json!({
+        "model": "m", "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0.7, "top_p": 0.9, "top_k": 40, "stop": ["END"]
+    });
+    let a = req(Dialect::OpenAi, Dialect::Anthropic, body).unwrap();
+    assert_eq!(a["temperature"], 0.7);
+    assert_eq!(a["top_p"], 0.9);
+    assert_eq!(a["top_k"], 40);
+    assert_eq!(a["stop_sequences"], json!(["END"]));
+    let back = json!({
+        "model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0.3, "top_p": 0.5, "stop_sequences": ["x"]
+    });
+    let o = req(Dialect::Anthropic, Dialect::OpenAi, back.clone()).unwrap();
+    assert_eq!(o["temperature"], 0.3);
+    assert_eq!(o["top_p"], 0.5);
+    assert_eq!(o["stop"], json!(["x"]));
+    let mut with_k = back;
+    with_k["top_k"] = json!(5);
+    assert_eq!(
+        req(Dialect::Anthropic, Dialect::OpenAi, with_k).unwrap_err(),
+        Reason::Sampling
+    );
 }

@@ -344,6 +344,7 @@ fn a_request() -> impl Strategy<Value = a::MessagesRequest> {
                     stop_sequences,
                     temperature: None,
                     top_p: None,
+                    top_k: None,
                     tools,
                     tool_choice,
                     metadata: user.map(|u| a::Metadata { user_id: Some(u) }),

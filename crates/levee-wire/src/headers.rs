@@ -34,6 +34,9 @@ pub const X_LEVEE_REASON: HeaderName = HeaderName::from_static("x-levee-reason")
 pub const X_LEVEE_ATTEMPTS: HeaderName = HeaderName::from_static("x-levee-attempts");
 /// Which target answered.
 pub const X_LEVEE_TARGET: HeaderName = HeaderName::from_static("x-levee-target");
+/// Targets of the route passed over for this request because they cannot
+/// carry it (`provider=reason, …`): a vendor switch is never silent.
+pub const X_LEVEE_SKIPPED: HeaderName = HeaderName::from_static("x-levee-skipped");
 /// What the idempotency store said about a keyed request.
 pub const X_LEVEE_IDEMPOTENCY: HeaderName = HeaderName::from_static("x-levee-idempotency");
 /// `true` on an answer replayed from the idempotency store.
