@@ -11,7 +11,7 @@ use crate::model::{
 };
 use crate::raw::{RawConfig, RawIdempotency, RawKey, RawLimits, RawProvider, RawRoute, RawState};
 use crate::values::{Api, BackendKind, Http2};
-use crate::{Caller, Config, BUILTIN_MOCK};
+use crate::{Caller, Config, BUILTIN_MOCK, BUILTIN_MOCK_ANTHROPIC};
 use levee_policy::admission::Gcra;
 use levee_policy::BreakerSettings;
 use std::net::SocketAddr;
@@ -31,19 +31,42 @@ impl Config {
         let src = Source { text, prefix: at };
         let builtin_mock = raw.providers.is_empty();
         let (mut providers, declared) = if builtin_mock {
+            // The built-in mock answers both dialects natively: one provider
+            // for each, both pointed at it, so an Anthropic caller's
+            // `thinking` or server tools reach it untranslated.
             (
-                vec![builtin_mock_provider()],
-                vec![BreakerSettings::default()],
+                vec![
+                    builtin_mock_provider(BUILTIN_MOCK, Api::OpenAi),
+                    builtin_mock_provider(BUILTIN_MOCK_ANTHROPIC, Api::Anthropic),
+                ],
+                vec![BreakerSettings::default(), BreakerSettings::default()],
             )
         } else {
             providers(src, &raw)?
         };
         let default_route = [RawRoute::default()];
+        // With the built-in mock and no routes: Anthropic's path to its
+        // Anthropic face, everything else to the first provider.
+        let builtin_routes = [
+            RawRoute {
+                matcher: Some(crate::raw::RawMatch {
+                    model_prefix: None,
+                    path: Some("/v1/messages".to_string()),
+                }),
+                targets: Some(vec![crate::raw::RawTarget::Name(
+                    BUILTIN_MOCK_ANTHROPIC.to_string(),
+                )]),
+                ..RawRoute::default()
+            },
+            RawRoute::default(),
+        ];
         // No routes: every model, every path, to the first provider.
-        let raw_routes = if raw.routes.is_empty() {
-            &default_route[..]
-        } else {
+        let raw_routes = if !raw.routes.is_empty() {
             &raw.routes[..]
+        } else if builtin_mock {
+            &builtin_routes[..]
+        } else {
+            &default_route[..]
         };
         let routes =
             crate::route::resolve_routes(src, raw_routes, &mut providers, declared, builtin_mock)?;
@@ -100,12 +123,12 @@ fn limits(src: Source<'_>, raw: Option<&RawLimits>) -> Result<Limits, ConfigErro
 /// come to ~700 bytes, so a smaller limit refuses every SDK request.
 const MIN_HEADER_BYTES: usize = 1024;
 
-/// The provider used when none is configured; the caller points it at a
+/// A provider used when none is configured; the caller points it at a
 /// running mock ([`Config::set_builtin_mock_addr`]).
-fn builtin_mock_provider() -> Provider {
+fn builtin_mock_provider(name: &str, api: Api) -> Provider {
     Provider {
-        name: BUILTIN_MOCK.to_string(),
-        api: Api::OpenAi,
+        name: name.to_string(),
+        api,
         base_url: http::Uri::from_static(defaults::mock::BASE_URL),
         api_key_env: None,
         max_in_flight: defaults::mock::MAX_IN_FLIGHT,

@@ -45,6 +45,9 @@ use std::time::Duration;
 
 /// The name of the built-in mock provider.
 pub const BUILTIN_MOCK: &str = "mock";
+/// The built-in mock's Anthropic face: the same mock, spoken to in
+/// Anthropic's dialect, serving `/v1/messages` when no routes are given.
+pub const BUILTIN_MOCK_ANTHROPIC: &str = "mock-anthropic";
 
 /// A whole, valid configuration.
 #[derive(Clone, Debug)]
@@ -98,9 +101,9 @@ impl Config {
     /// Points the built-in mock provider at `addr`.
     pub fn set_builtin_mock_addr(&mut self, addr: SocketAddr) {
         if self.builtin_mock {
-            if let Some(p) = self.providers.get_mut(0) {
-                if let Ok(uri) = format!("http://{addr}").parse() {
-                    p.base_url = uri;
+            if let Ok(uri) = format!("http://{addr}").parse::<http::Uri>() {
+                for p in &mut self.providers {
+                    p.base_url = uri.clone();
                 }
             }
         }

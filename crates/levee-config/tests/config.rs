@@ -117,7 +117,17 @@ fn empty_config_routes_everything_to_the_builtin_mock() {
         c.providers[0].base_url.to_string(),
         "http://127.0.0.1:9999/"
     );
-    assert_eq!(c.route_for("/v1/messages", "anything"), Some(0));
+    // Both dialects natively: Anthropic's path to the mock's Anthropic
+    // face, everything else to its OpenAI face, both at the mock.
+    let messages = c.route_for("/v1/messages", "anything").unwrap();
+    let chat = c.route_for("/v1/chat/completions", "anything").unwrap();
+    let api = |r: usize| c.providers[c.routes[r].targets[0].provider].api;
+    assert_eq!(api(messages), levee_config::Api::Anthropic);
+    assert_eq!(api(chat), levee_config::Api::OpenAi);
+    assert!(c
+        .providers
+        .iter()
+        .all(|p| p.base_url.to_string() == "http://127.0.0.1:9999/"));
 }
 
 #[test]
