@@ -127,7 +127,7 @@ fn empty_config_routes_everything_to_the_builtin_mock() {
     assert!(c
         .providers
         .iter()
-        .all(|p| p.base_url.to_string() == "http://127.0.0.1:9999/"));
+        .all(|p| p.base_url == "http://127.0.0.1:9999/"));
 }
 
 #[test]
