@@ -405,7 +405,9 @@ impl Driver {
         self.fin.req.commit();
         let target = self.fin.req.target();
         let attempts = self.fin.req.attempts();
-        let recording = self.obs.delivered(&self.fin.req, started, &parts, None);
+        let recording = self
+            .obs
+            .delivered(&self.fin.req, started, &parts, None, &self.ctx.model);
         // A stream is not stored for replay, but its key stays held (and its
         // bulkhead slot taken) until the stream ends.
         let holds = crate::stream::Holds {
@@ -487,8 +489,13 @@ impl Driver {
             status,
             retry_after: None,
         });
-        self.obs
-            .delivered(&self.fin.req, started, &parts, Some(&bytes));
+        self.obs.delivered(
+            &self.fin.req,
+            started,
+            &parts,
+            Some(&bytes),
+            &self.ctx.model,
+        );
         let target = self.fin.req.target();
         let attempts = self.fin.req.attempts();
         // The backup's answer in the caller's dialect.
@@ -536,7 +543,8 @@ impl Driver {
     /// client error, else Levee's error saying why.
     fn fail(&mut self, f: &Failure) -> LeveeError {
         let last_error = self.last_error.take();
-        self.obs.failed(&self.fin.req, f, last_error.as_ref());
+        self.obs
+            .failed(&self.fin.req, f, last_error.as_ref(), &self.ctx.model);
         let attempts = self.fin.req.attempts();
         let provider_said = last_error
             .as_ref()

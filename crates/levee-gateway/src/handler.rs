@@ -67,11 +67,67 @@ where
     B::Error: Into<BoxError>,
 {
     let mut note = None;
-    let resp = match serve(&shared, req, dialect, &mut note).await {
+    let id = request_id(&shared, req.headers());
+    // The path and method as the refusal's log line names them (no copy).
+    let path = PATHS
+        .iter()
+        .copied()
+        .chain([levee_wire::paths::MODELS])
+        .find(|p| *p == req.uri().path())
+        .unwrap_or("(another path)");
+    let method = req.method().clone();
+    let arrived = shared.clock.now();
+    let mut admitted = false;
+    let resp = match serve(&shared, req, dialect, &mut note, &id, &mut admitted).await {
         Ok(r) => r,
-        Err(e) => e.into_response(dialect),
+        Err(e) => {
+            if !admitted {
+                // Refused before admission (an unknown path, a refused key,
+                // a body that cannot be read): no observer logs it.
+                let elapsed = shared.clock.since(arrived);
+                tracing::warn!(
+                    target: "levee::request",
+                    request_id = id.to_str().unwrap_or(""),
+                    method = method.as_str(),
+                    path,
+                    dialect = dialect.name(),
+                    status = e.status(),
+                    outcome = e.why.as_str(),
+                    duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                    reason = %e.message,
+                    "request refused"
+                );
+            }
+            e.into_response(dialect)
+        }
     };
-    noted(&shared, resp, note)
+    let mut resp = noted(&shared, resp, note);
+    with_request_id(resp.headers_mut(), id);
+    resp
+}
+
+/// The request's id: the caller's `x-request-id` when it sent a usable one
+/// (1 to 128 visible characters), else a new UUIDv7.
+fn request_id(shared: &Shared, h: &HeaderMap) -> HeaderValue {
+    if let Some(v) = h.get(headers::X_REQUEST_ID) {
+        let b = v.as_bytes();
+        if !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_graphic()) {
+            return v.clone();
+        }
+    }
+    let mut text = [0u8; 36];
+    shared.uuid_v7().hyphenated().encode_lower(&mut text);
+    HeaderValue::from_maybe_shared(Bytes::from_owner(text)).unwrap_or(HeaderValue::from_static("-"))
+}
+
+/// Sets `x-request-id`; a provider's own id moves to
+/// `x-levee-upstream-request-id` (quote it to the provider's support).
+fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
+    if let Some(theirs) = h.insert(headers::X_REQUEST_ID, id) {
+        if h.get(headers::X_REQUEST_ID) != Some(&theirs) {
+            h.insert(headers::X_LEVEE_UPSTREAM_REQUEST_ID, theirs);
+        }
+    }
 }
 
 /// Counts a refusal under `label` in `levee_rejected` and returns it.
@@ -85,6 +141,8 @@ async fn serve<B>(
     req: Request<B>,
     dialect: Dialect,
     note: &mut Option<IdemNote>,
+    id: &HeaderValue,
+    admitted: &mut bool,
 ) -> Result<Response<Body>, LeveeError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -142,7 +200,7 @@ where
         route,
         dialect,
     };
-    admit(shared, request, note).await
+    admit(shared, request, note, id, admitted).await
 }
 
 /// A request whose body is read and whose route is known.
@@ -385,6 +443,8 @@ async fn admit(
     shared: &Arc<Shared>,
     r: Inbound,
     note: &mut Option<IdemNote>,
+    id: &HeaderValue,
+    admitted: &mut bool,
 ) -> Result<Response<Body>, LeveeError> {
     let route = &shared.config.routes[r.route];
     let arrived = shared.clock.now();
@@ -451,7 +511,16 @@ async fn admit(
             .recorder
             .is_some()
             .then(|| (path_and_query.to_string(), r.model.clone())),
+        observe::Asked {
+            id: id.clone(),
+            key: r.caller.key_index(&shared.keys),
+            caller: said.caller.cloned(),
+            path: r.path,
+            dialect: r.dialect,
+            stream: r.stream,
+        },
     );
+    *admitted = true;
     let ctx = Ctx {
         shared: Arc::clone(shared),
         bulkhead: Some(bulkhead),

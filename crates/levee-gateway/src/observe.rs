@@ -89,6 +89,42 @@ pub(crate) struct Finished<'a> {
     pub error: Option<&'a LastError>,
 }
 
+/// Who sent a request and what it asked, for its log line.
+pub(crate) struct Asked {
+    /// `x-request-id`: the caller's, or one Levee made.
+    pub id: http::HeaderValue,
+    /// The gateway key the caller used (an index into `keys:`).
+    pub key: Option<usize>,
+    /// `x-levee-caller`, as the caller named itself.
+    pub caller: Option<http::HeaderValue>,
+    pub path: &'static str,
+    pub dialect: Dialect,
+    pub stream: bool,
+}
+
+/// One attempt, as the request's log line lists it.
+#[derive(Clone, Copy)]
+struct AttemptNote {
+    target: usize,
+    /// The provider's status, or 0 when it gave none.
+    status: u16,
+    label: &'static str,
+    ms: u64,
+}
+
+/// The attempts a log line lists one by one; later ones are counted only.
+const NOTED_ATTEMPTS: usize = 8;
+
+/// How a request ended, for its log line; `failure` is the status Levee
+/// answered with and the provider's last error, if any.
+struct Summary<'a> {
+    outcome: &'a str,
+    failure: Option<(u16, Option<&'a LastError>)>,
+    added: Duration,
+    last_result: &'a str,
+    model: &'a str,
+}
+
 /// One admitted request's books.
 pub(crate) struct Observer {
     shared: Arc<Shared>,
@@ -107,6 +143,11 @@ pub(crate) struct Observer {
     /// Targets the planner chose and passed over because they cannot carry
     /// the request, as `x-levee-skipped` says them: `provider=reason, …`.
     skipped: String,
+    asked: Asked,
+    /// The first attempts, in order (no allocation: most requests make one).
+    attempts: [Option<AttemptNote>; NOTED_ATTEMPTS],
+    /// The number of the attempt in flight.
+    attempt_n: u32,
 }
 
 impl Observer {
@@ -117,6 +158,7 @@ impl Observer {
         trace: RequestTrace,
         arrived: Instant,
         tape_origin: Option<(String, String)>,
+        asked: Asked,
     ) -> Self {
         Observer {
             shared,
@@ -128,7 +170,56 @@ impl Observer {
             span: None,
             tape_origin,
             skipped: String::new(),
+            asked,
+            attempts: [None; NOTED_ATTEMPTS],
+            attempt_n: 0,
         }
+    }
+
+    /// Notes an attempt for the log line.
+    fn note_attempt(&mut self, n: u32, note: AttemptNote) {
+        let i = (n as usize).saturating_sub(1);
+        if let Some(slot) = self.attempts.get_mut(i) {
+            *slot = Some(note);
+        }
+    }
+
+    /// The attempts as the log line says them: `provider status|result ms`.
+    fn attempt_list(&self) -> String {
+        let mut out = String::new();
+        for a in self.attempts.iter().flatten() {
+            if !out.is_empty() {
+                out.push_str(", ");
+            }
+            out.push_str(self.provider_name(a.target));
+            out.push(' ');
+            if a.status != 0 {
+                out.push_str(&a.status.to_string());
+            } else {
+                out.push_str(a.label);
+            }
+            out.push(' ');
+            out.push_str(&a.ms.to_string());
+            out.push_str("ms");
+        }
+        out
+    }
+
+    /// Who the caller is, for the log line: its gateway key's name, else
+    /// the name it gave in `x-levee-caller`, else `-`.
+    fn caller_name(&self) -> &str {
+        if let Some(
+            levee_config::CallerKey::Sha256 { name, .. }
+            | levee_config::CallerKey::Env { name, .. },
+        ) = self.asked.key.and_then(|i| self.shared.config.keys.get(i))
+        {
+            return name;
+        }
+        self.asked
+            .caller
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
     }
 
     /// The planner chose `target` and passed it over: it cannot carry the
@@ -197,6 +288,7 @@ impl Observer {
             .metrics
             .deadline_remaining_at_dispatch
             .observe(deadline.saturating_since(now).as_secs_f64());
+        self.attempt_n = n;
         let span = self
             .trace
             .attempt(self.route_name(), self.provider_name(d.target), n);
@@ -243,6 +335,15 @@ impl Observer {
         if let Some(span) = self.span.take() {
             span.finish(status, Some(label));
         }
+        self.note_attempt(
+            self.attempt_n,
+            AttemptNote {
+                target: f.target,
+                status: status.unwrap_or(0),
+                label,
+                ms: ms(at.saturating_since(f.started)),
+            },
+        );
         shared.census.attempt(
             self.route,
             f.target,
@@ -262,6 +363,7 @@ impl Observer {
         started: Instant,
         head: &http::response::Parts,
         body: Option<&Bytes>,
+        model: &str,
     ) -> Option<TapeLine> {
         let shared = Arc::clone(&self.shared);
         let target = req.target();
@@ -293,7 +395,23 @@ impl Observer {
         let added = total.saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
         shared.metrics.request(self.route_name(), "success");
-        self.log_summary(req, at, "success", None, added, "success");
+        self.note_attempt(
+            self.attempt_n,
+            AttemptNote {
+                target,
+                status: head.status.as_u16(),
+                label: "success",
+                ms: ms(at.saturating_since(started)),
+            },
+        );
+        let summary = Summary {
+            outcome: "success",
+            failure: None,
+            added,
+            last_result: "success",
+            model,
+        };
+        self.log_summary(req, at, summary);
         if let Some(span) = self.span.take() {
             span.finish(Some(head.status.as_u16()), None);
         }
@@ -320,7 +438,13 @@ impl Observer {
     }
 
     /// The planner gave up with `f` after `req.attempts()` attempts.
-    pub fn failed(&mut self, req: &RequestState, f: &Failure, last_error: Option<&LastError>) {
+    pub fn failed(
+        &mut self,
+        req: &RequestState,
+        f: &Failure,
+        last_error: Option<&LastError>,
+        model: &str,
+    ) {
         let shared = &self.shared;
         let attempts = req.attempts();
         shared
@@ -337,14 +461,14 @@ impl Observer {
             .saturating_since(self.arrived)
             .saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
-        self.log_summary(
-            req,
-            at,
-            reason,
-            Some((f.status, last_error)),
+        let summary = Summary {
+            outcome: reason,
+            failure: Some((f.status, last_error)),
             added,
-            self.last_label,
-        );
+            last_result: self.last_label,
+            model,
+        };
+        self.log_summary(req, at, summary);
     }
 
     /// The last attempt's result label.
@@ -371,17 +495,27 @@ impl Observer {
         }
     }
 
-    /// The summary log line, once per logical request; `failure` is the
-    /// status Levee answered with and the provider's last error, if any.
-    fn log_summary(
-        &self,
-        req: &RequestState,
-        at: Instant,
-        outcome: &str,
-        failure: Option<(u16, Option<&LastError>)>,
-        added: Duration,
-        last_result: &str,
-    ) {
+    /// The summary log line, once per logical request: at INFO for a
+    /// success, WARN for a failure. Levee's name for the provider is
+    /// `provider` (tracing's own `target` is the log's source, and a log
+    /// pipeline keeping one of two `target` keys lost the provider).
+    fn log_summary(&self, req: &RequestState, at: Instant, s: Summary<'_>) {
+        let failed = s.failure.is_some();
+        let enabled = if failed {
+            tracing::enabled!(target: "levee::request", tracing::Level::WARN)
+        } else {
+            tracing::enabled!(target: "levee::request", tracing::Level::INFO)
+        };
+        if !enabled {
+            return;
+        }
+        let Summary {
+            outcome,
+            failure,
+            added,
+            last_result,
+            model,
+        } = s;
         let left = req.deadline().saturating_since(at);
         let (status, err) = failure.map_or((None, None), |(s, e)| (Some(s), e));
         // The provider's error body, once per logical request (five copies of
@@ -394,20 +528,43 @@ impl Observer {
                 s
             }
         });
-        tracing::info!(
-            target: "levee::request",
-            route = %self.route_name(),
-            target = %self.provider_name(req.target()),
-            attempts = req.attempts(),
-            outcome,
-            last_attempt = last_result,
-            status = status.unwrap_or(200),
-            added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),
-            deadline_left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
-            upstream_error = upstream_error.as_deref().unwrap_or(""),
-            skipped = self.skipped.as_str(),
-            "request"
-        );
+        let route = &self.shared.config.routes[self.route];
+        let answered = route.rewrite_model(req.target(), model);
+        let id = self.asked.id.to_str().unwrap_or("");
+        let attempt_list = self.attempt_list();
+        let duration_ms = ms(at.saturating_since(self.arrived));
+        macro_rules! line {
+            ($level:ident) => {
+                tracing::$level!(
+                    target: "levee::request",
+                    request_id = id,
+                    caller = self.caller_name(),
+                    route = %route.name,
+                    provider = %self.provider_name(req.target()),
+                    model,
+                    model_answered = answered,
+                    path = self.asked.path,
+                    dialect = self.asked.dialect.name(),
+                    stream = self.asked.stream,
+                    duration_ms,
+                    attempts = req.attempts(),
+                    attempt_list = attempt_list.as_str(),
+                    skipped = self.skipped.as_str(),
+                    outcome,
+                    last_attempt = last_result,
+                    status = status.unwrap_or(200),
+                    added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),
+                    deadline_left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                    upstream_error = upstream_error.as_deref().unwrap_or(""),
+                    "request"
+                )
+            };
+        }
+        if failed {
+            line!(warn);
+        } else {
+            line!(info);
+        }
     }
 
     fn fill_tape(&self, target: usize, line: &mut TapeLine) {

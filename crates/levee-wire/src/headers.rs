@@ -34,6 +34,11 @@ pub const X_LEVEE_REASON: HeaderName = HeaderName::from_static("x-levee-reason")
 pub const X_LEVEE_ATTEMPTS: HeaderName = HeaderName::from_static("x-levee-attempts");
 /// Which target answered.
 pub const X_LEVEE_TARGET: HeaderName = HeaderName::from_static("x-levee-target");
+/// The request's id: the caller's, or one Levee made; on every answer.
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// A provider's own `x-request-id`, kept beside Levee's.
+pub const X_LEVEE_UPSTREAM_REQUEST_ID: HeaderName =
+    HeaderName::from_static("x-levee-upstream-request-id");
 /// Targets of the route passed over for this request because they cannot
 /// carry it (`provider=reason, …`): a vendor switch is never silent.
 pub const X_LEVEE_SKIPPED: HeaderName = HeaderName::from_static("x-levee-skipped");
