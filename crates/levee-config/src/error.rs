@@ -50,16 +50,6 @@ impl ConfigError {
         }
     }
 
-    /// An error of the YAML reader, whose position the parser reported.
-    pub(crate) fn from_yaml(e: &serde_norway::Error) -> Self {
-        let (line, message) = yaml_message(e);
-        let message = Problem::Yaml(message);
-        match line {
-            Some(line) => ConfigError::AtLine { line, message },
-            None => ConfigError::General(message),
-        }
-    }
-
     /// The line the error points at, if any.
     pub fn line(&self) -> Option<usize> {
         match self {
@@ -81,6 +71,16 @@ pub fn yaml_message(e: &serde_norway::Error) -> (Option<usize>, String) {
     (Some(loc.line()), message)
 }
 
+/// ", on lines 2 and 5", or as much of it as is known.
+fn lines_of(first: Option<usize>, again: Option<usize>) -> String {
+    match (first, again) {
+        (Some(a), Some(b)) if a == b => format!(", both on line {a}"),
+        (Some(a), Some(b)) => format!(", on lines {a} and {b}"),
+        (Some(a), None) | (None, Some(a)) => format!(", once on line {a}"),
+        (None, None) => String::new(),
+    }
+}
+
 /// One thing wrong with a configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum Problem {
@@ -89,6 +89,19 @@ pub enum Problem {
     /// URL, a number that must be at least 1). The reader prefixes the key.
     #[error("{0}")]
     Yaml(String),
+    /// A key given twice in one mapping; the error's line is the second.
+    #[error("{what} twice{}: {fix}", lines_of(*.first, *.again))]
+    DuplicateKey {
+        /// What is repeated, and where: "provider `openai` is defined".
+        what: String,
+        first: Option<usize>,
+        again: Option<usize>,
+        fix: &'static str,
+    },
+    #[error(
+        "tabs are not allowed in YAML indentation (a tab at column {column}): indent with spaces"
+    )]
+    TabIndent { column: usize },
     #[error("provider `{provider}`: `circuit_breaker`: {source}")]
     ProviderBreaker {
         provider: String,

@@ -25,6 +25,7 @@ mod model;
 pub mod raw;
 mod redis_url;
 mod route;
+mod shape;
 mod values;
 
 pub use duration::parse_duration;
@@ -84,7 +85,9 @@ impl Config {
         let raw: raw::RawConfig = if text.trim().is_empty() {
             raw::RawConfig::default()
         } else {
-            serde_norway::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?
+            shape::no_duplicate_keys(text)?;
+            serde_norway::from_str(text)
+                .map_err(|e| shape::read_error::<raw::RawConfig>(text, &e))?
         };
         Config::from_raw(raw, text)
     }
@@ -120,8 +123,9 @@ impl Config {
 /// Reads a callers list (`[{ name, deadline }]`, the shape of the config's
 /// `callers:`), for judging a config against callers kept elsewhere.
 pub fn parse_callers(text: &str) -> Result<Vec<Caller>, ConfigError> {
-    let raw: Vec<raw::RawCaller> =
-        serde_norway::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
+    shape::no_duplicate_keys(text)?;
+    let raw: Vec<raw::RawCaller> = serde_norway::from_str(text)
+        .map_err(|e| shape::read_error::<Vec<raw::RawCaller>>(text, &e))?;
     Ok(raw
         .into_iter()
         .map(|c| Caller {

@@ -23,11 +23,17 @@ pub enum Seg<'a> {
 /// key, that key's line; when part of the path is missing, the line of the
 /// deepest node that exists. `None` when `text` is not YAML.
 pub fn locate(text: &str, path: &[Seg<'_>]) -> Option<usize> {
+    locate_nth(text, path, 0)
+}
+
+/// [`locate`], where the path's last step is a key given more than once in
+/// its mapping: the line of its occurrence `nth` (0-based) there.
+pub fn locate_nth(text: &str, path: &[Seg<'_>], nth: usize) -> Option<usize> {
     // Only a document that parses can be probed: every error the probe then
     // meets is its own stop.
     serde_norway::from_str::<IgnoredAny>(text).ok()?;
     let de = serde_norway::Deserializer::from_str(text);
-    match (Probe { path }).deserialize(de) {
+    match (Probe { path, skip: nth }).deserialize(de) {
         Ok(()) => None,
         Err(e) => e.location().map(|l| l.line()),
     }
@@ -38,6 +44,8 @@ const STOP: &str = "the node looked for";
 /// Walks `path`; returns an error at the node it leads to.
 struct Probe<'p, 'a> {
     path: &'p [Seg<'a>],
+    /// Occurrences of the path's last key to pass over before stopping.
+    skip: usize,
 }
 
 impl<'de> DeserializeSeed<'de> for Probe<'_, '_> {
@@ -62,12 +70,19 @@ impl<'de> Visitor<'de> for Probe<'_, '_> {
             return Err(de::Error::custom(STOP));
         };
         let stop_at_key = rest.is_empty();
+        let mut skip = self.skip;
         while let Some(hit) = map.next_key_seed(KeyProbe {
             want,
-            stop: stop_at_key,
+            stop: stop_at_key && skip == 0,
         })? {
+            if hit && !stop_at_key {
+                return map.next_value_seed(Probe {
+                    path: rest,
+                    skip: self.skip,
+                });
+            }
             if hit {
-                return map.next_value_seed(Probe { path: rest });
+                skip = skip.saturating_sub(1);
             }
             map.next_value::<IgnoredAny>()?;
         }
@@ -83,7 +98,10 @@ impl<'de> Visitor<'de> for Probe<'_, '_> {
                 return Err(de::Error::custom(STOP));
             }
         }
-        seq.next_element_seed(Probe { path: rest })?;
+        seq.next_element_seed(Probe {
+            path: rest,
+            skip: self.skip,
+        })?;
         Err(de::Error::custom(STOP))
     }
 }
