@@ -139,8 +139,33 @@ fn builtin_mock_provider(name: &str, api: Api) -> Provider {
         connect_timeout: defaults::mock::CONNECT_TIMEOUT,
         http2: Http2::Auto,
         http2_max_streams: defaults::HTTP2_MAX_STREAMS,
+        auth: default_auth(api),
+        headers: Vec::new(),
+        query: Vec::new(),
     }
 }
+
+/// How each dialect's own SDK sends its key.
+fn default_auth(api: Api) -> crate::values::Auth {
+    match api {
+        Api::OpenAi => crate::values::Auth::Bearer,
+        Api::Anthropic => crate::values::Auth::Header("x-api-key".into()),
+    }
+}
+
+/// Header fields a provider's `headers:` may not set: Levee writes them
+/// itself (framing, routing, its own key and deadline fields).
+const RESERVED_FIELDS: [&str; 9] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "te",
+    "upgrade",
+    "x-timeout-ms",
+    "idempotency-key",
+    "content-type",
+];
 
 /// The configured providers, and the breaker settings each declares.
 fn providers(
@@ -185,6 +210,24 @@ fn providers(
             let problem = Problem::Http2MaxStreamsUnused(name.clone());
             return Err(at("http2_max_streams", problem));
         }
+        if p.auth == Some(crate::values::Auth::None) && p.api_key_env.is_some() {
+            let problem = Problem::ProviderField {
+                provider: name.clone(),
+                problem: "`auth: none` sends no key, so `api_key_env` would be unused: remove one of them".into(),
+            };
+            return Err(at("auth", problem));
+        }
+        for (field, _) in p.headers.iter().flatten() {
+            let lower = field.to_ascii_lowercase();
+            let valid = http::HeaderName::from_bytes(lower.as_bytes()).is_ok();
+            if !valid || RESERVED_FIELDS.contains(&lower.as_str()) {
+                let problem = Problem::ProviderField {
+                    provider: name.clone(),
+                    problem: format!("`headers`: `{field}` is not a field Levee can send (an invalid name, or one Levee writes itself)"),
+                };
+                return Err(at("headers", problem));
+            }
+        }
         providers.push(provider(name, p, rate_limit, allowance, breaker));
         declared.push(settings);
     }
@@ -218,6 +261,19 @@ fn provider(
         http2_max_streams: p
             .http2_max_streams
             .map_or(defaults::HTTP2_MAX_STREAMS, |m| m.0),
+        auth: p.auth.clone().unwrap_or_else(|| default_auth(p.api)),
+        headers: p
+            .headers
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect(),
+        query: p
+            .query
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
 

@@ -107,6 +107,8 @@ pub enum Problem {
         provider: String,
         source: BreakerError,
     },
+    #[error("provider `{provider}`: {problem}")]
+    ProviderField { provider: String, problem: String },
     #[error("provider `{provider}`: `rate_limit`: {source}")]
     ProviderRate { provider: String, source: RateError },
     #[error("route {number} (`{name}`): {problem}")]

@@ -36,8 +36,8 @@ pub use model::{
 };
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
 pub use values::{
-    Api, AtLeastOne, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint,
-    RedisUrl, Sha256Digest,
+    Api, AtLeastOne, Auth, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint,
+    RedisUrl, Sha256Digest, ValueSource,
 };
 
 use std::net::SocketAddr;

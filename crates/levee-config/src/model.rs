@@ -35,6 +35,13 @@ pub struct Provider {
     /// another (never more than the provider's own
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`).
     pub http2_max_streams: u32,
+    /// How the key from `api_key_env` is sent (the dialect's own way when
+    /// not written: `bearer` for OpenAI, `header x-api-key` for Anthropic).
+    pub auth: crate::values::Auth,
+    /// Extra header fields for every request, lower-case names.
+    pub headers: Vec<(String, crate::values::ValueSource)>,
+    /// Query parameters added to every request URI.
+    pub query: Vec<(String, crate::values::ValueSource)>,
 }
 
 impl Provider {

@@ -61,6 +61,11 @@ pub struct RawProvider {
     pub connect_timeout: Option<Dur>,
     pub http2: Option<Http2>,
     pub http2_max_streams: Option<AtLeastOne<u32>>,
+    pub auth: Option<crate::values::Auth>,
+    /// Extra header fields sent with every request to the provider.
+    pub headers: Option<std::collections::BTreeMap<String, crate::values::ValueSource>>,
+    /// Query parameters added to every request URI (Azure's `api-version`).
+    pub query: Option<std::collections::BTreeMap<String, crate::values::ValueSource>>,
 }
 
 #[derive(Debug, Deserialize)]

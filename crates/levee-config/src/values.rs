@@ -254,3 +254,73 @@ impl<'de> serde::Deserialize<'de> for OtlpEndpoint {
         })
     }
 }
+
+/// A value written in the config (`"2024-10-21"`) or read from an
+/// environment variable when the gateway starts (`{ env: VAR }`), for a
+/// provider's extra header fields and query parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValueSource {
+    Text(String),
+    Env(String),
+}
+
+impl<'de> serde::Deserialize<'de> for ValueSource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ValueSource;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, or `{ env: VARIABLE }` to read it from the environment")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ValueSource, E> {
+                Ok(ValueSource::Text(v.to_string()))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<ValueSource, A::Error> {
+                let mut var = None;
+                while let Some(key) = m.next_key::<String>()? {
+                    if key != "env" || var.is_some() {
+                        return Err(de::Error::custom(format!(
+                            "unexpected `{key}`: write a string, or `{{ env: VARIABLE }}`"
+                        )));
+                    }
+                    var = Some(m.next_value::<String>()?);
+                }
+                var.map(ValueSource::Env)
+                    .ok_or_else(|| de::Error::custom("`{ env: VARIABLE }` needs `env`"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// How a provider's key is sent: `bearer` (`authorization: Bearer KEY`),
+/// `header NAME` (`NAME: KEY`, e.g. Azure's `header api-key`), or `none`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Auth {
+    Bearer,
+    Header(String),
+    None,
+}
+
+impl<'de> serde::Deserialize<'de> for Auth {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_str(d, "`bearer`, `header NAME` or `none`", |s| {
+            let s = s.trim();
+            let token = |n: &str| {
+                !n.is_empty()
+                    && n.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            };
+            match s.split_once(char::is_whitespace) {
+                None if s == "bearer" => Ok(Auth::Bearer),
+                None if s == "none" => Ok(Auth::None),
+                Some(("header", name)) if token(name.trim()) => {
+                    Ok(Auth::Header(name.trim().to_ascii_lowercase()))
+                }
+                _ => Err(format!(
+                    "`auth` must be `bearer`, `header NAME` (e.g. `header api-key`) or `none` (got `{s}`)"
+                )),
+            }
+        })
+    }
+}

@@ -222,6 +222,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
             .filter(|&i| {
                 format!("{:?}", old.config.providers[i]) == format!("{p:?}")
                     && old.providers[i].secret == fresh.secret
+                    && old.providers[i].env_values == fresh.env_values
             });
         match same {
             Some(i) => {
@@ -254,7 +255,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
         })
         .collect();
     let keys = caller_keys(&config)?;
-    let secrets = crate::redact::Secrets::new(providers.iter().filter_map(|p| p.secret.as_deref()));
+    let secrets = crate::redact::Secrets::new(providers.iter().flat_map(|p| p.secrets()));
     let census = old.census.next(&config);
     let generation = Generation {
         number: old.generation.number + 1,

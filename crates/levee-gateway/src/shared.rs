@@ -94,7 +94,7 @@ pub enum SetupError {
     Upstream(#[from] UpstreamError),
     #[error(transparent)]
     Redis(#[from] RedisSetupError),
-    #[error("caller key `{name}`: environment variable `{var}` is not set")]
+    #[error("caller key `{name}`: environment variable `{var}` is not set; export it, or list the key by its `sha256` instead of `env`")]
     MissingCallerKey { name: String, var: String },
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::TelemetryError),
@@ -150,8 +150,7 @@ impl Shared {
                 ProviderRuntime::with_dial(p, hist, clock, replicas, dial.as_ref()).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let secrets =
-            crate::redact::Secrets::new(providers.iter().filter_map(|p| p.secret.as_deref()));
+        let secrets = crate::redact::Secrets::new(providers.iter().flat_map(|p| p.secrets()));
         let routes = config
             .routes
             .iter()
@@ -220,19 +219,21 @@ impl Shared {
 /// The sha256 of every accepted caller key: as configured, or of the key
 /// read from its environment variable now.
 pub fn caller_keys(config: &Config) -> Result<Vec<[u8; 32]>, SetupError> {
-    config
-        .keys
-        .iter()
-        .map(|k| match k {
-            CallerKey::Sha256 { digest, .. } => Ok(*digest),
-            CallerKey::Env { name, var } => std::env::var(var)
-                .map(|v| Sha256::digest(v.as_bytes()).into())
-                .map_err(|_| SetupError::MissingCallerKey {
-                    name: name.clone(),
-                    var: var.clone(),
-                }),
-        })
-        .collect()
+    config.keys.iter().map(caller_key).collect()
+}
+
+/// The sha256 of one accepted caller key (`levee check` reads keys through
+/// this too).
+pub fn caller_key(key: &CallerKey) -> Result<[u8; 32], SetupError> {
+    match key {
+        CallerKey::Sha256 { digest, .. } => Ok(*digest),
+        CallerKey::Env { name, var } => std::env::var(var)
+            .map(|v| Sha256::digest(v.as_bytes()).into())
+            .map_err(|_| SetupError::MissingCallerKey {
+                name: name.clone(),
+                var: var.clone(),
+            }),
+    }
 }
 
 /// The idempotency store: in memory, or Redis with the local store beside it.

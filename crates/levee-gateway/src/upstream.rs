@@ -547,9 +547,23 @@ impl From<Failed> for SendError {
 pub enum UpstreamError {
     #[error("provider `{provider}`: environment variable `{var}` (api_key_env) is not set; export it or remove `api_key_env`")]
     MissingKey { provider: String, var: String },
+    #[error("provider `{provider}`: environment variable `{var}` (named in `{key}`) is not set; export it or write the value in the config")]
+    MissingValue {
+        provider: String,
+        key: &'static str,
+        var: String,
+    },
     #[error("provider `{provider}`: the key in `{var}` is not a valid header value")]
     BadKey { provider: String, var: String },
 }
+
+/// What a query parameter's name or value keeps unescaped: RFC 3986's
+/// unreserved characters.
+const QUERY_PART: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// A provider's allowance shared by replicas (Redis), with the local
 /// limiter at 1/N of the rate used while Redis is unavailable.
@@ -579,6 +593,45 @@ impl SharedRate {
     }
 }
 
+/// The header a provider's requests authenticate with, read now from the
+/// environment variable its `api_key_env` names (none without one), and the
+/// key itself (to redact). `levee check` reads keys through this too, so it
+/// refuses what `serve` and a reload refuse.
+pub fn provider_auth(
+    p: &Provider,
+) -> Result<Option<(HeaderName, HeaderValue, String)>, UpstreamError> {
+    let Some(var) = p
+        .api_key_env
+        .as_ref()
+        .filter(|_| p.auth != levee_config::Auth::None)
+    else {
+        return Ok(None);
+    };
+    let key = std::env::var(var).map_err(|_| UpstreamError::MissingKey {
+        provider: p.name.clone(),
+        var: var.clone(),
+    })?;
+    let (name, value) = match &p.auth {
+        levee_config::Auth::Header(n) => (
+            HeaderName::from_bytes(n.as_bytes()).map_err(|_| UpstreamError::BadKey {
+                provider: p.name.clone(),
+                var: var.clone(),
+            })?,
+            key,
+        ),
+        levee_config::Auth::Bearer | levee_config::Auth::None => {
+            (header::AUTHORIZATION, format!("Bearer {key}"))
+        }
+    };
+    let mut v = HeaderValue::from_str(&value).map_err(|_| UpstreamError::BadKey {
+        provider: p.name.clone(),
+        var: var.clone(),
+    })?;
+    v.set_sensitive(true);
+    let secret = key_of(&value).to_string();
+    Ok(Some((name, v, secret)))
+}
+
 /// One provider at run time.
 #[derive(Debug)]
 pub struct ProviderRuntime {
@@ -597,8 +650,15 @@ pub struct ProviderRuntime {
     /// three allocations per request.
     endpoints: Vec<(&'static str, Uri)>,
     auth: Option<(HeaderName, HeaderValue)>,
+    /// `headers:`, resolved: sent with every request.
+    extra_headers: Vec<(HeaderName, HeaderValue)>,
+    /// `query:`, resolved and encoded (`a=b&c=d`): added to every URI.
+    query: String,
     /// The provider key itself, to redact from whatever Levee passes on.
     pub secret: Option<String>,
+    /// Values read from the environment for `headers:` and `query:`:
+    /// redacted like the key.
+    pub env_values: Vec<String>,
     pool: Arc<Pool>,
     pub state: Mutex<ProviderState>,
     connect_hist: Histogram,
@@ -625,27 +685,45 @@ impl ProviderRuntime {
         replicas: Option<u32>,
         dial: Option<&crate::transport::Dial>,
     ) -> Result<Self, UpstreamError> {
-        let mut secret = None;
-        let auth = match &p.api_key_env {
-            None => None,
-            Some(var) => {
-                let key = std::env::var(var).map_err(|_| UpstreamError::MissingKey {
+        let (auth, secret) = match provider_auth(p)? {
+            Some((name, value, key)) => (Some((name, value)), Some(key)),
+            None => (None, None),
+        };
+        let mut env_values = Vec::new();
+        let mut resolve = |key: &'static str, v: &levee_config::ValueSource| match v {
+            levee_config::ValueSource::Text(t) => Ok(t.clone()),
+            levee_config::ValueSource::Env(var) => {
+                let value = std::env::var(var).map_err(|_| UpstreamError::MissingValue {
                     provider: p.name.clone(),
+                    key,
                     var: var.clone(),
                 })?;
-                let (name, value) = match p.api {
-                    Api::Anthropic => (HeaderName::from_static("x-api-key"), key),
-                    Api::OpenAi => (header::AUTHORIZATION, format!("Bearer {key}")),
-                };
-                let mut v = HeaderValue::from_str(&value).map_err(|_| UpstreamError::BadKey {
-                    provider: p.name.clone(),
-                    var: var.clone(),
-                })?;
-                v.set_sensitive(true);
-                secret = Some(key_of(&value).to_string());
-                Some((name, v))
+                env_values.push(value.clone());
+                Ok(value)
             }
         };
+        let mut extra_headers = Vec::with_capacity(p.headers.len());
+        for (name, v) in &p.headers {
+            let value = resolve("headers", v)?;
+            let bad = || UpstreamError::BadKey {
+                provider: p.name.clone(),
+                var: format!("headers.{name}"),
+            };
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            let mut value = HeaderValue::from_str(&value).map_err(|_| bad())?;
+            value.set_sensitive(matches!(v, levee_config::ValueSource::Env(_)));
+            extra_headers.push((name, value));
+        }
+        let mut query = String::new();
+        for (name, v) in &p.query {
+            let value = resolve("query", v)?;
+            if !query.is_empty() {
+                query.push('&');
+            }
+            query.extend(percent_encoding::utf8_percent_encode(name, QUERY_PART));
+            query.push('=');
+            query.extend(percent_encoding::utf8_percent_encode(&value, QUERY_PART));
+        }
         let connector = connector(p, dial);
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
@@ -698,7 +776,10 @@ impl ProviderRuntime {
             base_path: p.base_url.path().trim_end_matches('/').to_string(),
             endpoints: Vec::new(),
             auth,
+            extra_headers,
+            query,
             secret,
+            env_values,
             pool,
             state: Mutex::new(state),
             connect_hist,
@@ -737,15 +818,36 @@ impl ProviderRuntime {
         }
     }
 
+    /// `base_url` is used as the provider's own SDK uses it. A bare host
+    /// gets the whole path (`/v1/chat/completions`). For OpenAI a base URL
+    /// with a path is the API's root, `/v1` included (`…/v1`,
+    /// `…/v1beta/openai`, an Azure `…/openai/v1`): the path after `/v1` is
+    /// added to it. For Anthropic, whose SDK's base URL has no `/v1`, a
+    /// path is a prefix, and a base URL ending in `/v1` does not double it.
     fn build_uri(&self, path_and_query: &str) -> Option<Uri> {
-        let tail = if self.base_path.ends_with("/v1") && path_and_query.starts_with("/v1/") {
-            &path_and_query[3..]
-        } else {
-            path_and_query
+        let root = match self.api {
+            Api::OpenAi => !self.base_path.is_empty(),
+            Api::Anthropic => self.base_path.ends_with("/v1"),
         };
-        format!("{}{}{}", self.scheme_authority, self.base_path, tail)
-            .parse()
-            .ok()
+        let tail = match path_and_query.strip_prefix("/v1") {
+            Some(rest) if root && rest.starts_with('/') => rest,
+            _ => path_and_query,
+        };
+        let mut uri = format!("{}{}{}", self.scheme_authority, self.base_path, tail);
+        if !self.query.is_empty() {
+            uri.push(if tail.contains('?') { '&' } else { '?' });
+            uri.push_str(&self.query);
+        }
+        uri.parse().ok()
+    }
+
+    /// Everything to redact that this provider was configured with: its key
+    /// and the values its `headers:` and `query:` read from the environment.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.secret
+            .as_deref()
+            .into_iter()
+            .chain(self.env_values.iter().map(String::as_str))
     }
 
     /// Locks the provider's policy state (a poisoned lock is still usable:
@@ -836,6 +938,9 @@ pub fn build_request(
     if let Some((n, v)) = &provider.auth {
         h.insert(n.clone(), v.clone());
     }
+    for (n, v) in &provider.extra_headers {
+        h.insert(n.clone(), v.clone());
+    }
     if provider.api == Api::Anthropic && !h.contains(&headers::ANTHROPIC_VERSION) {
         h.append(
             headers::ANTHROPIC_VERSION,
@@ -914,37 +1019,78 @@ mod tests {
     }
 
     #[test]
-    fn upstream_uris_join_the_base_url_without_doubling_v1() {
-        for (base, path, want) in [
+    fn upstream_uris_use_the_base_url_as_the_providers_sdk_does() {
+        for (api, base, extra, path, want) in [
             (
+                "openai",
                 "http://h.test",
+                "",
                 "/v1/chat/completions",
                 "http://h.test/v1/chat/completions",
             ),
             (
+                "openai",
                 "http://h.test/v1",
+                "",
                 "/v1/chat/completions",
                 "http://h.test/v1/chat/completions",
             ),
+            // Gemini's OpenAI-compatible root: no `/v1` added.
             (
-                "https://h.test/openai/v1/",
-                "/v1/messages",
-                "https://h.test/openai/v1/messages",
+                "openai",
+                "https://generativelanguage.googleapis.com/v1beta/openai/",
+                "",
+                "/v1/chat/completions",
+                "https://generativelanguage.googleapis.com/v1beta/openai/chat/completions",
             ),
             (
+                "openai",
                 "http://h.test:8080/proxy",
+                "",
                 "/v1/embeddings",
-                "http://h.test:8080/proxy/v1/embeddings",
+                "http://h.test:8080/proxy/embeddings",
+            ),
+            // Anthropic's SDK base URL has no `/v1`: a path is a prefix.
+            (
+                "anthropic",
+                "http://h.test:8080/proxy",
+                "",
+                "/v1/messages",
+                "http://h.test:8080/proxy/v1/messages",
+            ),
+            (
+                "anthropic",
+                "https://h.test/anthropic/v1/",
+                "",
+                "/v1/messages",
+                "https://h.test/anthropic/v1/messages",
             ),
             // Not one of the endpoints built in advance: built on the spot.
             (
+                "openai",
                 "http://h.test/v1",
+                "",
                 "/v1/messages?beta=true",
                 "http://h.test/v1/messages?beta=true",
             ),
+            // `query:` on every URI, escaped, after the caller's own.
+            (
+                "openai",
+                "https://r.test/openai/v1",
+                ", query: { api-version: \"2024-10-21 preview\" }",
+                "/v1/chat/completions",
+                "https://r.test/openai/v1/chat/completions?api-version=2024-10-21%20preview",
+            ),
+            (
+                "openai",
+                "https://r.test/openai/v1",
+                ", query: { api-version: v1 }",
+                "/v1/chat/completions?x=1",
+                "https://r.test/openai/v1/chat/completions?x=1&api-version=v1",
+            ),
         ] {
             let cfg = levee_config::Config::parse(&format!(
-                "providers:\n  p: {{ api: openai, base_url: \"{base}\" }}\nroutes:\n  - targets: [p]\n"
+                "providers:\n  p: {{ api: {api}, base_url: \"{base}\"{extra} }}\nroutes:\n  - targets: [p]\n"
             ))
             .unwrap();
             let p =
@@ -955,6 +1101,97 @@ mod tests {
                 want,
                 "{base} + {path}"
             );
+        }
+    }
+
+    #[test]
+    fn a_providers_key_goes_where_its_auth_says_with_its_extra_fields() {
+        std::env::set_var("LEVEE_UPSTREAM_TEST_KEY", "k-123456789");
+        std::env::set_var("LEVEE_UPSTREAM_TEST_ORG", "org-from-env");
+        let cases = [
+            ("openai", "", Some(("authorization", "Bearer k-123456789"))),
+            ("anthropic", "", Some(("x-api-key", "k-123456789"))),
+            (
+                "openai",
+                ", auth: header api-key",
+                Some(("api-key", "k-123456789")),
+            ),
+            (
+                "anthropic",
+                ", auth: bearer",
+                Some(("authorization", "Bearer k-123456789")),
+            ),
+        ];
+        for (api, extra, want) in cases {
+            let cfg = levee_config::Config::parse(&format!(
+                "providers:\n  p: {{ api: {api}, base_url: \"http://h.test\", api_key_env: LEVEE_UPSTREAM_TEST_KEY{extra}, headers: {{ OpenAI-Organization: {{ env: LEVEE_UPSTREAM_TEST_ORG }}, x-static: s }} }}\nroutes:\n  - targets: [p]\n"
+            ))
+            .unwrap();
+            let p =
+                ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
+                    .unwrap();
+            let uri = p.uri_for("/v1/chat/completions").unwrap();
+            let out = build_request(
+                &p,
+                &HeaderMap::new(),
+                uri,
+                Bytes::new(),
+                Duration::from_secs(1),
+                &HeaderValue::from_static("k"),
+            );
+            let (name, value) = want.unwrap_or(("", ""));
+            assert_eq!(
+                out.fields
+                    .get(&HeaderName::from_bytes(name.as_bytes()).unwrap())
+                    .map(|v| v.as_bytes()),
+                Some(value.as_bytes()),
+                "{api}{extra}"
+            );
+            assert_eq!(
+                out.fields
+                    .get(&HeaderName::from_static("openai-organization"))
+                    .map(|v| v.as_bytes()),
+                Some(&b"org-from-env"[..])
+            );
+            assert_eq!(
+                out.fields
+                    .get(&HeaderName::from_static("x-static"))
+                    .map(|v| v.as_bytes()),
+                Some(&b"s"[..])
+            );
+            assert!(
+                p.secrets().any(|s| s == "org-from-env"),
+                "an env value is redacted"
+            );
+        }
+        let cfg = levee_config::Config::parse(
+            "providers:\n  p: { api: openai, base_url: \"http://h.test\", auth: none }\nroutes:\n  - targets: [p]\n",
+        )
+        .unwrap();
+        let p = ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
+            .unwrap();
+        let uri = p.uri_for("/v1/chat/completions").unwrap();
+        let out = build_request(
+            &p,
+            &HeaderMap::new(),
+            uri,
+            Bytes::new(),
+            Duration::from_secs(1),
+            &HeaderValue::from_static("k"),
+        );
+        assert!(out
+            .fields
+            .get(&HeaderName::from_static("authorization"))
+            .is_none());
+        // Config errors: a reserved field, a key with auth none.
+        for bad in [
+            "headers: { Host: x }",
+            "headers: { content-length: \"1\" }",
+            "auth: none, api_key_env: X",
+            "auth: basic",
+        ] {
+            let text = format!("providers:\n  p: {{ api: openai, base_url: \"http://h.test\", {bad} }}\nroutes:\n  - targets: [p]\n");
+            assert!(levee_config::Config::parse(&text).is_err(), "{bad}");
         }
     }
 
