@@ -9,7 +9,11 @@
 # Targets (fuzz/fuzz_targets/): retry_after (retry-after, retry-after-ms and
 # the deadline headers), sse (the relay's event framer), inspect (model
 # extraction, full validation and rewrite), config (YAML config loading),
-# redact (provider-key redaction, tape paths, Redis URLs shown in messages).
+# redact (provider-key redaction, tape paths, Redis URLs shown in messages),
+# h1_request (where the caller-side HTTP/1 parser says each request on a
+# connection ends, against a reference RFC 9112 framer), h1_answer (the
+# same for the provider-side answer parser). LEVEE_FUZZ_SKIP_KNOWN=1 lets
+# the h1 targets' reference follow Levee on its known, reported deviations.
 #
 # How this works on stable: libFuzzer's coverage instrumentation is LLVM's
 # SanitizerCoverage, which rustc reaches through stable codegen flags
@@ -36,7 +40,7 @@ case "$SECS" in
 esac
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 2
-TARGETS="${FUZZ_TARGETS:-retry_after sse inspect config redact}"
+TARGETS="${FUZZ_TARGETS:-retry_after sse inspect config redact h1_request h1_answer}"
 SANITIZER="${FUZZ_SANITIZER:-none}"
 # Own target dir: never fights the main workspace build for its lock.
 export CARGO_TARGET_DIR="$ROOT/fuzz/target"
