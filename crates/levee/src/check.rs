@@ -37,6 +37,12 @@ pub struct CheckArgs {
     /// The longest each probe step may take, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub probe_timeout_ms: u64,
+    /// Warn, instead of failing, when a key variable the config names (a
+    /// provider's `api_key_env`, a caller key's `env`) is not set here: for
+    /// checking a config where its secrets are absent, as in CI. `serve` and
+    /// a reload still refuse the config where the variable is not set.
+    #[arg(long, requires = "config")]
+    pub allow_missing_env: bool,
 }
 
 /// Why `--callers` could not be read.
@@ -102,6 +108,23 @@ pub fn run(args: CheckArgs) -> i32 {
         },
         None => config.callers.clone(),
     };
+    let mut refused = false;
+    for (missing, problem) in key_problems(&config, path) {
+        let shown = path.display();
+        if missing && args.allow_missing_env {
+            eprintln!("levee check: warning: {shown}: {problem}; `levee serve` and a SIGHUP reload refuse this config where it is not set");
+        } else {
+            refused = true;
+            let hint = match missing {
+                true => " (to check it where its secrets are absent, as in CI, pass --allow-missing-env)",
+                false => "",
+            };
+            eprintln!("levee check: {shown}: {problem}; `levee serve` and a SIGHUP reload refuse this config{hint}");
+        }
+    }
+    if refused {
+        return 1;
+    }
     let (text, stranded) = render(&config, path, &callers);
     print!("{text}");
     let probed = match args.probe {
@@ -117,6 +140,38 @@ pub fn run(args: CheckArgs) -> i32 {
         return 1;
     }
     probed
+}
+
+/// Every key the gateway would read from the environment at start and on a
+/// reload and could not read here (through the gateway's own functions, so
+/// `check` refuses what `serve` refuses), each with its config line when the
+/// file can be read again: (only the variable is missing, the problem).
+fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
+    use levee_config::locate::{locate, Seg};
+    use levee_gateway::upstream::UpstreamError;
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let at = |segs: &[Seg<'_>]| {
+        locate(&text, segs).map_or(String::new(), |line| format!("config line {line}: "))
+    };
+    let mut out = Vec::new();
+    for p in &config.providers {
+        if let Err(e) = levee_gateway::upstream::provider_auth(p) {
+            let missing = matches!(e, UpstreamError::MissingKey { .. });
+            let line = at(&[
+                Seg::Key("providers"),
+                Seg::Key(&p.name),
+                Seg::Key("api_key_env"),
+            ]);
+            out.push((missing, format!("{line}{e}")));
+        }
+    }
+    for (i, key) in config.keys.iter().enumerate() {
+        if let Err(e) = levee_gateway::shared::caller_key(key) {
+            let line = at(&[Seg::Key("keys"), Seg::Index(i), Seg::Key("env")]);
+            out.push((true, format!("{line}{e}")));
+        }
+    }
+    out
 }
 
 /// `levee check --census-from`: the census a running gateway measured.

@@ -248,3 +248,100 @@ fn a_malformed_redis_url_is_refused_by_check_and_serve_without_showing_its_passw
     assert_eq!(serve.status.code(), Some(1), "{all}");
     assert!(!all.contains("hunter2"), "the password is shown:\n{all}");
 }
+
+/// `levee check` with `env` set (and the test's key variables removed
+/// first, so the outcome does not depend on the machine).
+fn check_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("check").args(args);
+    for var in [UNSET_PROVIDER_KEY, UNSET_CALLER_KEY] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run levee")
+}
+
+const UNSET_PROVIDER_KEY: &str = "LEVEE_CHECK_TEST_PROVIDER_KEY";
+const UNSET_CALLER_KEY: &str = "LEVEE_CHECK_TEST_CALLER_KEY";
+
+#[test]
+fn an_unset_key_variable_fails_check_as_it_fails_serve_unless_allowed_missing() {
+    let cfg = file(
+        "unset-env.yaml",
+        &format!(
+            "providers:\n  plain: {{ api: openai, base_url: \"http://127.0.0.1:9\" }}\n  keyed:\n    api: anthropic\n    base_url: \"http://127.0.0.1:9\"\n    api_key_env: {UNSET_PROVIDER_KEY}\nkeys:\n  - {{ name: app, env: {UNSET_CALLER_KEY} }}\nroutes:\n  - targets: [keyed, plain]\n"
+        ),
+    );
+    let cfg = cfg.to_str().unwrap();
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            stdout(o),
+            String::from_utf8_lossy(&o.stderr).into_owned()
+        )
+    };
+    // Default, and with --probe: an error naming the provider, the variable
+    // and its line, and what to do; no "valid".
+    for extra in [&[][..], &["--probe", "--probe-timeout-ms", "500"][..]] {
+        let mut args = vec!["--config", cfg];
+        args.extend_from_slice(extra);
+        let o = check_env(&args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", text(&o));
+        assert!(!stdout(&o).contains("valid"), "{extra:?}: {}", text(&o));
+        assert!(
+            err.contains(&format!(
+                "config line 6: provider `keyed`: environment variable `{UNSET_PROVIDER_KEY}` (api_key_env) is not set"
+            )) && err.contains(&format!(
+                "config line 8: caller key `app`: environment variable `{UNSET_CALLER_KEY}` is not set"
+            )) && err.contains("`levee serve` and a SIGHUP reload refuse this config")
+                && err.contains("pass --allow-missing-env"),
+            "{extra:?}: {err}"
+        );
+    }
+    // serve refuses the same file for the same reason.
+    let serve = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--config", cfg])
+        .env_remove(UNSET_PROVIDER_KEY)
+        .env_remove(UNSET_CALLER_KEY)
+        .output()
+        .expect("run levee serve");
+    assert_eq!(serve.status.code(), Some(1), "{}", text(&serve));
+    assert!(
+        String::from_utf8_lossy(&serve.stderr).contains(UNSET_PROVIDER_KEY),
+        "{}",
+        text(&serve)
+    );
+    // --allow-missing-env: valid, with a warning per variable.
+    let o = check_env(&["--config", cfg, "--allow-missing-env"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stdout(&o).contains("valid"), "{}", text(&o));
+    assert_eq!(err.matches("levee check: warning:").count(), 2, "{err}");
+    assert!(
+        err.contains(UNSET_PROVIDER_KEY) && err.contains(UNSET_CALLER_KEY),
+        "{err}"
+    );
+    // Both set: valid, no warning.
+    let both = [
+        (UNSET_PROVIDER_KEY, "sk-test"),
+        (UNSET_CALLER_KEY, "caller"),
+    ];
+    let o = check_env(&["--config", cfg], &both);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    // A key serve cannot send (not a header value) is refused even with the
+    // flag: it is set, not missing.
+    let bad = [
+        (UNSET_PROVIDER_KEY, "sk-\ntest"),
+        (UNSET_CALLER_KEY, "caller"),
+    ];
+    let o = check_env(&["--config", cfg, "--allow-missing-env"], &bad);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is not a valid header value"),
+        "{}",
+        text(&o)
+    );
+}
