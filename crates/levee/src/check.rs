@@ -37,8 +37,9 @@ pub struct CheckArgs {
     /// The longest each probe step may take, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub probe_timeout_ms: u64,
-    /// Warn, instead of failing, when a key variable the config names (a
-    /// provider's `api_key_env`, a caller key's `env`) is not set here: for
+    /// Warn, instead of failing, when a variable the config reads a secret
+    /// from (a provider's `api_key_env`, a `{ env: VAR }` header or query
+    /// value, a caller key's `env`) is not set here: for
     /// checking a config where its secrets are absent, as in CI. `serve` and
     /// a reload still refuse the config where the variable is not set.
     #[arg(long, requires = "config")]
@@ -142,10 +143,11 @@ pub fn run(args: CheckArgs) -> i32 {
     probed
 }
 
-/// Every key the gateway would read from the environment at start and on a
-/// reload and could not read here (through the gateway's own functions, so
-/// `check` refuses what `serve` refuses), each with its config line when the
-/// file can be read again: (only the variable is missing, the problem).
+/// Every value the gateway would read from the environment at start and on
+/// a reload and could not read here (keys through the gateway's own
+/// functions, so `check` refuses what `serve` refuses), each with its config
+/// line when the file can be read again: (only the variable is missing, the
+/// problem).
 fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
     use levee_config::locate::{locate, Seg};
     use levee_gateway::upstream::UpstreamError;
@@ -163,6 +165,27 @@ fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
                 Seg::Key("api_key_env"),
             ]);
             out.push((missing, format!("{line}{e}")));
+        }
+        for (field, values) in [("headers", &p.headers), ("query", &p.query)] {
+            for (name, value) in values {
+                let levee_config::ValueSource::Env(var) = value else {
+                    continue;
+                };
+                if std::env::var(var).is_err() {
+                    let e = UpstreamError::MissingValue {
+                        provider: p.name.clone(),
+                        key: field,
+                        var: var.clone(),
+                    };
+                    let line = at(&[
+                        Seg::Key("providers"),
+                        Seg::Key(&p.name),
+                        Seg::Key(field),
+                        Seg::Key(name),
+                    ]);
+                    out.push((true, format!("{line}{e}")));
+                }
+            }
         }
     }
     for (i, key) in config.keys.iter().enumerate() {

@@ -254,7 +254,7 @@ fn a_malformed_redis_url_is_refused_by_check_and_serve_without_showing_its_passw
 fn check_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.arg("check").args(args);
-    for var in [UNSET_PROVIDER_KEY, UNSET_CALLER_KEY] {
+    for var in [UNSET_PROVIDER_KEY, UNSET_CALLER_KEY, UNSET_HEADER] {
         cmd.env_remove(var);
     }
     cmd.envs(env.iter().copied());
@@ -263,13 +263,14 @@ fn check_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 const UNSET_PROVIDER_KEY: &str = "LEVEE_CHECK_TEST_PROVIDER_KEY";
 const UNSET_CALLER_KEY: &str = "LEVEE_CHECK_TEST_CALLER_KEY";
+const UNSET_HEADER: &str = "LEVEE_CHECK_TEST_HEADER";
 
 #[test]
 fn an_unset_key_variable_fails_check_as_it_fails_serve_unless_allowed_missing() {
     let cfg = file(
         "unset-env.yaml",
         &format!(
-            "providers:\n  plain: {{ api: openai, base_url: \"http://127.0.0.1:9\" }}\n  keyed:\n    api: anthropic\n    base_url: \"http://127.0.0.1:9\"\n    api_key_env: {UNSET_PROVIDER_KEY}\nkeys:\n  - {{ name: app, env: {UNSET_CALLER_KEY} }}\nroutes:\n  - targets: [keyed, plain]\n"
+            "providers:\n  plain: {{ api: openai, base_url: \"http://127.0.0.1:9\" }}\n  keyed:\n    api: anthropic\n    base_url: \"http://127.0.0.1:9\"\n    api_key_env: {UNSET_PROVIDER_KEY}\n    headers:\n      x-tenant: {{ env: {UNSET_HEADER} }}\nkeys:\n  - {{ name: app, env: {UNSET_CALLER_KEY} }}\nroutes:\n  - targets: [keyed, plain]\n"
         ),
     );
     let cfg = cfg.to_str().unwrap();
@@ -293,7 +294,9 @@ fn an_unset_key_variable_fails_check_as_it_fails_serve_unless_allowed_missing() 
             err.contains(&format!(
                 "config line 6: provider `keyed`: environment variable `{UNSET_PROVIDER_KEY}` (api_key_env) is not set"
             )) && err.contains(&format!(
-                "config line 8: caller key `app`: environment variable `{UNSET_CALLER_KEY}` is not set"
+                "config line 8: provider `keyed`: environment variable `{UNSET_HEADER}` (named in `headers`) is not set"
+            )) && err.contains(&format!(
+                "config line 10: caller key `app`: environment variable `{UNSET_CALLER_KEY}` is not set"
             )) && err.contains("`levee serve` and a SIGHUP reload refuse this config")
                 && err.contains("pass --allow-missing-env"),
             "{extra:?}: {err}"
@@ -305,6 +308,7 @@ fn an_unset_key_variable_fails_check_as_it_fails_serve_unless_allowed_missing() 
         .args(["--config", cfg])
         .env_remove(UNSET_PROVIDER_KEY)
         .env_remove(UNSET_CALLER_KEY)
+        .env_remove(UNSET_HEADER)
         .output()
         .expect("run levee serve");
     assert_eq!(serve.status.code(), Some(1), "{}", text(&serve));
@@ -318,23 +322,27 @@ fn an_unset_key_variable_fails_check_as_it_fails_serve_unless_allowed_missing() 
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(stdout(&o).contains("valid"), "{}", text(&o));
-    assert_eq!(err.matches("levee check: warning:").count(), 2, "{err}");
+    assert_eq!(err.matches("levee check: warning:").count(), 3, "{err}");
     assert!(
-        err.contains(UNSET_PROVIDER_KEY) && err.contains(UNSET_CALLER_KEY),
+        err.contains(UNSET_PROVIDER_KEY)
+            && err.contains(UNSET_HEADER)
+            && err.contains(UNSET_CALLER_KEY),
         "{err}"
     );
-    // Both set: valid, no warning.
-    let both = [
+    // All set: valid, no warning.
+    let all = [
         (UNSET_PROVIDER_KEY, "sk-test"),
+        (UNSET_HEADER, "tenant"),
         (UNSET_CALLER_KEY, "caller"),
     ];
-    let o = check_env(&["--config", cfg], &both);
+    let o = check_env(&["--config", cfg], &all);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(o.stderr.is_empty(), "{}", text(&o));
     // A key serve cannot send (not a header value) is refused even with the
     // flag: it is set, not missing.
     let bad = [
         (UNSET_PROVIDER_KEY, "sk-\ntest"),
+        (UNSET_HEADER, "tenant"),
         (UNSET_CALLER_KEY, "caller"),
     ];
     let o = check_env(&["--config", cfg, "--allow-missing-env"], &bad);
