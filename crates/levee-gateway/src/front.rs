@@ -726,10 +726,8 @@ fn valid_host(value: &[u8]) -> bool {
                 return false;
             };
             let literal = &rest[..close];
-            let ip = !literal.is_empty()
-                && literal
-                    .iter()
-                    .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+            let ip =
+                std::str::from_utf8(literal).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok());
             if !ip {
                 return false;
             }
@@ -746,9 +744,21 @@ fn valid_host(value: &[u8]) -> bool {
     };
     // reg-name: unreserved, percent-encoded and sub-delims characters
     // (an IPv4 address is one too).
-    let reg_name = host
-        .iter()
-        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b));
+    let mut i = 0;
+    let mut reg_name = true;
+    while i < host.len() && reg_name {
+        let b = host[i];
+        if b == b'%' {
+            // A percent sign starts two hex digits.
+            reg_name = host
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+            i += 3;
+        } else {
+            reg_name = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+            i += 1;
+        }
+    }
     reg_name && port.is_none_or(|p| p.iter().all(u8::is_ascii_digit))
 }
 

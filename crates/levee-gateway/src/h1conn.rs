@@ -731,6 +731,16 @@ mod tests {
         .await;
         assert_eq!(r.unwrap().1, "ok");
         assert_eq!(shelf.len(), 1, "HTTP/1.0 asking to keep the connection");
+        // HTTP/1.0 has no transfer codings: such an answer is read, and its
+        // connection closed, whatever it asks.
+        let (r, shelf) = exchange(
+            64,
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+            false,
+        )
+        .await;
+        assert_eq!(r.unwrap().1, "hi");
+        assert_eq!(shelf.len(), 0, "reused after an HTTP/1.0 chunked answer");
     }
 
     #[tokio::test]

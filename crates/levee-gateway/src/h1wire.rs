@@ -182,8 +182,9 @@ impl Framing {
             return (Kind::Done, keep_alive);
         }
         if self.transfer_encoding {
-            // Both framings at once: never reuse the connection.
-            let reuse = keep_alive && self.content_length.is_none();
+            // Both framings at once, or a transfer coding on HTTP/1.0 (which
+            // has none): never reuse the connection.
+            let reuse = keep_alive && self.content_length.is_none() && version == Version::HTTP_11;
             return if self.chunked_last {
                 (Kind::Chunked(Chunked::START), reuse)
             } else {
@@ -375,7 +376,14 @@ fn chunk_line(line: &[u8]) -> Result<(u64, usize), &'static str> {
     if digits == 0 {
         return Err("invalid chunk size");
     }
-    let rest = line[digits..].trim_ascii_start();
+    // Only spaces and tabs (BWS) may stand between the size and `;`: a form
+    // feed or a vertical tab there is read as part of the size by some
+    // parsers and refused by others.
+    let rest = &line[digits..];
+    let rest = &rest[rest
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count()..];
     if !(rest.is_empty() || rest.starts_with(b";")) {
         return Err("invalid chunk size");
     }
@@ -420,6 +428,8 @@ mod tests {
             b"-1",
             b"1 2",
             b"1x",
+            b"10\x0c",
+            b"10\x0b;a=b",
             b"10000000000000000",
         ] {
             assert!(chunk_size(bad).is_err(), "{}", String::from_utf8_lossy(bad));

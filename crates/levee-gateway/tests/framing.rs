@@ -70,6 +70,9 @@ async fn host_must_be_there_once_and_valid() {
         "host: x:port\r\n",
         "host: [::1\r\n",
         "host: a b\r\n",
+        "host: a%zz\r\n",
+        "host: [:A1]:8080\r\n",
+        "host: [1]\r\n",
     ] {
         let got = raw(env.gw.addr, post(bad).as_bytes()).await;
         assert_eq!(status_of(&got), "400", "{bad:?}: {got}");
