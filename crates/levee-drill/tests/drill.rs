@@ -264,3 +264,81 @@ async fn the_live_drill_falls_inside_the_simulators_spread_for_the_same_incident
         "{said}"
     );
 }
+
+/// The simulator's spread of (calls answered, upstream requests per call)
+/// over a few seeds for `scenarios/twin-429-storm.yaml`.
+fn simulated_storm() -> Vec<(f64, f64)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/twin-429-storm.yaml");
+    let sc = levee_sim::Scenario::load(&path).expect("twin storm scenario loads");
+    (0..4)
+        .map(|seed| {
+            let v = &levee_sim::simulate(&sc, seed).variants[0];
+            (v.success_ratio, v.attempts_per_request_mean)
+        })
+        .collect()
+}
+
+/// Real time, ~70 s, and sensitive to a starved machine: run alone with
+/// `cargo test -p levee-drill --test drill storm -- --ignored`. Alone it
+/// agreed (live 83 % answered at 1.84 requests a call; simulated 73–84 % at
+/// 1.88–2.09); run beside a compiler on the same two cores, the live gateway
+/// answered 42 % and refused 63 of 120 calls `rate_limited` with no attempt,
+/// a disagreement the simulator, which never starves, does not show.
+#[ignore = "real time, ~70 s; run alone (see the doc comment)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_429_storm_falls_inside_the_simulators_spread() {
+    let mock = levee_mock::spawn(
+        "127.0.0.1:0".parse().expect("addr"),
+        levee_mock::MockOptions::default(),
+    )
+    .await
+    .expect("mock starts");
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 3 }}\n    deadline: {{ default: 60s, max: 120s }}\n",
+        mock.url()
+    );
+    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let gw = levee_gateway::spawn(config, 7, std::future::pending())
+        .await
+        .expect("gateway starts");
+    let mut a = args(
+        format!("http://{}", gw.addr),
+        mock.url(),
+        &["status=429,retry_after=2,probability=0.6"],
+    );
+    a.rate = 20.0;
+    a.duration = "6s".into();
+    a.timeout_ms = 60_000;
+    let plan = a.plan().expect("plan");
+    let live = tokio::time::timeout(Duration::from_secs(150), levee_drill::run(&plan, false))
+        .await
+        .expect("the drill ends by itself")
+        .expect("the drill runs");
+    gw.shutdown().await;
+    mock.shutdown().await;
+
+    let calls = live.logical_requests.max(1) as f64;
+    let success = live.outcomes.get("success").copied().unwrap_or(0) as f64 / calls;
+    let per_call = live.upstream_requests as f64 / calls;
+    let sim = simulated_storm();
+    let said = format!(
+        "live: success {success:.3}, {per_call:.2} requests a call, outcomes {:?}, unanswered {}; simulated: {sim:?}",
+        live.outcomes, live.unanswered
+    );
+    eprintln!("{said}");
+    let lo = |f: fn(&(f64, f64)) -> f64| sim.iter().map(f).fold(f64::INFINITY, f64::min);
+    let hi = |f: fn(&(f64, f64)) -> f64| sim.iter().map(f).fold(0.0, f64::max);
+    // 120 calls: give or take 8 points of success and 10 % of requests a
+    // call around the simulator's range.
+    assert!(
+        success >= lo(|s| s.0) - 0.08 && success <= hi(|s| s.0) + 0.08,
+        "{said}"
+    );
+    assert!(
+        per_call >= 0.9 * lo(|s| s.1) && per_call <= 1.1 * hi(|s| s.1),
+        "{said}"
+    );
+    // The storm never shuts the model: most calls are answered.
+    assert!(success > 0.6, "{said}");
+}
