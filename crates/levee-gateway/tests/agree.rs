@@ -24,6 +24,10 @@ struct Case {
     /// The route's body (YAML, indented for a list item), shared by both.
     route: &'static str,
     timeout_ms: u64,
+    /// Requests sent together at 0 s before the one measured, which is
+    /// sent at `at_ms` (they must all succeed): history the gateway learns.
+    warmup: u32,
+    at_ms: u64,
     /// Attempts, and `x-levee-reason` when Levee gave up.
     want: (u32, Option<&'static str>),
 }
@@ -46,6 +50,8 @@ const CASES: &[Case] = &[
         }],
         route: "    targets: [p]\n",
         timeout_ms: 20_000,
+        warmup: 0,
+        at_ms: 0,
         want: (1, None),
     },
     Case {
@@ -56,6 +62,8 @@ const CASES: &[Case] = &[
         }],
         route: "    targets: [p]\n    retry: { retry_after_cap: 30s }\n",
         timeout_ms: 60_000,
+        warmup: 0,
+        at_ms: 0,
         want: (1, Some("rate_limited")),
     },
     Case {
@@ -63,6 +71,8 @@ const CASES: &[Case] = &[
         providers: &[STALLED],
         route: "    targets: [ { provider: p, expected_attempt_ms: 2000 } ]\n",
         timeout_ms: 1_000,
+        warmup: 0,
+        at_ms: 0,
         want: (1, Some("deadline_exceeded")),
     },
     Case {
@@ -70,6 +80,8 @@ const CASES: &[Case] = &[
         providers: &[STALLED, HEALTHY],
         route: "    targets:\n      - { provider: p, expected_attempt_ms: 8000 }\n      - { provider: b, expected_attempt_ms: 1000 }\n",
         timeout_ms: 3_000,
+        warmup: 0,
+        at_ms: 0,
         want: (2, None),
     },
     Case {
@@ -80,6 +92,8 @@ const CASES: &[Case] = &[
         }],
         route: "    targets: [p]\n",
         timeout_ms: 2_000,
+        warmup: 0,
+        at_ms: 0,
         // The retry is not started: the deadline, not the provider, ends it.
         want: (1, Some("deadline_exceeded")),
     },
@@ -91,6 +105,8 @@ const CASES: &[Case] = &[
         }],
         route: "    targets: [p]\n    retry: { backoff: { base_ms: 1, max_ms: 2 } }\n",
         timeout_ms: 20_000,
+        warmup: 0,
+        at_ms: 0,
         // The default `max_attempts` is 8, but retries after an overload
         // status are not refunded: the budget's 5 a second always allowed
         // pays for five, then it is spent.
@@ -104,6 +120,22 @@ const CASES: &[Case] = &[
         }],
         route: "    targets: [p]\n",
         timeout_ms: 20_000,
+        warmup: 0,
+        at_ms: 0,
+        want: (2, None),
+    },
+    Case {
+        name: "a learned attempt time lets a retry fit a deadline the configured one cannot",
+        providers: &[Side {
+            mock: "faults:\n  - { status: 529, from: 990ms, to: 1050ms }\n",
+            sim: "{ workers: 100, latency: 20ms, faults: [ { status: 529, from: 990ms, to: 1050ms, latency: 10ms } ] }",
+        }],
+        // Configured at 20 s, the attempt is learned at ~20 ms from the
+        // warm-up: the retry 100 ms after the 529 fits the 8 s deadline.
+        route: "    targets: [ { provider: p, expected_attempt_ms: 20000 } ]\n    retry: { backoff: { schedule_ms: [100], jitter: none } }\n",
+        timeout_ms: 8_000,
+        warmup: 25,
+        at_ms: 1_000,
         want: (2, None),
     },
 ];
@@ -123,6 +155,13 @@ async fn live(case: &Case) -> (u32, Option<String>) {
     let config = levee_providers(case, |i| format!("{{mock{i}}}")) + "routes:\n  -\n" + case.route;
     let env = local(&faults, &config);
     let timeout = case.timeout_ms.to_string();
+    let start = paused_now();
+    let fields = [("x-timeout-ms", timeout.as_str())];
+    let warm = (0..case.warmup).map(|_| env.post("/v1/chat/completions", CHAT, &fields));
+    for r in watchdog(WATCHDOG, futures_util::future::join_all(warm)).await {
+        assert_eq!(r.status, 200, "warm-up: {}", case.name);
+    }
+    tokio::time::sleep_until(start + Duration::from_millis(case.at_ms)).await;
     let r = watchdog(
         WATCHDOG,
         env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", &timeout)]),
@@ -147,16 +186,29 @@ fn simulated(case: &Case) -> (u32, Option<String>) {
         .lines()
         .map(|l| format!("          {l}\n"))
         .collect::<String>();
+    let warm = match case.warmup {
+        0 => String::new(),
+        n => format!("  - {{ name: warm, burst: {n}, at: 0s, model: m, provider: p }}\n"),
+    };
     let text = format!(
-        "name: {name}\nduration: 1s\ndrain: 180s\narrivals:\n  - {{ name: one, burst: 1, at: 0s, model: m, provider: p }}\nproviders:\n{providers}variants:\n  - name: levee\n    callers:\n      - {{ name: sdk, attempts: 1, timeout: {t}ms, honours_should_retry: true }}\n    gateway:\n      levee:\n{levee}        routes:\n          -\n{route}",
+        "name: {name}\nduration: 2s\ndrain: 180s\narrivals:\n{warm}  - {{ name: one, burst: 1, at: {at}ms, model: m, provider: p }}\nproviders:\n{providers}variants:\n  - name: levee\n    callers:\n      - {{ name: sdk, attempts: 1, timeout: {t}ms, honours_should_retry: true }}\n    gateway:\n      levee:\n{levee}        routes:\n          -\n{route}",
         name = case.name,
         t = case.timeout_ms,
+        at = case.at_ms,
     );
     let sc = Scenario::parse(&text, None).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let report = simulate(&sc, DEFAULT_SEED);
     let v = &report.variants[0];
     let reason = v.detail.levee_reasons.keys().next().cloned();
-    (v.attempts_per_request_max, reason)
+    // With one stream of arrivals the report has no per-stream rows.
+    let attempts = match v.endpoints.iter().find(|e| e.name == "one") {
+        Some(one) => {
+            assert_eq!(one.requests, 1, "{}", case.name);
+            one.attempts_per_request_mean.round() as u32
+        }
+        None => v.attempts_per_request_max,
+    };
+    (attempts, reason)
 }
 
 #[tokio::test(start_paused = true)]
