@@ -131,7 +131,13 @@ class Gateway:
     """`levee serve --config FILE` in front of the mock, on free ports."""
 
     def __init__(
-        self, workdir: Path, mock: Mock, route: str, name: str = "gateway", listen: str = "127.0.0.1:0"
+        self,
+        workdir: Path,
+        mock: Mock,
+        route: str,
+        name: str = "gateway",
+        listen: str = "127.0.0.1:0",
+        extra_args: tuple[str, ...] = (),
     ):
         self.config_path = workdir / ("levee.yaml" if name == "gateway" else f"{name}.yaml")
         self.config_path.write_text(
@@ -155,6 +161,7 @@ class Gateway:
                 "json",
                 "--seed",
                 "42",
+                *extra_args,
             ],
             workdir,
         )

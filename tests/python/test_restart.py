@@ -1,5 +1,5 @@
-"""Restart without loss: a second `levee serve` listens on the same address
-while the first runs (SO_REUSEPORT), the first gets SIGTERM, takes what is
+"""Restart without loss: a second `levee serve --take-over` listens on the same
+address while the first runs (SO_REUSEPORT), the first gets SIGTERM, takes what is
 queued on its listener, drains and exits. Callers looping across the hand-over
 see no refused or failed request; the one exception left is a reset of a TCP
 handshake in progress at the instant the old listener closes, which Linux
@@ -121,7 +121,9 @@ def test_a_second_gateway_takes_over_the_address_and_no_caller_sees_a_failure(wo
         wait_until("calls through the first gateway", lambda: calls() >= CALLS_BETWEEN, deadline)
         for gen in range(1, HANDOVERS + 1):
             old = running[-1]
-            new = Gateway(workdir, mock, DEFAULT_ROUTE, name=f"gateway-{gen}", listen=listen)
+            new = Gateway(
+                workdir, mock, DEFAULT_ROUTE, name=f"gateway-{gen}", listen=listen, extra_args=("--take-over",)
+            )
             running.append(new)
             assert new.addr == listen
             wait_until("the new gateway sharing the address", lambda: new.requests() >= 20, deadline)

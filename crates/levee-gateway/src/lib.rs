@@ -119,7 +119,9 @@ impl Running {
 /// Binds with `SO_REUSEPORT` (on Unix), so that a new `levee serve` can
 /// listen on the same address while the old one still runs and drains: a
 /// restart without a moment in which the port refuses connections. The kernel
-/// lets only processes of the same user share the port.
+/// lets only processes of the same user share the port. The binary asks for
+/// that with `--take-over`; without it, it refuses an address that a process
+/// already listens on before calling this (`crates/levee/src/takeover.rs`).
 async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
     let err = |source| GatewayError::Bind { addr, source };
     let socket = if addr.is_ipv4() {

@@ -4,6 +4,7 @@
 mod check;
 mod probe;
 mod serve;
+mod takeover;
 
 use clap::{Parser, Subcommand};
 

@@ -34,6 +34,12 @@ pub struct ServeArgs {
     /// multi-threaded runtime instead.
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Listen beside the levee already serving the listen (and admin)
+    /// address, to hand over to this one: both accept until the old one is
+    /// sent SIGTERM and drains. Without it, an address that another process
+    /// listens on is refused.
+    #[arg(long)]
+    pub take_over: bool,
 }
 
 /// How log lines look.
@@ -188,6 +194,21 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
+    if !args.take_over {
+        for (addr, what, flag) in [
+            (config.listen, "", "--listen or `listen:`"),
+            (
+                config.admin_listen,
+                "admin address ",
+                "--admin or `admin.listen:`",
+            ),
+        ] {
+            if crate::takeover::held(addr) {
+                eprintln!("levee: {}", crate::takeover::refusal(addr, what, flag));
+                return 1;
+            }
+        }
+    }
     let seed = args.seed.unwrap_or_else(default_seed);
     rt.block_on(async move {
         let mut mock = None;
