@@ -12,8 +12,7 @@
 # redact (provider-key redaction, tape paths, Redis URLs shown in messages),
 # h1_request (where the caller-side HTTP/1 parser says each request on a
 # connection ends, against a reference RFC 9112 framer), h1_answer (the
-# same for the provider-side answer parser). LEVEE_FUZZ_SKIP_KNOWN=1 lets
-# the h1 targets' reference follow Levee on its known, reported deviations.
+# same for the provider-side answer parser).
 #
 # How this works on stable: libFuzzer's coverage instrumentation is LLVM's
 # SanitizerCoverage, which rustc reaches through stable codegen flags

@@ -99,9 +99,8 @@ fn reference(input: &[u8], head_request: bool) -> Ref {
                     reusable: false,
                 });
             }
-            // Known deviation: Levee reuses the connection after an
-            // HTTP/1.0 answer with `transfer-encoding` (and keep-alive).
-            let faulty = minor == 0 && !rfc9112::known();
+            // HTTP/1.0 has no transfer codings: the connection closes.
+            let faulty = minor == 0;
             return match chunked(rest) {
                 Chunked::Whole(body, _) => Ref::Whole(Answer {
                     status,

@@ -21,21 +21,10 @@
 //!   `EXTENSION_GRAMMAR` turns the full grammar check on (as a refusal
 //!   Levee may not share); it is off in the targets.
 //!
-//! Differences that ARE Levee's bugs (open, see bench/fuzz-results.md) make
-//! the targets fail by default; with `LEVEE_FUZZ_SKIP_KNOWN=1` the
-//! reference takes Levee's side on exactly those, to keep exploring past
-//! them. `known()` says which mode runs.
 #![allow(dead_code)]
 
 /// Checks chunk extensions against the full §7.1.1 grammar when true.
 pub const EXTENSION_GRAMMAR: bool = false;
-
-/// `LEVEE_FUZZ_SKIP_KNOWN=1`: the reference follows Levee on its known,
-/// reported deviations.
-pub fn known() -> bool {
-    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *KNOWN.get_or_init(|| std::env::var_os("LEVEE_FUZZ_SKIP_KNOWN").is_some_and(|v| v == "1"))
-}
 
 /// `tchar` (RFC 9110 §5.6.2).
 pub fn is_tchar(b: u8) -> bool {
@@ -247,10 +236,8 @@ fn chunk_size_line(l: &[u8]) -> Result<u64, &'static str> {
         }
     } else {
         // The extension's content is ignored; its start is not: after the
-        // size, only BWS and then either nothing or ";". Known deviation:
-        // Levee also skips a form feed there (any ASCII whitespace).
-        let bws = |b: u8| is_ows(b) || (known() && b == 0x0c);
-        let rest = &ext[ext.iter().take_while(|&&b| bws(b)).count()..];
+        // size, only BWS and then either nothing or ";".
+        let rest = &ext[ext.iter().take_while(|&&b| is_ows(b)).count()..];
         if !(rest.is_empty() || rest[0] == b';') {
             return Err("junk after chunk-size");
         }
@@ -339,14 +326,6 @@ pub fn valid_host(v: &[u8]) -> bool {
             .ok()
             .and_then(|s| s.parse::<std::net::Ipv6Addr>().ok())
             .is_some();
-        // Known deviation: Levee takes any hex digits, colons and dots
-        // in brackets for an IPv6 address.
-        let ok = ok
-            || (known()
-                && !literal.is_empty()
-                && literal
-                    .iter()
-                    .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.'));
         if !ok {
             return false;
         }
@@ -366,12 +345,6 @@ pub fn valid_host(v: &[u8]) -> bool {
     let mut i = 0;
     while i < host.len() {
         let b = host[i];
-        // Known deviation: Levee takes a `%` with no two hex digits after
-        // it as a reg-name character.
-        if b == b'%' && known() {
-            i += 1;
-            continue;
-        }
         if b == b'%' {
             let hex = |j: usize| host.get(j).is_some_and(u8::is_ascii_hexdigit);
             if !(hex(i + 1) && hex(i + 2)) {
