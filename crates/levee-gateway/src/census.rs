@@ -166,28 +166,92 @@ struct TargetStats {
     gauge: Gauge,
 }
 
-/// Requests and attempts per second over the last [`WINDOW_SECS`].
+/// One second of a route's traffic.
+#[derive(Clone, Copy)]
+struct Second {
+    /// Which second since the clock's origin; `u64::MAX` before any.
+    sec: u64,
+    requests: u32,
+    attempts: u32,
+    answered: u32,
+    succeeded: u32,
+}
+
+impl Second {
+    const EMPTY: Second = Second {
+        sec: u64::MAX,
+        requests: 0,
+        attempts: 0,
+        answered: 0,
+        succeeded: 0,
+    };
+}
+
+/// A route's traffic over the last [`WINDOW_SECS`]: what its attempts per
+/// request and the success ratio its callers see are computed from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recent {
+    /// Requests admitted (the attempts' denominator).
+    pub requests: u64,
+    /// Upstream attempts finished.
+    pub attempts: u64,
+    /// Requests answered, each counted once in `levee_requests_total`
+    /// under its outcome: successes, failures and refusals alike.
+    pub answered: u64,
+    /// Of those, answered with success (`success` or `replayed`).
+    pub succeeded: u64,
+}
+
+impl Recent {
+    /// The share of answered requests that succeeded; `None` when none was
+    /// answered.
+    pub fn success_ratio(&self) -> Option<f64> {
+        (self.answered > 0).then(|| self.succeeded as f64 / self.answered as f64)
+    }
+}
+
+/// Whether a `levee_requests_total` outcome is a success for the caller:
+/// `success`, or `replayed` (the stored answer of an earlier success).
+pub fn is_success(outcome: &str) -> bool {
+    matches!(outcome, "success" | "replayed")
+}
+
+/// A route's traffic per second over the last [`WINDOW_SECS`].
 #[derive(Clone)]
 struct Window {
-    slots: Vec<(u64, u32, u32)>,
+    slots: Vec<Second>,
 }
 
 impl Window {
-    fn slot(&mut self, sec: u64) -> &mut (u64, u32, u32) {
+    fn new() -> Self {
+        Window {
+            slots: vec![Second::EMPTY; usize::try_from(WINDOW_SECS).unwrap_or(60)],
+        }
+    }
+
+    fn slot(&mut self, sec: u64) -> &mut Second {
         let n = self.slots.len() as u64;
         let s = &mut self.slots[usize::try_from(sec % n).unwrap_or(0)];
-        if s.0 != sec {
-            *s = (sec, 0, 0);
+        if s.sec != sec {
+            *s = Second {
+                sec,
+                ..Second::EMPTY
+            };
         }
         s
     }
 
-    /// (requests, attempts) in the window ending at `sec`.
-    fn sum(&self, sec: u64) -> (u64, u64) {
+    /// The traffic in the window ending at `sec`.
+    fn sum(&self, sec: u64) -> Recent {
         self.slots
             .iter()
-            .filter(|s| s.0 <= sec && sec - s.0 < WINDOW_SECS)
-            .fold((0, 0), |(r, a), s| (r + u64::from(s.1), a + u64::from(s.2)))
+            .filter(|s| s.sec <= sec && sec - s.sec < WINDOW_SECS)
+            .fold(Recent::default(), |r, s| Recent {
+                requests: r.requests + u64::from(s.requests),
+                attempts: r.attempts + u64::from(s.attempts),
+                answered: r.answered + u64::from(s.answered),
+                succeeded: r.succeeded + u64::from(s.succeeded),
+            })
     }
 }
 
@@ -307,11 +371,7 @@ impl Census {
         let windows = config
             .routes
             .iter()
-            .map(|_| {
-                Mutex::new(Window {
-                    slots: vec![(u64::MAX, 0, 0); usize::try_from(WINDOW_SECS).unwrap_or(60)],
-                })
-            })
+            .map(|_| Mutex::new(Window::new()))
             .collect();
         Census {
             callers: Mutex::new(callers),
@@ -401,7 +461,7 @@ impl Census {
             s.counter.inc();
         }
         if let Some(w) = self.windows.get(route) {
-            lock(w).slot(now.since_origin().as_secs()).1 += 1;
+            lock(w).slot(now.since_origin().as_secs()).requests += 1;
         }
     }
 
@@ -411,7 +471,7 @@ impl Census {
     /// nothing about how long the provider takes, so they are not timed.
     pub fn attempt(&self, route: usize, target: usize, took: Duration, label: &str, now: Instant) {
         if let Some(w) = self.windows.get(route) {
-            lock(w).slot(now.since_origin().as_secs()).2 += 1;
+            lock(w).slot(now.since_origin().as_secs()).attempts += 1;
         }
         if matches!(label, "connect_error" | "tls" | "deadline_cut") {
             return;
@@ -464,12 +524,29 @@ impl Census {
         lock(&self.fallbacks).iter().rev().cloned().collect()
     }
 
-    /// Requests, attempts on `route` over the last [`WINDOW_SECS`].
-    pub fn recent(&self, route: usize, now: Instant) -> (u64, u64) {
+    /// Counts one request on `route` answered with `outcome` (as counted in
+    /// `levee_requests_total`), for the success ratio over the last
+    /// [`WINDOW_SECS`].
+    pub fn answered(&self, route: usize, outcome: &str, now: Instant) {
+        if let Some(w) = self.windows.get(route) {
+            let mut w = lock(w);
+            let s = w.slot(now.since_origin().as_secs());
+            s.answered += 1;
+            s.succeeded += u32::from(is_success(outcome));
+        }
+    }
+
+    /// The position of the route named `name`.
+    pub fn route_index(&self, name: &str) -> Option<usize> {
+        self.route_names.iter().position(|n| n == name)
+    }
+
+    /// `route`'s traffic over the last [`WINDOW_SECS`].
+    pub fn recent(&self, route: usize, now: Instant) -> Recent {
         self.windows
             .get(route)
             .map(|w| lock(w).sum(now.since_origin().as_secs()))
-            .unwrap_or((0, 0))
+            .unwrap_or_default()
     }
 
     /// Whether `route`'s `target` has a p99 above its `expected_attempt_ms`.
@@ -783,18 +860,42 @@ mod tests {
 
     #[test]
     fn the_window_counts_the_last_minute_only() {
-        let mut w = Window {
-            slots: vec![(u64::MAX, 0, 0); 60],
+        let mut w = Window::new();
+        assert_eq!(w.sum(0), Recent::default());
+        w.slot(0).requests += 1;
+        w.slot(0).attempts += 2;
+        w.slot(0).answered += 1;
+        w.slot(59).requests += 1;
+        w.slot(59).answered += 1;
+        w.slot(59).succeeded += 1;
+        let sum = |r, a, n, s| Recent {
+            requests: r,
+            attempts: a,
+            answered: n,
+            succeeded: s,
         };
-        assert_eq!(w.sum(0), (0, 0));
-        w.slot(0).1 += 1;
-        w.slot(0).2 += 2;
-        w.slot(59).1 += 1;
-        assert_eq!(w.sum(59), (2, 2));
-        assert_eq!(w.sum(60), (1, 0));
-        w.slot(60).1 += 5;
-        assert_eq!(w.sum(60), (6, 0));
-        assert_eq!(w.sum(200), (0, 0));
+        assert_eq!(w.sum(59), sum(2, 2, 2, 1));
+        assert_eq!(w.sum(59).success_ratio(), Some(0.5));
+        assert_eq!(w.sum(60), sum(1, 0, 1, 1));
+        w.slot(60).requests += 5;
+        assert_eq!(w.sum(60), sum(6, 0, 1, 1));
+        assert_eq!(w.sum(200), Recent::default());
+        assert_eq!(w.sum(200).success_ratio(), None);
+    }
+
+    #[test]
+    fn answers_count_toward_the_success_ratio_by_outcome() {
+        let config = config("a");
+        let mut registry = Registry::default();
+        let census = Census::new(&config, &mut registry);
+        let now = Instant::from_millis(5_000);
+        for outcome in ["success", "replayed", "circuit_open", "upstream_error"] {
+            census.answered(0, outcome, now);
+        }
+        let r = census.recent(0, now);
+        assert_eq!((r.answered, r.succeeded), (4, 2));
+        assert_eq!(census.route_index(&config.routes[0].name), Some(0));
+        assert_eq!(census.route_index("nowhere"), None);
     }
 
     #[test]

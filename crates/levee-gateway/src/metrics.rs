@@ -178,7 +178,7 @@ const HELP: [(&str, &str); 18] = [
     ),
     (
         "levee_fallbacks",
-        "Attempts sent to a later target, by route and why",
+        "Attempts sent to a later target, by route and why: the previous attempt's result, or primary_ and what refused the primary without an attempt (primary_circuit_open, primary_throttled, primary_rate_limited, primary_circuit_recovering, primary_shed, primary_budget_exhausted)",
     ),
     (
         "levee_idempotency_replayed",

@@ -15,7 +15,7 @@ use crate::shared::Shared;
 use crate::telemetry::{AttemptTrace, RequestTrace};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Response};
-use levee_policy::planner::{AttemptKind, Dispatch};
+use levee_policy::planner::{AttemptKind, Dispatch, PrimaryRefusal};
 use levee_policy::{Class, Failure, Instant, Outcome, RequestState};
 use levee_wire::headers;
 use levee_wire::Dialect;
@@ -29,29 +29,52 @@ pub fn rejected(shared: &Shared, label: &str) {
     shared.metrics.reject(label);
 }
 
+/// A request on the route named `route` was answered with `outcome`:
+/// counted in `levee_requests_total` and in the route's recent window (the
+/// status page's success ratio), alike.
+fn answered_by_name(shared: &Shared, route: &str, outcome: &str) {
+    shared.metrics.request(route, outcome);
+    if let Some(ri) = shared.census.route_index(route) {
+        shared.census.answered(ri, outcome, shared.clock.now());
+    }
+}
+
 /// The route's bulkhead was full: shed at once.
 pub fn shed(shared: &Shared, route: &str, f: &Failure) {
     let reason = f.reason.as_str();
     shared.metrics.reject(reason);
-    shared.metrics.request(route, reason);
+    answered_by_name(shared, route, reason);
     shared.metrics.attempts_per_request.observe(0.0);
 }
 
 /// A keyed request could not be deduplicated across replicas and was refused.
 pub fn state_unavailable(shared: &Shared, route: &str) {
     shared.metrics.reject("state_unavailable");
-    shared.metrics.request(route, "state_unavailable");
+    answered_by_name(shared, route, "state_unavailable");
 }
 
 /// The deadline passed while following an earlier request with the same key.
 pub fn follow_timed_out(shared: &Shared, route: &str) {
-    shared.metrics.request(route, "deadline_exceeded");
+    answered_by_name(shared, route, "deadline_exceeded");
 }
 
 /// Answered from the idempotency store.
 pub fn replayed(shared: &Shared, route: &str) {
     shared.metrics.replayed.inc();
-    shared.metrics.request(route, "replayed");
+    answered_by_name(shared, route, "replayed");
+}
+
+/// The `levee_fallbacks_total{reason}` label of a first attempt sent past a
+/// primary that refused it: `primary_` and the refusal.
+pub fn primary_refused_label(r: PrimaryRefusal) -> &'static str {
+    match r {
+        PrimaryRefusal::CircuitOpen => "primary_circuit_open",
+        PrimaryRefusal::Throttled => "primary_throttled",
+        PrimaryRefusal::RateLimited => "primary_rate_limited",
+        PrimaryRefusal::Recovering => "primary_circuit_recovering",
+        PrimaryRefusal::Shed => "primary_shed",
+        PrimaryRefusal::BudgetExhausted => "primary_budget_exhausted",
+    }
 }
 
 /// A caller layer is retrying (its SDK's retry count, or a repeated key).
@@ -245,6 +268,13 @@ impl Observer {
         &self.shared.config.routes[self.route].name
     }
 
+    /// The request was answered with `outcome`: counted in
+    /// `levee_requests_total` and the route's recent window alike.
+    fn count_outcome(&self, outcome: &str, at: Instant) {
+        self.shared.metrics.request(self.route_name(), outcome);
+        self.shared.census.answered(self.route, outcome, at);
+    }
+
     fn provider_name(&self, target: usize) -> &str {
         // A request's target is always one the planner dispatched (it
         // starts at the first): a valid index.
@@ -274,10 +304,12 @@ impl Observer {
     ) {
         let shared = &self.shared;
         if d.kind == AttemptKind::Fallback || (d.kind == AttemptKind::First && d.target > 0) {
-            let reason = if d.kind == AttemptKind::First {
-                "primary_refused"
-            } else {
-                self.last_label
+            // Past a primary that refused without an attempt: what refused
+            // it. After an answered attempt: that attempt's result.
+            let reason = match d.primary_refused {
+                Some(r) => primary_refused_label(r),
+                None if d.kind == AttemptKind::First => "primary_refused",
+                None => self.last_label,
             };
             shared.metrics.fallback(self.route_name(), reason);
             shared
@@ -394,7 +426,7 @@ impl Observer {
         }
         let added = total.saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
-        shared.metrics.request(self.route_name(), "success");
+        self.count_outcome("success", at);
         self.note_attempt(
             self.attempt_n,
             AttemptNote {
@@ -452,11 +484,11 @@ impl Observer {
             .attempts_per_request
             .observe(f64::from(attempts));
         let reason = f.reason.as_str();
-        shared.metrics.request(self.route_name(), reason);
+        let at = shared.clock.now();
+        self.count_outcome(reason, at);
         if attempts == 0 || !f.upstream_status {
             shared.metrics.reject(reason);
         }
-        let at = shared.clock.now();
         let added = at
             .saturating_since(self.arrived)
             .saturating_sub(self.outside);

@@ -3,15 +3,20 @@
 //! works offline and behind any proxy; it reloads itself every
 //! [`REFRESH_SECS`] seconds.
 //!
-//! It shows, per provider, the breaker state, throttle, in-flight against the
-//! cap and the retry budget left; per route the attempts per request over the
-//! last minute; the recent fallbacks; each target's observed p99 against its
-//! `expected_attempt_ms`; and the live caller census with whether a retry and
-//! the fallback can start at each caller's typical deadline.
+//! It shows first, per route, the share of requests answered with success
+//! over the last minute — what callers see, a failing route in red; then per
+//! provider the breaker state (each model's too, where they differ or there
+//! are several), throttle, in-flight against the cap and the retry budget
+//! left; per route the failed share beside the attempts per request (a
+//! refusal makes no attempt, so a failing route's attempts per request can
+//! look low); the recent fallbacks and why, in words; each target's observed
+//! p99 against its `expected_attempt_ms`; and the live caller census with
+//! whether a retry and the fallback can start at each caller's typical
+//! deadline.
 //!
 //! Caller names come from a request header: everything shown is HTML-escaped.
 
-use crate::census::{target_name, CensusReport, WINDOW_SECS};
+use crate::census::{target_name, CensusReport, Recent, WINDOW_SECS};
 use crate::shared::Shared;
 use levee_policy::breaker::BreakerState;
 use std::fmt::Write as _;
@@ -26,7 +31,22 @@ p.sub{color:#5a6270;margin:0}table{border-collapse:collapse;background:#fff}\
 th,td{border:1px solid #d8dce3;padding:.3em .7em;text-align:left;vertical-align:top}\
 th{background:#eef1f5;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}\
 .ok{color:#116329;font-weight:600}.bad{color:#b3261e;font-weight:600}.warn{color:#9a5b00;font-weight:600}\
-.none{color:#8a919c}";
+.none{color:#8a919c}\
+#success{display:flex;flex-wrap:wrap;gap:.8em;margin:.6em 0 0}\
+.tile{min-width:12em;padding:.6em .9em;border:2px solid #d8dce3;border-radius:6px;background:#fff}\
+.tile .big{font-size:2.2em;font-weight:700;line-height:1.2;font-variant-numeric:tabular-nums}\
+.tile.ok{border-color:#116329;background:#e8f5ec;color:#116329;font-weight:400}\
+.tile.warn{border-color:#9a5b00;background:#fff4e0;color:#9a5b00;font-weight:400}\
+.tile.bad{border-color:#7a1410;background:#c62828;color:#fff;font-weight:400}\
+.tile.none{color:#5a6270}tr.failing td{background:#fde4e1}\
+ul.models{margin:.2em 0 0;padding-left:1.1em;font-weight:400}code{font-size:.9em}";
+
+/// At or above this share of requests answered with success, a route is
+/// shown healthy.
+const HEALTHY: f64 = 0.99;
+/// Below this share a route is shown failing (red). The Prometheus alert
+/// `LeveeCallerErrorRatioHigh` fires at the same line (5 % failing).
+const FAILING: f64 = 0.95;
 
 /// Escapes text for HTML content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -92,6 +112,7 @@ pub fn render(shared: &Shared) -> String {
             .saturating_sub(shared.generation.loaded_unix_ms)
             / 1000,
     );
+    success(shared, &mut out);
     providers(shared, &mut out);
     routes(shared, &mut out);
     fallbacks(shared, &mut out);
@@ -102,6 +123,70 @@ pub fn render(shared: &Shared) -> String {
     out
 }
 
+/// How a route's success ratio is shown: its class (`ok`, `warn`, `bad`,
+/// or `none` without answers) and the ratio as a percentage, floored to one
+/// decimal so that 99.96 % never reads as 100 %.
+fn success_shown(r: &Recent) -> (&'static str, String) {
+    match r.success_ratio() {
+        None => ("none", "-".to_string()),
+        Some(x) => {
+            let class = if x >= HEALTHY {
+                "ok"
+            } else if x >= FAILING {
+                "warn"
+            } else {
+                "bad"
+            };
+            let pct = (x * 1000.0).floor() / 10.0;
+            if pct >= 100.0 {
+                (class, "100 %".to_string())
+            } else {
+                (class, format!("{pct:.1} %"))
+            }
+        }
+    }
+}
+
+/// The page's first block: per route, the share of requests answered with
+/// success over the last [`WINDOW_SECS`], as callers see it.
+fn success(shared: &Shared, out: &mut String) {
+    let now = shared.clock.now();
+    let _ = write!(
+        out,
+        "<h2>What callers see: requests answered with success (last {WINDOW_SECS} s)</h2>\
+         <div id=\"success\">"
+    );
+    for (ri, r) in shared.config.routes.iter().enumerate() {
+        let recent = shared.census.recent(ri, now);
+        let (class, pct) = success_shown(&recent);
+        let detail = if recent.answered == 0 {
+            "no requests answered".to_string()
+        } else {
+            let failed = recent.answered - recent.succeeded;
+            format!(
+                "{} of {} succeeded · {failed} failed",
+                recent.succeeded, recent.answered
+            )
+        };
+        let _ = write!(
+            out,
+            "<div class=\"tile {class}\" data-route=\"{name}\" data-success=\"{class}\">\
+             <div>route <b>{name}</b></div><div class=\"big\">{pct}</div><div>{detail}</div></div>",
+            name = esc(&r.name),
+        );
+    }
+    out.push_str("</div>");
+}
+
+/// An in-flight count against its cap; `u32::MAX` is no cap.
+fn in_flight(n: u32, cap: u32) -> String {
+    if cap == u32::MAX {
+        format!("{n} / <span class=\"none\">uncapped</span>")
+    } else {
+        format!("{n} / {cap}")
+    }
+}
+
 fn providers(shared: &Shared, out: &mut String) {
     let now = shared.clock.now();
     out.push_str(
@@ -109,11 +194,50 @@ fn providers(shared: &Shared, out: &mut String) {
          <th>throttled</th><th>in flight / cap</th><th>retry budget (retries available, per route)</th></tr>",
     );
     for (pi, p) in shared.providers.iter().enumerate() {
-        let (state, throttled, in_flight) = {
+        let (state, link, models, throttled, in_flight_now) = {
             let s = p.lock();
-            (s.breaker_state(now), s.throttled_until(now), s.in_flight())
+            let models: Vec<(String, BreakerState)> = s
+                .model_breakers(now)
+                .into_iter()
+                .map(|(m, b)| (m.to_string(), b))
+                .collect();
+            (
+                s.breaker_state(now),
+                s.link_state(now),
+                models,
+                s.throttled_until(now),
+                s.in_flight(),
+            )
         };
-        let (state, class) = breaker(state);
+        let (state_word, class) = breaker(state);
+        // Each model's breaker, where the provider's one word hides a
+        // difference: several models, or a model not in the provider's state.
+        let mut detail = String::new();
+        if models.len() > 1 || models.iter().any(|(_, b)| *b != state) {
+            detail.push_str("<ul class=\"models\">");
+            if link != BreakerState::Closed {
+                let (w, c) = breaker(link);
+                let _ = write!(
+                    detail,
+                    "<li data-model-breaker=\"{w}\">provider-wide (connections, or two models open): \
+                     <span class=\"{c}\">{w}</span></li>"
+                );
+            }
+            for (m, b) in &models {
+                let (w, c) = breaker(*b);
+                let name = if m.is_empty() {
+                    "other models".to_string()
+                } else {
+                    esc(m)
+                };
+                let _ = write!(
+                    detail,
+                    "<li data-model=\"{name}\" data-model-breaker=\"{w}\">{name}: \
+                     <span class=\"{c}\">{w}</span></li>"
+                );
+            }
+            detail.push_str("</ul>");
+        }
         let throttled = match throttled {
             Some(until) => format!(
                 "<span class=\"warn\">for {}</span>",
@@ -132,11 +256,11 @@ fn providers(shared: &Shared, out: &mut String) {
         }
         let _ = write!(
             out,
-            "<tr data-provider=\"{name}\" data-breaker=\"{state}\"><td>{name}</td>\
-             <td class=\"{class}\">{state}</td><td>{throttled}</td>\
-             <td class=\"num\">{in_flight} / {cap}</td><td>{budgets}</td></tr>",
+            "<tr data-provider=\"{name}\" data-breaker=\"{state_word}\"><td>{name}</td>\
+             <td><span class=\"{class}\">{state_word}</span>{detail}</td><td>{throttled}</td>\
+             <td class=\"num\">{flight}</td><td>{budgets}</td></tr>",
             name = esc(&p.name),
-            cap = shared.config.providers[pi].max_in_flight,
+            flight = in_flight(in_flight_now, shared.config.providers[pi].max_in_flight),
             budgets = if budgets.is_empty() {
                 "-".to_string()
             } else {
@@ -151,17 +275,37 @@ fn routes(shared: &Shared, out: &mut String) {
     let now = shared.clock.now();
     let _ = write!(
         out,
-        "<h2>Routes</h2><table id=\"routes\"><tr><th>route</th><th>targets (fallback order)</th>\
-         <th>in flight / cap</th><th>requests (last {WINDOW_SECS} s)</th>\
-         <th>attempts per request (last {WINDOW_SECS} s)</th></tr>"
+        "<h2>Routes (counts over the last {WINDOW_SECS} s)</h2><table id=\"routes\"><tr><th>route</th>\
+         <th>succeeded</th><th>failed</th><th>attempts per request</th><th>requests</th>\
+         <th>targets (fallback order)</th><th>in flight / cap</th></tr>"
     );
     for (ri, r) in shared.config.routes.iter().enumerate() {
-        let (requests, attempts) = shared.census.recent(ri, now);
-        let ratio = if requests == 0 {
+        let recent = shared.census.recent(ri, now);
+        let (success_class, pct) = success_shown(&recent);
+        let failed = recent.answered - recent.succeeded;
+        let failed_cell = if recent.answered == 0 {
             "<span class=\"none\">-</span>".to_string()
         } else {
-            let x = attempts as f64 / requests as f64;
-            let class = if x > 1.2 { "bad" } else { "ok" };
+            let share = failed as f64 * 100.0 / recent.answered as f64;
+            let class = if failed == 0 { "ok" } else { success_class };
+            format!(
+                "<span class=\"{class}\">{share:.1} %</span> ({failed} of {})",
+                recent.answered
+            )
+        };
+        // A refusal (breaker open, shed) makes no attempt: a failing route's
+        // attempts per request falls toward zero and must not read healthy.
+        // Its colour is the worse of amplification and the callers' success.
+        let ratio = if recent.requests == 0 {
+            "<span class=\"none\">-</span>".to_string()
+        } else {
+            let x = recent.attempts as f64 / recent.requests as f64;
+            let class = match success_class {
+                "bad" => "bad",
+                _ if x > 1.2 => "bad",
+                "warn" => "warn",
+                _ => "ok",
+            };
             format!("<span class=\"{class}\">{x:.2}</span>")
         };
         let targets: Vec<String> = (0..r.targets.len())
@@ -170,16 +314,52 @@ fn routes(shared: &Shared, out: &mut String) {
         let bulkhead = &shared.routes[ri].bulkhead;
         let _ = write!(
             out,
-            "<tr data-route=\"{name}\"><td>{name}</td><td>{targets}</td>\
-             <td class=\"num\">{} / {}</td><td class=\"num\">{requests}</td>\
-             <td class=\"num\">{ratio}</td></tr>",
-            bulkhead.in_use(),
-            bulkhead.max(),
+            "<tr data-route=\"{name}\"{failing}><td>{name}</td>\
+             <td class=\"num\"><span class=\"{success_class}\">{pct}</span></td>\
+             <td class=\"num\">{failed_cell}</td><td class=\"num\">{ratio}</td>\
+             <td class=\"num\">{requests}</td><td>{targets}</td><td class=\"num\">{flight}</td></tr>",
             name = esc(&r.name),
+            failing = if success_class == "bad" {
+                " class=\"failing\""
+            } else {
+                ""
+            },
+            requests = recent.requests,
             targets = targets.join(" → "),
+            flight = in_flight(bulkhead.in_use(), bulkhead.max()),
         );
     }
     out.push_str("</table>");
+}
+
+/// A `levee_fallbacks_total{reason}` label in words: why the request went
+/// on to a later target.
+pub fn fallback_reason(label: &str) -> Option<&'static str> {
+    Some(match label {
+        "primary_circuit_open" => "primary's circuit open",
+        "primary_throttled" => "primary throttled (paced after a 429)",
+        "primary_rate_limited" => "primary's rate_limit allowance spent",
+        "primary_circuit_recovering" => "primary recovering from an outage (ramping back)",
+        "primary_shed" => "primary at its max_in_flight",
+        "primary_budget_exhausted" => "caller's retry: primary's retry budget spent",
+        "primary_refused" => "primary refused it",
+        "http_5xx" => "previous target answered 5xx",
+        "http_4xx" => "previous target answered 4xx (retryable by config)",
+        "http_4xx_foreign_body" => {
+            "previous target answered 4xx, not in its JSON error shape (a proxy?)"
+        }
+        "throttled" => "previous target answered 429",
+        "timeout" => "previous target timed out",
+        "deadline_cut" => "previous attempt cut short to keep the fallback's time",
+        "connect_error" => "could not connect to the previous target",
+        "tls" => "TLS handshake with the previous target failed",
+        "cut_before_first_event" => "previous target's stream ended before its first event",
+        "body_timeout" => "previous target's answer stalled mid-body",
+        "body_cut" => "previous target's answer broke off mid-body",
+        "response_too_large" => "previous target's answer was over the size limit",
+        "none" => "previous target refused it before an attempt",
+        _ => return None,
+    })
 }
 
 fn fallbacks(shared: &Shared, out: &mut String) {
@@ -198,13 +378,20 @@ fn fallbacks(shared: &Shared, out: &mut String) {
             continue;
         };
         let ago = Duration::from_millis(unix_ms.saturating_sub(f.unix_ms));
+        let why = match fallback_reason(f.reason) {
+            Some(words) => format!(
+                "{words} <span class=\"none\"><code>{}</code></span>",
+                esc(f.reason)
+            ),
+            None => format!("<code>{}</code>", esc(f.reason)),
+        };
         let _ = write!(
             out,
-            "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr data-reason=\"{reason}\"><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{why}</td></tr>",
             secs(ago),
             esc(&r.name),
             esc(&target_name(&shared.config, r, f.target)),
-            esc(f.reason),
+            reason = esc(f.reason),
         );
     }
     out.push_str("</table>");
@@ -283,5 +470,71 @@ mod tests {
             esc("<script>alert('x')</script>&\""),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"
         );
+    }
+
+    fn answered(answered: u64, succeeded: u64) -> Recent {
+        Recent {
+            requests: answered,
+            attempts: answered,
+            answered,
+            succeeded,
+        }
+    }
+
+    #[test]
+    fn the_success_ratio_is_floored_and_coloured_at_99_and_95_percent() {
+        assert_eq!(success_shown(&answered(0, 0)), ("none", "-".into()));
+        assert_eq!(success_shown(&answered(10, 10)), ("ok", "100 %".into()));
+        // 99.96 % is not all: it never reads as 100 %.
+        assert_eq!(
+            success_shown(&answered(10_000, 9_996)),
+            ("ok", "99.9 %".into())
+        );
+        assert_eq!(success_shown(&answered(100, 98)), ("warn", "98.0 %".into()));
+        assert_eq!(success_shown(&answered(100, 95)), ("warn", "95.0 %".into()));
+        assert_eq!(success_shown(&answered(100, 94)), ("bad", "94.0 %".into()));
+        assert_eq!(success_shown(&answered(8, 0)), ("bad", "0.0 %".into()));
+    }
+
+    #[test]
+    fn every_fallback_reason_is_said_in_words() {
+        use levee_policy::planner::PrimaryRefusal as R;
+        let refusals = [
+            R::CircuitOpen,
+            R::Throttled,
+            R::RateLimited,
+            R::Recovering,
+            R::Shed,
+            R::BudgetExhausted,
+        ];
+        for r in refusals {
+            let label = crate::observe::primary_refused_label(r);
+            assert!(label.ends_with(r.as_str()), "{label}");
+            assert!(fallback_reason(label).is_some(), "{label}");
+        }
+        // Every attempt result an attempt can end with.
+        for label in [
+            "http_4xx",
+            "http_4xx_foreign_body",
+            "http_5xx",
+            "throttled",
+            "connect_error",
+            "tls",
+            "timeout",
+            "deadline_cut",
+            "cut_before_first_event",
+            "body_cut",
+            "body_timeout",
+            "response_too_large",
+            "none",
+            "primary_refused",
+        ] {
+            assert!(fallback_reason(label).is_some(), "{label}");
+        }
+        assert_eq!(
+            fallback_reason("primary_circuit_open"),
+            Some("primary's circuit open")
+        );
+        assert_eq!(fallback_reason("something_new"), None);
     }
 }

@@ -153,6 +153,88 @@ fn dashboard_has_the_panels_an_incident_needs() {
         has("levee_circuit_state", "provider"),
         "breaker state per provider"
     );
+    assert!(
+        has("levee_requests_total", r#"outcome=~"success|replayed""#),
+        "the success ratio callers see"
+    );
+    for q in ["0.5,", "0.99,"] {
+        assert!(
+            has("levee_time_to_first_byte_seconds_bucket", q),
+            "time to first byte {q}"
+        );
+    }
+    // Each replica counts its own in flight: across replicas they add up.
+    assert!(
+        has("sum by (provider) (levee_in_flight", ""),
+        "in flight summed"
+    );
+    assert!(
+        !exprs
+            .iter()
+            .any(|(_, e)| e.contains("max by (provider) (levee_in_flight")),
+        "in flight is summed over replicas, not the largest one's"
+    );
+    // One replica or all: every metric every panel reads is filtered by the
+    // `instance` variable, whose values are the replicas Prometheus scrapes.
+    let vars = d["templating"]["list"]
+        .as_array()
+        .expect("template variables");
+    let instance = vars
+        .iter()
+        .find(|v| v["name"] == "instance")
+        .expect("an `instance` variable");
+    assert_eq!(
+        instance["definition"],
+        "label_values(levee_requests_total, instance)"
+    );
+    assert_eq!(
+        instance["query"]["query"],
+        "label_values(levee_requests_total, instance)"
+    );
+    for (title, e) in &exprs {
+        let mut rest = e.as_str();
+        while let Some(at) = rest.find("levee_") {
+            let tail = &rest[at..];
+            let name_end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            assert!(
+                tail[name_end..].starts_with(r#"{instance=~"$instance""#),
+                "{title}: {} is not filtered by $instance in {e}",
+                &tail[..name_end]
+            );
+            rest = &tail[name_end..];
+        }
+    }
+}
+
+#[test]
+fn promtool_parses_every_dashboard_query() {
+    let d: serde_json::Value =
+        serde_json::from_str(&read("grafana/levee.json")).expect("levee.json is JSON");
+    // Each query as a recording rule, Grafana's variables filled in.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for p in d["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            let e = t["expr"].as_str().expect("expr");
+            let e = e.replace("$instance", ".*").replace("$__range", "1h");
+            rules.push_str(&format!(
+                "      - record: dashboard:query\n        expr: {}\n",
+                serde_json::Value::String(e)
+            ));
+        }
+    }
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dashboard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("dashboard.rules.yml");
+    std::fs::write(&file, rules).expect("rules file");
+    let path = file.display().to_string();
+    let said = promtool(&["check", "rules", &path]);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some((ok, said)) = said {
+        assert!(ok, "promtool check rules (dashboard queries): {said}");
+    }
 }
 
 fn promtool(args: &[&str]) -> Option<(bool, String)> {
@@ -180,7 +262,7 @@ fn promtool(args: &[&str]) -> Option<(bool, String)> {
 fn promtool_accepts_the_alert_rules() {
     if let Some((ok, said)) = promtool(&["check", "rules", "alerts.yml"]) {
         assert!(ok, "promtool check rules: {said}");
-        assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
+        assert!(said.contains("SUCCESS: 8 rules found"), "{said}");
     }
 }
 

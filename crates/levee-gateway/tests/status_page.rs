@@ -1,7 +1,8 @@
 //! The status page (admin `GET /`) as a person sees it: loaded in headless
-//! Chromium during an incident (one provider failing, its breaker open,
-//! traffic falling back), its DOM read back, and a screenshot kept as a test
-//! artifact.
+//! Chromium during an incident (one provider's model failing, its breaker
+//! open, traffic falling back; another route failing outright), its DOM and
+//! the colours and positions Chromium rendered read back, and a screenshot
+//! kept as a test artifact.
 
 mod support;
 
@@ -14,12 +15,72 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
-/// Provider `openai` always answers 503; its breaker opens after 4 failures
-/// and stays open. The backup `azure` answers. A retry on `a` needs ~45 s of
-/// deadline, the fallback ~15 s.
-const INCIDENT: &str = "providers:\n  openai: { api: openai, base_url: \"{mock0}\", max_in_flight: 50, circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 10m } }\n  azure: { api: openai, base_url: \"{mock1}\", max_in_flight: 40 }\nroutes:\n  - match: { model_prefix: \"gpt/\" }\n    targets:\n      - { provider: openai, expected_attempt_ms: 30000 }\n      - { provider: azure, model: gpt-4.1, expected_attempt_ms: 15000 }\n    deadline: { default: 60s, max: 120s }\n    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 2 } }\n";
+/// Provider `openai` answers 503 for model `gpt-4.1` (its breaker opens
+/// after 4 failures and stays open) and answers `gpt-4.1-mini` (route
+/// `mini/`). The backup `azure` answers. A retry on `gpt/` needs ~45 s of
+/// deadline, the fallback ~15 s. Provider `flaky` (no in-flight cap) always
+/// answers 503: route `solo/`, with no fallback, fails every request — two
+/// with two attempts each, then refused by the open breaker with none.
+const INCIDENT: &str = "providers:\n  openai: { api: openai, base_url: \"{mock0}\", max_in_flight: 50, circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 10m } }\n  azure: { api: openai, base_url: \"{mock1}\", max_in_flight: 40 }\n  flaky: { api: openai, base_url: \"{mock2}\", circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 10m } }\nroutes:\n  - match: { model_prefix: \"gpt/\" }\n    targets:\n      - { provider: openai, expected_attempt_ms: 30000 }\n      - { provider: azure, model: gpt-4.1, expected_attempt_ms: 15000 }\n    deadline: { default: 60s, max: 120s }\n    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 2 } }\n  - match: { model_prefix: \"mini/\" }\n    targets: [{ provider: openai }]\n  - match: { model_prefix: \"solo/\" }\n    targets: [{ provider: flaky }]\n    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n";
+
+const OPENAI_FAULTS: &str = "faults:\n  - { status: 503, model: gpt-4.1 }\n";
+const FLAKY_FAULTS: &str = "faults:\n  - { status: 503 }\n";
 
 const X_CHAT: &str = r#"{"model":"gpt/gpt-4.1","messages":[{"role":"user","content":"hi"}]}"#;
+const MINI_CHAT: &str =
+    r#"{"model":"mini/gpt-4.1-mini","messages":[{"role":"user","content":"hi"}]}"#;
+const SOLO_CHAT: &str = r#"{"model":"solo/x","messages":[{"role":"user","content":"hi"}]}"#;
+
+/// Appended to a saved copy of the page (never to the page served): writes
+/// into `#probe`, as JSON, the background and text colours and the top edge
+/// Chromium rendered for the success tiles, each route row's first cell and
+/// its attempts-per-request figure, and the providers table.
+const PROBE: &str = r#"<pre id="probe"></pre><script>
+const seen = [];
+const note = (what, e) => {
+  if (!e) return;
+  const s = getComputedStyle(e);
+  seen.push({ what, bg: s.backgroundColor, color: s.color, top: Math.round(e.getBoundingClientRect().top) });
+};
+for (const t of document.querySelectorAll('#success .tile')) note('tile ' + t.dataset.route, t);
+for (const r of document.querySelectorAll('#routes tr[data-route]')) {
+  note('row ' + r.dataset.route, r.cells[0]);
+  note('attempts ' + r.dataset.route, r.cells[3].querySelector('span'));
+}
+note('providers', document.getElementById('providers'));
+document.getElementById('probe').textContent = JSON.stringify(seen);
+</script>"#;
+
+/// What the probe saw of one element.
+struct Seen {
+    bg: (u8, u8, u8),
+    color: (u8, u8, u8),
+    top: i64,
+}
+
+/// `rgb(r, g, b)` or `rgba(r, g, b, a)` as Chromium reports a computed colour.
+fn rgb(css: &str) -> (u8, u8, u8) {
+    let inner = css
+        .trim_start_matches("rgba(")
+        .trim_start_matches("rgb(")
+        .trim_end_matches(')');
+    let v: Vec<u8> = inner
+        .split(',')
+        .take(3)
+        .map(|p| p.trim().parse().unwrap_or(0))
+        .collect();
+    (v[0], v[1], v[2])
+}
+
+/// Unmistakably red: a strong red channel well above green and blue.
+fn red(c: (u8, u8, u8)) -> bool {
+    c.0 >= 150 && u16::from(c.1) + 60 < u16::from(c.0) && u16::from(c.2) + 60 < u16::from(c.0)
+}
+
+/// Greenish: green the strongest channel.
+fn green(c: (u8, u8, u8)) -> bool {
+    c.1 > c.0 && c.1 > c.2
+}
 
 fn chromium() -> Option<&'static str> {
     for c in ["chromium", "chromium-browser"] {
@@ -99,7 +160,7 @@ fn fresh_dir(name: &str) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_page_in_chromium_shows_the_incident_and_the_census() {
     let Some(bin) = chromium() else { return };
-    let env = start(&["faults:\n  - { status: 503 }\n", ""], INCIDENT).await;
+    let env = start(&[OPENAI_FAULTS, "", FLAKY_FAULTS], INCIDENT).await;
     watchdog(LIMIT, async {
         for i in 0..9 {
             let (who, timeout) = match i % 3 {
@@ -111,6 +172,19 @@ async fn status_page_in_chromium_shows_the_incident_and_the_census() {
             assert_eq!(r.status, 200, "{}", r.text());
             assert_eq!(r.header("x-levee-target"), "azure");
         }
+        for _ in 0..2 {
+            let r = env.post("/v1/chat/completions", MINI_CHAT, &[]).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+        let mut refused = 0;
+        for _ in 0..10 {
+            let r = env.post("/v1/chat/completions", SOLO_CHAT, &[]).await;
+            assert_eq!(r.status, 503, "{}", r.text());
+            refused += usize::from(r.header("x-levee-reason") == "circuit_open");
+        }
+        // Most of the failing route's requests made no attempt: its
+        // attempts per request is well under 1 (0.4).
+        assert_eq!(refused, 8);
 
         // The raw page: self-contained and self-refreshing.
         let req = http::Request::get(format!("http://{}/", env.gw.admin_addr))
@@ -140,17 +214,53 @@ async fn status_page_in_chromium_shows_the_incident_and_the_census() {
         let profile = fresh_dir("chromium-profile");
         let args = vec![
             format!("--screenshot={}", png.display()),
-            "--window-size=1100,1000".into(),
+            "--window-size=1100,1300".into(),
             "--hide-scrollbars".into(),
             admin.clone(),
         ];
         let shot_bin = bin.to_string();
-        tokio::task::spawn_blocking(move || run_chromium(&shot_bin, &profile, &args, LIMIT / 3))
+        tokio::task::spawn_blocking(move || run_chromium(&shot_bin, &profile, &args, LIMIT / 4))
             .await
             .expect("chromium thread");
         let bytes = std::fs::read(&png).expect("a screenshot was written");
         assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
         eprintln!("status page screenshot: {}", png.display());
+
+        // What Chromium rendered: the page as served, with the probe added.
+        let probe_dir = fresh_dir("status-probe");
+        let probed = probe_dir.join("status.html");
+        std::fs::write(&probed, html.replace("</body>", &format!("{PROBE}</body>")))
+            .expect("probe page");
+        let profile = fresh_dir("chromium-profile");
+        let rendered = {
+            let (bin, profile) = (bin.to_string(), profile.clone());
+            let url = format!("file://{}", probed.display());
+            tokio::task::spawn_blocking(move || {
+                run_chromium(
+                    &bin,
+                    &profile,
+                    &["--window-size=1100,1300".into(), "--dump-dom".into(), url],
+                    LIMIT / 4,
+                )
+            })
+            .await
+            .expect("chromium thread")
+        };
+        let _ = std::fs::remove_dir_all(&probe_dir);
+        let json = rendered
+            .split_once("<pre id=\"probe\">")
+            .and_then(|(_, rest)| rest.split_once("</pre>"))
+            .map(|(j, _)| j.replace("&amp;", "&"))
+            .unwrap_or_else(|| panic!("the probe wrote nothing:\n{rendered}"));
+        let probe: Vec<serde_json::Value> = serde_json::from_str(&json).expect("probe JSON");
+        let seen = |what: &str| -> Option<Seen> {
+            let v = probe.iter().find(|v| v["what"] == what)?;
+            Some(Seen {
+                bg: rgb(v["bg"].as_str()?),
+                color: rgb(v["color"].as_str()?),
+                top: v["top"].as_i64()?,
+            })
+        };
 
         // A caller name is whatever a client sends: it must not become markup.
         env.post(
@@ -163,23 +273,98 @@ async fn status_page_in_chromium_shows_the_incident_and_the_census() {
         let dom = {
             let (bin, profile, admin) = (bin.to_string(), profile.clone(), admin.clone());
             tokio::task::spawn_blocking(move || {
-                run_chromium(&bin, &profile, &["--dump-dom".into(), admin], LIMIT / 3)
+                run_chromium(&bin, &profile, &["--dump-dom".into(), admin], LIMIT / 4)
             })
             .await
             .expect("chromium thread")
         };
         assert!(dom.contains("<title>Levee status</title>"), "{dom}");
+
+        // Every check is made, and every one that fails is reported.
+        let mut wrong: Vec<String> = Vec::new();
         for needle in [
             r#"data-provider="openai" data-breaker="open""#,
             r#"data-provider="azure" data-breaker="closed""#,
             r#"data-caller="queue-worker" data-route="gpt/" data-retry="false""#,
             r#"data-caller="interactive" data-route="gpt/" data-retry="true""#,
             r#"data-caller="batch-job" data-route="gpt/" data-retry="false""#,
-            "primary_refused",
             "azure (gpt-4.1)",
+            // Success as callers see it, per route.
+            r#"data-route="solo/" data-success="bad""#,
+            "0 of 10 succeeded · 10 failed",
+            r#"data-route="gpt/" data-success="ok""#,
+            r#"data-route="mini/" data-success="ok""#,
+            r#"<tr data-route="solo/" class="failing">"#,
+            // Each of openai's models' breakers: one open, one closed.
+            r#"data-model="gpt-4.1" data-model-breaker="open""#,
+            r#"data-model="gpt-4.1-mini" data-model-breaker="closed""#,
+            // Why traffic fell back, in words.
+            r#"data-reason="primary_circuit_open""#,
+            "primary's circuit open",
+            "previous target answered 5xx",
         ] {
-            assert!(dom.contains(needle), "{needle} not in the DOM:\n{dom}");
+            if !dom.contains(needle) {
+                wrong.push(format!("not in the DOM: {needle}"));
+            }
         }
+        // A provider without a cap says so, not 0 / 4294967295.
+        if dom.contains("4294967295") {
+            wrong.push("u32::MAX shown as an in-flight cap".into());
+        }
+        let flaky_row = dom
+            .split_once(r#"data-provider="flaky""#)
+            .and_then(|(_, rest)| rest.split_once("</tr>"))
+            .map_or("", |(row, _)| row);
+        if !flaky_row.contains("uncapped") {
+            wrong.push(format!(
+                "flaky's in-flight cap is not 'uncapped': {flaky_row}"
+            ));
+        }
+        // What a person sees first, and in which colour.
+        match (seen("tile solo/"), seen("tile gpt/"), seen("providers")) {
+            (Some(solo), Some(gpt), Some(providers)) => {
+                if !red(solo.bg) {
+                    wrong.push(format!(
+                        "the failing route's tile is not red: {:?}",
+                        solo.bg
+                    ));
+                }
+                if solo.color != (255, 255, 255) {
+                    wrong.push(format!(
+                        "the failing tile's text is not white: {:?}",
+                        solo.color
+                    ));
+                }
+                if !green(gpt.bg) {
+                    wrong.push(format!(
+                        "the healthy route's tile is not green: {:?}",
+                        gpt.bg
+                    ));
+                }
+                if solo.top >= providers.top || gpt.top >= providers.top {
+                    wrong.push("the success tiles are not above the providers".into());
+                }
+            }
+            _ => wrong.push(format!("no success tiles rendered: {json}")),
+        }
+        match (seen("attempts solo/"), seen("row solo/")) {
+            (Some(attempts), Some(row)) => {
+                if !red(attempts.color) {
+                    wrong.push(format!(
+                        "a failing route's attempts per request (0.40) is not red: {:?}",
+                        attempts.color
+                    ));
+                }
+                if !(row.bg.0 > row.bg.1 && row.bg.0 > row.bg.2) {
+                    wrong.push(format!(
+                        "the failing route's row is not tinted red: {:?}",
+                        row.bg
+                    ));
+                }
+            }
+            _ => wrong.push(format!("no routes rendered: {json}")),
+        }
+        assert!(wrong.is_empty(), "{}\n\nDOM:\n{dom}", wrong.join("\n"));
         assert!(dom.contains("&lt;b&gt;evil&lt;/b&gt;"), "{dom}");
         assert!(!dom.contains("<b>evil"), "{dom}");
     })

@@ -30,8 +30,8 @@ pub use budget::{BudgetSettings, RetryBudget};
 pub use classify::{Class, Classifier, Outcome, RetryOn};
 pub use deadline::{DeadlineError, DeadlineHeaders, DeadlinePolicy};
 pub use planner::{
-    AttemptKind, CensusRow, Decision, Dependencies, Deps, Dispatch, Failure, Reason, RequestState,
-    RoutePolicy, Step,
+    AttemptKind, CensusRow, Decision, Dependencies, Deps, Dispatch, Failure, PrimaryRefusal,
+    Reason, RequestState, RoutePolicy, Step,
 };
 pub use provider::{Permit, ProviderState, Refusal};
 pub use time::Instant;

@@ -143,6 +143,54 @@ pub struct Dispatch {
     /// the timeout: an attempt still without a first byte then is stall
     /// evidence, which the driver reports with [`RoutePolicy::stalled`].
     pub stall_after: Option<Duration>,
+    /// Why the primary refused the request, when this attempt goes to a
+    /// later target and no attempt has been answered yet: the first attempt
+    /// sent past a refusing primary, or the fallback after the driver could
+    /// not send the primary's dispatch ([`RoutePolicy::refuse`]).
+    pub primary_refused: Option<PrimaryRefusal>,
+}
+
+/// What refused the primary target of a request that went on to a later one
+/// without an answer from the primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrimaryRefusal {
+    /// Its breaker (the model's or the provider-wide one) is open.
+    CircuitOpen,
+    /// A 429 throttled its model: its paced slot is not yet due.
+    Throttled,
+    /// The provider's allowance (`rate_limit`) is spent for now.
+    RateLimited,
+    /// Its breaker closed after an outage and the ramp back refused this one.
+    Recovering,
+    /// Its provider's `max_in_flight` is reached.
+    Shed,
+    /// A caller's own retry found the primary's retry budget empty.
+    BudgetExhausted,
+}
+
+impl PrimaryRefusal {
+    /// The refusal's label: `circuit_open`, `throttled`, `rate_limited`,
+    /// `circuit_recovering`, `shed` or `budget_exhausted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrimaryRefusal::CircuitOpen => "circuit_open",
+            PrimaryRefusal::Throttled => "throttled",
+            PrimaryRefusal::RateLimited => "rate_limited",
+            PrimaryRefusal::Recovering => "circuit_recovering",
+            PrimaryRefusal::Shed => "shed",
+            PrimaryRefusal::BudgetExhausted => "budget_exhausted",
+        }
+    }
+
+    fn of(r: Refusal) -> Self {
+        match r {
+            Refusal::CircuitOpen { .. } => PrimaryRefusal::CircuitOpen,
+            Refusal::Throttled { .. } => PrimaryRefusal::Throttled,
+            Refusal::RateLimited { .. } => PrimaryRefusal::RateLimited,
+            Refusal::Recovering { .. } => PrimaryRefusal::Recovering,
+            Refusal::Shed => PrimaryRefusal::Shed,
+        }
+    }
 }
 
 /// Give up, and how to answer.
@@ -343,6 +391,8 @@ pub struct RequestState {
     caller_retry: bool,
     /// When the first attempt was sent.
     started: Option<Instant>,
+    /// Why the primary refused the request without an attempt.
+    primary_refused: Option<PrimaryRefusal>,
 }
 
 impl RequestState {
@@ -362,6 +412,7 @@ impl RequestState {
             refundable: 0,
             caller_retry: false,
             started: None,
+            primary_refused: None,
         }
     }
 
@@ -627,6 +678,9 @@ impl RoutePolicy {
         for t in 0..self.expected.len() {
             if req.caller_retry && deps.check(t, now).is_ok() && !deps.withdraw(t, now) {
                 first_refusal.get_or_insert((Reason::BudgetExhausted, None));
+                if t == 0 {
+                    req.primary_refused = Some(PrimaryRefusal::BudgetExhausted);
+                }
                 continue;
             }
             match self.dispatch(req, deps, now, t, AttemptKind::First) {
@@ -642,6 +696,9 @@ impl RoutePolicy {
                             return self.wait_first(req, until, rng);
                         }
                         soonest = Some(soonest.map_or(until, |s| s.min(until)));
+                    }
+                    if t == 0 {
+                        req.primary_refused = Some(PrimaryRefusal::of(r));
                     }
                     first_refusal.get_or_insert(refusal_reason(r, now));
                 }
@@ -870,12 +927,18 @@ impl RoutePolicy {
         }
         req.attempts += 1;
         req.started.get_or_insert(now);
+        let primary_refused = if t > 0 && req.last.is_none() {
+            req.primary_refused
+        } else {
+            None
+        };
         Ok(Dispatch {
             target: t,
             timeout,
             attempt: req.attempts,
             kind,
             stall_after,
+            primary_refused,
         })
     }
 
@@ -1042,6 +1105,9 @@ impl RoutePolicy {
         req.attempts_on_target = req.attempts_on_target.saturating_sub(1);
         req.blocked = Some(refusal_reason(refusal, now));
         req.refused = Some(f.target);
+        if f.target == 0 && req.last.is_none() {
+            req.primary_refused = Some(PrimaryRefusal::of(refusal));
+        }
     }
 
     /// The in-flight attempt has passed its target's learned p99

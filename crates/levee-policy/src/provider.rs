@@ -356,6 +356,26 @@ impl ProviderState {
         worst
     }
 
+    /// The provider-wide breaker's state at `now` (connections that cannot
+    /// be made; two models' breakers open at once).
+    pub fn link_state(&self, now: Instant) -> BreakerState {
+        self.link.state(now)
+    }
+
+    /// Each model's breaker state at `now`: the models with a domain of
+    /// their own in the order first seen, then — once more than
+    /// [`MAX_MODELS`] names were seen — the overflow domain the rest share,
+    /// named `""`.
+    pub fn model_breakers(&self, now: Instant) -> Vec<(&str, BreakerState)> {
+        let overflow = self.domains.len() > MAX_MODELS;
+        self.domains
+            .iter()
+            .skip(1)
+            .chain(self.domains.iter().take(usize::from(overflow)))
+            .map(|d| (&*d.model, d.breaker.state(now)))
+            .collect()
+    }
+
     /// Until when a 429 asked everyone to wait, for the model throttled
     /// longest (`None` if none is now).
     pub fn throttled_until(&self, now: Instant) -> Option<Instant> {
@@ -473,6 +493,30 @@ mod tests {
     }
 
     #[test]
+    fn each_models_breaker_is_listed_with_the_provider_wide_one_apart() {
+        let mut p = ProviderState::unlimited();
+        let t = Instant::from_millis(1000);
+        for model in ["healthy", "broken"] {
+            let permit = p.admit(t, model).unwrap();
+            p.finish(t, permit, Class::Success);
+        }
+        for _ in 0..40 {
+            if let Ok(permit) = p.admit(t, "broken") {
+                p.finish(t, permit, FAULT);
+            }
+        }
+        assert_eq!(
+            p.model_breakers(t),
+            [
+                ("healthy", BreakerState::Closed),
+                ("broken", BreakerState::Open)
+            ]
+        );
+        assert_eq!(p.link_state(t), BreakerState::Closed);
+        assert_eq!(p.breaker_state(t), BreakerState::Open);
+    }
+
+    #[test]
     fn two_models_open_is_a_provider_outage_and_refuses_a_third() {
         let mut p = ProviderState::unlimited();
         let t = Instant::from_millis(1000);
@@ -516,6 +560,10 @@ mod tests {
             p.finish(t, permit, Class::Success);
         }
         assert_eq!(p.domains.len(), MAX_MODELS + 1);
+        let listed = p.model_breakers(t);
+        assert_eq!(listed.len(), MAX_MODELS + 1);
+        assert_eq!(listed[0].0, "m0");
+        assert_eq!(listed[MAX_MODELS].0, "", "the shared overflow domain last");
     }
 
     #[test]

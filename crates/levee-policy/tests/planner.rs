@@ -4,7 +4,9 @@ mod kit;
 use kit::{route, secs, status, World};
 use levee_policy::backoff::{Backoff, Jitter};
 use levee_policy::classify::{Classifier, Outcome, RetryOn};
-use levee_policy::planner::{AttemptKind, Decision, Dispatch, Reason, RequestState, RoutePolicy};
+use levee_policy::planner::{
+    AttemptKind, Decision, Dispatch, PrimaryRefusal, Reason, RequestState, RoutePolicy,
+};
 use levee_policy::{BreakerState, CircuitBreaker, Instant, ProviderState, RetryBudget};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
@@ -570,6 +572,43 @@ proptest! {
 }
 
 #[test]
+fn a_first_attempt_past_a_refusing_primary_says_what_refused_it() {
+    let p = route(&[secs(1), secs(1), secs(1)], 1);
+    let mut w = World::new(3);
+    w.providers[0] = ProviderState::new(
+        CircuitBreaker::new(0.5, secs(10), 1, secs(5), 1).unwrap(),
+        None,
+        100,
+    );
+    let mut rng = SmallRng::seed_from_u64(5);
+    let t = Instant::from_millis(1_000_000);
+    let mut req = RequestState::new(t + secs(30));
+    let d = dispatched(&p, &mut req, &mut w, t, &mut rng, "the primary");
+    assert_eq!((d.target, d.primary_refused), (0, None));
+    p.record(&mut req, &mut w.deps(), t, status(503, None));
+    // Answered by the primary: the fallback is for its answer, not a refusal.
+    let d = dispatched(&p, &mut req, &mut w, t, &mut rng, "the fallback");
+    assert_eq!(
+        (d.target, d.kind, d.primary_refused),
+        (1, AttemptKind::Fallback, None)
+    );
+    p.record(&mut req, &mut w.deps(), t, status(200, None));
+    // The primary's breaker is now open: the next request starts on the
+    // backup and says why.
+    let mut next = RequestState::new(t + secs(30));
+    let d = dispatched(&p, &mut next, &mut w, t, &mut rng, "past the primary");
+    assert_eq!(
+        (d.target, d.kind, d.primary_refused),
+        (1, AttemptKind::First, Some(PrimaryRefusal::CircuitOpen))
+    );
+    // Its own fallback follows the backup's answer.
+    p.record(&mut next, &mut w.deps(), t, status(503, None));
+    let d = dispatched(&p, &mut next, &mut w, t, &mut rng, "the third target");
+    assert_eq!((d.target, d.primary_refused), (2, None));
+    assert_eq!(PrimaryRefusal::CircuitOpen.as_str(), "circuit_open");
+}
+
+#[test]
 fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
     let p = route(&[secs(1), secs(1)], 3);
     let mut w = World::new(2);
@@ -590,6 +629,7 @@ fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
     assert_eq!(w.providers[0].in_flight(), 0);
     let d = dispatched(&p, &mut req, &mut w, t0, &mut rng, "a dispatch");
     assert_eq!((d.target, d.kind, d.attempt), (1, AttemptKind::Fallback, 1));
+    assert_eq!(d.primary_refused, Some(PrimaryRefusal::RateLimited));
     p.refuse(
         &mut req,
         &mut w.deps(),
