@@ -21,13 +21,17 @@ pub struct CheckArgs {
     pub config: Option<PathBuf>,
     /// Print the census a running gateway keeps from its live traffic,
     /// read from its admin listener (like http://127.0.0.1:9090), instead of
-    /// judging a config's `callers:`.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["config", "callers"])]
+    /// judging a config's `callers:`. With `--strict` and a callers list
+    /// (`--callers`, or `--config`'s `callers:`), a live caller missing from
+    /// the list fails the check.
+    #[arg(long, value_name = "URL", conflicts_with = "probe")]
     pub census_from: Option<String>,
     /// YAML list of callers `[{ name, deadline }]`, instead of the config's `callers:`.
     #[arg(long, value_name = "FILE")]
     pub callers: Option<PathBuf>,
-    /// Exit 1 when a caller can neither retry nor fall back on some route.
+    /// Exit 1 when a caller can neither retry nor fall back on some route;
+    /// with `--census-from`, also when a live caller cannot retry (its
+    /// fallback alone does not pass) or is not on the callers list.
     #[arg(long)]
     pub strict: bool,
     /// Also reach each provider's base_url from here (DNS, TCP, TLS for
@@ -86,7 +90,24 @@ fn load_callers(path: &Path) -> Result<Vec<Caller>, CallersError> {
 /// Runs `levee check`; returns the exit code.
 pub fn run(args: CheckArgs) -> i32 {
     if let Some(url) = &args.census_from {
-        return live(url, args.strict);
+        let listed = match (&args.callers, &args.config) {
+            (Some(p), _) => match load_callers(p) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("levee check: {e}");
+                    return 1;
+                }
+            },
+            (None, Some(path)) => match Config::load(path) {
+                Ok(c) => Some(c.callers),
+                Err(e) => {
+                    eprintln!("levee check: {}: {e}", path.display());
+                    return 1;
+                }
+            },
+            (None, None) => None,
+        };
+        return live(url, args.strict, listed.as_deref());
     }
     let Some(path) = &args.config else {
         eprintln!("levee check: pass --config FILE or --census-from URL");
@@ -197,8 +218,9 @@ fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
     out
 }
 
-/// `levee check --census-from`: the census a running gateway measured.
-fn live(url: &str, strict: bool) -> i32 {
+/// `levee check --census-from`: the census a running gateway measured,
+/// judged against the callers list when one is given.
+fn live(url: &str, strict: bool, listed: Option<&[levee_config::Caller]>) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -218,15 +240,40 @@ fn live(url: &str, strict: bool) -> i32 {
     };
     let (text, stranded) = render_live(url, &report);
     print!("{text}");
-    if strict && !stranded.is_empty() {
-        for (caller, route) in &stranded {
-            eprintln!(
-                "levee check --strict: caller `{caller}` (observed p50 deadline) can neither retry nor fall back on route `{route}`: lengthen its deadline or shorten the route's schedule"
-            );
-        }
-        return 1;
+    // A caller the list does not name: a new service nobody judged.
+    let unlisted: Vec<&str> = match listed {
+        Some(list) => report
+            .callers
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|name| !list.iter().any(|l| l.name == *name))
+            .collect(),
+        None => Vec::new(),
+    };
+    if listed.is_none() && strict {
+        eprintln!("levee check --strict: no callers list given (--callers FILE or --config FILE): live callers are not checked against one");
     }
-    0
+    if !strict {
+        return 0;
+    }
+    let mut failed = false;
+    for name in &unlisted {
+        failed = true;
+        eprintln!(
+            "levee check --strict: caller `{name}` sends traffic but is not on the callers list: add it with its deadline, so its retries are judged before it meets an incident"
+        );
+    }
+    for (caller, route, fallback) in &stranded {
+        failed = true;
+        let what = match fallback {
+            true => "cannot retry (only its fallback can start)",
+            false => "can neither retry nor fall back",
+        };
+        eprintln!(
+            "levee check --strict: caller `{caller}` (observed p50 deadline) {what} on route `{route}`: lengthen its deadline or shorten the route's schedule"
+        );
+    }
+    i32::from(failed)
 }
 
 fn yes_no(b: Option<bool>) -> &'static str {
@@ -237,12 +284,13 @@ fn yes_no(b: Option<bool>) -> &'static str {
     }
 }
 
-/// The live census as text, and every (caller, route) pair that can neither
-/// retry nor fall back at the caller's observed p50 deadline.
+/// The live census as text, and every (caller, route) pair whose retry
+/// cannot start at the caller's observed p50 deadline (`true`: its
+/// fallback can).
 fn render_live(
     url: &str,
     report: &levee_gateway::census::CensusReport,
-) -> (String, Vec<(String, String)>) {
+) -> (String, Vec<(String, String, bool)>) {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -255,8 +303,9 @@ fn render_live(
     let mut rows = Vec::new();
     for c in &report.callers {
         for r in &c.routes {
-            if !r.retry_can_start && r.fallback_can_start != Some(true) {
-                stranded.push((c.name.clone(), r.route.clone()));
+            if !r.retry_can_start {
+                let fallback = r.fallback_can_start == Some(true);
+                stranded.push((c.name.clone(), r.route.clone(), fallback));
             }
             rows.push(vec![
                 c.name.clone(),
@@ -520,7 +569,7 @@ fn dialect_warnings(config: &Config, route: &Route) -> Vec<String> {
     let other = if callers == Api::Anthropic {
         "OpenAI Chat Completions cannot carry thinking, documents, citations, server tools, top_k or tool results marked is_error"
     } else {
-        "Anthropic Messages cannot carry n > 1, logprobs, temperature/top_p, penalties, seed, response_format, audio or file parts, strict or custom tools, and embeddings or Responses requests"
+        "Anthropic Messages cannot carry n > 1, logprobs, a temperature above 1, penalties, seed, response_format, audio or file parts, strict or custom tools, and embeddings or Responses requests"
     };
     vec![format!(
         "{} speak(s) {}, not the {} dialect of this route's callers: requests are translated for them, and a request using what they cannot carry skips them (counted in levee_translation_refused_total{{reason}}). {other}.",

@@ -74,9 +74,25 @@ async fn census_from_a_running_gateway() {
             ])
             .output()
             .expect("run levee");
-        (live, strict)
+        // A list that names only `interactive`: the other two are new.
+        let list =
+            std::env::temp_dir().join(format!("levee-census-list-{}.yaml", std::process::id()));
+        std::fs::write(&list, "- { name: interactive, deadline: 100s }\n").expect("list");
+        let listed = Command::new(env!("CARGO_BIN_EXE_levee"))
+            .args([
+                "check",
+                "--strict",
+                "--census-from",
+                &format!("http://{admin}"),
+            ])
+            .arg("--callers")
+            .arg(&list)
+            .output()
+            .expect("run levee");
+        let _ = std::fs::remove_file(&list);
+        (live, strict, listed)
     });
-    let (live, strict) = tokio::time::timeout(Duration::from_secs(60), out)
+    let (live, strict, listed) = tokio::time::timeout(Duration::from_secs(60), out)
         .await
         .expect("watchdog")
         .expect("client thread");
@@ -120,13 +136,31 @@ async fn census_from_a_running_gateway() {
         "{text}"
     );
 
-    // --strict: batch-job can neither retry nor fall back.
+    // --strict: batch-job can neither retry nor fall back, and
+    // queue-worker cannot retry though its fallback can: both fail it.
     assert_eq!(strict.status.code(), Some(1));
     let err = String::from_utf8_lossy(&strict.stderr);
     assert!(
         err.contains("`batch-job`") && err.contains("`claude/`"),
         "{err}"
     );
+    assert!(
+        err.contains("caller `queue-worker` (observed p50 deadline) cannot retry (only its fallback can start)"),
+        "{err}"
+    );
+    assert!(!err.contains("`interactive`"), "{err}");
+    // With a callers list, live callers it does not name fail it too.
+    assert_eq!(listed.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&listed.stderr);
+    for name in ["queue-worker", "batch-job"] {
+        assert!(
+            err.contains(&format!(
+                "caller `{name}` sends traffic but is not on the callers list"
+            )),
+            "{err}"
+        );
+    }
+    assert!(!err.contains("caller `interactive` sends"), "{err}");
 }
 
 #[test]
