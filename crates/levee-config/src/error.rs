@@ -159,4 +159,6 @@ pub enum RouteProblem {
     Budget(#[from] BudgetError),
     #[error("`attempt_timeout` must be positive: leave it out for no cap beyond the deadline")]
     ZeroAttemptTimeout,
+    #[error("`passthrough` entry `{entry}`: {why}")]
+    Passthrough { entry: String, why: &'static str },
 }

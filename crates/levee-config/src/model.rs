@@ -132,9 +132,31 @@ pub struct Route {
     pub max_in_flight: u32,
     pub first_byte_timeout: Option<Duration>,
     pub stream_idle_timeout: Duration,
+    /// `policy` with one attempt per target: for a pass-through request
+    /// whose method is not idempotent, which is never sent twice.
+    pub once: RoutePolicy,
+    /// Provider paths carried unchanged besides the endpoints Levee serves
+    /// itself: each exact, or a prefix when it ends in `/`.
+    pub passthrough: Vec<String>,
 }
 
 impl Route {
+    /// Whether `path` is one of the route's `passthrough` paths.
+    pub fn passes_through(&self, path: &str) -> bool {
+        self.passthrough.iter().any(|p| match p.ends_with('/') {
+            true => path.starts_with(p.as_str()) && path.len() > p.len(),
+            false => path == p,
+        })
+    }
+
+    /// The policy for a request: `once` for one that may not be sent twice.
+    pub fn policy_for(&self, once: bool) -> &RoutePolicy {
+        match once {
+            true => &self.once,
+            false => &self.policy,
+        }
+    }
+
     /// The model to send to target `t` for a caller's `model`.
     pub fn rewrite_model<'a>(&'a self, t: usize, model: &'a str) -> &'a str {
         if let Some(m) = self.targets.get(t).and_then(|t| t.model.as_deref()) {

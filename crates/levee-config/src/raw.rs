@@ -100,6 +100,9 @@ pub struct RawRoute {
     pub attempt_timeout: Option<Dur>,
     pub first_byte_timeout: Option<Dur>,
     pub stream_idle_timeout: Option<Dur>,
+    /// Further provider paths this route carries unchanged (exact, or a
+    /// prefix ending in `/`).
+    pub passthrough: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -112,11 +112,14 @@ fn resolve_route(
         d.and_then(|d| d.max).map_or(defaults.max(), |x| x.0),
     )
     .map_err(|e| RouteError::new(&[Key("deadline")], e))?;
+    let passthrough = passthrough(r.passthrough.as_deref().unwrap_or_default())?;
     Ok(Route {
         name: name.to_string(),
         matcher,
         deadline,
-        policy: policy(r, &targets)?,
+        policy: policy(r, &targets, None)?,
+        once: policy(r, &targets, Some(1))?,
+        passthrough,
         budget: budget(r.retry.as_ref())?,
         targets,
         max_in_flight: r
@@ -226,14 +229,71 @@ fn apply_breaker(
     Ok(())
 }
 
-fn policy(r: &RawRoute, targets: &[Target]) -> Result<RoutePolicy, RouteError> {
+/// The endpoints Levee serves itself, which a `passthrough` entry may not
+/// name: they are carried with their full semantics already.
+const SERVED: [&str; 7] = [
+    "/v1/chat/completions",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/models",
+    "/v1/models/",
+];
+
+/// `passthrough:` checked: each entry a path under `/v1/` (a prefix when it
+/// ends in `/`) of visible characters, without a query, a fragment, a
+/// percent escape or a `.`/`..` segment, and not an endpoint Levee serves.
+fn passthrough(entries: &[String]) -> Result<Vec<String>, RouteError> {
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        let why = if !e.starts_with("/v1/") || e.len() <= "/v1/".len() {
+            Some("must be a path under `/v1/`, such as `/v1/files` or the prefix `/v1/batches/`")
+        } else if e.len() > 256 {
+            Some("is longer than 256 characters")
+        } else if !e.bytes().all(|b| b.is_ascii_graphic()) || e.contains(['?', '#', '%']) {
+            Some("may hold only visible ASCII characters, without `?`, `#` or `%`: a path, not a URL")
+        } else if e
+            .strip_suffix('/')
+            .unwrap_or(e)
+            .split('/')
+            .skip(1)
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+        {
+            Some("may not have an empty, `.` or `..` segment")
+        } else if SERVED.contains(&e.as_str()) {
+            Some("is an endpoint Levee serves itself: leave it out")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let problem = RouteProblem::Passthrough {
+                entry: e.chars().take(80).collect(),
+                why,
+            };
+            return Err(RouteError::new(&[Key("passthrough"), Index(i)], problem));
+        }
+        out.push(e.clone());
+    }
+    Ok(out)
+}
+
+/// The route's retry policy; `max_attempts` replaces the configured
+/// attempts per target when given.
+fn policy(
+    r: &RawRoute,
+    targets: &[Target],
+    max_attempts: Option<u32>,
+) -> Result<RoutePolicy, RouteError> {
     let retry = r.retry.as_ref();
     let expected: Vec<Duration> = targets.iter().map(|t| t.expected_attempt).collect();
     let mut policy = RoutePolicy::new(
         &expected,
-        retry
-            .and_then(|r| r.max_attempts)
-            .unwrap_or(defaults::MAX_ATTEMPTS),
+        max_attempts.unwrap_or(
+            retry
+                .and_then(|r| r.max_attempts)
+                .unwrap_or(defaults::MAX_ATTEMPTS),
+        ),
         classifier(retry.and_then(|r| r.on.as_deref()))?,
         backoff(retry.and_then(|r| r.backoff.as_ref()))?,
         retry

@@ -226,3 +226,47 @@ fn http2_keys_are_read_checked_and_defaulted() {
         "{msg}"
     );
 }
+
+#[test]
+fn passthrough_paths_are_paths_under_v1_that_levee_does_not_serve_itself() {
+    let route = |entries: &str| format!("routes:\n  - passthrough:\n{entries}");
+    for (entry, says) in [
+        ("files", "under `/v1/`"),
+        ("/v2/files", "under `/v1/`"),
+        ("/v1/", "under `/v1/`"),
+        ("/v1/files?purpose=x", "without `?`"),
+        ("/v1/a%2Fb", "without `?`"),
+        ("/v1/a b", "visible ASCII"),
+        ("/v1//files", "`..` segment"),
+        ("/v1/files/../admin", "`..` segment"),
+        ("/v1/chat/completions", "serves itself"),
+        ("/v1/messages/count_tokens", "serves itself"),
+        ("/v1/models/", "serves itself"),
+    ] {
+        let text = route(&format!("      - \"/v1/batches/\"\n      - \"{entry}\"\n"));
+        let (line, msg) = refused(&text);
+        assert_eq!(line, 4, "{entry}: {msg}");
+        assert!(
+            msg.contains("route 1") && msg.contains("`passthrough` entry") && msg.contains(says),
+            "{entry}: {msg}"
+        );
+    }
+    let c = Config::parse(&route("      - /v1/files\n      - /v1/batches/\n")).unwrap();
+    let r = &c.routes[0];
+    assert!(r.passes_through("/v1/files"));
+    assert!(
+        !r.passes_through("/v1/files/file-1"),
+        "exact unless it ends in `/`"
+    );
+    assert!(r.passes_through("/v1/batches/b1/cancel"));
+    assert!(
+        !r.passes_through("/v1/batches/"),
+        "a prefix needs something after it"
+    );
+    assert!(!r.passes_through("/v1/batches"));
+    assert_eq!(r.once.max_attempts(), 1);
+    assert_eq!(
+        r.policy.max_attempts(),
+        levee_config::defaults::MAX_ATTEMPTS
+    );
+}

@@ -99,6 +99,9 @@ impl Dependencies for GatewayDeps<'_> {
 pub struct AttemptFinisher {
     pub shared: Arc<Shared>,
     pub route: usize,
+    /// The request may be sent only once: the route's one-attempt policy
+    /// records its outcomes.
+    pub once: bool,
     pub req: RequestState,
 }
 
@@ -110,7 +113,7 @@ impl AttemptFinisher {
         f: impl FnOnce(&RoutePolicy, &mut RequestState, &mut GatewayDeps<'_>, Instant) -> T,
     ) -> T {
         let shared = Arc::clone(&self.shared);
-        let policy = &shared.config.routes[self.route].policy;
+        let policy = shared.config.routes[self.route].policy_for(self.once);
         // Only finishing, depositing and refunding happen here: no model needed.
         let mut deps = GatewayDeps {
             shared: &shared,

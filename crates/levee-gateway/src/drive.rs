@@ -13,7 +13,7 @@ use crate::observe::{is_foreign, Finished, LastError, Observer};
 use crate::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict, Why};
 use crate::shared::Shared;
 use crate::stream::RelayBody;
-use crate::upstream::build_request;
+use crate::upstream::build_request_with;
 use crate::upstream::UpstreamBody;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
@@ -38,6 +38,10 @@ pub(crate) struct Ctx {
     pub(crate) bulkhead: Option<levee_policy::ConcurrencyGuard>,
     pub(crate) route: usize,
     pub(crate) dialect: Dialect,
+    /// The caller's method, sent upstream as it came.
+    pub(crate) method: http::Method,
+    /// Sent at most once: the route's one-attempt policy applies.
+    pub(crate) once: bool,
     pub(crate) parts_headers: HeaderMap,
     /// What each target is sent, prepared at admission (one list: one
     /// allocation per request, where a list per field took four).
@@ -62,6 +66,9 @@ pub(crate) struct Plan {
     /// Skipped for this request: the target cannot carry it, for this
     /// reason (a metric label).
     pub(crate) skip: Option<&'static str>,
+    /// Never sent: the request may be sent only once, and an earlier target
+    /// takes it.
+    pub(crate) held: bool,
     /// The planner chose this skipped target: the refusal changed where
     /// the request went.
     pub(crate) consulted: std::sync::atomic::AtomicBool,
@@ -69,7 +76,7 @@ pub(crate) struct Plan {
 
 impl Plan {
     pub(crate) fn skipped(&self) -> bool {
-        self.skip.is_some()
+        self.skip.is_some() || self.held
     }
 }
 
@@ -108,6 +115,7 @@ pub(crate) fn run(
     let fin = AttemptFinisher {
         shared: Arc::clone(&ctx.shared),
         route: ctx.route,
+        once: ctx.once,
         req: levee_policy::RequestState::new(deadline).caller_retry(ctx.caller_retry),
     };
     let mut driver = Driver {
@@ -141,7 +149,7 @@ impl Driver {
     /// The planner loop: wait, dispatch, or fail, until an answer.
     async fn drive(&mut self) -> Result<Response<Body>, LeveeError> {
         let shared = Arc::clone(&self.ctx.shared);
-        let policy = &shared.config.routes[self.ctx.route].policy;
+        let policy = shared.config.routes[self.ctx.route].policy_for(self.ctx.once);
         let mut rng = shared.rng();
         loop {
             let now = shared.clock.now();
@@ -223,15 +231,16 @@ impl Driver {
             }
         }
         let ctx = &self.ctx;
-        // `build_request` forwards an allow-list per provider API: the
+        // `build_request_with` forwards an allow-list per provider API: the
         // caller's vendor headers never reach a provider of the other dialect.
-        let mut upstream_req = build_request(
+        let mut upstream_req = build_request_with(
             provider,
+            ctx.method.clone(),
             &ctx.parts_headers,
             ctx.plans[d.target].uri.clone(),
             ctx.plans[d.target].body.clone(),
             d.timeout,
-            &ctx.idem,
+            Some(&ctx.idem),
         );
         let (n, deadline) = (self.fin.req.attempts(), self.fin.req.deadline());
         crate::shutdown::attempts_sent(n);
@@ -417,6 +426,7 @@ impl Driver {
         let finisher = AttemptFinisher {
             shared: Arc::clone(&shared),
             route: self.ctx.route,
+            once: self.ctx.once,
             req: std::mem::replace(
                 &mut self.fin.req,
                 levee_policy::RequestState::new(levee_policy::Instant::ZERO),

@@ -6,15 +6,16 @@ use crate::collect::{collect_limited, CollectError};
 use crate::crossing;
 use crate::drive::{Ctx, Plan};
 use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
-use crate::inspect::{inspect, rewrite_model};
+use crate::inspect::{self, inspect, rewrite_model};
 use crate::observe::{self, Observer};
 use crate::respond::{full, Body, LeveeError, Why};
 use crate::shared::Shared;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
+use levee_config::Api;
 use levee_policy::deadline::DeadlineHeaders;
-use levee_wire::{headers, Dialect};
+use levee_wire::{headers, paths, Dialect};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,12 +70,7 @@ where
     let mut note = None;
     let id = request_id(&shared, req.headers());
     // The path and method as the refusal's log line names them (no copy).
-    let path = PATHS
-        .iter()
-        .copied()
-        .chain([levee_wire::paths::MODELS])
-        .find(|p| *p == req.uri().path())
-        .unwrap_or("(another path)");
+    let path = path_label(req.uri().path());
     let method = req.method().clone();
     let arrived = shared.clock.now();
     let mut admitted = false;
@@ -149,71 +145,243 @@ where
     B::Error: Into<BoxError>,
 {
     let asked = req.uri().path();
-    if req.method() == Method::GET && asked == "/v1/models" {
-        // The route names are the deployment's map: as private as the routes.
+    if asked == paths::MODELS || asked.starts_with("/v1/models/") {
+        if req.method() != Method::GET {
+            let e = LeveeError::bad_request(405, "levee: use GET");
+            return Err(reject(shared, "bad_request", e));
+        }
+        // The models are the deployment's map: as private as the routes.
         authenticate(shared, &Said::of(req.headers()))?;
-        return Ok(models(shared));
+        let query = req.uri().query();
+        return crate::models::answer(shared, dialect, asked, query).await;
     }
-    let Some(path) = PATHS.iter().copied().find(|p| *p == asked) else {
-        let msg = format!(
-            "levee: no such endpoint `{}`; use one of {}",
-            printable(asked),
-            PATHS.join(", ")
-        );
-        return Err(reject(
-            shared,
-            "not_found",
-            LeveeError::bad_request(404, msg),
-        ));
+    let kind = match PATHS.iter().copied().find(|p| *p == asked) {
+        Some(path) => Kind::Served(path),
+        None => match pass_through(shared, req.method(), asked) {
+            Some(kind) => kind,
+            None => {
+                let msg = format!(
+                    "levee: no such endpoint `{}`; use one of {}, {} or a path a route lists in `passthrough`",
+                    printable(asked),
+                    PATHS.join(", "),
+                    PASSED_THROUGH,
+                );
+                return Err(reject(
+                    shared,
+                    "not_found",
+                    LeveeError::bad_request(404, msg),
+                ));
+            }
+        },
     };
-    if req.method() != Method::POST {
+    let post_only = matches!(kind, Kind::Served(_) | Kind::CountTokens);
+    if post_only && req.method() != Method::POST {
         let e = LeveeError::bad_request(405, "levee: use POST");
         return Err(reject(shared, "bad_request", e));
     }
     let caller = authenticate(shared, &Said::of(req.headers()))?;
     let (parts, body) = read_body(shared, req).await?;
-    let inspected = inspect(&body).map_err(|e| {
-        reject(
-            shared,
-            "bad_request",
-            LeveeError::bad_request(400, format!("levee: {e}")),
-        )
-    })?;
-    let Some(route) = shared.config.route_for(path, &inspected.model) else {
-        let msg = format!(
-            "levee: no route for model `{}`",
-            printable(&inspected.model)
-        );
-        return Err(reject(
-            shared,
-            "no_route",
-            LeveeError::bad_request(404, msg),
-        ));
+    let once = !post_only && !idempotent(&parts.method);
+    let (route, path, model, stream, rewrite) = match kind {
+        Kind::Served(_) | Kind::CountTokens => {
+            let inspected = inspect(&body).map_err(|e| {
+                reject(
+                    shared,
+                    "bad_request",
+                    LeveeError::bad_request(400, format!("levee: {e}")),
+                )
+            })?;
+            // A token count is routed as the Messages request it counts.
+            let (routed_as, path) = match kind {
+                Kind::Served(path) => (path, path),
+                _ => (paths::MESSAGES, paths::COUNT_TOKENS),
+            };
+            let Some(route) = shared.config.route_for(routed_as, &inspected.model) else {
+                let msg = format!(
+                    "levee: no route for model `{}`",
+                    printable(&inspected.model)
+                );
+                return Err(reject(
+                    shared,
+                    "no_route",
+                    LeveeError::bad_request(404, msg),
+                ));
+            };
+            let stream = inspected.stream && kind != Kind::CountTokens;
+            (route, path, inspected.model, stream, true)
+        }
+        Kind::Stored { route, label } | Kind::Listed { route, label } => {
+            let stream = streams(&parts, &body);
+            (route, label, String::new(), stream, false)
+        }
     };
     let request = Inbound {
         parts,
         body,
         path,
-        model: inspected.model,
-        stream: inspected.stream,
+        model,
+        stream,
         caller,
         route,
         dialect,
+        rewrite,
+        once,
     };
     admit(shared, request, note, id, admitted).await
+}
+
+/// The pass-through endpoints Levee knows, for a 404's message.
+const PASSED_THROUGH: &str = "/v1/messages/count_tokens, /v1/responses/{id}, /v1/responses/{id}/input_items, /v1/responses/{id}/cancel";
+
+/// What a request asks of Levee.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// One of the endpoints Levee serves in full ([`PATHS`]).
+    Served(&'static str),
+    /// Anthropic's token count, routed by its model as `/v1/messages` is.
+    CountTokens,
+    /// A response OpenAI stored, on the route that keeps responses
+    /// ([`responses_route`]); `label` names the endpoint in logs.
+    Stored { route: usize, label: &'static str },
+    /// A path a route lists in `passthrough`: the first such route.
+    Listed { route: usize, label: &'static str },
+}
+
+/// The pass-through a request to `path` with `method` is, if any: a token
+/// count, a stored response (`GET` or `DELETE /v1/responses/{id}`, `GET
+/// …/input_items`, `POST …/cancel`), or a path a route lists.
+fn pass_through(shared: &Shared, method: &Method, path: &str) -> Option<Kind> {
+    if path == paths::COUNT_TOKENS {
+        return Some(Kind::CountTokens);
+    }
+    let stored = path.strip_prefix(paths::RESPONSE_ITEM).and_then(|rest| {
+        let (id, tail) = match rest.split_once('/') {
+            Some((id, tail)) => (id, Some(tail)),
+            None => (rest, None),
+        };
+        let (get, post, delete) = (
+            method == Method::GET,
+            method == Method::POST,
+            method == Method::DELETE,
+        );
+        match tail {
+            _ if id.is_empty() => None,
+            None if get || delete => Some("/v1/responses/{id}"),
+            Some("input_items") if get => Some("/v1/responses/{id}/input_items"),
+            Some("cancel") if post => Some("/v1/responses/{id}/cancel"),
+            _ => None,
+        }
+    });
+    if let Some(label) = stored {
+        if let Some(route) = responses_route(shared) {
+            return Some(Kind::Stored { route, label });
+        }
+    }
+    let route = shared
+        .config
+        .routes
+        .iter()
+        .position(|r| r.passes_through(path))?;
+    Some(Kind::Listed {
+        route,
+        label: "(passthrough)",
+    })
+}
+
+/// The route that keeps OpenAI's stored responses: the one a Responses
+/// request without a model prefix takes (the first route with no
+/// `model_prefix` whose `match.path` is absent or `/v1/responses`) when it
+/// has an OpenAI target; else the first route whose primary speaks OpenAI.
+/// A response lives at the provider (and key) that created it, so its
+/// reads go where its creation went.
+pub fn responses_route(shared: &Shared) -> Option<usize> {
+    let routes = &shared.config.routes;
+    let openai = |t: &levee_config::Target| shared.config.providers[t.provider].api == Api::OpenAi;
+    routes
+        .iter()
+        .position(|r| {
+            r.matcher.model_prefix.as_deref().is_none_or(str::is_empty)
+                && r.matcher
+                    .path
+                    .as_deref()
+                    .is_none_or(|p| p == paths::RESPONSES)
+        })
+        .filter(|&i| routes[i].targets.iter().any(openai))
+        .or_else(|| {
+            routes
+                .iter()
+                .position(|r| r.targets.first().is_some_and(openai))
+        })
+}
+
+/// Whether a request may be sent twice: RFC 9110's idempotent methods.
+fn idempotent(m: &Method) -> bool {
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(m)
+}
+
+/// Whether a pass-through request asks for a stream: `stream=true` in its
+/// query (a stored response read as events), or `"stream": true` in a JSON
+/// body.
+fn streams(parts: &http::request::Parts, body: &[u8]) -> bool {
+    let in_query = parts
+        .uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "stream=true"));
+    if in_query {
+        return true;
+    }
+    let json = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    json && inspect::stream_flag(body)
+}
+
+/// The path as logs name it: an endpoint, a template for one with an id,
+/// or `(another path)`; never the caller's own text.
+fn path_label(asked: &str) -> &'static str {
+    if let Some(p) = PATHS
+        .iter()
+        .chain(&[paths::MODELS, paths::COUNT_TOKENS])
+        .find(|p| **p == asked)
+    {
+        return p;
+    }
+    if asked.starts_with("/v1/models/") {
+        "/v1/models/{id}"
+    } else if asked.starts_with(paths::RESPONSE_ITEM) {
+        "/v1/responses/{id}"
+    } else {
+        "(another path)"
+    }
 }
 
 /// A request whose body is read and whose route is known.
 struct Inbound {
     parts: http::request::Parts,
     body: Bytes,
-    /// One of the endpoints Levee serves.
+    /// The endpoint: one Levee serves, or a pass-through's label.
     path: &'static str,
+    /// The caller's model (empty for a pass-through that has none).
     model: String,
     stream: bool,
     caller: Caller,
     route: usize,
     dialect: Dialect,
+    /// The body's `model` is rewritten for each target (else the body goes
+    /// as it came).
+    rewrite: bool,
+    /// Sent at most once: one attempt, no fallback (a pass-through whose
+    /// method is not idempotent).
+    once: bool,
 }
 
 /// Reads the whole body within `limits.max_body_bytes` and
@@ -479,7 +647,7 @@ async fn admit(
     // endpoint (and dialect) that produced it.
     let store_key = key_header
         .as_deref()
-        .map(|k| crate::idempotency::store_key(r.path, k));
+        .map(|k| crate::idempotency::store_key(r.parts.uri.path(), k));
     let (lease, idem) = match store_key.as_deref() {
         None => (None, generated_key(shared)),
         Some(k) => {
@@ -526,6 +694,8 @@ async fn admit(
         bulkhead: Some(bulkhead),
         route: r.route,
         dialect: r.dialect,
+        method: r.parts.method,
+        once: r.once,
         parts_headers: r.parts.headers,
         plans,
         model: r.model,
@@ -585,6 +755,7 @@ fn prepare_targets(
         let provider = &shared.providers[target.provider];
         let mut upstream_path = path_and_query;
         let (body, crossing, skip) = match crossing::prepare(caller, provider.api, path, body, to) {
+            crossing::Prepared::Same if !r.rewrite => (body.clone(), None, None),
             crossing::Prepared::Same => match rewrite_model(body, model, to) {
                 Ok(b) => (b, None, None),
                 Err(e) => return bad(400, &format!("levee: {e}")),
@@ -609,11 +780,15 @@ fn prepare_targets(
         let Some(uri) = provider.uri_for(upstream_path) else {
             return bad(414, "levee: the request URI is too long to forward");
         };
+        // A request sent at most once has one target: the first that can
+        // carry it; the others are held back (not a retry, not a fallback).
+        let held = r.once && skip.is_none() && plans.iter().any(|p: &Plan| !p.skipped());
         plans.push(Plan {
             body,
             uri,
             crossing,
             skip,
+            held,
             consulted: std::sync::atomic::AtomicBool::new(false),
         });
     }
@@ -739,20 +914,6 @@ fn replay(shared: &Shared, route: &str, stored: &Stored) -> Response<Body> {
         .insert(headers::X_LEVEE_REPLAYED, HeaderValue::from_static("true"));
     out.headers_mut()
         .insert(headers::X_LEVEE_ATTEMPTS, HeaderValue::from(0u32));
-    out
-}
-
-fn models(shared: &Shared) -> Response<Body> {
-    let data: Vec<serde_json::Value> = shared
-        .config
-        .routes
-        .iter()
-        .map(|r| serde_json::json!({"id": r.matcher.model_prefix.clone().unwrap_or_else(|| r.name.clone()), "object": "model", "created": 0, "owned_by": "levee"}))
-        .collect();
-    let body = serde_json::json!({"object": "list", "data": data}).to_string();
-    let mut out = Response::new(full(body));
-    out.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     out
 }
 

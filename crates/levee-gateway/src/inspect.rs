@@ -55,6 +55,17 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
     by_serde(text)
 }
 
+/// Whether a JSON object body says `"stream": true`, for a pass-through
+/// body that need have no `model`; `false` for anything else.
+pub fn stream_flag(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Flag {
+        #[serde(default)]
+        stream: Option<bool>,
+    }
+    serde_json::from_slice::<Flag>(body).is_ok_and(|f| f.stream == Some(true))
+}
+
 /// The verdict of `serde_json`'s visitor, for a body the quick reader
 /// leaves to it.
 fn by_serde(text: &str) -> Result<Inspected, InspectError> {

@@ -31,6 +31,7 @@ pub mod handler;
 pub mod idempotency;
 pub mod inspect;
 pub mod metrics;
+pub mod models;
 pub mod observe;
 pub mod outbound;
 mod quickjson;

@@ -663,6 +663,9 @@ pub struct ProviderRuntime {
     pub state: Mutex<ProviderState>,
     connect_hist: Histogram,
     clock: Clock,
+    /// The provider's own model list, fetched for `GET /v1/models` and kept
+    /// a short while.
+    pub(crate) models: crate::models::ModelCache,
 }
 
 impl ProviderRuntime {
@@ -784,6 +787,7 @@ impl ProviderRuntime {
             state: Mutex::new(state),
             connect_hist,
             clock,
+            models: crate::models::ModelCache::default(),
         };
         runtime.endpoints = levee_wire::paths::POST
             .iter()
@@ -850,6 +854,11 @@ impl ProviderRuntime {
             .chain(self.env_values.iter().map(String::as_str))
     }
 
+    /// The clock the provider's attempts are timed by.
+    pub(crate) fn clock(&self) -> Clock {
+        self.clock
+    }
+
     /// Locks the provider's policy state (a poisoned lock is still usable:
     /// the state is plain counters).
     pub fn lock(&self) -> std::sync::MutexGuard<'_, ProviderState> {
@@ -911,7 +920,7 @@ pub fn is_forwarded(api: Api, name: &HeaderName) -> bool {
     }
 }
 
-/// Builds one attempt's request.
+/// Builds one attempt's request (a `POST`).
 pub fn build_request(
     provider: &ProviderRuntime,
     inbound: &HeaderMap,
@@ -921,6 +930,39 @@ pub fn build_request(
     idempotency_key: &HeaderValue,
 ) -> Outbound<Bytes> {
     let mut req = Outbound::post(uri, body);
+    request_fields(provider, &mut req, inbound, timeout, Some(idempotency_key));
+    req
+}
+
+/// Builds a request of any method: an attempt of a pass-through request,
+/// or Levee's own (the model list, with no caller fields and no key).
+pub fn build_request_with(
+    provider: &ProviderRuntime,
+    method: http::Method,
+    inbound: &HeaderMap,
+    uri: Uri,
+    body: Bytes,
+    timeout: Duration,
+    idempotency_key: Option<&HeaderValue>,
+) -> Outbound<Bytes> {
+    let mut req = Outbound::post(uri, body);
+    req.method = method;
+    request_fields(provider, &mut req, inbound, timeout, idempotency_key);
+    req
+}
+
+/// The fields of a request to `provider`: the caller's allowed ones, the
+/// provider's auth and `headers:`, `anthropic-version`, a JSON
+/// `content-type` for a body that has none, the idempotency key, and the
+/// attempt's timeout.
+fn request_fields(
+    provider: &ProviderRuntime,
+    req: &mut Outbound<Bytes>,
+    inbound: &HeaderMap,
+    timeout: Duration,
+    idempotency_key: Option<&HeaderValue>,
+) {
+    let has_body = !req.body.is_empty();
     let h = &mut req.fields;
     // Names listed in the caller's `Connection` header are hop-by-hop.
     let listed: Vec<String> = inbound
@@ -947,15 +989,16 @@ pub fn build_request(
             HeaderValue::from_static("2023-06-01"),
         );
     }
-    if !h.contains(&header::CONTENT_TYPE) {
+    if has_body && !h.contains(&header::CONTENT_TYPE) {
         h.append(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
     }
-    h.insert(headers::IDEMPOTENCY_KEY, idempotency_key.clone());
+    if let Some(key) = idempotency_key {
+        h.insert(headers::IDEMPOTENCY_KEY, key.clone());
+    }
     req.timeout_ms = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
-    req
 }
 
 /// The `levee_upstream_attempts_total{result}` label (and the log's

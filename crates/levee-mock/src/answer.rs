@@ -34,6 +34,8 @@ pub(crate) struct Reply<'a> {
     pub pieces: usize,
     /// The tool the request forced: answered with one call to it, arguments `{}`.
     pub tool: Option<&'a str>,
+    /// A Responses answer the provider keeps (`store`, default `true`).
+    pub stored: bool,
 }
 
 impl Reply<'_> {
@@ -432,7 +434,11 @@ fn response_object(out: &mut String, r: &Reply<'_>, completed: bool) {
         response_message(out, r, true);
     }
     out.push_str(
-        r#"],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":false,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":"#,
+        r#"],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":"#,
+    );
+    out.push_str(if r.stored { "true" } else { "false" });
+    out.push_str(
+        r#","temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":"#,
     );
     if completed {
         let _ = write!(
@@ -465,6 +471,11 @@ fn response_message(out: &mut String, r: &Reply<'_>, completed: bool) {
         out.push_str(r#","annotations":[]}"#);
     }
     out.push_str("]}");
+}
+
+/// The id of the Responses answer numbered `id`.
+pub(crate) fn response_id(id: u64) -> String {
+    format!("resp_levee{id:012}")
 }
 
 pub(crate) fn response(r: &Reply<'_>) -> Bytes {
@@ -546,15 +557,64 @@ fn model_object(out: &mut String, dialect: Dialect, id: &str) {
             json_str(out, id);
             out.push_str(r#","display_name":"#);
             json_str(out, id);
-            out.push_str(r#","created_at":"2025-01-01T00:00:00Z"}"#);
+            out.push_str(r#","created_at":"2025-01-01T00:00:00Z","lifecycle":"active"}"#);
         }
     }
 }
 
-pub(crate) fn models(dialect: Dialect) -> Bytes {
-    let ids: &[&str] = match dialect {
+/// Which page of the Anthropic model list a request asks for (its query's
+/// `limit`, `after_id`, `before_id`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Page {
+    pub limit: Option<usize>,
+    pub after_id: Option<String>,
+    pub before_id: Option<String>,
+}
+
+impl Page {
+    /// Reads the query; `Err` is the message of the 400 Anthropic answers
+    /// for a `limit` outside 1 to 1000.
+    pub(crate) fn of_query(query: Option<&str>) -> Result<Page, String> {
+        let mut page = Page::default();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = crate::request::percent_decoded(v);
+            match k {
+                "limit" => match v.parse::<usize>() {
+                    Ok(n) if (1..=1000).contains(&n) => page.limit = Some(n),
+                    _ => return Err("limit: Input should be between 1 and 1000".to_string()),
+                },
+                "after_id" => page.after_id = Some(v),
+                "before_id" => page.before_id = Some(v),
+                _ => {}
+            }
+        }
+        Ok(page)
+    }
+}
+
+/// The model list: OpenAI's whole, Anthropic's one page of `page` (20 by
+/// default, as Anthropic answers).
+pub(crate) fn models(dialect: Dialect, page: &Page) -> Bytes {
+    let all: &[&str] = match dialect {
         Dialect::OpenAi => &OPENAI_MODELS,
         Dialect::Anthropic => &ANTHROPIC_MODELS,
+    };
+    let ids = match dialect {
+        Dialect::OpenAi => all,
+        Dialect::Anthropic => {
+            let limit = page.limit.unwrap_or(20);
+            let at = |id: &Option<String>| {
+                id.as_deref()
+                    .and_then(|id| all.iter().position(|m| *m == id))
+            };
+            match (at(&page.after_id), at(&page.before_id)) {
+                (Some(a), _) => &all[a + 1..(a + 1 + limit).min(all.len())],
+                (None, Some(b)) => &all[b.saturating_sub(limit)..b],
+                (None, None) if page.after_id.is_some() || page.before_id.is_some() => &[],
+                (None, None) => &all[..limit.min(all.len())],
+            }
+        }
     };
     let mut out = String::from(if dialect == Dialect::OpenAi {
         r#"{"object":"list","data":["#
@@ -569,21 +629,51 @@ pub(crate) fn models(dialect: Dialect) -> Bytes {
     }
     out.push(']');
     if dialect == Dialect::Anthropic {
+        let (first, last) = match (ids.first(), ids.last()) {
+            (Some(f), Some(l)) => (format!("\"{f}\""), format!("\"{l}\"")),
+            _ => ("null".to_string(), "null".to_string()),
+        };
+        let more = match (ids.first(), ids.last()) {
+            _ if page.before_id.is_some() => ids.first().is_some_and(|f| all[0] != *f),
+            (_, Some(l)) => all.last() != Some(l),
+            _ => false,
+        };
         let _ = write!(
             out,
-            r#","has_more":false,"first_id":"{}","last_id":"{}""#,
-            ids[0],
-            ids[ids.len() - 1]
+            r#","has_more":{more},"first_id":{first},"last_id":{last}"#
         );
     }
     out.push('}');
     Bytes::from(out)
 }
 
-pub(crate) fn model(dialect: Dialect, id: &str) -> Bytes {
+/// One model, or `None` when the provider has no model of that id.
+pub(crate) fn model(dialect: Dialect, id: &str) -> Option<Bytes> {
+    let all: &[&str] = match dialect {
+        Dialect::OpenAi => &OPENAI_MODELS,
+        Dialect::Anthropic => &ANTHROPIC_MODELS,
+    };
+    if !all.contains(&id) {
+        return None;
+    }
     let mut out = String::new();
     model_object(&mut out, dialect, id);
-    Bytes::from(out)
+    Some(Bytes::from(out))
+}
+
+/// The 404 for a model the provider does not have, as each words it.
+pub(crate) fn no_such_model(dialect: Dialect, id: &str) -> String {
+    match dialect {
+        Dialect::OpenAi => {
+            format!("The model `{id}` does not exist or you do not have access to it.")
+        }
+        Dialect::Anthropic => format!("model: {id}"),
+    }
+}
+
+/// Anthropic's token count for a Messages request.
+pub(crate) fn token_count(input_tokens: u64) -> Bytes {
+    Bytes::from(format!(r#"{{"input_tokens":{input_tokens}}}"#))
 }
 
 // ---------------------------------------------------------------------------
@@ -614,6 +704,7 @@ mod tests {
             prompt_tokens: 5,
             pieces,
             tool: None,
+            stored: false,
         }
     }
 
@@ -646,9 +737,11 @@ mod tests {
         assert_eq!(e["data"][1]["embedding"].as_array().unwrap().len(), 4);
         let resp = json(&response(&r));
         assert_eq!(resp["output"][0]["content"][0]["type"], "output_text");
-        json(&models(Dialect::OpenAi));
-        json(&models(Dialect::Anthropic));
-        json(&model(Dialect::Anthropic, "x"));
+        json(&models(Dialect::OpenAi, &Page::default()));
+        json(&models(Dialect::Anthropic, &Page::default()));
+        let m = json(&model(Dialect::Anthropic, "claude-haiku-4-5").unwrap_or_default());
+        assert_eq!(m["id"], "claude-haiku-4-5");
+        assert!(model(Dialect::Anthropic, "x").is_none());
     }
 
     #[test]

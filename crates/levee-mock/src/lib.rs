@@ -33,6 +33,7 @@ mod faults;
 mod request;
 mod server;
 mod stats;
+mod stored;
 mod tape;
 
 use std::net::SocketAddr;

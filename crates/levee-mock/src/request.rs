@@ -16,8 +16,18 @@ use levee_wire::{paths, Dialect};
 pub(crate) enum Endpoint {
     Chat,
     Messages,
+    /// Anthropic's `POST /v1/messages/count_tokens`.
+    CountTokens,
     Embeddings,
     Responses,
+    /// `GET /v1/responses/{id}`: a stored response.
+    ResponseGet(String),
+    /// `GET /v1/responses/{id}/input_items`.
+    ResponseInputItems(String),
+    /// `POST /v1/responses/{id}/cancel`.
+    ResponseCancel(String),
+    /// `DELETE /v1/responses/{id}`.
+    ResponseDelete(String),
     Models,
     Model(String),
     NotFound,
@@ -26,33 +36,69 @@ pub(crate) enum Endpoint {
 
 impl Endpoint {
     pub(crate) fn route(method: &Method, path: &str) -> Endpoint {
-        let post = |e| {
-            if method == Method::POST {
+        let only = |m: Method, e| {
+            if method == m {
                 e
             } else {
                 Endpoint::MethodNotAllowed
             }
         };
         match path {
-            paths::CHAT_COMPLETIONS => post(Endpoint::Chat),
-            paths::MESSAGES => post(Endpoint::Messages),
-            paths::EMBEDDINGS => post(Endpoint::Embeddings),
-            paths::RESPONSES => post(Endpoint::Responses),
-            paths::MODELS if method == Method::GET => Endpoint::Models,
-            paths::MODELS => Endpoint::MethodNotAllowed,
-            _ => match path.strip_prefix("/v1/models/") {
-                Some(id) if !id.is_empty() && method == Method::GET => {
-                    Endpoint::Model(id.to_owned())
+            paths::CHAT_COMPLETIONS => only(Method::POST, Endpoint::Chat),
+            paths::MESSAGES => only(Method::POST, Endpoint::Messages),
+            paths::COUNT_TOKENS => only(Method::POST, Endpoint::CountTokens),
+            paths::EMBEDDINGS => only(Method::POST, Endpoint::Embeddings),
+            paths::RESPONSES => only(Method::POST, Endpoint::Responses),
+            paths::MODELS => only(Method::GET, Endpoint::Models),
+            _ => {
+                if let Some(id) = path.strip_prefix("/v1/models/") {
+                    return match id.is_empty() {
+                        true => Endpoint::NotFound,
+                        false => only(Method::GET, Endpoint::Model(percent_decoded(id))),
+                    };
                 }
-                _ => Endpoint::NotFound,
-            },
+                match path.strip_prefix(paths::RESPONSE_ITEM) {
+                    Some(rest) => Endpoint::stored_response(method, rest),
+                    None => Endpoint::NotFound,
+                }
+            }
+        }
+    }
+
+    /// `/v1/responses/` followed by `rest`: `{id}`, `{id}/input_items` or
+    /// `{id}/cancel`.
+    fn stored_response(method: &Method, rest: &str) -> Endpoint {
+        let (id, tail) = match rest.split_once('/') {
+            Some((id, tail)) => (id, Some(tail)),
+            None => (rest, None),
+        };
+        if id.is_empty() {
+            return Endpoint::NotFound;
+        }
+        let id = percent_decoded(id);
+        let (get, post, delete) = (
+            method == Method::GET,
+            method == Method::POST,
+            method == Method::DELETE,
+        );
+        match tail {
+            None if get => Endpoint::ResponseGet(id),
+            None if delete => Endpoint::ResponseDelete(id),
+            Some("input_items") if get => Endpoint::ResponseInputItems(id),
+            Some("cancel") if post => Endpoint::ResponseCancel(id),
+            None | Some("input_items" | "cancel") => Endpoint::MethodNotAllowed,
+            Some(_) => Endpoint::NotFound,
         }
     }
 
     fn has_body(&self) -> bool {
         matches!(
             self,
-            Endpoint::Chat | Endpoint::Messages | Endpoint::Embeddings | Endpoint::Responses
+            Endpoint::Chat
+                | Endpoint::Messages
+                | Endpoint::CountTokens
+                | Endpoint::Embeddings
+                | Endpoint::Responses
         )
     }
 }
@@ -82,6 +128,9 @@ pub(crate) struct Body<'a> {
     encoding_format: Option<Cow<'a, str>>,
     #[serde(default)]
     tool_choice: Option<serde_json::Value>,
+    /// Responses: `false` keeps the response from being stored.
+    #[serde(default)]
+    store: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -93,6 +142,12 @@ struct StreamOptions {
 impl Body<'_> {
     pub(crate) fn streaming(&self) -> bool {
         self.stream == Some(true)
+    }
+
+    /// Whether a Responses request's answer is stored (`store` defaults to
+    /// `true`).
+    pub(crate) fn stored(&self) -> bool {
+        self.store != Some(false)
     }
 
     pub(crate) fn include_usage(&self) -> bool {
@@ -209,6 +264,23 @@ const ANTHROPIC_MESSAGES_FIELDS: [&str; 22] = [
     "workspace_id",
 ];
 
+/// Top-level fields of a token count request (the `anthropic` SDK's
+/// `MessageCountTokensParams`): a Messages request without `max_tokens`,
+/// `stream`, sampling or metadata fields.
+const ANTHROPIC_COUNT_TOKENS_FIELDS: [&str; 11] = [
+    "messages",
+    "model",
+    "cache_control",
+    "output_config",
+    "speed",
+    "system",
+    "thinking",
+    "tool_choice",
+    "tools",
+    "user_profile_id",
+    "workspace_id",
+];
+
 /// What a provider serving one dialect refuses beyond [`parse`]: a field it
 /// does not know (both providers answer 400), and for Anthropic a missing
 /// `max_tokens`.
@@ -220,6 +292,7 @@ pub(crate) fn strict_check(
     let known: &[&str] = match endpoint {
         Endpoint::Chat => &OPENAI_CHAT_FIELDS,
         Endpoint::Messages => &ANTHROPIC_MESSAGES_FIELDS,
+        Endpoint::CountTokens => &ANTHROPIC_COUNT_TOKENS_FIELDS,
         _ => return Ok(()),
     };
     let fields: std::collections::BTreeMap<Cow<'_, str>, IgnoredAny> =
@@ -243,7 +316,7 @@ pub(crate) fn strict_check(
     let numbers: std::collections::BTreeMap<Cow<'_, str>, serde_json::Value> =
         serde_json::from_slice(bytes).unwrap_or_default();
     let top = match endpoint {
-        Endpoint::Messages => 1.0,
+        Endpoint::Messages | Endpoint::CountTokens => 1.0,
         _ => 2.0,
     };
     for (field, max) in [("temperature", top), ("top_p", 1.0)] {
@@ -302,7 +375,7 @@ pub(crate) fn parse<'a>(
         )
     })?;
     let required: &[&'static str] = match endpoint {
-        Endpoint::Chat | Endpoint::Messages => &["model", "messages"],
+        Endpoint::Chat | Endpoint::Messages | Endpoint::CountTokens => &["model", "messages"],
         Endpoint::Embeddings => &["model", "input"],
         _ => &["model"],
     };
@@ -428,6 +501,33 @@ impl<'de> Deserialize<'de> for IsNumber {
         d.deserialize_any(ShapeVisitor)
             .map(|shape| IsNumber(matches!(shape, Shape::Other("a number"))))
     }
+}
+
+/// `text` with its `%XX` escapes decoded (a path segment or a query value);
+/// an escape that is not two hex digits is kept as written, and bytes that
+/// are not UTF-8 are replaced.
+pub(crate) fn percent_decoded(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| char::from(c).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A rough token count: about four bytes of request per token.

@@ -30,6 +30,7 @@ use crate::body::MockBody;
 use crate::faults::{Decision, ErrorSpec, FaultSet, Outcome};
 use crate::request::{self, Body, Endpoint};
 use crate::stats::{Collector, FaultKind, RequestGuard};
+use crate::stored::Stored;
 use crate::tape::{self, Player, Tape};
 use crate::{admin, clock, MockApi};
 use levee_wire::{paths, Dialect};
@@ -45,6 +46,8 @@ pub(crate) struct Shared {
     tape: Option<Player>,
     ids: AtomicU64,
     api: MockApi,
+    /// The Responses answers kept for `GET /v1/responses/{id}` and the like.
+    responses: Mutex<Stored>,
 }
 
 /// The fault set in force and when its clock started.
@@ -65,6 +68,7 @@ impl Shared {
             tape: tape.map(Player::new),
             ids: AtomicU64::new(1),
             api,
+            responses: Mutex::new(Stored::default()),
         }
     }
 
@@ -75,6 +79,12 @@ impl Shared {
             epoch: clock::now(),
         });
         *self.faults.write().unwrap_or_else(PoisonError::into_inner) = active;
+    }
+
+    fn responses(&self) -> std::sync::MutexGuard<'_, Stored> {
+        self.responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn active(&self) -> Arc<Active> {
@@ -294,7 +304,14 @@ impl<'a> Ask<'a> {
             prompt_tokens: request::prompt_tokens(self.bytes.len()),
             pieces: Reply::pieces_for(body.max_tokens()),
             tool: body.forced_tool(self.dialect),
+            stored: self.endpoint == Endpoint::Responses && body.stored(),
         };
+        if reply.stored {
+            let completed = answer::response(&reply);
+            shared
+                .responses()
+                .keep(answer::response_id(reply.id), completed, self.bytes);
+        }
         let streamed = match self.endpoint {
             _ if !body.streaming() => None,
             Endpoint::Chat => Some(answer::chat_completion_stream(&reply, body.include_usage())),
@@ -305,20 +322,44 @@ impl<'a> Ask<'a> {
         if let Some(chunks) = streamed {
             return stream_answer(chunks, stream.chunk_delay, stream.cut_after, guard);
         }
-        let bytes = match self.endpoint {
-            Endpoint::Chat => answer::chat_completion(&reply),
-            Endpoint::Messages => answer::anthropic_message(&reply),
-            Endpoint::Responses => answer::response(&reply),
+        let query = self.parts.uri.query();
+        let kept = |(status, body): crate::stored::Answered| {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            (status, body)
+        };
+        let (status, bytes) = match self.endpoint {
+            Endpoint::Chat => (StatusCode::OK, answer::chat_completion(&reply)),
+            Endpoint::Messages => (StatusCode::OK, answer::anthropic_message(&reply)),
+            Endpoint::CountTokens => (StatusCode::OK, answer::token_count(reply.prompt_tokens)),
+            Endpoint::Responses => (StatusCode::OK, answer::response(&reply)),
+            Endpoint::ResponseGet(ref id) => kept(shared.responses().get(id)),
+            Endpoint::ResponseInputItems(ref id) => kept(shared.responses().input_items(id, query)),
+            Endpoint::ResponseCancel(ref id) => kept(shared.responses().cancel(id)),
+            Endpoint::ResponseDelete(ref id) => kept(shared.responses().delete(id)),
             Endpoint::Embeddings => {
                 let ask = EmbeddingsAsk {
                     inputs: body.embedding_inputs(),
                     dimensions: body.dimensions(),
                     base64: body.base64(),
                 };
-                answer::embeddings(reply.model, reply.prompt_tokens, &ask)
+                let bytes = answer::embeddings(reply.model, reply.prompt_tokens, &ask);
+                (StatusCode::OK, bytes)
             }
-            Endpoint::Models => answer::models(self.dialect),
-            Endpoint::Model(ref id) => answer::model(self.dialect, id),
+            Endpoint::Models => match answer::Page::of_query(query) {
+                Ok(page) => (StatusCode::OK, answer::models(self.dialect, &page)),
+                Err(message) => {
+                    let status = StatusCode::BAD_REQUEST;
+                    return error_json(self.dialect, status, &message, None, guard);
+                }
+            },
+            Endpoint::Model(ref id) => match answer::model(self.dialect, id) {
+                Some(bytes) => (StatusCode::OK, bytes),
+                None => {
+                    let message = answer::no_such_model(self.dialect, id);
+                    let status = StatusCode::NOT_FOUND;
+                    return error_json(self.dialect, status, &message, None, guard);
+                }
+            },
             Endpoint::NotFound | Endpoint::MethodNotAllowed => {
                 let status = if self.endpoint == Endpoint::NotFound {
                     StatusCode::NOT_FOUND
@@ -334,7 +375,7 @@ impl<'a> Ask<'a> {
                 return error_json(self.dialect, status, &message, None, guard);
             }
         };
-        json_answer(StatusCode::OK, bytes, guard)
+        json_answer(status, bytes, guard)
     }
 }
 
@@ -412,10 +453,12 @@ impl MockApi {
     fn serves(self) -> &'static str {
         match self {
             MockApi::Both => {
-                "POST /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/responses"
+                "POST /v1/chat/completions, /v1/messages, /v1/messages/count_tokens, /v1/embeddings, /v1/responses, /v1/responses/{id}/cancel, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items"
             }
-            MockApi::OpenAi => "POST /v1/chat/completions, /v1/embeddings, /v1/responses",
-            MockApi::Anthropic => "POST /v1/messages",
+            MockApi::OpenAi => {
+                "POST /v1/chat/completions, /v1/embeddings, /v1/responses, /v1/responses/{id}/cancel, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items"
+            }
+            MockApi::Anthropic => "POST /v1/messages, /v1/messages/count_tokens",
         }
     }
 }
@@ -423,10 +466,16 @@ impl MockApi {
 /// A provider serving one dialect knows nothing of the other's paths.
 fn served(endpoint: Endpoint, dialect: Dialect) -> Endpoint {
     let foreign = match dialect {
-        Dialect::OpenAi => matches!(endpoint, Endpoint::Messages),
+        Dialect::OpenAi => matches!(endpoint, Endpoint::Messages | Endpoint::CountTokens),
         Dialect::Anthropic => matches!(
             endpoint,
-            Endpoint::Chat | Endpoint::Embeddings | Endpoint::Responses
+            Endpoint::Chat
+                | Endpoint::Embeddings
+                | Endpoint::Responses
+                | Endpoint::ResponseGet(_)
+                | Endpoint::ResponseInputItems(_)
+                | Endpoint::ResponseCancel(_)
+                | Endpoint::ResponseDelete(_)
         ),
     };
     if foreign {

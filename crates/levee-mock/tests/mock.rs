@@ -197,11 +197,151 @@ async fn embeddings_responses_and_models() {
     .await
     .json();
     assert_eq!(v["data"][0]["type"], "model");
+    assert_eq!(v["data"][0]["lifecycle"], "active");
     assert_eq!(v["has_more"], false);
+    assert_eq!(v["first_id"], v["data"][0]["id"]);
+    assert_eq!(get(addr, "/v1/models/gpt-4o").await.json()["id"], "gpt-4o");
+    // A model the provider does not list is 404, as the providers answer.
+    let r = get(addr, "/v1/models/my-model").await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "model_not_found");
+    mock.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_anthropic_model_list_pages_as_anthropic_does() {
+    let mock = start_api(levee_mock::MockApi::Anthropic).await;
+    let addr = mock.local_addr();
+    let page = |q: &'static str| async move {
+        send(addr, "GET", q, &[("anthropic-version", "2023-06-01")], "")
+            .await
+            .json()
+    };
+    let all = page("/v1/models").await;
+    let ids: Vec<&str> = all["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.len() >= 3, "{all}");
+    let first = page("/v1/models?limit=2").await;
+    assert_eq!(first["data"].as_array().unwrap().len(), 2);
     assert_eq!(
-        get(addr, "/v1/models/my-model").await.json()["id"],
-        "my-model"
+        (first["has_more"].as_bool(), first["last_id"].as_str()),
+        (Some(true), Some(ids[1]))
     );
+    let next = send(
+        addr,
+        "GET",
+        &format!("/v1/models?limit=2&after_id={}", ids[1]),
+        &[("anthropic-version", "2023-06-01")],
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(next["first_id"], ids[2]);
+    let r = send(
+        addr,
+        "GET",
+        "/v1/models?limit=0",
+        &[("anthropic-version", "2023-06-01")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = send(
+        addr,
+        "GET",
+        "/v1/models/claude-nope",
+        &[("anthropic-version", "2023-06-01")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["error"]["type"], "not_found_error");
+    mock.shutdown().await;
+}
+
+#[tokio::test]
+async fn anthropic_counts_tokens_of_a_messages_body_without_max_tokens() {
+    let mock = start_api(levee_mock::MockApi::Anthropic).await;
+    let addr = mock.local_addr();
+    let body = r#"{"model":"claude-x","messages":[{"role":"user","content":"hi"}]}"#;
+    let r = post(addr, "/v1/messages/count_tokens", body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["input_tokens"], body.len() as u64 / 4);
+    let r = post(addr, "/v1/messages/count_tokens", MESSAGES).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["error"]["message"],
+        "max_tokens: Extra inputs are not permitted"
+    );
+    let openai = start_api(levee_mock::MockApi::OpenAi).await;
+    let r = post(openai.local_addr(), "/v1/messages/count_tokens", body).await;
+    assert_eq!(r.status, 404);
+    mock.shutdown().await;
+    openai.shutdown().await;
+}
+
+#[tokio::test]
+async fn openai_keeps_stored_responses_until_deleted() {
+    let mock = start_api(levee_mock::MockApi::OpenAi).await;
+    let addr = mock.local_addr();
+    let created = post(addr, "/v1/responses", r#"{"model":"gpt-4.1","input":"hi"}"#)
+        .await
+        .json();
+    assert_eq!(created["store"], true);
+    let id = created["id"].as_str().unwrap().to_string();
+    let got = get(addr, &format!("/v1/responses/{id}")).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.json(), created);
+    let items = get(addr, &format!("/v1/responses/{id}/input_items"))
+        .await
+        .json();
+    assert_eq!(items["object"], "list");
+    assert_eq!(items["data"][0]["content"][0]["text"], "hi");
+    assert_eq!(items["first_id"], items["data"][0]["id"]);
+    let r = post(addr, &format!("/v1/responses/{id}/cancel"), "").await;
+    assert_eq!(r.status, 400, "only a background response can be cancelled");
+    let r = send(addr, "DELETE", &format!("/v1/responses/{id}"), &[], "").await;
+    assert_eq!(r.json()["deleted"], true);
+    let r = get(addr, &format!("/v1/responses/{id}")).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        r.json()["error"]["message"],
+        format!("Response with id '{id}' not found.")
+    );
+    // Not kept with `store: false`; cancelled when run in the background.
+    let unkept = post(
+        addr,
+        "/v1/responses",
+        r#"{"model":"g","input":"x","store":false}"#,
+    )
+    .await
+    .json();
+    let r = get(
+        addr,
+        &format!("/v1/responses/{}", unkept["id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    let bg = post(
+        addr,
+        "/v1/responses",
+        r#"{"model":"g","input":"x","background":true}"#,
+    )
+    .await
+    .json();
+    let r = post(
+        addr,
+        &format!("/v1/responses/{}/cancel", bg["id"].as_str().unwrap()),
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = send(addr, "PUT", &format!("/v1/responses/{id}"), &[], "").await;
+    assert_eq!(r.status, 405);
     mock.shutdown().await;
 }
 

@@ -47,11 +47,12 @@ impl Dialect {
 
     /// The dialect a path alone decides (`None` for `/v1/models` and paths
     /// of neither dialect): the first half of [`Dialect::of_request`], for a
-    /// route's `match.path` where there are no headers yet.
+    /// route's `match.path` where there are no headers yet. A stored
+    /// response (`/v1/responses/{id}…`) is OpenAI's.
     pub fn of_path(path: &str) -> Option<Dialect> {
         if path.starts_with(paths::MESSAGES) {
             Some(Dialect::Anthropic)
-        } else if paths::OPENAI_ONLY.contains(&path) {
+        } else if paths::OPENAI_ONLY.contains(&path) || path.starts_with(paths::RESPONSE_ITEM) {
             Some(Dialect::OpenAi)
         } else {
             None
@@ -90,6 +91,7 @@ mod tests {
             ("/v1/messages/count_tokens", &none, Dialect::Anthropic),
             ("/v1/chat/completions", &anthropic, Dialect::OpenAi),
             ("/v1/embeddings", &anthropic, Dialect::OpenAi),
+            ("/v1/responses/resp_1/cancel", &anthropic, Dialect::OpenAi),
             ("/v1/models", &none, Dialect::OpenAi),
             ("/v1/models", &anthropic, Dialect::Anthropic),
             ("/nowhere", &anthropic, Dialect::Anthropic),

@@ -10,6 +10,12 @@ pub const EMBEDDINGS: &str = "/v1/embeddings";
 pub const RESPONSES: &str = "/v1/responses";
 /// The model list (both dialects; `/v1/models/{id}` for one model).
 pub const MODELS: &str = "/v1/models";
+/// Anthropic's token count for a Messages request (`POST`, the body of a
+/// `/v1/messages` request without `max_tokens`).
+pub const COUNT_TOKENS: &str = "/v1/messages/count_tokens";
+/// Where OpenAI keeps a stored response: `{RESPONSE_ITEM}{id}` (`GET`,
+/// `DELETE`), `…/{id}/input_items` (`GET`), `…/{id}/cancel` (`POST`).
+pub const RESPONSE_ITEM: &str = "/v1/responses/";
 
 /// The endpoints that take a request body (POST), in both dialects.
 pub const POST: [&str; 4] = [CHAT_COMPLETIONS, MESSAGES, EMBEDDINGS, RESPONSES];
