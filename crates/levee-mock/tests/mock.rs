@@ -956,12 +956,23 @@ async fn a_one_dialect_mock_answers_the_others_paths_404_in_its_own_shape() {
 #[tokio::test]
 async fn a_one_dialect_mock_refuses_fields_its_provider_does_not_know() {
     let anthropic = start_api(levee_mock::MockApi::Anthropic).await;
-    let body = r#"{"model":"c","max_tokens":5,"temperature":0.5,"messages":[{"role":"user","content":"hi"}]}"#;
+    let body = r#"{"model":"c","max_tokens":5,"frequency_penalty":0.5,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = post(anthropic.local_addr(), "/v1/messages", body).await;
     assert_eq!(r.status, 400);
     assert_eq!(
         r.json()["error"]["message"],
-        "temperature: Extra inputs are not permitted"
+        "frequency_penalty: Extra inputs are not permitted"
+    );
+    // Sampling the Messages API takes, within its range of 0 to 1.
+    let body = r#"{"model":"c","max_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":40,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = post(anthropic.local_addr(), "/v1/messages", body).await;
+    assert_eq!(r.status, 200);
+    let body = r#"{"model":"c","max_tokens":5,"temperature":1.5,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = post(anthropic.local_addr(), "/v1/messages", body).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["error"]["message"],
+        "temperature: Input should be a number from 0 to 1"
     );
     let body = r#"{"model":"c","messages":[{"role":"user","content":"hi"}]}"#;
     let r = post(anthropic.local_addr(), "/v1/messages", body).await;
