@@ -372,6 +372,16 @@ fn a_saturated_provider_sees_at_most_a_tenth_more_than_the_offered_load() {
 }
 
 #[test]
+fn a_provider_just_past_capacity_is_told_from_a_brownout() {
+    let r = run("saturated-near-capacity.yaml");
+    let levee = variant(r, "levee");
+    // 120 calls/s offered; treating its winning-looking retries as a
+    // brownout's sent 1.46x and answered fewer.
+    assert!(levee.baseline_upstream_rps <= 1.2 * 120.0, "{levee:?}");
+    assert!(levee.success_ratio >= 0.78, "{levee:?}");
+}
+
+#[test]
 fn a_stalled_primary_with_8_s_callers_is_answered_by_the_backup() {
     let r = run("stalled-primary.yaml");
     let levee = variant(r, "levee");
