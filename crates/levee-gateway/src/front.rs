@@ -813,14 +813,7 @@ pub(crate) fn parse_head(buf: &mut BytesMut, limit: usize) -> Result<Option<Head
             }
         }
         if h.name.eq_ignore_ascii_case("connection") {
-            for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                let plain = token.is_empty()
-                    || token.eq_ignore_ascii_case(b"close")
-                    || token.eq_ignore_ascii_case(b"keep-alive");
-                if !plain {
-                    listed.push(at(token));
-                }
-            }
+            listed.extend(crate::h1wire::listed_names(h.value).map(at));
         }
         if h.name.eq_ignore_ascii_case("expect") {
             expect_continue = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
@@ -850,10 +843,7 @@ pub(crate) fn parse_head(buf: &mut BytesMut, limit: usize) -> Result<Option<Head
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
         let name_bytes = &head[n..n + nl];
-        if listed
-            .iter()
-            .any(|&(t, tl)| head[t as usize..(t + tl) as usize].eq_ignore_ascii_case(name_bytes))
-        {
+        if crate::h1wire::is_listed(&head, &listed, name_bytes) {
             continue;
         }
         let name = crate::fieldname::field_name(&head[n..n + nl])

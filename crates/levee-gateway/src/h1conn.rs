@@ -368,14 +368,7 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     // about this connection are read here and left out of it.
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
-            for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                let plain = token.is_empty()
-                    || token.eq_ignore_ascii_case(b"close")
-                    || token.eq_ignore_ascii_case(b"keep-alive");
-                if !plain {
-                    listed.push(at(token));
-                }
-            }
+            listed.extend(crate::h1wire::listed_names(h.value).map(at));
         }
         if !framing.see(h.name, h.value).map_err(H1Error::Framing)? {
             spans.push(Span {
@@ -399,10 +392,7 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
         let name_bytes = &head[n..n + nl];
-        if listed
-            .iter()
-            .any(|&(t, tl)| head[t as usize..(t + tl) as usize].eq_ignore_ascii_case(name_bytes))
-        {
+        if crate::h1wire::is_listed(&head, &listed, name_bytes) {
             continue;
         }
         let name = crate::fieldname::field_name(name_bytes)

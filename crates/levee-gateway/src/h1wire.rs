@@ -198,6 +198,27 @@ impl Framing {
     }
 }
 
+/// The field names a `connection` value lists besides `close` and
+/// `keep-alive`: hop-by-hop fields, never passed on by a proxy.
+pub(crate) fn listed_names(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| {
+            !(t.is_empty()
+                || t.eq_ignore_ascii_case(b"close")
+                || t.eq_ignore_ascii_case(b"keep-alive"))
+        })
+}
+
+/// Whether `name` is one of the names `listed` spans (offset, length) in
+/// `head`.
+pub(crate) fn is_listed(head: &[u8], listed: &[(u32, u32)], name: &[u8]) -> bool {
+    listed
+        .iter()
+        .any(|&(t, tl)| head[t as usize..(t + tl) as usize].eq_ignore_ascii_case(name))
+}
+
 /// Digits only (no sign, no space); leading zeros allowed, overflow refused.
 pub(crate) fn parse_decimal(s: &[u8]) -> Option<u64> {
     if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
