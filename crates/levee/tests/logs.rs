@@ -8,25 +8,11 @@
 mod kit;
 use kit::{free_port, start_mock, test_dir, wait_until, Proc, BIN};
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn post(addr: &str, path: &str, fields: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n{fields}connection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, out)
+    kit::http_with(addr, "POST", path, fields, body).expect("exchange")
 }
 
 fn header<'a>(answer: &'a str, name: &str) -> &'a str {

@@ -3,25 +3,10 @@
 #![allow(clippy::disallowed_methods)] // black-box timing of real processes
 
 mod kit;
-use kit::{free_port, start_mock, test_dir, wait_until, Proc, BIN};
-use std::io::{Read, Write};
+use kit::{free_port, http, start_mock, test_dir, wait_until, Proc, BIN};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok((status, out))
-}
 
 #[test]
 fn sigterm_lets_the_request_in_flight_finish_then_exits_zero() {

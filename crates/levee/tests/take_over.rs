@@ -4,27 +4,12 @@
 #![allow(clippy::disallowed_methods)] // black-box timing of real processes
 
 mod kit;
-use kit::{free_port, wait_for, Proc, BIN};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use kit::{free_port, http, wait_for, Proc, BIN};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const WATCHDOG: Duration = Duration::from_secs(20);
-
-fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok((status, out))
-}
 
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
 

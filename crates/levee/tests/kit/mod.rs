@@ -98,3 +98,32 @@ pub fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// One HTTP/1.1 exchange on a new connection closed after it: the status
+/// and the whole answer as text. `fields` are extra header lines, each
+/// ending in `\r\n`.
+pub fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    fields: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n{fields}connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((status, out))
+}
+
+/// [`http_with`] with no extra fields.
+pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    http_with(addr, method, path, "", body)
+}
