@@ -632,6 +632,99 @@ pub fn provider_auth(
     Ok(Some((name, v, secret)))
 }
 
+/// A provider's `headers:` and `query:`, resolved: values written in the
+/// config, or read now from the variables `{ env: VAR }` names.
+#[derive(Debug, Default)]
+pub struct Extras {
+    /// Sent with every request.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Encoded (`a=b&c=d`), added to every URI.
+    pub query: String,
+    /// The values read from the environment, to redact like the key.
+    pub env_values: Vec<String>,
+}
+
+/// Why one of a provider's `headers:` or `query:` entries cannot be used.
+#[derive(Debug)]
+pub struct ExtraProblem {
+    /// `headers` or `query`.
+    pub field: &'static str,
+    /// The entry's name.
+    pub name: String,
+    pub error: UpstreamError,
+}
+
+/// Resolves a provider's `headers:` and `query:` (`serve`, a reload and
+/// `levee check` alike); `Err` lists every entry that cannot be used.
+pub fn provider_extras(p: &Provider) -> Result<Extras, Vec<ExtraProblem>> {
+    let mut extras = Extras::default();
+    let mut problems = Vec::new();
+    let mut resolve = |field: &'static str, name: &str, v: &levee_config::ValueSource| match v {
+        levee_config::ValueSource::Text(t) => Some(t.clone()),
+        levee_config::ValueSource::Env(var) => match std::env::var(var) {
+            Ok(value) => {
+                extras.env_values.push(value.clone());
+                Some(value)
+            }
+            Err(_) => {
+                problems.push(ExtraProblem {
+                    field,
+                    name: name.to_string(),
+                    error: UpstreamError::MissingValue {
+                        provider: p.name.clone(),
+                        key: field,
+                        var: var.clone(),
+                    },
+                });
+                None
+            }
+        },
+    };
+    let mut headers = Vec::with_capacity(p.headers.len());
+    let mut bad_headers = Vec::new();
+    for (name, v) in &p.headers {
+        let Some(value) = resolve("headers", name, v) else {
+            continue;
+        };
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .ok()
+            .zip(HeaderValue::from_str(&value).ok());
+        match header {
+            Some((n, mut value)) => {
+                value.set_sensitive(matches!(v, levee_config::ValueSource::Env(_)));
+                headers.push((n, value));
+            }
+            None => bad_headers.push(ExtraProblem {
+                field: "headers",
+                name: name.clone(),
+                error: UpstreamError::BadKey {
+                    provider: p.name.clone(),
+                    var: format!("headers.{name}"),
+                },
+            }),
+        }
+    }
+    let mut query = String::new();
+    for (name, v) in &p.query {
+        let Some(value) = resolve("query", name, v) else {
+            continue;
+        };
+        if !query.is_empty() {
+            query.push('&');
+        }
+        query.extend(percent_encoding::utf8_percent_encode(name, QUERY_PART));
+        query.push('=');
+        query.extend(percent_encoding::utf8_percent_encode(&value, QUERY_PART));
+    }
+    problems.extend(bad_headers);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    extras.headers = headers;
+    extras.query = query;
+    Ok(extras)
+}
+
 /// One provider at run time.
 #[derive(Debug)]
 pub struct ProviderRuntime {
@@ -692,41 +785,11 @@ impl ProviderRuntime {
             Some((name, value, key)) => (Some((name, value)), Some(key)),
             None => (None, None),
         };
-        let mut env_values = Vec::new();
-        let mut resolve = |key: &'static str, v: &levee_config::ValueSource| match v {
-            levee_config::ValueSource::Text(t) => Ok(t.clone()),
-            levee_config::ValueSource::Env(var) => {
-                let value = std::env::var(var).map_err(|_| UpstreamError::MissingValue {
-                    provider: p.name.clone(),
-                    key,
-                    var: var.clone(),
-                })?;
-                env_values.push(value.clone());
-                Ok(value)
-            }
-        };
-        let mut extra_headers = Vec::with_capacity(p.headers.len());
-        for (name, v) in &p.headers {
-            let value = resolve("headers", v)?;
-            let bad = || UpstreamError::BadKey {
-                provider: p.name.clone(),
-                var: format!("headers.{name}"),
-            };
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
-            let mut value = HeaderValue::from_str(&value).map_err(|_| bad())?;
-            value.set_sensitive(matches!(v, levee_config::ValueSource::Env(_)));
-            extra_headers.push((name, value));
-        }
-        let mut query = String::new();
-        for (name, v) in &p.query {
-            let value = resolve("query", v)?;
-            if !query.is_empty() {
-                query.push('&');
-            }
-            query.extend(percent_encoding::utf8_percent_encode(name, QUERY_PART));
-            query.push('=');
-            query.extend(percent_encoding::utf8_percent_encode(&value, QUERY_PART));
-        }
+        let Extras {
+            headers: extra_headers,
+            query,
+            env_values,
+        } = provider_extras(p).map_err(|mut problems| problems.swap_remove(0).error)?;
         let connector = connector(p, dial);
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p

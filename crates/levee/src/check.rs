@@ -187,26 +187,18 @@ fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
             ]);
             out.push((missing, format!("{line}{e}")));
         }
-        for (field, values) in [("headers", &p.headers), ("query", &p.query)] {
-            for (name, value) in values {
-                let levee_config::ValueSource::Env(var) = value else {
-                    continue;
-                };
-                if std::env::var(var).is_err() {
-                    let e = UpstreamError::MissingValue {
-                        provider: p.name.clone(),
-                        key: field,
-                        var: var.clone(),
-                    };
-                    let line = at(&[
-                        Seg::Key("providers"),
-                        Seg::Key(&p.name),
-                        Seg::Key(field),
-                        Seg::Key(name),
-                    ]);
-                    out.push((true, format!("{line}{e}")));
-                }
-            }
+        for problem in levee_gateway::upstream::provider_extras(p)
+            .err()
+            .unwrap_or_default()
+        {
+            let missing = matches!(problem.error, UpstreamError::MissingValue { .. });
+            let line = at(&[
+                Seg::Key("providers"),
+                Seg::Key(&p.name),
+                Seg::Key(problem.field),
+                Seg::Key(&problem.name),
+            ]);
+            out.push((missing, format!("{line}{}", problem.error)));
         }
     }
     for (i, key) in config.keys.iter().enumerate() {
