@@ -762,6 +762,20 @@ fn valid_host(value: &[u8]) -> bool {
     reg_name && port.is_none_or(|p| p.iter().all(u8::is_ascii_digit))
 }
 
+/// Counts a `host` field and checks its value. Two hosts, or one a front
+/// and Levee could read differently, is how requests are routed past a
+/// front's checks.
+fn see_host(hosts: &mut u8, value: &[u8]) -> Result<(), Refusal> {
+    *hosts = hosts.saturating_add(1);
+    if *hosts > 1 {
+        return Err(bad("more than one host field"));
+    }
+    if !valid_host(value) {
+        return Err(bad("the host field is not a valid host[:port]"));
+    }
+    Ok(())
+}
+
 /// Parses one request head from the front of `buf`: `None` while it is
 /// incomplete. The head's bytes leave the buffer; header values share them.
 /// A head longer than `limit` bytes is refused even when it arrived whole.
@@ -802,15 +816,7 @@ pub(crate) fn parse_head(buf: &mut BytesMut, limit: usize) -> Result<Option<Head
     for h in req.headers.iter() {
         let connection_only = framing.see(h.name, h.value).map_err(bad)?;
         if h.name.len() == 4 && h.name.eq_ignore_ascii_case("host") {
-            // Two hosts, or one a front and Levee could read differently,
-            // is how requests are routed past a front's checks.
-            hosts = hosts.saturating_add(1);
-            if hosts > 1 {
-                return Err(bad("more than one host field"));
-            }
-            if !valid_host(h.value) {
-                return Err(bad("the host field is not a valid host[:port]"));
-            }
+            see_host(&mut hosts, h.value)?;
         }
         if h.name.eq_ignore_ascii_case("connection") {
             listed.extend(crate::h1wire::listed_names(h.value).map(at));
