@@ -129,6 +129,7 @@ fn builtin_mock_provider(name: &str, api: Api) -> Provider {
     Provider {
         name: name.to_string(),
         api,
+        platform: crate::model::Platform::Direct,
         base_url: http::Uri::from_static(defaults::mock::BASE_URL),
         api_key_env: None,
         max_in_flight: defaults::mock::MAX_IN_FLIGHT,
@@ -150,6 +151,17 @@ fn default_auth(api: Api) -> crate::values::Auth {
     match api {
         Api::OpenAi => crate::values::Auth::Bearer,
         Api::Anthropic => crate::values::Auth::Header("x-api-key".into()),
+    }
+}
+
+/// How each kind's own SDK sends a key from `api_key_env`: Azure's
+/// `api-key`, Gemini's bearer, Vertex's bearer token.
+fn kind_auth(kind: crate::values::ApiKind) -> crate::values::Auth {
+    use crate::values::ApiKind;
+    match kind {
+        ApiKind::Azure => crate::values::Auth::Header("api-key".into()),
+        ApiKind::Bedrock => crate::values::Auth::None,
+        other => default_auth(other.dialect()),
     }
 }
 
@@ -228,10 +240,169 @@ fn providers(
                 return Err(at("headers", problem));
             }
         }
-        providers.push(provider(name, p, rate_limit, allowance, breaker));
+        let (platform, base_url) = platform(p).map_err(|(key, problem)| {
+            at(
+                key,
+                Problem::ProviderField {
+                    provider: name.clone(),
+                    problem,
+                },
+            )
+        })?;
+        let mut built = provider(name, p, rate_limit, allowance, breaker);
+        built.platform = platform;
+        built.base_url = base_url;
+        providers.push(built);
         declared.push(settings);
     }
     Ok((providers, declared))
+}
+
+/// The default Gemini API base URL (its OpenAI-compatible endpoint).
+const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta/openai";
+
+/// A provider's platform and base URL from its `api` and the keys that go
+/// with it; `Err` names the key at fault and the problem.
+fn platform(
+    p: &RawProvider,
+) -> Result<(crate::model::Platform, http::Uri), (&'static str, String)> {
+    use crate::model::Platform;
+    use crate::values::ApiKind;
+    let kind = p.api;
+    let word = kind.word();
+    // Each cloud key, with the kinds it belongs to.
+    let keys: [(&'static str, bool, &[ApiKind]); 7] = [
+        (
+            "region",
+            p.region.is_some(),
+            &[ApiKind::Bedrock, ApiKind::Vertex, ApiKind::VertexOpenAi],
+        ),
+        (
+            "project",
+            p.project.is_some(),
+            &[ApiKind::Vertex, ApiKind::VertexOpenAi],
+        ),
+        ("api_version", p.api_version.is_some(), &[ApiKind::Azure]),
+        ("token_file", p.token_file.is_some(), &[ApiKind::Azure]),
+        (
+            "credentials_file",
+            p.credentials_file.is_some(),
+            &[ApiKind::Bedrock, ApiKind::Vertex, ApiKind::VertexOpenAi],
+        ),
+        ("profile", p.profile.is_some(), &[ApiKind::Bedrock]),
+        (
+            "token_url",
+            p.token_url.is_some(),
+            &[ApiKind::Vertex, ApiKind::VertexOpenAi],
+        ),
+    ];
+    for (key, set, kinds) in keys {
+        if set && !kinds.contains(&kind) {
+            let belongs: Vec<&str> = kinds.iter().map(|k| k.word()).collect();
+            return Err((
+                key,
+                format!(
+                    "`{key}` is for `api: {}` providers, not `api: {word}`",
+                    belongs.join("` or `api: ")
+                ),
+            ));
+        }
+    }
+    let required = |key: &'static str, v: &Option<String>| match v.as_deref().map(str::trim) {
+        Some(v) if !v.is_empty() => Ok(v.to_string()),
+        _ => Err((
+            key,
+            format!(
+                "`api: {word}` needs `{key}` (e.g. `{key}: {}`)",
+                match key {
+                    "region" if kind == ApiKind::Bedrock => "us-east-1",
+                    "region" => "us-east5",
+                    _ => "my-project",
+                }
+            ),
+        )),
+    };
+    let written = p.base_url.as_ref().map(|b| b.0.clone());
+    let needs_url = |example: &str| {
+        written.clone().ok_or((
+            "base_url",
+            format!("`api: {word}` needs `base_url` (e.g. `{example}`)"),
+        ))
+    };
+    let url = |s: String| -> Result<http::Uri, (&'static str, String)> {
+        s.parse().map_err(|_| {
+            (
+                "region",
+                format!("`{s}` is not a URL: is the region a plain name like `us-east-1`?"),
+            )
+        })
+    };
+    if kind == ApiKind::Bedrock {
+        if p.auth.is_some() || p.api_key_env.is_some() {
+            let key = if p.auth.is_some() {
+                "auth"
+            } else {
+                "api_key_env"
+            };
+            return Err((key, format!("`api: bedrock` signs requests with AWS credentials (the AWS_* environment variables or the shared credentials file): remove `{key}`")));
+        }
+    }
+    Ok(match kind {
+        ApiKind::OpenAi => (Platform::Direct, needs_url("https://api.openai.com/v1")?),
+        ApiKind::Anthropic => (Platform::Direct, needs_url("https://api.anthropic.com")?),
+        ApiKind::Azure => {
+            if p.token_file.is_some() && p.api_key_env.is_some() {
+                return Err(("token_file", "`token_file` (an Entra ID token) and `api_key_env` (an API key) both authenticate: keep one".into()));
+            }
+            (
+                Platform::Azure {
+                    api_version: p.api_version.clone(),
+                    token_file: p.token_file.clone(),
+                },
+                needs_url("https://my-resource.openai.azure.com")?,
+            )
+        }
+        ApiKind::Gemini => (
+            Platform::Gemini,
+            written.unwrap_or_else(|| http::Uri::from_static(GEMINI_BASE_URL)),
+        ),
+        ApiKind::Bedrock => {
+            let region = required("region", &p.region)?;
+            let base = match written {
+                Some(u) => u,
+                None => url(format!("https://bedrock-runtime.{region}.amazonaws.com"))?,
+            };
+            (
+                Platform::Bedrock {
+                    region,
+                    profile: p.profile.clone(),
+                    credentials_file: p.credentials_file.clone(),
+                },
+                base,
+            )
+        }
+        ApiKind::Vertex | ApiKind::VertexOpenAi => {
+            let region = required("region", &p.region)?;
+            let project = required("project", &p.project)?;
+            let base = match written {
+                Some(u) => u,
+                None if region == "global" => {
+                    http::Uri::from_static("https://aiplatform.googleapis.com")
+                }
+                None => url(format!("https://{region}-aiplatform.googleapis.com"))?,
+            };
+            (
+                Platform::Vertex {
+                    project,
+                    region,
+                    credentials_file: p.credentials_file.clone(),
+                    token_url: p.token_url.clone(),
+                    openai: kind == ApiKind::VertexOpenAi,
+                },
+                base,
+            )
+        }
+    })
 }
 
 /// A provider from its raw fields and the core objects built for it.
@@ -244,8 +415,9 @@ fn provider(
 ) -> Provider {
     Provider {
         name: name.to_string(),
-        api: p.api,
-        base_url: p.base_url.0.clone(),
+        api: p.api.dialect(),
+        platform: crate::model::Platform::Direct,
+        base_url: http::Uri::from_static(defaults::mock::BASE_URL),
         api_key_env: p.api_key_env.clone(),
         // Unset: sized from the allowance once the routes are known.
         max_in_flight: p.max_in_flight.map_or(u32::MAX, |m| m.0),
@@ -261,7 +433,7 @@ fn provider(
         http2_max_streams: p
             .http2_max_streams
             .map_or(defaults::HTTP2_MAX_STREAMS, |m| m.0),
-        auth: p.auth.clone().unwrap_or_else(|| default_auth(p.api)),
+        auth: p.auth.clone().unwrap_or_else(|| kind_auth(p.api)),
         headers: p
             .headers
             .iter()

@@ -32,12 +32,12 @@ pub use duration::parse_duration;
 pub use error::{yaml_message, ConfigError, Problem, RouteProblem};
 pub use model::{
     derived_max_in_flight, Caller, CallerKey, IdempotencySettings, InFlightCap, Limits, Match,
-    Provider, Route, StateBackend, Target, Telemetry,
+    Platform, Provider, Route, StateBackend, Target, Telemetry,
 };
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
 pub use values::{
-    Api, AtLeastOne, Auth, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint,
-    RedisUrl, Sha256Digest, ValueSource,
+    Api, ApiKind, AtLeastOne, Auth, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable,
+    OtlpEndpoint, RedisUrl, Sha256Digest, ValueSource,
 };
 
 use std::net::SocketAddr;

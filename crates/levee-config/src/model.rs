@@ -13,7 +13,11 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct Provider {
     pub name: String,
+    /// The wire dialect requests are written in (a cloud kind's included).
     pub api: Api,
+    /// Where the provider runs: its own API, or a cloud that serves the
+    /// dialect under its own URLs and auth.
+    pub platform: Platform,
     /// `scheme://authority` plus an optional path prefix (no trailing slash).
     pub base_url: http::Uri,
     pub api_key_env: Option<String>,
@@ -42,6 +46,42 @@ pub struct Provider {
     pub headers: Vec<(String, crate::values::ValueSource)>,
     /// Query parameters added to every request URI.
     pub query: Vec<(String, crate::values::ValueSource)>,
+}
+
+/// Where a provider runs, with each cloud's own settings.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Platform {
+    /// The dialect's own API (or anything that speaks it at `base_url`).
+    #[default]
+    Direct,
+    /// Azure OpenAI. With `api_version`, the deployments URL shape
+    /// (`/openai/deployments/{model}/chat/completions?api-version=…`, a
+    /// target's model naming the deployment); without, the v1 API under
+    /// `base_url`. `token_file`: an Entra ID bearer token re-read when the
+    /// file changes.
+    Azure {
+        api_version: Option<String>,
+        token_file: Option<std::path::PathBuf>,
+    },
+    /// The Gemini API's OpenAI-compatible endpoint.
+    Gemini,
+    /// Anthropic models on Amazon Bedrock, SigV4-signed with credentials
+    /// from the environment or the shared credentials file.
+    Bedrock {
+        region: String,
+        profile: Option<String>,
+        credentials_file: Option<std::path::PathBuf>,
+    },
+    /// Google Vertex AI: Anthropic models (`openai: false`) or the
+    /// OpenAI-compatible endpoint, with OAuth2 tokens from a service-account
+    /// key (`credentials_file`) or a token in `api_key_env`.
+    Vertex {
+        project: String,
+        region: String,
+        credentials_file: Option<std::path::PathBuf>,
+        token_url: Option<String>,
+        openai: bool,
+    },
 }
 
 impl Provider {

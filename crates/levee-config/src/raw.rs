@@ -6,8 +6,8 @@
 
 use crate::duration::Dur;
 use crate::values::{
-    Api, AtLeastOne, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint,
-    RedisUrl, Sha256Digest,
+    AtLeastOne, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint, RedisUrl,
+    Sha256Digest,
 };
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -52,8 +52,10 @@ pub struct RawLimits {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProvider {
-    pub api: Api,
-    pub base_url: BaseUrl,
+    pub api: crate::values::ApiKind,
+    /// Required except for `bedrock` and `vertex`, whose URL follows from
+    /// the region.
+    pub base_url: Option<BaseUrl>,
     pub api_key_env: Option<String>,
     pub max_in_flight: Option<AtLeastOne<u32>>,
     pub rate_limit: Option<RawRateLimit>,
@@ -66,6 +68,20 @@ pub struct RawProvider {
     pub headers: Option<std::collections::BTreeMap<String, crate::values::ValueSource>>,
     /// Query parameters added to every request URI (Azure's `api-version`).
     pub query: Option<std::collections::BTreeMap<String, crate::values::ValueSource>>,
+    /// Bedrock and Vertex: the cloud region.
+    pub region: Option<String>,
+    /// Vertex: the Google Cloud project.
+    pub project: Option<String>,
+    /// Azure: the deployments URL shape's `api-version`.
+    pub api_version: Option<String>,
+    /// Azure: a file holding an Entra ID bearer token.
+    pub token_file: Option<std::path::PathBuf>,
+    /// Bedrock: the shared credentials file; Vertex: a service-account key.
+    pub credentials_file: Option<std::path::PathBuf>,
+    /// Bedrock: the profile in the shared credentials file.
+    pub profile: Option<String>,
+    /// Vertex: the OAuth2 token endpoint (the key file's `token_uri` otherwise).
+    pub token_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -87,10 +87,62 @@ pub enum Api {
     OpenAi,
 }
 
+/// A provider's `api`: the dialect it speaks and where it runs. The cloud
+/// kinds speak one of the two dialects ([`ApiKind::dialect`]) with their own
+/// URLs, auth and (Bedrock) stream framing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiKind {
+    Anthropic,
+    OpenAi,
+    /// Azure OpenAI: OpenAI's dialect, `api-key` or an Entra ID bearer token.
+    Azure,
+    /// The Gemini API's OpenAI-compatible endpoint.
+    Gemini,
+    /// Anthropic models on Amazon Bedrock (`InvokeModel`), SigV4-signed.
+    Bedrock,
+    /// Anthropic models on Google Vertex AI (`rawPredict`), OAuth2 tokens.
+    Vertex,
+    /// Vertex AI's OpenAI-compatible endpoint (Gemini and partner models).
+    VertexOpenAi,
+}
+
+impl ApiKind {
+    /// The wire dialect requests to this kind are written in.
+    pub fn dialect(self) -> Api {
+        match self {
+            ApiKind::Anthropic | ApiKind::Bedrock | ApiKind::Vertex => Api::Anthropic,
+            ApiKind::OpenAi | ApiKind::Azure | ApiKind::Gemini | ApiKind::VertexOpenAi => {
+                Api::OpenAi
+            }
+        }
+    }
+
+    /// The `api:` word.
+    pub fn word(self) -> &'static str {
+        match self {
+            ApiKind::Anthropic => "anthropic",
+            ApiKind::OpenAi => "openai",
+            ApiKind::Azure => "azure",
+            ApiKind::Gemini => "gemini",
+            ApiKind::Bedrock => "bedrock",
+            ApiKind::Vertex => "vertex",
+            ApiKind::VertexOpenAi => "vertex-openai",
+        }
+    }
+}
+
 from_words!(
-    Api,
+    ApiKind,
     "api",
-    [("anthropic", Api::Anthropic), ("openai", Api::OpenAi)]
+    [
+        ("anthropic", ApiKind::Anthropic),
+        ("openai", ApiKind::OpenAi),
+        ("azure", ApiKind::Azure),
+        ("gemini", ApiKind::Gemini),
+        ("bedrock", ApiKind::Bedrock),
+        ("vertex", ApiKind::Vertex),
+        ("vertex-openai", ApiKind::VertexOpenAi),
+    ]
 );
 
 /// A provider's `http2`: which HTTP version Levee speaks to it.

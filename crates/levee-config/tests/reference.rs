@@ -42,6 +42,22 @@ fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
         "providers.<name>.rate_limit.burst" => {
             vec![("providers.<name>.rate_limit.requests_per_minute", "600")]
         }
+        // The cloud keys belong to their kinds.
+        "providers.<name>.api_version" | "providers.<name>.token_file" => {
+            vec![("providers.<name>.api", "azure")]
+        }
+        "providers.<name>.profile" => vec![
+            ("providers.<name>.api", "bedrock"),
+            ("providers.<name>.region", "us-east-1"),
+        ],
+        "providers.<name>.region"
+        | "providers.<name>.project"
+        | "providers.<name>.credentials_file"
+        | "providers.<name>.token_url" => vec![
+            ("providers.<name>.api", "vertex"),
+            ("providers.<name>.region", "us-east5"),
+            ("providers.<name>.project", "my-project"),
+        ],
         p if p.starts_with("state.") && p != "state.backend" => vec![("state.backend", "redis")],
         _ => vec![],
     }

@@ -246,6 +246,26 @@ impl Driver {
         crate::shutdown::attempts_sent(n);
         self.obs
             .attempt_started(&d, n, deadline, now, &mut upstream_req.fields);
+        // A cloud's signature or token goes on last: it covers the fields above.
+        if provider.platform.authorizes() {
+            if let Err(e) = provider
+                .platform
+                .authorize(&mut upstream_req, shared.clock.unix_ms())
+                .await
+            {
+                tracing::warn!(provider = %provider.name, error = %e, "attempt not authorised");
+                let class = self.fin.record(Outcome::ConnectError);
+                self.obs.attempt_finished(Finished {
+                    target: d.target,
+                    started: now,
+                    outcome: Outcome::ConnectError,
+                    label: "credentials",
+                    class,
+                    error: self.last_error.as_ref(),
+                });
+                return None;
+            }
+        }
         let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
         // A stream must show its first event within first_byte_timeout of
         // dispatch; until then a failure can still be retried. A plain
@@ -276,6 +296,11 @@ impl Driver {
             Err(_) => (Outcome::Timeout, "timeout"),
             Ok(Err(e)) => (Outcome::ConnectError, crate::upstream::failure_label(&e)),
             Ok(Ok(resp)) => {
+                let resp = if provider.platform.maps_answers() {
+                    provider.platform.answer(resp, self.ctx.stream)
+                } else {
+                    resp
+                };
                 let status = resp.status().as_u16();
                 // The core's classifier says what is an answer (1xx–3xx
                 // included: a provider's redirect is passed on, never

@@ -750,6 +750,7 @@ fn prepare_targets(
     let bad = |status: u16, msg: &str| Err((status, msg.to_string()));
     let mut plans = Vec::with_capacity(route.targets.len());
     let mut refused: Option<levee_translate::Untranslatable> = None;
+    let mut platform_refused: Option<String> = None;
     for (t, target) in route.targets.iter().enumerate() {
         let to = route.rewrite_model(t, model);
         let provider = &shared.providers[target.provider];
@@ -777,7 +778,22 @@ fn prepare_targets(
                 (Bytes::new(), None, Some(label))
             }
         };
-        let Some(uri) = provider.uri_for(upstream_path) else {
+        // A cloud platform may move the model into the path and reshape
+        // the body; a request it cannot serve skips the target.
+        let (body, uri, skip) = match provider.platform.target(upstream_path, &body) {
+            _ if skip.is_some() => (body, provider.uri_for(upstream_path), skip),
+            Ok(None) => (body, provider.uri_for(upstream_path), skip),
+            Ok(Some((path, body))) => (body, provider.platform_uri(&path), skip),
+            Err(msg) => {
+                platform_refused.get_or_insert(msg);
+                (
+                    Bytes::new(),
+                    provider.uri_for(upstream_path),
+                    Some("platform_unsupported"),
+                )
+            }
+        };
+        let Some(uri) = uri else {
             return bad(414, "levee: the request URI is too long to forward");
         };
         // A request sent at most once has one target: the first that can
@@ -791,6 +807,14 @@ fn prepare_targets(
             held,
             consulted: std::sync::atomic::AtomicBool::new(false),
         });
+    }
+    if let (true, None, Some(why)) = (plans.iter().all(Plan::skipped), &refused, &platform_refused)
+    {
+        let msg = format!(
+            "levee: no target of route `{}` can carry this request: {why}",
+            route.name
+        );
+        return bad(400, &msg);
     }
     if let (true, Some(why)) = (plans.iter().all(Plan::skipped), &refused) {
         for (t, plan) in plans.iter().enumerate() {

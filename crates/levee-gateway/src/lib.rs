@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod models;
 pub mod observe;
 pub mod outbound;
+pub mod platform;
 mod quickjson;
 pub mod record;
 pub mod redact;

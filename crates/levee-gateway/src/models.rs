@@ -125,10 +125,12 @@ async fn fetch(p: &ProviderRuntime) -> Result<Vec<Listed>, String> {
                 format!("{}?limit=1000&after_id={a}", levee_wire::paths::MODELS)
             }
         };
-        let uri = p
-            .uri_for(&path)
-            .ok_or_else(|| "the provider's base_url gives no model list URI".to_string())?;
-        let req = build_request_with(
+        let uri = match p.platform.target(&path, &Bytes::new())? {
+            Some((path, _)) => p.platform_uri(&path),
+            None => p.uri_for(&path),
+        }
+        .ok_or_else(|| "the provider's base_url gives no model list URI".to_string())?;
+        let mut req = build_request_with(
             p,
             Method::GET,
             &HeaderMap::new(),
@@ -137,7 +139,18 @@ async fn fetch(p: &ProviderRuntime) -> Result<Vec<Listed>, String> {
             FETCH_TIMEOUT,
             None,
         );
+        if p.platform.authorizes() {
+            let unix_ms = p.clock().unix_ms();
+            p.platform
+                .authorize(&mut req, unix_ms)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         let resp = p.send(req).await.map_err(|e| e.to_string())?;
+        let resp = match p.platform.maps_answers() {
+            true => p.platform.answer(resp, false),
+            false => resp,
+        };
         let status = resp.status();
         let body = collect_limited(resp.into_body(), MAX_PAGE_BYTES)
             .await

@@ -110,6 +110,9 @@ impl HttpBody for ConnTimed {
 pub enum UpstreamBody {
     H1(H1Body),
     H2(Incoming),
+    /// A body a platform re-framed (Bedrock's event stream as SSE, an
+    /// error in the dialect's shape).
+    Mapped(Pin<Box<dyn HttpBody<Data = Bytes, Error = BoxError> + Send>>),
 }
 
 impl HttpBody for UpstreamBody {
@@ -123,6 +126,7 @@ impl HttpBody for UpstreamBody {
         match self.get_mut() {
             UpstreamBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             UpstreamBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            UpstreamBody::Mapped(b) => b.as_mut().poll_frame(cx),
         }
     }
 
@@ -130,6 +134,7 @@ impl HttpBody for UpstreamBody {
         match self {
             UpstreamBody::H1(b) => b.is_end_stream(),
             UpstreamBody::H2(b) => b.is_end_stream(),
+            UpstreamBody::Mapped(b) => b.is_end_stream(),
         }
     }
 
@@ -137,6 +142,7 @@ impl HttpBody for UpstreamBody {
         match self {
             UpstreamBody::H1(b) => b.size_hint(),
             UpstreamBody::H2(b) => b.size_hint(),
+            UpstreamBody::Mapped(b) => b.size_hint(),
         }
     }
 }
@@ -555,6 +561,8 @@ pub enum UpstreamError {
     },
     #[error("provider `{provider}`: the key in `{var}` is not a valid header value")]
     BadKey { provider: String, var: String },
+    #[error(transparent)]
+    Platform(#[from] crate::platform::PlatformError),
 }
 
 /// What a query parameter's name or value keeps unescaped: RFC 3986's
@@ -759,6 +767,8 @@ pub struct ProviderRuntime {
     /// The provider's own model list, fetched for `GET /v1/models` and kept
     /// a short while.
     pub(crate) models: crate::models::ModelCache,
+    /// Where the provider runs: the cloud's URLs, auth and framing.
+    pub platform: crate::platform::PlatformRuntime,
 }
 
 impl ProviderRuntime {
@@ -790,6 +800,7 @@ impl ProviderRuntime {
             query,
             env_values,
         } = provider_extras(p).map_err(|mut problems| problems.swap_remove(0).error)?;
+        let platform = crate::platform::PlatformRuntime::new(p)?;
         let connector = connector(p, dial);
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
@@ -851,6 +862,7 @@ impl ProviderRuntime {
             connect_hist,
             clock,
             models: crate::models::ModelCache::default(),
+            platform,
         };
         runtime.endpoints = levee_wire::paths::POST
             .iter()
@@ -903,6 +915,24 @@ impl ProviderRuntime {
         let mut uri = format!("{}{}{}", self.scheme_authority, self.base_path, tail);
         if !self.query.is_empty() {
             uri.push(if tail.contains('?') { '&' } else { '?' });
+            uri.push_str(&self.query);
+        }
+        uri.parse().ok()
+    }
+
+    /// The URI for a path a platform chose ([`crate::platform::PlatformRuntime::target`]):
+    /// appended verbatim to the base URL's path, with `query:` added.
+    pub fn platform_uri(&self, path_and_query: &str) -> Option<Uri> {
+        let mut uri = format!(
+            "{}{}{}",
+            self.scheme_authority, self.base_path, path_and_query
+        );
+        if !self.query.is_empty() {
+            uri.push(if path_and_query.contains('?') {
+                '&'
+            } else {
+                '?'
+            });
             uri.push_str(&self.query);
         }
         uri.parse().ok()

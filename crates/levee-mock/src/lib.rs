@@ -30,6 +30,7 @@ mod cli;
 mod clock;
 mod duration;
 mod faults;
+mod platform;
 mod request;
 mod server;
 mod stats;
@@ -76,6 +77,21 @@ pub enum MockApi {
     /// path and the `anthropic-version` header).
     #[default]
     Both,
+    /// Azure OpenAI: `/openai/v1/...` and `/openai/deployments/{d}/...?api-version=`,
+    /// an `api-key` or a bearer token required.
+    Azure,
+    /// Amazon Bedrock's `InvokeModel` for Anthropic models, SigV4 verified.
+    Bedrock,
+    /// Google Vertex AI (`rawPredict`, the OpenAI-compatible endpoint),
+    /// OAuth2 tokens from the mock's own `/token`.
+    Vertex,
+}
+
+impl MockApi {
+    /// A cloud's face over a dialect API.
+    pub(crate) fn is_cloud(self) -> bool {
+        matches!(self, MockApi::Azure | MockApi::Bedrock | MockApi::Vertex)
+    }
 }
 
 /// What can go wrong starting the mock. Each message says what to fix.

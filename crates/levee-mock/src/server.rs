@@ -32,7 +32,7 @@ use crate::request::{self, Body, Endpoint};
 use crate::stats::{Collector, FaultKind, RequestGuard};
 use crate::stored::Stored;
 use crate::tape::{self, Player, Tape};
-use crate::{admin, clock, MockApi};
+use crate::{admin, clock, platform, MockApi};
 use levee_wire::{paths, Dialect};
 
 /// Request bodies larger than this get a 413.
@@ -175,11 +175,60 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
     if path.starts_with("/_mock/") || path == "/_mock" {
         return Ok(admin::handle(&shared, req).await);
     }
+    if !shared.api.is_cloud() {
+        return handle_native(shared, reset, req, None).await;
+    }
+    // A cloud's face: checked and rewritten into the dialect's own request,
+    // answered like any other, and the answer put back into its shape.
+    let (mut parts, body) = req.into_parts();
+    let bytes = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            let message = format!("Request body is larger than {MAX_BODY} bytes.");
+            let refused = platform::Refused::json(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                false,
+                serde_json::json!({ "message": message }),
+            );
+            shared.stats.status(refused.status.as_u16());
+            return Ok(refused.into_response());
+        }
+        Err(_) => return Err(ResetConnection),
+    };
+    let accepted = match platform::accept(shared.api, &mut parts, bytes, clock::unix_secs()) {
+        Ok(a) => a,
+        Err(refused) => {
+            match refused.auth {
+                true => shared.stats.unauthorized(refused.status.as_u16()),
+                false => shared.stats.status(refused.status.as_u16()),
+            }
+            return Ok(refused.into_response());
+        }
+    };
+    let req = Request::from_parts(parts, http_body_util::Full::new(accepted.body));
+    let answer = handle_native(shared, reset, req, Some(accepted.native)).await?;
+    Ok(platform::encode(&accepted.ctx, answer))
+}
+
+/// Answers a request in a dialect's own wire format: `api` is the dialect
+/// API a cloud's face put in front (the mock's own `--api` otherwise).
+async fn handle_native<B>(
+    shared: Arc<Shared>,
+    reset: Arc<AtomicBool>,
+    req: Request<B>,
+    api: Option<MockApi>,
+) -> Answer
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let api = api.unwrap_or(shared.api);
+    let path = req.uri().path();
     let guard = shared.stats.begin(paths::counted_index(path));
     if req.version() == http::Version::HTTP_2 {
         shared.stats.http2_request();
     }
-    let (endpoint, dialect) = shared.api.route(req.method(), path, req.headers());
+    let (endpoint, dialect) = api.route(req.method(), path, req.headers());
     let (parts, body) = req.into_parts();
     if let Some(ms) = header_u64(&parts.headers, "x-timeout-ms") {
         shared.stats.timeout_ms(ms);
@@ -200,7 +249,7 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
         parts: &parts,
         bytes: &bytes,
     };
-    let parsed = ask.parse(shared.api);
+    let parsed = ask.parse(api);
     let model = match &parsed {
         Ok(body) => body.model.as_deref(),
         Err((model, _)) => model.as_deref(),
@@ -443,8 +492,12 @@ impl MockApi {
     fn route(self, method: &http::Method, path: &str, headers: &HeaderMap) -> (Endpoint, Dialect) {
         let endpoint = Endpoint::route(method, path);
         match self {
-            MockApi::Both => (endpoint, Dialect::of_request(path, headers)),
-            MockApi::OpenAi => (served(endpoint, Dialect::OpenAi), Dialect::OpenAi),
+            // A cloud's request reaches here rewritten, in its native API.
+            MockApi::Both | MockApi::Vertex => (endpoint, Dialect::of_request(path, headers)),
+            MockApi::OpenAi | MockApi::Azure => {
+                (served(endpoint, Dialect::OpenAi), Dialect::OpenAi)
+            }
+            MockApi::Bedrock => (served(endpoint, Dialect::Anthropic), Dialect::Anthropic),
             MockApi::Anthropic => (served(endpoint, Dialect::Anthropic), Dialect::Anthropic),
         }
     }
@@ -459,6 +512,15 @@ impl MockApi {
                 "POST /v1/chat/completions, /v1/embeddings, /v1/responses, /v1/responses/{id}/cancel, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items"
             }
             MockApi::Anthropic => "POST /v1/messages, /v1/messages/count_tokens",
+            MockApi::Azure => {
+                "POST /openai/v1/chat/completions (and the v1 API's other paths), /openai/deployments/{deployment}/chat/completions|completions|embeddings?api-version="
+            }
+            MockApi::Bedrock => {
+                "POST /model/{modelId}/invoke, /model/{modelId}/invoke-with-response-stream"
+            }
+            MockApi::Vertex => {
+                "POST /v1/projects/{p}/locations/{r}/publishers/anthropic/models/{m}:rawPredict|:streamRawPredict, /v1/projects/{p}/locations/{r}/endpoints/openapi/chat/completions, /token"
+            }
         }
     }
 }

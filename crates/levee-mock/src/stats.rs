@@ -36,6 +36,7 @@ pub(crate) struct Collector {
     replayed: AtomicU64,
     connections_total: AtomicU64,
     http2_requests: AtomicU64,
+    unauthorized: AtomicU64,
     maps: Mutex<Maps>,
 }
 
@@ -70,6 +71,7 @@ impl Default for Collector {
             replayed: AtomicU64::new(0),
             connections_total: AtomicU64::new(0),
             http2_requests: AtomicU64::new(0),
+            unauthorized: AtomicU64::new(0),
             maps: Mutex::new(Maps::default()),
         }
     }
@@ -160,6 +162,13 @@ impl Collector {
         self.replayed.store(0, Relaxed);
         self.connections_total.store(0, Relaxed);
         self.http2_requests.store(0, Relaxed);
+        self.unauthorized.store(0, Relaxed);
+    }
+
+    /// A cloud mock refused a request's credentials with `status`.
+    pub(crate) fn unauthorized(&self, status: u16) {
+        self.unauthorized.fetch_add(1, Relaxed);
+        self.status(status);
     }
 
     pub(crate) fn snapshot(&self) -> Stats {
@@ -208,6 +217,7 @@ impl Collector {
             replayed: count(&self.replayed),
             connections_total: count(&self.connections_total),
             http2_requests: count(&self.http2_requests),
+            unauthorized: count(&self.unauthorized),
         }
     }
 }

@@ -38,6 +38,11 @@ pub struct Stats {
     /// Provider requests that came over HTTP/2.
     #[serde(default)]
     pub http2_requests: u64,
+    /// Requests a cloud mock (`--api azure|bedrock|vertex`) refused before
+    /// answering: a missing or bad key, signature or token (each is also
+    /// counted in `by_status`, not in `requests_total`).
+    #[serde(default)]
+    pub unauthorized: u64,
 }
 
 /// Count and range of `x-timeout-ms` values.

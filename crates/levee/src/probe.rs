@@ -19,6 +19,8 @@ pub enum Step {
     Dns,
     Connect,
     Tls,
+    /// A cloud provider's credentials (a key file, a token endpoint).
+    Credentials,
 }
 
 impl Step {
@@ -27,6 +29,7 @@ impl Step {
             Step::Dns => "dns",
             Step::Connect => "connect",
             Step::Tls => "tls",
+            Step::Credentials => "credentials",
         }
     }
 
@@ -38,6 +41,9 @@ impl Step {
             }
             Step::Tls => {
                 "the gateway will refuse this certificate too: it must chain to a public root, be in date and name this host (a TLS-intercepting proxy also shows here)"
+            }
+            Step::Credentials => {
+                "the gateway could not sign or authorise a request either: check the credentials the provider's settings name"
             }
         }
     }
@@ -100,6 +106,36 @@ fn ms(since: std::time::Instant) -> u128 {
 }
 
 async fn probe_one(p: Provider, tls: Arc<rustls::ClientConfig>, limit: Duration) -> Probe {
+    let probe = reach(&p, tls, limit).await;
+    if probe.problem.is_some() || p.platform == levee_config::Platform::Direct {
+        return probe;
+    }
+    credentials(&p, probe, limit).await
+}
+
+/// A cloud provider's credentials load and (Vertex) a token is obtained.
+async fn credentials(p: &Provider, mut probe: Probe, limit: Duration) -> Probe {
+    let t = now();
+    let platform = match levee_gateway::platform::PlatformRuntime::new(p) {
+        Ok(platform) => platform,
+        Err(e) => return fail(probe, Step::Credentials, e.to_string()),
+    };
+    match tokio::time::timeout(limit, platform.probe()).await {
+        Err(_) => fail(
+            probe,
+            Step::Credentials,
+            format!("no token within {limit:?}"),
+        ),
+        Ok(Err(e)) => fail(probe, Step::Credentials, e.to_string()),
+        Ok(Ok(())) => {
+            probe.steps.push(format!("credentials {} ms", ms(t)));
+            probe
+        }
+    }
+}
+
+/// DNS, TCP and (https) TLS to the provider's `base_url`.
+async fn reach(p: &Provider, tls: Arc<rustls::ClientConfig>, limit: Duration) -> Probe {
     let mut probe = Probe {
         provider: p.name.clone(),
         url: p.base_url.to_string(),

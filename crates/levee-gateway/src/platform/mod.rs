@@ -1,0 +1,138 @@
+//! Where a provider runs. The dialect's own API needs nothing here; a cloud
+//! that serves the same dialect under its own URLs, auth and framing
+//! (Azure OpenAI, the Gemini API, Amazon Bedrock, Google Vertex AI) is
+//! adapted at three points of an attempt, and nowhere else:
+//!
+//! 1. [`PlatformRuntime::target`], once per request and target, after the
+//!    model is rewritten or the request translated: the URL path (Bedrock
+//!    and Vertex put the model there) and the body the cloud expects.
+//! 2. [`PlatformRuntime::authorize`], per attempt, once every other field
+//!    is set: a SigV4 signature, or a bearer token read or refreshed now.
+//! 3. [`PlatformRuntime::answer`], on the answer's head: the cloud's framing
+//!    and error shapes turned back into the dialect's own, so retries,
+//!    classification, the commit point and translation work unchanged.
+
+use bytes::Bytes;
+use http::Response;
+use levee_config::{Platform, Provider};
+
+use crate::outbound::Outbound;
+use crate::upstream::UpstreamBody;
+
+mod azure;
+
+/// The body's top-level `model` (Bedrock, Vertex and Azure deployments put
+/// it in the URL path) and whether `stream` is `true`; `None` for a body
+/// that is not a JSON object with a string `model`.
+pub(crate) fn model_and_stream(body: &Bytes) -> Option<(String, bool)> {
+    let text = std::str::from_utf8(body).ok()?;
+    if let Some(top) = crate::quickjson::top(text) {
+        return Some((top.model?.to_string(), top.stream));
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let model = v.get("model")?.as_str()?.to_string();
+    Some((
+        model,
+        v.get("stream") == Some(&serde_json::Value::Bool(true)),
+    ))
+}
+
+/// Why an attempt could not be authorised. The message says what to fix
+/// and never holds a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    #[error("provider `{provider}`: {detail}")]
+    Credentials { provider: String, detail: String },
+}
+
+/// A provider's platform at run time.
+#[derive(Debug)]
+pub enum PlatformRuntime {
+    /// The dialect's own API: nothing to adapt.
+    Direct,
+    Azure(azure::Azure),
+    /// The Gemini API's OpenAI-compatible endpoint: OpenAI's wire format
+    /// under its own base URL and key.
+    Gemini,
+}
+
+impl PlatformRuntime {
+    /// The platform of `p`; `Err` when its settings cannot be used (a
+    /// credentials file that cannot be read, a region that is not a name).
+    pub fn new(p: &Provider) -> Result<Self, PlatformError> {
+        Ok(match &p.platform {
+            Platform::Direct => PlatformRuntime::Direct,
+            Platform::Gemini => PlatformRuntime::Gemini,
+            Platform::Azure {
+                api_version,
+                token_file,
+            } => PlatformRuntime::Azure(azure::Azure::new(
+                &p.name,
+                api_version.clone(),
+                token_file.clone(),
+            )),
+            // Bedrock and Vertex are built by their own modules.
+            Platform::Bedrock { .. } | Platform::Vertex { .. } => {
+                return Err(PlatformError::Credentials {
+                    provider: p.name.clone(),
+                    detail: "this Levee build does not serve this provider kind yet".into(),
+                })
+            }
+        })
+    }
+
+    /// The path (appended verbatim to `base_url`'s path) and body for one
+    /// target, given the native request's path and body (the target's model
+    /// already in `model`). `Ok(None)`: sent as it is. `Err`: the request
+    /// cannot go to this platform (a 400-class message).
+    pub fn target(&self, path: &str, body: &Bytes) -> Result<Option<(String, Bytes)>, String> {
+        match self {
+            PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(None),
+            PlatformRuntime::Azure(a) => a.target(path, body),
+        }
+    }
+
+    /// Adds the attempt's auth once every other field is set. `unix_ms`:
+    /// the wall clock now (SigV4 dates, token expiry).
+    pub async fn authorize(
+        &self,
+        req: &mut Outbound<Bytes>,
+        unix_ms: u64,
+    ) -> Result<(), PlatformError> {
+        let _ = unix_ms;
+        match self {
+            PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(()),
+            PlatformRuntime::Azure(a) => a.authorize(req),
+        }
+    }
+
+    /// The answer in the dialect's own wire format.
+    pub fn answer(&self, resp: Response<UpstreamBody>, stream: bool) -> Response<UpstreamBody> {
+        let _ = stream;
+        match self {
+            PlatformRuntime::Direct | PlatformRuntime::Gemini | PlatformRuntime::Azure(_) => resp,
+        }
+    }
+
+    /// Whether this platform adds anything at [`Self::authorize`] (the
+    /// request path skips the call otherwise).
+    pub fn authorizes(&self) -> bool {
+        match self {
+            PlatformRuntime::Direct | PlatformRuntime::Gemini => false,
+            PlatformRuntime::Azure(a) => a.authorizes(),
+        }
+    }
+
+    /// Whether answers need [`Self::answer`].
+    pub fn maps_answers(&self) -> bool {
+        false
+    }
+
+    /// `levee check --probe`: credentials load and a token can be obtained.
+    pub async fn probe(&self) -> Result<(), PlatformError> {
+        match self {
+            PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(()),
+            PlatformRuntime::Azure(a) => a.probe(),
+        }
+    }
+}

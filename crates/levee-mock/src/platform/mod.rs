@@ -1,0 +1,111 @@
+//! The clouds' faces over the two dialect APIs (`--api azure|bedrock|vertex`).
+//!
+//! A cloud request is checked first, as strictly as the cloud checks it
+//! (its key, signature or token; its URL shape; its body's version field),
+//! then rewritten into the dialect's own request and answered by the same
+//! code as every other mock request (faults, tape, stats). The answer is
+//! then put back into the cloud's framing and error shapes.
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Response, StatusCode};
+
+use crate::body::MockBody;
+use crate::MockApi;
+
+mod azure;
+
+/// A cloud request, accepted and rewritten into its dialect's own.
+pub(crate) struct Accepted {
+    /// The dialect's own body.
+    pub body: Bytes,
+    /// The strict dialect API that answers it.
+    pub native: MockApi,
+    /// What [`encode`] needs to put the answer back into the cloud's shape.
+    pub ctx: Ctx,
+}
+
+/// What a cloud's answer is re-shaped by.
+pub(crate) enum Ctx {
+    Azure,
+}
+
+/// Checks a cloud request and rewrites `parts` (URI, fields) and the body
+/// into the dialect's own. `Err`: the cloud's refusal, sent as it is (an
+/// unknown path, a missing or bad credential).
+pub(crate) fn accept(
+    api: MockApi,
+    parts: &mut http::request::Parts,
+    body: Bytes,
+    now_unix_s: u64,
+) -> Result<Accepted, Refused> {
+    let _ = now_unix_s;
+    match api {
+        MockApi::Azure => azure::accept(parts, body),
+        MockApi::Bedrock | MockApi::Vertex => Err(Refused::not_found(
+            "this mock build does not serve this cloud yet",
+        )),
+        MockApi::OpenAi | MockApi::Anthropic | MockApi::Both => {
+            Err(Refused::not_found("not a cloud mock"))
+        }
+    }
+}
+
+/// The dialect's answer in the cloud's framing and error shapes.
+pub(crate) fn encode(ctx: &Ctx, resp: Response<MockBody>) -> Response<MockBody> {
+    match ctx {
+        Ctx::Azure => azure::encode(resp),
+    }
+}
+
+/// A cloud's refusal before the request reaches the dialect API.
+pub(crate) struct Refused {
+    pub status: StatusCode,
+    /// `true` for a credential refusal (counted as `unauthorized`).
+    pub auth: bool,
+    pub body: Bytes,
+    pub headers: Vec<(&'static str, HeaderValue)>,
+}
+
+impl Refused {
+    /// A plain JSON refusal.
+    pub(crate) fn json(status: StatusCode, auth: bool, body: serde_json::Value) -> Refused {
+        Refused {
+            status,
+            auth,
+            body: Bytes::from(body.to_string()),
+            headers: Vec::new(),
+        }
+    }
+
+    fn not_found(message: &str) -> Refused {
+        Refused::json(
+            StatusCode::NOT_FOUND,
+            false,
+            serde_json::json!({ "message": message }),
+        )
+    }
+
+    /// The refusal as an answer.
+    pub(crate) fn into_response(self) -> Response<MockBody> {
+        let mut resp = Response::new(MockBody::untracked(self.body));
+        *resp.status_mut() = self.status;
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (name, value) in self.headers {
+            resp.headers_mut().insert(name, value);
+        }
+        resp
+    }
+}
+
+/// Rewrites `parts`' URI to `path_and_query` (an origin-form target).
+pub(crate) fn set_path(
+    parts: &mut http::request::Parts,
+    path_and_query: &str,
+) -> Result<(), Refused> {
+    parts.uri = path_and_query
+        .parse()
+        .map_err(|_| Refused::not_found("the rewritten path is not a valid URI"))?;
+    Ok(())
+}
