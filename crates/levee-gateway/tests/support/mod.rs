@@ -91,6 +91,9 @@ fn api_of(config: &str, i: usize) -> MockApi {
     match line.split("api:").nth(1).map(|r| r.trim_start()) {
         Some(r) if r.starts_with("anthropic") => MockApi::Anthropic,
         Some(r) if r.starts_with("openai") => MockApi::OpenAi,
+        Some(r) if r.starts_with("azure") => MockApi::Azure,
+        Some(r) if r.starts_with("bedrock") => MockApi::Bedrock,
+        Some(r) if r.starts_with("vertex") => MockApi::Vertex,
         _ => MockApi::Both,
     }
 }
