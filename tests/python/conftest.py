@@ -45,7 +45,7 @@ def http(method: str, url: str, body: bytes | None = None, timeout: float = 5.0)
 class Process:
     """A child process whose stderr goes to a file (no pipe to fill up)."""
 
-    def __init__(self, name: str, args: list[str], workdir: Path):
+    def __init__(self, name: str, args: list[str], workdir: Path, env: dict | None = None):
         self.name = name
         self.log_path = workdir / f"{name}.log"
         self._log = open(self.log_path, "wb")
@@ -54,7 +54,7 @@ class Process:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "NO_COLOR": "1"},
+            env={**os.environ, "NO_COLOR": "1", **(env or {})},
         )
 
     def log(self) -> str:
@@ -105,10 +105,10 @@ def wait_ready(url: str) -> None:
 class Mock:
     """`levee mock` on a free port; its stats are the provider-side oracle."""
 
-    def __init__(self, workdir: Path, api: str = "both", name: str = "mock"):
+    def __init__(self, workdir: Path, api: str = "both", name: str = "mock", extra_args: tuple[str, ...] = ()):
         self.process = Process(
             name,
-            [levee_bin(), "mock", "--listen", "127.0.0.1:0", "--seed", "7", "--api", api],
+            [levee_bin(), "mock", "--listen", "127.0.0.1:0", "--seed", "7", "--api", api, *extra_args],
             workdir,
         )
         m = self.process.wait_for_line(r"levee mock listening on (\S+)")
@@ -138,17 +138,24 @@ class Gateway:
         name: str = "gateway",
         listen: str = "127.0.0.1:0",
         extra_args: tuple[str, ...] = (),
+        config: str | None = None,
+        env: dict | None = None,
     ):
+        """`config`: the providers and routes to serve instead of the two
+        dialects on `mock` (then `mock` and `route` are not used); `env`:
+        variables added to the gateway's environment (keys, credentials)."""
         self.config_path = workdir / ("levee.yaml" if name == "gateway" else f"{name}.yaml")
+        if config is None:
+            config = (
+                "providers:\n"
+                f'  openai: {{ api: openai, base_url: "{mock.url}" }}\n'
+                f'  anthropic: {{ api: anthropic, base_url: "{mock.url}" }}\n'
+                "routes:\n"
+                f"  - match: {{ path: /v1/messages }}\n    targets: [anthropic]\n{route}"
+                f"  - targets: [openai]\n{route}"
+            )
         self.config_path.write_text(
-            f"listen: {listen}\n"
-            "admin: { listen: 127.0.0.1:0 }\n"
-            "providers:\n"
-            f'  openai: {{ api: openai, base_url: "{mock.url}" }}\n'
-            f'  anthropic: {{ api: anthropic, base_url: "{mock.url}" }}\n'
-            "routes:\n"
-            f"  - match: {{ path: /v1/messages }}\n    targets: [anthropic]\n{route}"
-            f"  - targets: [openai]\n{route}"
+            f"listen: {listen}\n" "admin: { listen: 127.0.0.1:0 }\n" + config
         )
         self.process = Process(
             name,
@@ -164,6 +171,7 @@ class Gateway:
                 *extra_args,
             ],
             workdir,
+            env=env,
         )
         # `--log-format json`: one object per line; this one names both addresses.
         m = self.process.wait_for_line(r'^\{.*"levee gateway listening".*\}\s*$')
