@@ -126,6 +126,8 @@ pub(crate) struct Logical {
     pub(crate) attempts: u32,
     live: u32,
     done: bool,
+    /// When the user sent it (virtual nanoseconds).
+    arrived: u64,
 }
 
 #[derive(Debug, Default)]
@@ -300,6 +302,7 @@ impl<'a> Engine<'a> {
             attempts: 0,
             live: 0,
             done: false,
+            arrived: self.now,
         };
         match self.free_reqs.pop() {
             Some(i) => {
@@ -536,8 +539,8 @@ impl<'a> Engine<'a> {
             Parent::User => {
                 let l = &mut self.reqs[c.req as usize];
                 l.done = true;
-                let stream = l.stream;
-                self.m.answered(stream, self.now, reply.is_success());
+                let (stream, took) = (l.stream, self.now - l.arrived);
+                self.m.answered(stream, self.now, reply.is_success(), took);
             }
             Parent::Orphan => {}
             Parent::Call(p) => {

@@ -35,6 +35,8 @@ pub(crate) struct Metrics {
     pub has_pool: bool,
     /// [from, to) in nanoseconds.
     pub window: (u64, u64),
+    /// How long each answered request took, arrival to answer (nanoseconds).
+    pub latencies: Vec<u64>,
 }
 
 impl Metrics {
@@ -63,6 +65,7 @@ impl Metrics {
             pool_peak_queue: 0,
             has_pool: v.layers.iter().any(|l| l.workers.is_some()),
             window,
+            latencies: Vec::new(),
         }
     }
 
@@ -92,9 +95,10 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn answered(&mut self, stream: u16, now: u64, success: bool) {
+    pub(crate) fn answered(&mut self, stream: u16, now: u64, success: bool, took: u64) {
         let b = self.bucket(now);
         self.completed[b] += 1;
+        self.latencies.push(took);
         if success {
             self.succeeded[b] += 1;
             self.streams[stream as usize].successes += 1;

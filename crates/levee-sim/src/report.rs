@@ -63,6 +63,10 @@ pub struct Detail {
     /// Levee's failures by `x-levee-reason`.
     pub levee_reasons: BTreeMap<String, u64>,
     pub events: u64,
+    /// Arrival to answer of every answered request, success or not: the
+    /// median and the 99th percentile (zero when none was answered).
+    pub latency_p50: Duration,
+    pub latency_p99: Duration,
 }
 
 impl Detail {
@@ -97,7 +101,7 @@ impl Report {
 pub(crate) fn summarise(
     sc: &Scenario,
     name: &str,
-    m: Metrics,
+    mut m: Metrics,
     reasons: BTreeMap<String, u64>,
 ) -> VariantReport {
     let res = sc.resolution.as_secs_f64();
@@ -123,6 +127,14 @@ pub(crate) fn summarise(
         recovery,
     } = incident::numbers(&steps, fault, 0.0);
 
+    let mut latencies = std::mem::take(&mut m.latencies);
+    latencies.sort_unstable();
+    let percentile = |q: f64| {
+        let n = latencies.len();
+        let i = ((n as f64 * q).ceil() as usize).clamp(1, n.max(1)) - 1;
+        Duration::from_nanos(latencies.get(i).copied().unwrap_or(0))
+    };
+    let (latency_p50, latency_p99) = (percentile(0.5), percentile(0.99));
     let requests: u64 = m.streams.iter().map(|s| s.requests).sum();
     let successes: u64 = m.streams.iter().map(|s| s.successes).sum();
     let unfinished: u64 = m.streams.iter().map(|s| s.unfinished).sum();
@@ -177,6 +189,8 @@ pub(crate) fn summarise(
             pool_peak_queue: m.pool_peak_queue,
             levee_reasons: reasons,
             events: m.events,
+            latency_p50,
+            latency_p99,
         },
     }
 }
@@ -233,6 +247,16 @@ pub fn table(r: &Report) -> String {
         })
         .collect();
     write_table(&mut out, &head, &rows);
+    let _ = writeln!(out);
+    for v in &r.variants {
+        let _ = writeln!(
+            out,
+            "{}: answered in p50 {:.3}s, p99 {:.3}s",
+            v.name,
+            v.detail.latency_p50.as_secs_f64(),
+            v.detail.latency_p99.as_secs_f64()
+        );
+    }
     for v in &r.variants {
         if v.endpoints.is_empty() && v.detail.levee_reasons.is_empty() {
             continue;

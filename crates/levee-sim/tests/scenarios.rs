@@ -389,3 +389,17 @@ fn a_stalled_primary_with_8_s_callers_is_answered_by_the_backup() {
     // kept the backup out of an 8 s deadline.
     assert!(levee.success_ratio >= 0.9, "{levee:?}");
 }
+
+#[test]
+fn the_report_says_how_long_callers_waited() {
+    let r = run("429-storm.yaml");
+    let direct = variant(r, "direct SDK");
+    // Three attempts, each 429 waited out for 2 s: the slowest calls take
+    // two waits and an answer (up to 0.8 s), a little over 4 s.
+    let (p50, p99) = (direct.detail.latency_p50, direct.detail.latency_p99);
+    assert!(
+        p50 > std::time::Duration::ZERO && p50 < p99,
+        "{p50:?} {p99:?}"
+    );
+    assert!((4.0..5.5).contains(&p99.as_secs_f64()), "{p99:?}");
+}
