@@ -12,6 +12,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod admission;
+pub mod allowance;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;

@@ -1,0 +1,717 @@
+//! A provider account's allowance as the provider meters it: requests and
+//! tokens per minute, shared out by priority and by caller weight.
+//!
+//! - **Meters.** Requests, and tokens as each provider counts them: a total
+//!   (OpenAI's TPM), or input and output apart (Anthropic's ITPM and OTPM).
+//!   Each is a bucket refilled continuously at its per-minute rate, the way
+//!   the providers refill theirs.
+//! - **Cost.** A request's tokens are estimated at admission (its input
+//!   size, and `max_tokens` as the output it may produce: what the
+//!   providers themselves reserve) and settled from the answer's `usage`,
+//!   so an answer shorter than its `max_tokens` gives the rest back.
+//! - **What the provider says is left.** Every answer's remaining count
+//!   (`x-ratelimit-remaining-*`, `anthropic-ratelimit-*-remaining`) lowers
+//!   Levee's view when the provider has less than Levee thought (other
+//!   replicas, other clients of the same account), so Levee slows down before
+//!   the provider says 429. A meter the config does not name is learned from
+//!   the limit the provider reports.
+//! - **Priority.** Each kind of attempt must leave a floor of each bucket
+//!   untouched: first attempts of high-priority callers none, first attempts
+//!   5 %, low-priority callers 25 %, retries and traffic falling back from
+//!   another route 10 % more. When the allowance runs short, the retries of
+//!   an incident are refused before the first attempts they would push into
+//!   429s.
+//! - **Shares.** With caller weights, each caller active in the last minute
+//!   accrues a guarantee of its weighted share of every meter's rate (up to
+//!   its share of the bucket). An ask spends its caller's guarantee first;
+//!   beyond it, it borrows from the common bucket only while what is left
+//!   there still covers every other caller's unspent guarantee. While the
+//!   allowance is plentiful everyone borrows what others leave unused; when
+//!   it runs short each caller keeps its share, so one caller's surge cannot
+//!   take what the others need.
+
+use crate::time::Instant;
+use std::time::Duration;
+
+/// What an allowance meters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Meter {
+    Requests,
+    /// Input and output tokens together.
+    Tokens,
+    InputTokens,
+    OutputTokens,
+}
+
+impl Meter {
+    /// Every meter, in index order.
+    pub const ALL: [Meter; 4] = [
+        Meter::Requests,
+        Meter::Tokens,
+        Meter::InputTokens,
+        Meter::OutputTokens,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Meter::Requests => "requests",
+            Meter::Tokens => "tokens",
+            Meter::InputTokens => "input_tokens",
+            Meter::OutputTokens => "output_tokens",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Meter::Requests => 0,
+            Meter::Tokens => 1,
+            Meter::InputTokens => 2,
+            Meter::OutputTokens => 3,
+        }
+    }
+}
+
+/// An account's limits per minute (`None`: not metered, unless the provider
+/// reports one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub requests_per_minute: Option<u32>,
+    /// The most requests at once above the steady rate.
+    pub request_burst: u32,
+    pub tokens_per_minute: Option<u64>,
+    pub input_tokens_per_minute: Option<u64>,
+    pub output_tokens_per_minute: Option<u64>,
+}
+
+/// A request's tokens: estimated at admission, or counted in its answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    pub input: u32,
+    pub output: u32,
+}
+
+impl Cost {
+    fn of(self, meter: Meter) -> f64 {
+        match meter {
+            Meter::Requests => 1.0,
+            Meter::Tokens => f64::from(self.input) + f64::from(self.output),
+            Meter::InputTokens => f64::from(self.input),
+            Meter::OutputTokens => f64::from(self.output),
+        }
+    }
+}
+
+/// A caller's priority (`callers[].priority`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    High,
+    #[default]
+    Normal,
+    Low,
+}
+
+impl Priority {
+    /// The config word and metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Priority::High => "high",
+            Priority::Normal => "normal",
+            Priority::Low => "low",
+        }
+    }
+}
+
+/// Who asks for a share of the allowance, and what for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ask {
+    /// The estimated tokens (requests always cost one).
+    pub cost: Cost,
+    pub priority: Priority,
+    /// A retry of an attempt that failed (on any target).
+    pub retry: bool,
+    /// Traffic a route sends to a target after its own primary failed.
+    pub fallback: bool,
+    /// The caller's index in the weights (`None`: not weighed).
+    pub caller: Option<u16>,
+}
+
+/// Floors, as fractions of a bucket each kind of attempt must leave.
+const FLOOR_HIGH: f64 = 0.0;
+const FLOOR_NORMAL: f64 = 0.05;
+const FLOOR_LOW: f64 = 0.25;
+const FLOOR_RETRY: f64 = 0.10;
+const FLOOR_FALLBACK: f64 = 0.10;
+/// A caller counts toward the shares while it asked this recently.
+const ACTIVE: Duration = Duration::from_secs(60);
+/// The time constant of a caller's reported usage rate.
+const USAGE_TAU: Duration = Duration::from_secs(10);
+
+impl Ask {
+    /// The fraction of each bucket this ask must leave untouched.
+    fn floor(&self) -> f64 {
+        let base = match self.priority {
+            Priority::High => FLOOR_HIGH,
+            Priority::Normal => FLOOR_NORMAL,
+            Priority::Low => FLOOR_LOW,
+        };
+        let retry = if self.retry { FLOOR_RETRY } else { 0.0 };
+        let fallback = if self.fallback { FLOOR_FALLBACK } else { 0.0 };
+        base + retry + fallback
+    }
+}
+
+/// A bucket refilled continuously at its per-minute rate.
+#[derive(Clone, Debug)]
+struct Bucket {
+    per_sec: f64,
+    capacity: f64,
+    level: f64,
+    at: Instant,
+    /// Configured (`false`: learned from what the provider reported).
+    configured: bool,
+}
+
+impl Bucket {
+    fn new(per_minute: f64, capacity: f64, configured: bool) -> Self {
+        let capacity = capacity.max(1.0);
+        Bucket {
+            per_sec: (per_minute / 60.0).max(f64::MIN_POSITIVE),
+            capacity,
+            level: capacity,
+            at: Instant::ZERO,
+            configured,
+        }
+    }
+
+    fn level(&self, now: Instant) -> f64 {
+        let elapsed = now.saturating_since(self.at).as_secs_f64();
+        (self.level + elapsed * self.per_sec).min(self.capacity)
+    }
+
+    fn advance(&mut self, now: Instant) {
+        if now > self.at {
+            self.level = self.level(now);
+            self.at = now;
+        }
+    }
+
+    /// Whether `need` fits above `floor` (a fraction of the capacity) now;
+    /// else when it will. A need larger than the bucket can ever hold above
+    /// the floor goes when the bucket is full there (the provider decides).
+    fn ready(&self, now: Instant, need: f64, floor: f64) -> Result<(), Instant> {
+        let floor = floor * self.capacity;
+        let need = need.min(self.capacity - floor);
+        let have = self.level(now) - floor;
+        if have >= need - 1e-9 {
+            return Ok(());
+        }
+        let secs = (need - have) / self.per_sec;
+        Err(now + Duration::from_secs_f64(secs.clamp(0.0, 86_400.0)))
+    }
+}
+
+/// A caller's weight, its unspent guarantee and its recent use of each meter.
+#[derive(Clone, Debug)]
+struct Share {
+    weight: f64,
+    /// When it last asked (`None`: never).
+    last: Option<Instant>,
+    /// The unspent guarantee per meter, as of `at`.
+    guaranteed: [f64; 4],
+    at: Instant,
+    /// Decayed use per meter (units; a rate once divided by the time constant).
+    used: [f64; 4],
+    used_at: Instant,
+    in_flight: u32,
+}
+
+impl Share {
+    fn active(&self, now: Instant) -> bool {
+        self.last.is_some_and(|l| now.saturating_since(l) <= ACTIVE)
+    }
+
+    fn decayed(&self, now: Instant) -> [f64; 4] {
+        let dt = now.saturating_since(self.used_at).as_secs_f64();
+        let k = (-dt / USAGE_TAU.as_secs_f64()).exp();
+        self.used.map(|u| u * k)
+    }
+}
+
+/// What [`Allowance::take`] spent, to settle with [`Allowance::settle`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Grant {
+    pub cost: Cost,
+    pub caller: Option<u16>,
+}
+
+/// A provider account's allowance.
+#[derive(Clone, Debug, Default)]
+pub struct Allowance {
+    buckets: [Option<Bucket>; 4],
+    shares: Vec<Share>,
+}
+
+/// What the provider reported about one meter in an answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reported {
+    pub limit: Option<u64>,
+    pub remaining: Option<u64>,
+}
+
+impl Allowance {
+    /// An allowance with `limits` (a token meter's capacity is its minute's
+    /// worth, as the providers allow; requests burst by `request_burst`).
+    pub fn new(limits: Limits) -> Self {
+        let mut a = Allowance::default();
+        if let Some(rpm) = limits.requests_per_minute {
+            let burst = f64::from(limits.request_burst.max(1));
+            a.buckets[0] = Some(Bucket::new(f64::from(rpm), burst, true));
+        }
+        let tokens = [
+            (Meter::Tokens, limits.tokens_per_minute),
+            (Meter::InputTokens, limits.input_tokens_per_minute),
+            (Meter::OutputTokens, limits.output_tokens_per_minute),
+        ];
+        for (meter, per_minute) in tokens {
+            if let Some(n) = per_minute {
+                let n = n as f64;
+                a.buckets[meter.index()] = Some(Bucket::new(n, n, true));
+            }
+        }
+        a
+    }
+
+    /// Caller weights (`callers[].share`), in the callers' index order.
+    pub fn with_shares(mut self, weights: &[f64]) -> Self {
+        self.shares = weights
+            .iter()
+            .map(|&w| Share {
+                weight: w.max(f64::MIN_POSITIVE),
+                last: None,
+                guaranteed: [0.0; 4],
+                at: Instant::ZERO,
+                used: [0.0; 4],
+                used_at: Instant::ZERO,
+                in_flight: 0,
+            })
+            .collect();
+        self
+    }
+
+    /// Whether anything is metered (configured or learned).
+    pub fn metered(&self) -> bool {
+        self.buckets.iter().any(Option::is_some)
+    }
+
+    /// Whether `ask` would be admitted now; else the earliest instant it
+    /// could be.
+    pub fn check(&self, now: Instant, ask: &Ask) -> Result<(), Instant> {
+        let floor = ask.floor();
+        let me = ask
+            .caller
+            .map(usize::from)
+            .filter(|&c| c < self.shares.len());
+        let weights = self.active_weight(now, me);
+        let mut latest: Option<Instant> = None;
+        let mut later = |at: Instant| latest = Some(latest.map_or(at, |l: Instant| l.max(at)));
+        for meter in Meter::ALL {
+            let i = meter.index();
+            let Some(b) = &self.buckets[i] else {
+                continue;
+            };
+            let need = ask.cost.of(meter);
+            if let Err(at) = b.ready(now, need, floor) {
+                later(at);
+                continue;
+            }
+            let Some(me) = me else { continue };
+            // Beyond its own guarantee, a caller borrows only what leaves
+            // every other active caller's guarantee covered.
+            let own = self.guarantee(now, me, i, weights);
+            let borrow = need - own;
+            if borrow > 1e-9 {
+                let others: f64 = (0..self.shares.len())
+                    .filter(|&j| j != me && self.shares[j].active(now))
+                    .map(|j| self.guarantee(now, j, i, weights))
+                    .sum();
+                let spare = b.level(now) - others;
+                if spare < need - 1e-9 {
+                    // Its own guarantee refills at its share of the rate.
+                    let rate = self.shares[me].weight / weights * b.per_sec;
+                    let secs = (borrow / rate).clamp(0.0, 86_400.0);
+                    later(now + Duration::from_secs_f64(secs));
+                }
+            }
+        }
+        match latest {
+            Some(at) => Err(at),
+            None => Ok(()),
+        }
+    }
+
+    /// Spends `ask` (all meters or none).
+    pub fn take(&mut self, now: Instant, ask: &Ask) -> Result<Grant, Instant> {
+        let me = ask
+            .caller
+            .map(usize::from)
+            .filter(|&c| c < self.shares.len());
+        if let Some(me) = me {
+            // Guarantees accrue at the shares of the callers active so far;
+            // a caller that asks is active, admitted or not.
+            self.accrue(now);
+            if !self.shares[me].active(now) {
+                self.shares[me].at = now;
+            }
+            self.shares[me].last = Some(now);
+        }
+        self.check(now, ask)?;
+        for meter in Meter::ALL {
+            if let Some(b) = &mut self.buckets[meter.index()] {
+                b.advance(now);
+                b.level -= ask.cost.of(meter);
+            }
+        }
+        if let Some(me) = me {
+            let s = &mut self.shares[me];
+            let mut used = s.decayed(now);
+            for meter in Meter::ALL {
+                let i = meter.index();
+                let cost = ask.cost.of(meter);
+                used[i] += cost;
+                s.guaranteed[i] = (s.guaranteed[i] - cost).max(0.0);
+            }
+            s.used = used;
+            s.used_at = now;
+        }
+        Ok(Grant {
+            cost: ask.cost,
+            caller: ask.caller,
+        })
+    }
+
+    /// The sum of the active callers' weights (counting `me` as active).
+    fn active_weight(&self, now: Instant, me: Option<usize>) -> f64 {
+        self.shares
+            .iter()
+            .enumerate()
+            .filter(|(j, s)| s.active(now) || Some(*j) == me)
+            .map(|(_, s)| s.weight)
+            .sum::<f64>()
+            .max(f64::MIN_POSITIVE)
+    }
+
+    /// Caller `j`'s unspent guarantee of meter `i` now, given the active
+    /// callers' total weight.
+    fn guarantee(&self, now: Instant, j: usize, i: usize, weights: f64) -> f64 {
+        let (Some(s), Some(b)) = (self.shares.get(j), &self.buckets[i]) else {
+            return 0.0;
+        };
+        let share = s.weight / weights;
+        let dt = now.saturating_since(s.at).as_secs_f64();
+        (s.guaranteed[i] + dt * share * b.per_sec).min(share * b.capacity)
+    }
+
+    /// Brings every active caller's guarantee up to `now`.
+    fn accrue(&mut self, now: Instant) {
+        let weights = self.active_weight(now, None);
+        for j in 0..self.shares.len() {
+            if !self.shares[j].active(now) {
+                self.shares[j].guaranteed = [0.0; 4];
+                continue;
+            }
+            for i in 0..4 {
+                self.shares[j].guaranteed[i] = self.guarantee(now, j, i, weights);
+            }
+            self.shares[j].at = now;
+        }
+    }
+
+    /// The answer counted `used` tokens where `grant` estimated its cost:
+    /// gives back what was estimated and not used, or takes what was used
+    /// beyond it (a bucket may go below zero: later asks wait it out).
+    pub fn settle(&mut self, now: Instant, grant: Grant, used: Cost) {
+        let tokens = [Meter::Tokens, Meter::InputTokens, Meter::OutputTokens];
+        for meter in tokens {
+            let delta = grant.cost.of(meter) - used.of(meter);
+            if let Some(b) = &mut self.buckets[meter.index()] {
+                b.advance(now);
+                b.level = (b.level + delta).min(b.capacity);
+            }
+        }
+        if let Some(s) = grant
+            .caller
+            .and_then(|c| self.shares.get_mut(usize::from(c)))
+        {
+            let mut decayed = s.decayed(now);
+            for meter in tokens {
+                let delta = grant.cost.of(meter) - used.of(meter);
+                decayed[meter.index()] = (decayed[meter.index()] - delta).max(0.0);
+            }
+            s.used = decayed;
+            s.used_at = now;
+        }
+    }
+
+    /// What the provider reported left of `meter`: Levee's view is lowered
+    /// to it when the provider has less; a meter Levee does not know is
+    /// learned from the reported limit.
+    pub fn reported(&mut self, now: Instant, meter: Meter, r: Reported) {
+        let i = meter.index();
+        if self.buckets[i].is_none() {
+            let Some(limit) = r.limit.filter(|&l| l > 0) else {
+                return;
+            };
+            let limit = limit as f64;
+            let capacity = match meter {
+                // A learned request meter bursts a second's worth.
+                Meter::Requests => (limit / 60.0).max(1.0),
+                _ => limit,
+            };
+            let mut b = Bucket::new(limit, capacity, false);
+            b.at = now;
+            self.buckets[i] = Some(b);
+        }
+        let Some(b) = &mut self.buckets[i] else {
+            return;
+        };
+        if let (false, Some(limit)) = (b.configured, r.limit.filter(|&l| l > 0)) {
+            // A learned meter follows the limit the provider states.
+            let limit = limit as f64;
+            b.per_sec = limit / 60.0;
+            if meter != Meter::Requests {
+                b.capacity = limit;
+            }
+        }
+        if let Some(remaining) = r.remaining {
+            b.advance(now);
+            b.level = b.level.min(remaining as f64);
+        }
+    }
+
+    /// The level and capacity of `meter` now (`None`: not metered).
+    pub fn level(&self, now: Instant, meter: Meter) -> Option<(f64, f64)> {
+        let b = self.buckets[meter.index()].as_ref()?;
+        Some((b.level(now).max(0.0), b.capacity))
+    }
+
+    /// Whether the caller of `ask` holds more than its weighted share of
+    /// `in_flight` slots out of `max` (the same shares as the meters).
+    pub fn over_in_flight_share(&self, now: Instant, ask: &Ask, max: u32) -> bool {
+        let Some(me) = ask.caller.and_then(|c| self.shares.get(usize::from(c))) else {
+            return false;
+        };
+        let total: f64 = self
+            .shares
+            .iter()
+            .filter(|s| s.in_flight > 0 || s.active(now))
+            .map(|s| s.weight)
+            .sum::<f64>()
+            .max(me.weight);
+        f64::from(me.in_flight) >= (me.weight / total) * f64::from(max)
+    }
+
+    /// A caller's attempt started or ended (for the in-flight shares).
+    pub fn in_flight(&mut self, caller: Option<u16>, started: bool) {
+        if let Some(s) = caller.and_then(|c| self.shares.get_mut(usize::from(c))) {
+            s.in_flight = match started {
+                true => s.in_flight.saturating_add(1),
+                false => s.in_flight.saturating_sub(1),
+            };
+        }
+    }
+
+    /// Whether callers are weighed.
+    pub fn has_shares(&self) -> bool {
+        !self.shares.is_empty()
+    }
+
+    /// A caller's use of `meter` per second (decayed over ten seconds) and
+    /// its share of the meter's rate now.
+    pub fn share_use(&self, now: Instant, caller: u16, meter: Meter) -> Option<(f64, f64)> {
+        let me = self.shares.get(usize::from(caller))?;
+        let b = self.buckets[meter.index()].as_ref()?;
+        let total = self.active_weight(now, Some(usize::from(caller)));
+        let used = me.decayed(now)[meter.index()] / USAGE_TAU.as_secs_f64();
+        Some((used, me.weight / total * b.per_sec))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    fn ask(input: u32, output: u32) -> Ask {
+        Ask {
+            cost: Cost { input, output },
+            priority: Priority::High,
+            ..Ask::default()
+        }
+    }
+
+    #[test]
+    fn tokens_are_spent_by_the_estimate_and_refill_over_the_minute() {
+        let mut a = Allowance::new(Limits {
+            tokens_per_minute: Some(6_000),
+            ..Limits::default()
+        });
+        a.take(at(0), &ask(1_000, 2_000)).unwrap();
+        a.take(at(0), &ask(1_000, 2_000)).unwrap();
+        // 0 left: 3,000 more need 30 s at 100 tokens a second.
+        let e = a.take(at(0), &ask(1_000, 2_000)).unwrap_err();
+        assert_eq!(e, at(30_000));
+        assert!(a.take(at(30_000), &ask(1_000, 2_000)).is_ok());
+    }
+
+    #[test]
+    fn settling_gives_back_what_the_answer_did_not_use() {
+        let mut a = Allowance::new(Limits {
+            tokens_per_minute: Some(6_000),
+            ..Limits::default()
+        });
+        let g = a.take(at(0), &ask(1_000, 5_000)).unwrap();
+        assert!(a.check(at(0), &ask(1_000, 1_000)).is_err());
+        a.settle(
+            at(0),
+            g,
+            Cost {
+                input: 1_000,
+                output: 200,
+            },
+        );
+        // 6,000 − 1,200 = 4,800 left.
+        assert!(a.check(at(0), &ask(1_000, 3_800)).is_ok());
+        assert!(a.check(at(0), &ask(1_000, 3_900)).is_err());
+    }
+
+    #[test]
+    fn input_and_output_are_metered_apart_when_the_provider_does() {
+        let mut a = Allowance::new(Limits {
+            input_tokens_per_minute: Some(10_000),
+            output_tokens_per_minute: Some(1_000),
+            ..Limits::default()
+        });
+        a.take(at(0), &ask(100, 1_000)).unwrap();
+        // Output is spent; input is not.
+        assert!(a.check(at(0), &ask(9_000, 0)).is_ok());
+        assert!(a.check(at(0), &ask(0, 10)).is_err());
+    }
+
+    #[test]
+    fn the_providers_remaining_lowers_the_view_and_a_reported_limit_is_learned() {
+        let mut a = Allowance::default();
+        assert!(!a.metered());
+        a.reported(
+            at(0),
+            Meter::Tokens,
+            Reported {
+                limit: Some(60_000),
+                remaining: Some(500),
+            },
+        );
+        assert!(a.metered());
+        assert!(a.check(at(0), &ask(400, 100)).is_ok());
+        assert!(a.check(at(0), &ask(400, 200)).is_err());
+        // It refills at the reported 1,000 a second.
+        assert!(a.check(at(1_000), &ask(1_000, 500)).is_ok());
+        // A remaining above Levee's own view changes nothing.
+        a.reported(
+            at(1_000),
+            Meter::Tokens,
+            Reported {
+                limit: None,
+                remaining: Some(50_000),
+            },
+        );
+        assert!(a.check(at(1_000), &ask(1_000, 600)).is_err());
+    }
+
+    #[test]
+    fn retries_and_low_priority_leave_a_floor_for_first_attempts() {
+        let mut a = Allowance::new(Limits {
+            requests_per_minute: Some(600),
+            request_burst: 20,
+            ..Limits::default()
+        });
+        let first = Ask::default();
+        let retry = Ask {
+            retry: true,
+            ..Ask::default()
+        };
+        let low = Ask {
+            priority: Priority::Low,
+            ..Ask::default()
+        };
+        // Retries stop with 15 % (3 of 20) left; low priority at 25 % (5).
+        let mut retries = 0;
+        while a.take(at(0), &retry).is_ok() {
+            retries += 1;
+        }
+        assert_eq!(retries, 17);
+        assert!(a.take(at(0), &low).is_err());
+        assert!(a.take(at(0), &first).is_ok());
+        assert!(a.take(at(0), &first).is_ok());
+        // Normal first attempts leave 5 % (one request).
+        assert!(a.take(at(0), &first).is_err());
+        let high = Ask {
+            priority: Priority::High,
+            ..Ask::default()
+        };
+        assert!(a.take(at(0), &high).is_ok());
+    }
+
+    #[test]
+    fn a_caller_over_its_share_is_held_above_the_floor_while_others_keep_theirs() {
+        let mut a = Allowance::new(Limits {
+            requests_per_minute: Some(600),
+            request_burst: 10,
+            ..Limits::default()
+        })
+        .with_shares(&[1.0, 1.0]);
+        let surge = Ask {
+            caller: Some(0),
+            priority: Priority::High,
+            ..Ask::default()
+        };
+        let steady = Ask {
+            caller: Some(1),
+            priority: Priority::High,
+            ..Ask::default()
+        };
+        // Alone, the surging caller may take everything (work-conserving).
+        let mut taken = 0;
+        while a.take(at(0), &surge).is_ok() {
+            taken += 1;
+        }
+        assert_eq!(taken, 10);
+        // Both active, 10 a second shared: 5 each. Over 20 s the surging
+        // caller asks 40 times a second, the steady one 4 times.
+        let (mut steady_ok, mut steady_asked, mut surge_ok) = (0, 0, 0);
+        for tick in 1..=20_000u64 {
+            let now = at(tick);
+            if tick % 25 == 0 && a.take(now, &surge).is_ok() {
+                surge_ok += 1;
+            }
+            if tick % 250 == 0 {
+                steady_asked += 1;
+                if a.take(now, &steady).is_ok() {
+                    steady_ok += 1;
+                }
+            }
+        }
+        // Its first ask finds the bucket drained by a caller it had not
+        // met; once it is active, its share is kept for it.
+        assert!(
+            steady_ok >= steady_asked - 1,
+            "the caller within its share is refused only before it is known: {steady_ok} of {steady_asked}"
+        );
+        assert!(
+            surge_ok > 100,
+            "the surging caller still gets the rest: {surge_ok}"
+        );
+    }
+}
