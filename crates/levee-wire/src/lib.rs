@@ -4,8 +4,9 @@
 //! request speaks ([`Dialect::of_request`]), the endpoint paths ([`paths`]),
 //! each dialect's error body and the error `type` it gives each HTTP status
 //! ([`error`]), the recorded-exchange line the gateway writes and the mock
-//! replays ([`tape::TapeEntry`]), and the counters the mock reports at
-//! `GET /_mock/stats` ([`stats::Stats`]).
+//! replays ([`tape::TapeEntry`]), the counters the mock reports at
+//! `GET /_mock/stats` ([`stats::Stats`]), and the rate-limit fields
+//! providers send on their answers ([`ratelimit::read`]).
 //!
 //! It does no I/O and holds no state: types, tables and pure functions. The
 //! error tables follow what the providers themselves send (OpenAI answers a
@@ -18,6 +19,7 @@
 pub mod error;
 pub mod headers;
 pub mod paths;
+pub mod ratelimit;
 pub mod sse;
 pub mod stats;
 pub mod tape;
