@@ -150,7 +150,12 @@ impl Shared {
                 ProviderRuntime::with_dial(p, hist, clock, replicas, dial.as_ref()).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let secrets = crate::redact::Secrets::new(providers.iter().flat_map(|p| p.secrets()));
+        // A cloud platform's credentials (keys, tokens) as loaded now, too.
+        let secrets = crate::redact::Secrets::new(
+            providers
+                .iter()
+                .flat_map(|p| p.secrets().map(str::to_owned).chain(p.platform.secrets())),
+        );
         let routes = config
             .routes
             .iter()

@@ -1,6 +1,6 @@
 //! The response body type: a whole buffer, or a stream of chunks with an
 //! optional delay between them and an optional cut (the connection is dropped
-//! mid-stream). It carries the request's stats guard, so a client that leaves
+//! mid-stream), each chunk optionally re-framed into a cloud's framing. It carries the request's stats guard, so a client that leaves
 //! before the last byte is counted as `client_closed`.
 
 use std::future::Future;
@@ -29,8 +29,19 @@ enum Kind {
     Stream(Stream),
 }
 
+/// Re-frames a stream's chunks: a cloud's framing over the dialect's SSE
+/// (Bedrock's event stream).
+pub(crate) trait Reframe: Send + 'static {
+    /// The bytes sent for one chunk of the dialect's answer.
+    fn chunk(&mut self, chunk: &[u8]) -> Bytes;
+    /// What is sent in place of a deliberate cut (the stream then ends
+    /// normally); `None` cuts the connection as usual.
+    fn cut(&mut self) -> Option<Bytes>;
+}
+
 struct Stream {
     chunks: std::vec::IntoIter<Bytes>,
+    reframe: Option<Box<dyn Reframe>>,
     delay: Option<Duration>,
     sleep: Option<Pin<Box<Sleep>>>,
     /// Drop the connection once this many chunks are out.
@@ -75,6 +86,7 @@ impl MockBody {
         MockBody {
             kind: Kind::Stream(Stream {
                 chunks: chunks.into_iter(),
+                reframe: None,
                 delay,
                 sleep: None,
                 cut_after,
@@ -83,6 +95,26 @@ impl MockBody {
             }),
             guard: Some(guard),
         }
+    }
+
+    /// The same body with each chunk re-framed by `reframe` (a whole body is
+    /// one chunk).
+    pub(crate) fn reframed(mut self, mut reframe: Box<dyn Reframe>) -> MockBody {
+        match &mut self.kind {
+            Kind::Full(Some(bytes)) => *bytes = reframe.chunk(bytes),
+            Kind::Full(None) => {}
+            Kind::Stream(stream) => stream.reframe = Some(reframe),
+        }
+        self
+    }
+
+    /// The same body with a whole body's bytes replaced by `f` of them (a
+    /// cloud's error shape); a stream is left as it is.
+    pub(crate) fn map_full(mut self, f: impl FnOnce(&[u8]) -> Bytes) -> MockBody {
+        if let Kind::Full(Some(bytes)) = &mut self.kind {
+            *bytes = f(bytes);
+        }
+        self
     }
 
     fn done(&mut self) {
@@ -116,6 +148,13 @@ impl Body for MockBody {
             stream.sleep = None;
         }
         if stream.cut_after == Some(stream.sent) {
+            if let Some(last) = stream.reframe.as_mut().and_then(|r| r.cut()) {
+                // The cloud reports the fault in its own framing and ends
+                // the stream: what was left is not sent.
+                stream.cut_after = None;
+                stream.chunks = Vec::new().into_iter();
+                return Poll::Ready(Some(Ok(Frame::data(last))));
+            }
             if !stream.flushed {
                 stream.flushed = true;
                 cx.waker().wake_by_ref();
@@ -129,6 +168,10 @@ impl Body for MockBody {
         match stream.chunks.next() {
             Some(chunk) => {
                 stream.sent += 1;
+                let chunk = match &mut stream.reframe {
+                    Some(r) => r.chunk(&chunk),
+                    None => chunk,
+                };
                 let more = stream.chunks.len() > 0 || stream.cut_after.is_some();
                 if let (Some(delay), true) = (stream.delay, more) {
                     stream.sleep = Some(Box::pin(tokio::time::sleep(delay)));

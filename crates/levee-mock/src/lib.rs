@@ -19,6 +19,11 @@
 //! know are a 400. A request that forces a tool by name is answered with one
 //! call to it.
 //!
+//! With `--api bedrock` it is Amazon Bedrock's face over the Anthropic API:
+//! each request's SigV4 signature is verified against the test key pairs in
+//! [`bedrock_keys`], and answers come in Bedrock's event-stream framing and
+//! error shapes.
+//!
 //! Use it as `levee mock --listen ADDR [--api openai|anthropic|both] [--faults
 //! FILE] [--seed N] [--replay TAPE]`, or in-process with [`spawn`]. The fault document is described on
 //! [`parse_faults`] and in the README; the tape format in `TAPE.md`.
@@ -50,6 +55,15 @@ pub use levee_wire::stats::{FaultCounts, Stats, TimeoutSeen};
 pub use levee_wire::tape::TapeEntry;
 pub use tape::{Tape, TapeError};
 
+/// The key pairs `--api bedrock` verifies SigV4 signatures with: AWS's
+/// documentation example pair (not a secret; it grants nothing), and the
+/// same secret as temporary credentials that need their session token.
+pub mod bedrock_keys {
+    pub use crate::platform::bedrock::{
+        TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY, TEST_SESSION_ACCESS_KEY_ID, TEST_SESSION_TOKEN,
+    };
+}
+
 /// How to run a mock server in-process.
 #[derive(Debug, Clone, Default)]
 pub struct MockOptions {
@@ -80,7 +94,11 @@ pub enum MockApi {
     /// Azure OpenAI: `/openai/v1/...` and `/openai/deployments/{d}/...?api-version=`,
     /// an `api-key` or a bearer token required.
     Azure,
-    /// Amazon Bedrock's `InvokeModel` for Anthropic models, SigV4 verified.
+    /// Amazon Bedrock's `InvokeModel` for Anthropic models, SigV4 verified
+    /// with the test key pair AKIAIOSFODNN7EXAMPLE /
+    /// wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY (AWS's documentation
+    /// example, not a secret), or ASIAIOSFODNN7EXAMPLE with the same secret
+    /// and session token levee-mock-session-token.
     Bedrock,
     /// Google Vertex AI (`rawPredict`, the OpenAI-compatible endpoint),
     /// OAuth2 tokens from the mock's own `/token`.

@@ -20,6 +20,7 @@ use crate::outbound::Outbound;
 use crate::upstream::UpstreamBody;
 
 mod azure;
+mod bedrock;
 
 /// The body's top-level `model` (Bedrock, Vertex and Azure deployments put
 /// it in the URL path) and whether `stream` is `true`; `None` for a body
@@ -54,6 +55,8 @@ pub enum PlatformRuntime {
     /// The Gemini API's OpenAI-compatible endpoint: OpenAI's wire format
     /// under its own base URL and key.
     Gemini,
+    /// Anthropic models on Amazon Bedrock: SigV4, the event stream.
+    Bedrock(bedrock::Bedrock),
 }
 
 impl PlatformRuntime {
@@ -71,8 +74,18 @@ impl PlatformRuntime {
                 api_version.clone(),
                 token_file.clone(),
             )),
-            // Bedrock and Vertex are built by their own modules.
-            Platform::Bedrock { .. } | Platform::Vertex { .. } => {
+            Platform::Bedrock {
+                region,
+                profile,
+                credentials_file,
+            } => PlatformRuntime::Bedrock(bedrock::Bedrock::new(
+                &p.name,
+                region,
+                profile.as_deref(),
+                credentials_file.as_deref(),
+            )?),
+            // Vertex is built by its own module.
+            Platform::Vertex { .. } => {
                 return Err(PlatformError::Credentials {
                     provider: p.name.clone(),
                     detail: "this Levee build does not serve this provider kind yet".into(),
@@ -89,6 +102,7 @@ impl PlatformRuntime {
         match self {
             PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(None),
             PlatformRuntime::Azure(a) => a.target(path, body),
+            PlatformRuntime::Bedrock(b) => b.target(path, body),
         }
     }
 
@@ -103,14 +117,15 @@ impl PlatformRuntime {
         match self {
             PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(()),
             PlatformRuntime::Azure(a) => a.authorize(req),
+            PlatformRuntime::Bedrock(b) => b.authorize(req, unix_ms).await,
         }
     }
 
     /// The answer in the dialect's own wire format.
     pub fn answer(&self, resp: Response<UpstreamBody>, stream: bool) -> Response<UpstreamBody> {
-        let _ = stream;
         match self {
             PlatformRuntime::Direct | PlatformRuntime::Gemini | PlatformRuntime::Azure(_) => resp,
+            PlatformRuntime::Bedrock(b) => b.answer(resp, stream),
         }
     }
 
@@ -120,12 +135,22 @@ impl PlatformRuntime {
         match self {
             PlatformRuntime::Direct | PlatformRuntime::Gemini => false,
             PlatformRuntime::Azure(a) => a.authorizes(),
+            PlatformRuntime::Bedrock(_) => true,
         }
     }
 
     /// Whether answers need [`Self::answer`].
     pub fn maps_answers(&self) -> bool {
-        false
+        matches!(self, PlatformRuntime::Bedrock(_))
+    }
+
+    /// Credentials this platform signs with (keys, tokens), to redact from
+    /// everything Levee passes on.
+    pub fn secrets(&self) -> Vec<String> {
+        match self {
+            PlatformRuntime::Bedrock(b) => b.secrets(),
+            _ => Vec::new(),
+        }
     }
 
     /// `levee check --probe`: credentials load and a token can be obtained.
@@ -133,6 +158,7 @@ impl PlatformRuntime {
         match self {
             PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(()),
             PlatformRuntime::Azure(a) => a.probe(),
+            PlatformRuntime::Bedrock(b) => b.probe().await,
         }
     }
 }

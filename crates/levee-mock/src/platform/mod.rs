@@ -14,6 +14,7 @@ use crate::body::MockBody;
 use crate::MockApi;
 
 mod azure;
+pub(crate) mod bedrock;
 
 /// A cloud request, accepted and rewritten into its dialect's own.
 pub(crate) struct Accepted {
@@ -28,6 +29,8 @@ pub(crate) struct Accepted {
 /// What a cloud's answer is re-shaped by.
 pub(crate) enum Ctx {
     Azure,
+    /// Bedrock: SSE to event-stream frames, errors to Bedrock's shapes.
+    Bedrock,
 }
 
 /// Checks a cloud request and rewrites `parts` (URI, fields) and the body
@@ -42,7 +45,8 @@ pub(crate) fn accept(
     let _ = now_unix_s;
     match api {
         MockApi::Azure => azure::accept(parts, body),
-        MockApi::Bedrock | MockApi::Vertex => Err(Refused::not_found(
+        MockApi::Bedrock => bedrock::accept(parts, body, now_unix_s),
+        MockApi::Vertex => Err(Refused::not_found(
             "this mock build does not serve this cloud yet",
         )),
         MockApi::OpenAi | MockApi::Anthropic | MockApi::Both => {
@@ -55,6 +59,7 @@ pub(crate) fn accept(
 pub(crate) fn encode(ctx: &Ctx, resp: Response<MockBody>) -> Response<MockBody> {
     match ctx {
         Ctx::Azure => azure::encode(resp),
+        Ctx::Bedrock => bedrock::encode(resp),
     }
 }
 
