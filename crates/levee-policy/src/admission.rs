@@ -105,6 +105,13 @@ impl Gcra {
         (requests_per_minute / 60).max(1)
     }
 
+    /// The rate (requests a minute) and burst this allowance was built with.
+    pub fn rate(&self) -> (f64, u32) {
+        let emission = self.emission.as_secs_f64().max(f64::MIN_POSITIVE);
+        let burst = (self.tolerance.as_secs_f64() / emission).round() as u32 + 1;
+        (60.0 / emission, burst)
+    }
+
     /// Whether a request would conform now, without spending the allowance.
     pub fn peek(&self, now: Instant) -> Result<(), Instant> {
         let tat = self.tat.max(now);

@@ -16,11 +16,11 @@
 //!   the provider says 429. A meter the config does not name is learned from
 //!   the limit the provider reports.
 //! - **Priority.** Each kind of attempt must leave a floor of each bucket
-//!   untouched: first attempts of high-priority callers none, first attempts
-//!   5 %, low-priority callers 25 %, retries and traffic falling back from
-//!   another route 10 % more. When the allowance runs short, the retries of
-//!   an incident are refused before the first attempts they would push into
-//!   429s.
+//!   untouched: first attempts none, low-priority callers' 25 %, retries and
+//!   traffic falling back from another route 10 % more. When the allowance
+//!   runs short, the retries of an incident are refused before the first
+//!   attempts they would push into 429s. A high-priority caller's first
+//!   attempts are not held to its share (below).
 //! - **Shares.** With caller weights, each caller active in the last minute
 //!   accrues a guarantee of its weighted share of every meter's rate (up to
 //!   its share of the bucket). An ask spends its caller's guarantee first;
@@ -138,7 +138,7 @@ pub struct Ask {
 
 /// Floors, as fractions of a bucket each kind of attempt must leave.
 const FLOOR_HIGH: f64 = 0.0;
-const FLOOR_NORMAL: f64 = 0.05;
+const FLOOR_NORMAL: f64 = 0.0;
 const FLOOR_LOW: f64 = 0.25;
 const FLOOR_RETRY: f64 = 0.10;
 const FLOOR_FALLBACK: f64 = 0.10;
@@ -282,6 +282,14 @@ impl Allowance {
         a
     }
 
+    /// The allowance a requests-only [`crate::admission::Gcra`] describes.
+    pub fn from_gcra(g: &crate::admission::Gcra) -> Self {
+        let (per_minute, burst) = g.rate();
+        let mut a = Allowance::default();
+        a.buckets[0] = Some(Bucket::new(per_minute, f64::from(burst), true));
+        a
+    }
+
     /// Caller weights (`callers[].share`), in the callers' index order.
     pub fn with_shares(mut self, weights: &[f64]) -> Self {
         self.shares = weights
@@ -308,10 +316,12 @@ impl Allowance {
     /// could be.
     pub fn check(&self, now: Instant, ask: &Ask) -> Result<(), Instant> {
         let floor = ask.floor();
+        // A high-priority caller's first attempts are not held to its share.
+        let held = !(ask.priority == Priority::High && !ask.retry && !ask.fallback);
         let me = ask
             .caller
             .map(usize::from)
-            .filter(|&c| c < self.shares.len());
+            .filter(|&c| held && c < self.shares.len());
         let weights = self.active_weight(now, me);
         let mut latest: Option<Instant> = None;
         let mut later = |at: Instant| latest = Some(latest.map_or(at, |l: Instant| l.max(at)));
@@ -352,19 +362,11 @@ impl Allowance {
 
     /// Spends `ask` (all meters or none).
     pub fn take(&mut self, now: Instant, ask: &Ask) -> Result<Grant, Instant> {
+        self.asked(now, ask);
         let me = ask
             .caller
             .map(usize::from)
             .filter(|&c| c < self.shares.len());
-        if let Some(me) = me {
-            // Guarantees accrue at the shares of the callers active so far;
-            // a caller that asks is active, admitted or not.
-            self.accrue(now);
-            if !self.shares[me].active(now) {
-                self.shares[me].at = now;
-            }
-            self.shares[me].last = Some(now);
-        }
         self.check(now, ask)?;
         for meter in Meter::ALL {
             if let Some(b) = &mut self.buckets[meter.index()] {
@@ -388,6 +390,24 @@ impl Allowance {
             cost: ask.cost,
             caller: ask.caller,
         })
+    }
+
+    /// Notes that `ask`'s caller asked: it is active, admitted or not (the
+    /// shares are taken over the callers asking).
+    pub fn asked(&mut self, now: Instant, ask: &Ask) {
+        let Some(me) = ask
+            .caller
+            .map(usize::from)
+            .filter(|&c| c < self.shares.len())
+        else {
+            return;
+        };
+        // Guarantees accrue at the shares of the callers active so far.
+        self.accrue(now);
+        if !self.shares[me].active(now) {
+            self.shares[me].at = now;
+        }
+        self.shares[me].last = Some(now);
     }
 
     /// The sum of the active callers' weights (counting `me` as active).
@@ -646,22 +666,17 @@ mod tests {
             priority: Priority::Low,
             ..Ask::default()
         };
-        // Retries stop with 15 % (3 of 20) left; low priority at 25 % (5).
+        // Retries stop with 10 % (2 of 20) left; low priority at 25 % (5).
         let mut retries = 0;
         while a.take(at(0), &retry).is_ok() {
             retries += 1;
         }
-        assert_eq!(retries, 17);
+        assert_eq!(retries, 18);
         assert!(a.take(at(0), &low).is_err());
+        // First attempts take the rest.
         assert!(a.take(at(0), &first).is_ok());
         assert!(a.take(at(0), &first).is_ok());
-        // Normal first attempts leave 5 % (one request).
         assert!(a.take(at(0), &first).is_err());
-        let high = Ask {
-            priority: Priority::High,
-            ..Ask::default()
-        };
-        assert!(a.take(at(0), &high).is_ok());
     }
 
     #[test]
@@ -674,12 +689,10 @@ mod tests {
         .with_shares(&[1.0, 1.0]);
         let surge = Ask {
             caller: Some(0),
-            priority: Priority::High,
             ..Ask::default()
         };
         let steady = Ask {
             caller: Some(1),
-            priority: Priority::High,
             ..Ask::default()
         };
         // Alone, the surging caller may take everything (work-conserving).
@@ -709,6 +722,13 @@ mod tests {
             steady_ok >= steady_asked - 1,
             "the caller within its share is refused only before it is known: {steady_ok} of {steady_asked}"
         );
+        // A high-priority caller's first attempts are not held to its share.
+        let high = Ask {
+            priority: Priority::High,
+            ..surge
+        };
+        assert!(a.check(at(20_001), &surge).is_err());
+        assert!(a.check(at(20_001), &high).is_ok());
         assert!(
             surge_ok > 100,
             "the surging caller still gets the rest: {surge_ok}"

@@ -23,6 +23,7 @@
 //! share one overflow domain (memory stays bounded whatever callers send).
 
 use crate::admission::Gcra;
+use crate::allowance::{Allowance, Ask, Cost, Grant, Meter, Reported};
 use crate::breaker::{BreakerPermit, BreakerState, CircuitBreaker};
 use crate::classify::Class;
 use crate::learn::{AttemptTimes, Pace, Retries};
@@ -63,6 +64,8 @@ pub struct Permit {
     busy: bool,
     /// A retry on the same target.
     retry: bool,
+    /// What the allowance spent on it, settled from the answer's usage.
+    grant: Grant,
 }
 
 impl Permit {
@@ -71,6 +74,11 @@ impl Permit {
     pub fn retry(mut self) -> Self {
         self.retry = true;
         self
+    }
+
+    /// What the allowance spent on the attempt.
+    pub fn grant(&self) -> Grant {
+        self.grant
     }
 }
 
@@ -106,7 +114,8 @@ pub struct ProviderState {
     link: CircuitBreaker,
     /// `domains[0]` is the overflow domain.
     domains: Vec<Domain>,
-    allowance: Option<Gcra>,
+    /// The account's allowance: requests and tokens, by priority and share.
+    allowance: Allowance,
     max_in_flight: u32,
     in_flight: u32,
 }
@@ -118,10 +127,16 @@ impl ProviderState {
             link: breaker.clone(),
             domains: vec![Domain::new("", breaker.clone())],
             template: breaker,
-            allowance,
+            allowance: allowance.map_or_else(Allowance::default, |g| Allowance::from_gcra(&g)),
             max_in_flight: max_in_flight.max(1),
             in_flight: 0,
         }
+    }
+
+    /// The same state with `allowance` (requests and tokens, shares).
+    pub fn with_allowance(mut self, allowance: Allowance) -> Self {
+        self.allowance = allowance;
+        self
     }
 
     fn find(&self, model: &str) -> Option<usize> {
@@ -146,6 +161,11 @@ impl ProviderState {
 
     /// Whether an attempt for `model` would be admitted now, without taking anything.
     pub fn check(&self, now: Instant, model: &str) -> Result<(), Refusal> {
+        self.check_as(now, model, &Ask::default())
+    }
+
+    /// [`ProviderState::check`] for `ask`'s place in the allowance.
+    pub fn check_as(&self, now: Instant, model: &str, ask: &Ask) -> Result<(), Refusal> {
         if let Some(until) = self.link.refusing_until(now) {
             return Err(Refusal::CircuitOpen { until });
         }
@@ -170,17 +190,35 @@ impl ProviderState {
         if self.in_flight >= self.max_in_flight {
             return Err(Refusal::Shed);
         }
-        if let Some(g) = &self.allowance {
-            g.peek(now)
-                .map_err(|until| Refusal::RateLimited { until })?;
+        // A caller past its share of the in-flight cap is shed while the
+        // cap is three-quarters full: the rest is kept for the others.
+        if self.allowance.has_shares()
+            && u64::from(self.in_flight) * 4 >= u64::from(self.max_in_flight) * 3
+            && self
+                .allowance
+                .over_in_flight_share(now, ask, self.max_in_flight)
+        {
+            return Err(Refusal::Shed);
         }
-        Ok(())
+        self.allowance
+            .check(now, ask)
+            .map_err(|until| Refusal::RateLimited { until })
     }
 
     /// Takes an in-flight slot, one request of the allowance and the breakers'
     /// permission — all or nothing.
     pub fn admit(&mut self, now: Instant, model: &str) -> Result<Permit, Refusal> {
-        self.check(now, model)?;
+        self.admit_as(now, model, &Ask::default())
+    }
+
+    /// [`ProviderState::admit`] for `ask`: its tokens, priority, kind and
+    /// caller's share of the allowance.
+    pub fn admit_as(&mut self, now: Instant, model: &str, ask: &Ask) -> Result<Permit, Refusal> {
+        if let Err(r) = self.check_as(now, model, ask) {
+            // The shares are taken over the callers asking, admitted or not.
+            self.allowance.asked(now, ask);
+            return Err(r);
+        }
         let domain = self.domain(model);
         let link = self
             .link
@@ -199,16 +237,18 @@ impl ProviderState {
                 });
             }
         };
-        if let Some(g) = &mut self.allowance {
-            // Cannot fail after a successful peek at the same instant.
-            if let Err(until) = g.check(now) {
+        let grant = match self.allowance.take(now, ask) {
+            Ok(g) => g,
+            // Cannot fail after a successful check at the same instant.
+            Err(until) => {
                 self.link.record(now, link, Class::NotProviderFault);
                 self.domains[domain]
                     .breaker
                     .record(now, breaker, Class::NotProviderFault);
                 return Err(Refusal::RateLimited { until });
             }
-        }
+        };
+        self.allowance.in_flight(grant.caller, true);
         let d = &mut self.domains[domain];
         d.pace.take(now);
         d.pace.sent(now);
@@ -222,7 +262,24 @@ impl ProviderState {
             stall_counted: false,
             busy,
             retry: false,
+            grant,
         })
+    }
+
+    /// The answer to the attempt behind `grant` used `used` tokens: the
+    /// allowance gets back what its estimate held beyond them.
+    pub fn settle(&mut self, now: Instant, grant: Grant, used: Cost) {
+        self.allowance.settle(now, grant, used);
+    }
+
+    /// What the provider reported left of one of its meters.
+    pub fn reported(&mut self, now: Instant, meter: Meter, r: Reported) {
+        self.allowance.reported(now, meter, r);
+    }
+
+    /// The allowance, to read its levels and shares.
+    pub fn allowance(&self) -> &Allowance {
+        &self.allowance
     }
 
     /// The attempt behind `permit` has waited past its model's learned p99
@@ -268,6 +325,7 @@ impl ProviderState {
     /// (see [`Retries`]; `None`: too few to tell).
     pub fn finish(&mut self, now: Instant, permit: Permit, class: Class) -> Option<bool> {
         self.in_flight = self.in_flight.saturating_sub(1);
+        self.allowance.in_flight(permit.grant.caller, false);
         // The provider-wide breaker learns only whether the provider could be
         // reached: any answer is a success for it.
         let link_class = match class {

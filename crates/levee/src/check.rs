@@ -187,6 +187,12 @@ fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
             ]);
             out.push((missing, format!("{line}{e}")));
         }
+        if let Err(e) = levee_gateway::platform::PlatformRuntime::new(p) {
+            use levee_gateway::platform::PlatformError;
+            let missing = matches!(e, PlatformError::MissingCredentials { .. });
+            let line = at(&[Seg::Key("providers"), Seg::Key(&p.name), Seg::Key("api")]);
+            out.push((missing, format!("{line}{e}")));
+        }
         for problem in levee_gateway::upstream::provider_extras(p)
             .err()
             .unwrap_or_default()

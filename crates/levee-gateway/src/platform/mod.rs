@@ -42,8 +42,14 @@ pub(crate) fn model_and_stream(body: &Bytes) -> Option<(String, bool)> {
 /// and never holds a secret.
 #[derive(Debug, thiserror::Error)]
 pub enum PlatformError {
+    /// Credentials are there but cannot be used (a malformed key file, a
+    /// token endpoint that refuses).
     #[error("provider `{provider}`: {detail}")]
     Credentials { provider: String, detail: String },
+    /// No credentials in this environment (variables unset, no file):
+    /// `levee check --allow-missing-env` warns instead of refusing.
+    #[error("provider `{provider}`: {detail}")]
+    MissingCredentials { provider: String, detail: String },
 }
 
 /// A provider's platform at run time.
