@@ -194,6 +194,12 @@ impl MockHandle {
         self.shared.set_faults(faults);
     }
 
+    /// `--api vertex`: the access tokens its `/token` issues from now on
+    /// live `lifetime` (Google's hour, less a second, by default).
+    pub fn set_token_lifetime(&self, lifetime: std::time::Duration) {
+        self.shared.clouds.vertex.set_lifetime(lifetime);
+    }
+
     /// Stops accepting, aborts open connections and waits until they are gone.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -259,6 +265,12 @@ impl InProcess {
     /// Replaces the fault set and restarts the fault clock.
     pub fn set_faults(&self, faults: FaultSet) {
         self.shared.set_faults(faults);
+    }
+
+    /// `--api vertex`: the access tokens its `/token` issues from now on
+    /// live `lifetime` (Google's hour, less a second, by default).
+    pub fn set_token_lifetime(&self, lifetime: std::time::Duration) {
+        self.shared.clouds.vertex.set_lifetime(lifetime);
     }
 }
 

@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     api: MockApi,
     /// The Responses answers kept for `GET /v1/responses/{id}` and the like.
     responses: Mutex<Stored>,
+    /// What the clouds' faces keep (Vertex AI's issued tokens).
+    pub(crate) clouds: platform::Clouds,
 }
 
 /// The fault set in force and when its clock started.
@@ -58,8 +60,10 @@ struct Active {
 
 impl Shared {
     pub(crate) fn new(faults: FaultSet, seed: u64, tape: Option<Tape>, api: MockApi) -> Shared {
+        let stats = Arc::new(Collector::default());
         Shared {
-            stats: Arc::new(Collector::default()),
+            clouds: platform::Clouds::new(Arc::clone(&stats)),
+            stats,
             faults: RwLock::new(Arc::new(Active {
                 set: faults,
                 epoch: clock::now(),
@@ -195,7 +199,13 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
         }
         Err(_) => return Err(ResetConnection),
     };
-    let accepted = match platform::accept(shared.api, &mut parts, bytes, clock::unix_secs()) {
+    let accepted = match platform::accept(
+        shared.api,
+        &mut parts,
+        bytes,
+        clock::unix_secs(),
+        &shared.clouds,
+    ) {
         Ok(a) => a,
         Err(refused) => {
             match refused.auth {

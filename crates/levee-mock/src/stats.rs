@@ -37,6 +37,7 @@ pub(crate) struct Collector {
     connections_total: AtomicU64,
     http2_requests: AtomicU64,
     unauthorized: AtomicU64,
+    tokens_issued: AtomicU64,
     maps: Mutex<Maps>,
 }
 
@@ -72,6 +73,7 @@ impl Default for Collector {
             connections_total: AtomicU64::new(0),
             http2_requests: AtomicU64::new(0),
             unauthorized: AtomicU64::new(0),
+            tokens_issued: AtomicU64::new(0),
             maps: Mutex::new(Maps::default()),
         }
     }
@@ -163,12 +165,18 @@ impl Collector {
         self.connections_total.store(0, Relaxed);
         self.http2_requests.store(0, Relaxed);
         self.unauthorized.store(0, Relaxed);
+        self.tokens_issued.store(0, Relaxed);
     }
 
     /// A cloud mock refused a request's credentials with `status`.
     pub(crate) fn unauthorized(&self, status: u16) {
         self.unauthorized.fetch_add(1, Relaxed);
         self.status(status);
+    }
+
+    /// A cloud mock's token endpoint issued an access token.
+    pub(crate) fn token_issued(&self) {
+        self.tokens_issued.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> Stats {
@@ -218,6 +226,7 @@ impl Collector {
             connections_total: count(&self.connections_total),
             http2_requests: count(&self.http2_requests),
             unauthorized: count(&self.unauthorized),
+            tokens_issued: count(&self.tokens_issued),
         }
     }
 }

@@ -43,6 +43,10 @@ pub struct Stats {
     /// counted in `by_status`, not in `requests_total`).
     #[serde(default)]
     pub unauthorized: u64,
+    /// Access tokens a cloud mock's token endpoint issued (`--api vertex`:
+    /// `POST /token`).
+    #[serde(default)]
+    pub tokens_issued: u64,
 }
 
 /// Count and range of `x-timeout-ms` values.

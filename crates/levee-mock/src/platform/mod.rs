@@ -15,6 +15,7 @@ use crate::MockApi;
 
 mod azure;
 pub(crate) mod bedrock;
+pub(crate) mod vertex;
 
 /// A cloud request, accepted and rewritten into its dialect's own.
 pub(crate) struct Accepted {
@@ -29,8 +30,23 @@ pub(crate) struct Accepted {
 /// What a cloud's answer is re-shaped by.
 pub(crate) enum Ctx {
     Azure,
+    Vertex,
     /// Bedrock: SSE to event-stream frames, errors to Bedrock's shapes.
     Bedrock,
+}
+
+/// What the clouds' faces keep between requests.
+pub(crate) struct Clouds {
+    /// The access tokens Vertex AI's token endpoint has issued.
+    pub vertex: vertex::Issuer,
+}
+
+impl Clouds {
+    pub(crate) fn new(stats: std::sync::Arc<crate::stats::Collector>) -> Clouds {
+        Clouds {
+            vertex: vertex::Issuer::new(stats),
+        }
+    }
 }
 
 /// Checks a cloud request and rewrites `parts` (URI, fields) and the body
@@ -41,14 +57,12 @@ pub(crate) fn accept(
     parts: &mut http::request::Parts,
     body: Bytes,
     now_unix_s: u64,
+    clouds: &Clouds,
 ) -> Result<Accepted, Refused> {
-    let _ = now_unix_s;
     match api {
         MockApi::Azure => azure::accept(parts, body),
+        MockApi::Vertex => vertex::accept(parts, body, now_unix_s, &clouds.vertex),
         MockApi::Bedrock => bedrock::accept(parts, body, now_unix_s),
-        MockApi::Vertex => Err(Refused::not_found(
-            "this mock build does not serve this cloud yet",
-        )),
         MockApi::OpenAi | MockApi::Anthropic | MockApi::Both => {
             Err(Refused::not_found("not a cloud mock"))
         }
@@ -59,6 +73,7 @@ pub(crate) fn accept(
 pub(crate) fn encode(ctx: &Ctx, resp: Response<MockBody>) -> Response<MockBody> {
     match ctx {
         Ctx::Azure => azure::encode(resp),
+        Ctx::Vertex => vertex::encode(resp),
         Ctx::Bedrock => bedrock::encode(resp),
     }
 }
