@@ -71,6 +71,17 @@ impl Config {
         let routes =
             crate::route::resolve_routes(src, raw_routes, &mut providers, declared, builtin_mock)?;
         derive_in_flight_caps(&mut providers, &routes);
+        // Shares weigh every caller once any caller has one (1 by default).
+        if raw.callers.iter().any(|c| c.share.is_some()) {
+            let weights: Vec<f64> = raw
+                .callers
+                .iter()
+                .map(|c| c.share.map_or(1.0, |s| s.0))
+                .collect();
+            for p in &mut providers {
+                p.shares = weights.clone();
+            }
+        }
         Ok(Config {
             listen: addr(raw.listen.map(|a| a.0), defaults::LISTEN),
             admin_listen: addr(
@@ -87,6 +98,8 @@ impl Config {
                 .map(|c| Caller {
                     name: c.name.clone(),
                     deadline: c.deadline.0,
+                    share: c.share.map(|s| s.0),
+                    priority: c.priority.map(|p| p.0).unwrap_or_default(),
                 })
                 .collect(),
             keys: keys(src, &raw.keys)?,
@@ -135,6 +148,8 @@ fn builtin_mock_provider(name: &str, api: Api) -> Provider {
         max_in_flight: defaults::mock::MAX_IN_FLIGHT,
         max_in_flight_from: InFlightCap::Configured,
         rate_limit: None,
+        limits: levee_policy::allowance::Limits::default(),
+        shares: Vec::new(),
         allowance: None,
         breaker: levee_policy::CircuitBreaker::default_policy(),
         connect_timeout: defaults::mock::CONNECT_TIMEOUT,
@@ -161,6 +176,8 @@ fn kind_auth(kind: crate::values::ApiKind) -> crate::values::Auth {
     match kind {
         ApiKind::Azure => crate::values::Auth::Header("api-key".into()),
         ApiKind::Bedrock => crate::values::Auth::None,
+        // An OAuth2 access token, whichever dialect the endpoint speaks.
+        ApiKind::Vertex | ApiKind::VertexOpenAi => crate::values::Auth::Bearer,
         other => default_auth(other.dialect()),
     }
 }
@@ -202,13 +219,54 @@ fn providers(
                 Problem::ProviderBreaker { provider, source },
             )
         })?;
-        let rate_limit = p.rate_limit.as_ref().map(|r| {
-            let rpm = r.requests_per_minute.0;
-            (
+        let rate_limit = p.rate_limit.as_ref().and_then(|r| {
+            let rpm = r.requests_per_minute?.0;
+            Some((
                 rpm,
                 r.burst.map_or_else(|| Gcra::default_burst(rpm), |b| b.0),
-            )
+            ))
         });
+        if let Some(r) = &p.rate_limit {
+            let metered = r.requests_per_minute.is_some()
+                || r.tokens_per_minute.is_some()
+                || r.input_tokens_per_minute.is_some()
+                || r.output_tokens_per_minute.is_some();
+            if !metered {
+                let problem = Problem::ProviderField {
+                    provider: name.clone(),
+                    problem: "`rate_limit` names no meter: give `requests_per_minute`, `tokens_per_minute`, `input_tokens_per_minute` or `output_tokens_per_minute`".into(),
+                };
+                return Err(at("rate_limit", problem));
+            }
+            if r.burst.is_some() && r.requests_per_minute.is_none() {
+                let problem = Problem::ProviderField {
+                    provider: name.clone(),
+                    problem:
+                        "`rate_limit.burst` is a burst of requests: it needs `requests_per_minute`"
+                            .into(),
+                };
+                return Err(at("rate_limit", problem));
+            }
+        }
+        let limits = levee_policy::allowance::Limits {
+            requests_per_minute: rate_limit.map(|(rpm, _)| rpm),
+            request_burst: rate_limit.map_or(1, |(_, b)| b),
+            tokens_per_minute: p
+                .rate_limit
+                .as_ref()
+                .and_then(|r| r.tokens_per_minute)
+                .map(|t| t.0),
+            input_tokens_per_minute: p
+                .rate_limit
+                .as_ref()
+                .and_then(|r| r.input_tokens_per_minute)
+                .map(|t| t.0),
+            output_tokens_per_minute: p
+                .rate_limit
+                .as_ref()
+                .and_then(|r| r.output_tokens_per_minute)
+                .map(|t| t.0),
+        };
         let allowance = rate_limit
             .map(|(rpm, burst)| Gcra::per_minute(rpm, burst))
             .transpose()
@@ -250,6 +308,7 @@ fn providers(
             )
         })?;
         let mut built = provider(name, p, rate_limit, allowance, breaker);
+        built.limits = limits;
         built.platform = platform;
         built.base_url = base_url;
         providers.push(built);
@@ -337,15 +396,13 @@ fn platform(
             )
         })
     };
-    if kind == ApiKind::Bedrock {
-        if p.auth.is_some() || p.api_key_env.is_some() {
-            let key = if p.auth.is_some() {
-                "auth"
-            } else {
-                "api_key_env"
-            };
-            return Err((key, format!("`api: bedrock` signs requests with AWS credentials (the AWS_* environment variables or the shared credentials file): remove `{key}`")));
-        }
+    if kind == ApiKind::Bedrock && (p.auth.is_some() || p.api_key_env.is_some()) {
+        let key = if p.auth.is_some() {
+            "auth"
+        } else {
+            "api_key_env"
+        };
+        return Err((key, format!("`api: bedrock` signs requests with AWS credentials (the AWS_* environment variables or the shared credentials file): remove `{key}`")));
     }
     Ok(match kind {
         ApiKind::OpenAi => (Platform::Direct, needs_url("https://api.openai.com/v1")?),
@@ -426,6 +483,8 @@ fn provider(
             None => InFlightCap::None,
         },
         rate_limit,
+        limits: levee_policy::allowance::Limits::default(),
+        shares: Vec::new(),
         allowance,
         breaker,
         connect_timeout: p.connect_timeout.map_or(defaults::CONNECT_TIMEOUT, |d| d.0),

@@ -131,6 +131,8 @@ pub fn parse_callers(text: &str) -> Result<Vec<Caller>, ConfigError> {
         .map(|c| Caller {
             name: c.name,
             deadline: c.deadline.0,
+            share: c.share.map(|s| s.0),
+            priority: c.priority.map(|p| p.0).unwrap_or_default(),
         })
         .collect())
 }

@@ -27,6 +27,11 @@ pub struct Provider {
     pub max_in_flight_from: InFlightCap,
     /// `(requests_per_minute, burst)`.
     pub rate_limit: Option<(u32, u32)>,
+    /// Every meter of `rate_limit` (requests and tokens).
+    pub limits: levee_policy::allowance::Limits,
+    /// The callers' weights (`callers[].share`) in the callers' order;
+    /// empty when no caller has a share.
+    pub shares: Vec<f64>,
     /// The allowance `rate_limit` describes, built.
     pub allowance: Option<Gcra>,
     /// Every fault domain of the provider (each model it is sent, and the
@@ -87,17 +92,22 @@ pub enum Platform {
 impl Provider {
     /// Fresh runtime state for this provider.
     pub fn new_state(&self) -> ProviderState {
-        ProviderState::new(
-            self.breaker.clone(),
-            self.allowance.clone(),
-            self.max_in_flight,
+        ProviderState::new(self.breaker.clone(), None, self.max_in_flight).with_allowance(
+            levee_policy::allowance::Allowance::new(self.limits).with_shares(&self.shares),
         )
     }
 
-    /// Fresh runtime state without the local allowance (it is enforced
-    /// elsewhere, e.g. shared across replicas).
+    /// Fresh runtime state without the local request allowance (it is
+    /// enforced elsewhere, e.g. shared across replicas); its token meters
+    /// and shares stay.
     pub fn new_state_without_allowance(&self) -> ProviderState {
-        ProviderState::new(self.breaker.clone(), None, self.max_in_flight)
+        let limits = levee_policy::allowance::Limits {
+            requests_per_minute: None,
+            ..self.limits
+        };
+        ProviderState::new(self.breaker.clone(), None, self.max_in_flight).with_allowance(
+            levee_policy::allowance::Allowance::new(limits).with_shares(&self.shares),
+        )
     }
 }
 
@@ -214,6 +224,10 @@ impl Route {
 pub struct Caller {
     pub name: String,
     pub deadline: Duration,
+    /// Its weight in each provider's allowance and in-flight cap (`None`:
+    /// 1 when any caller has a share; no shares when none has).
+    pub share: Option<f64>,
+    pub priority: levee_policy::allowance::Priority,
 }
 
 /// An accepted caller key.

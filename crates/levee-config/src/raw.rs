@@ -87,7 +87,10 @@ pub struct RawProvider {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRateLimit {
-    pub requests_per_minute: AtLeastOne<u32>,
+    pub requests_per_minute: Option<AtLeastOne<u32>>,
+    pub tokens_per_minute: Option<AtLeastOne<u64>>,
+    pub input_tokens_per_minute: Option<AtLeastOne<u64>>,
+    pub output_tokens_per_minute: Option<AtLeastOne<u64>>,
     pub burst: Option<AtLeastOne<u32>>,
 }
 
@@ -213,6 +216,9 @@ pub struct RawBudget {
 pub struct RawCaller {
     pub name: String,
     pub deadline: Dur,
+    /// Its weight in each provider's allowance and in-flight cap.
+    pub share: Option<crate::values::Share>,
+    pub priority: Option<crate::values::CallerPriority>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -145,6 +145,46 @@ from_words!(
     ]
 );
 
+/// A caller's `share`: a positive weight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Share(pub f64);
+
+impl<'de> serde::Deserialize<'de> for Share {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if v.is_finite() && v > 0.0 && v <= 1e6 {
+            Ok(Share(v))
+        } else {
+            Err(de::Error::custom(format!(
+                "`share` must be a positive weight like `1` or `2.5` (got `{v}`)"
+            )))
+        }
+    }
+}
+
+/// A caller's `priority`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallerPriority(pub levee_policy::allowance::Priority);
+
+from_words!(
+    CallerPriority,
+    "priority",
+    [
+        (
+            "high",
+            CallerPriority(levee_policy::allowance::Priority::High)
+        ),
+        (
+            "normal",
+            CallerPriority(levee_policy::allowance::Priority::Normal)
+        ),
+        (
+            "low",
+            CallerPriority(levee_policy::allowance::Priority::Low)
+        ),
+    ]
+);
+
 /// A provider's `http2`: which HTTP version Levee speaks to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Http2 {

@@ -39,6 +39,9 @@ fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
         "keys[].name" => vec![("keys[].env", "LEVEE_TEST_KEY")],
         "callers[].name" => vec![("callers[].deadline", "10s")],
         "callers[].deadline" => vec![("callers[].name", "test")],
+        "callers[].share" | "callers[].priority" => {
+            vec![("callers[].name", "test"), ("callers[].deadline", "10s")]
+        }
         "providers.<name>.rate_limit.burst" => {
             vec![("providers.<name>.rate_limit.requests_per_minute", "600")]
         }

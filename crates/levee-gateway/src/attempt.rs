@@ -20,6 +20,9 @@ pub struct GatewayDeps<'a> {
     /// cannot carry it across dialects) refuse as if full, so the planner
     /// moves on without spending their budget.
     pub(crate) plans: &'a [crate::drive::Plan],
+    /// The request's place in the providers' allowances: its estimated
+    /// tokens, its caller's priority and share.
+    pub ask: levee_policy::allowance::Ask,
 }
 
 impl GatewayDeps<'_> {
@@ -30,6 +33,17 @@ impl GatewayDeps<'_> {
 
     fn upstream_model(&self, t: usize) -> &str {
         self.shared.config.routes[self.route].rewrite_model(t, self.model)
+    }
+
+    /// The request's ask for an attempt of `kind` on target `t`: a retry,
+    /// or traffic on a target other than the route's primary, leaves a
+    /// floor of the allowance for first attempts.
+    fn ask(&self, t: usize, kind: levee_policy::AttemptKind) -> levee_policy::allowance::Ask {
+        levee_policy::allowance::Ask {
+            retry: kind == levee_policy::AttemptKind::Retry,
+            fallback: t > 0,
+            ..self.ask
+        }
     }
 }
 
@@ -43,9 +57,31 @@ impl Dependencies for GatewayDeps<'_> {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
             return Err(Refusal::Shed);
         }
-        self.provider(t).lock().check(now, self.upstream_model(t))
+        self.check_kind(t, now, levee_policy::AttemptKind::First)
+    }
+    fn check_kind(
+        &self,
+        t: usize,
+        now: levee_policy::Instant,
+        kind: levee_policy::AttemptKind,
+    ) -> Result<(), Refusal> {
+        if self.plans.get(t).is_some_and(|p| p.skipped()) {
+            return self.check(t, now);
+        }
+        let ask = self.ask(t, kind);
+        self.provider(t)
+            .lock()
+            .check_as(now, self.upstream_model(t), &ask)
     }
     fn admit(&mut self, t: usize, now: levee_policy::Instant) -> Result<Permit, Refusal> {
+        self.admit_kind(t, now, levee_policy::AttemptKind::First)
+    }
+    fn admit_kind(
+        &mut self,
+        t: usize,
+        now: levee_policy::Instant,
+        kind: levee_policy::AttemptKind,
+    ) -> Result<Permit, Refusal> {
         if let Some(plan) = self.plans.get(t).filter(|p| p.skipped()) {
             // Chosen and passed over: the request goes elsewhere because of it.
             plan.consulted
@@ -53,7 +89,8 @@ impl Dependencies for GatewayDeps<'_> {
             return Err(Refusal::Shed);
         }
         let model = self.upstream_model(t);
-        self.provider(t).lock().admit(now, model)
+        let ask = self.ask(t, kind);
+        self.provider(t).lock().admit_as(now, model, &ask)
     }
     fn finish(
         &mut self,
@@ -120,6 +157,7 @@ impl AttemptFinisher {
             route: self.route,
             model: "",
             plans: &[],
+            ask: levee_policy::allowance::Ask::default(),
         };
         f(policy, &mut self.req, &mut deps, shared.clock.now())
     }
@@ -127,6 +165,18 @@ impl AttemptFinisher {
     /// Records the in-flight attempt's outcome; returns its class.
     pub fn record(&mut self, outcome: Outcome) -> Class {
         self.with_policy(|p, req, deps, now| p.record(req, deps, now, outcome))
+    }
+
+    /// The answer to the in-flight attempt used `used` tokens: its
+    /// provider's allowance gets back what the estimate held beyond them.
+    pub fn settle(&mut self, used: levee_policy::allowance::Cost) {
+        let Some(grant) = self.req.grant() else {
+            return;
+        };
+        let t = self.req.target();
+        let p = self.shared.config.routes[self.route].targets[t].provider;
+        let provider = &self.shared.providers[p];
+        provider.lock().settle(self.shared.clock.now(), grant, used);
     }
 
     /// The in-flight attempt is past its target's learned p99 with no head.

@@ -54,6 +54,8 @@ pub(crate) struct Ctx {
     /// A stream's caller's own deadline, unclamped by the route: after the
     /// first byte only it (and the idle timer) ends the stream.
     pub(crate) stream_deadline: Option<levee_policy::Instant>,
+    /// Its place in the providers' allowances (tokens, priority, share).
+    pub(crate) ask: levee_policy::allowance::Ask,
 }
 
 /// What one target of the route is sent, prepared at admission.
@@ -159,6 +161,7 @@ impl Driver {
                     route: self.ctx.route,
                     model: &self.ctx.model,
                     plans: &self.ctx.plans,
+                    ask: self.ctx.ask,
                 };
                 policy.decide(&mut self.fin.req, &mut deps, now, &mut rng)
             };
@@ -301,6 +304,17 @@ impl Driver {
                 } else {
                     resp
                 };
+                // What the provider says is left of its allowance corrects
+                // Levee's view before the provider has to say 429.
+                let mut reported =
+                    crate::allowance::reported(resp.headers(), shared.clock.unix_ms()).peekable();
+                if reported.peek().is_some() {
+                    let now = shared.clock.now();
+                    let mut state = provider.lock();
+                    for (meter, r) in reported {
+                        state.reported(now, meter, r);
+                    }
+                }
                 let status = resp.status().as_u16();
                 // The core's classifier says what is an answer (1xx–3xx
                 // included: a provider's redirect is passed on, never
@@ -520,6 +534,10 @@ impl Driver {
             }
         };
         let status = parts.status.as_u16();
+        // The tokens the answer used settle what its admission estimated.
+        if let Some(used) = crate::allowance::usage(&bytes) {
+            self.fin.settle(used);
+        }
         self.fin.record(Outcome::Status {
             status,
             retry_after: None,

@@ -689,6 +689,16 @@ async fn admit(
         },
     );
     *admitted = true;
+    // The caller's place in the providers' allowances: its key's name, or
+    // without keys the name it gives; the tokens the request may cost.
+    let key_name = r.caller.key_index(&shared.keys).and_then(|i| {
+        shared.config.keys.get(i).map(|k| match k {
+            levee_config::CallerKey::Sha256 { name, .. }
+            | levee_config::CallerKey::Env { name, .. } => name.as_str(),
+        })
+    });
+    let named = key_name.or_else(|| said.caller.and_then(|v| v.to_str().ok()));
+    let ask = crate::allowance::ask_for(&shared.config, named, crate::allowance::estimate(&r.body));
     let ctx = Ctx {
         shared: Arc::clone(shared),
         bulkhead: Some(bulkhead),
@@ -703,6 +713,7 @@ async fn admit(
         idem,
         caller_retry: sdk_retry,
         stream_deadline,
+        ask,
     };
     crate::drive::run(ctx, deadline, lease, obs).await
 }

@@ -13,6 +13,7 @@
 //! is not a cache or a load balancer across replicas.
 #![forbid(unsafe_code)]
 
+pub mod allowance;
 pub mod app;
 pub mod attempt;
 pub mod census;

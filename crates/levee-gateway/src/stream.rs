@@ -52,6 +52,8 @@ pub struct RelayBody {
     finisher: Option<AttemptFinisher>,
     /// `--record`: the exchange so far, chunks appended as relayed.
     tape: Option<Box<TapeLine>>,
+    /// The tokens the provider's events reported, to settle the allowance.
+    usage: crate::allowance::StreamUsage,
     _holds: Holds,
 }
 
@@ -84,6 +86,8 @@ impl RelayBody {
             t.chunks = Some(vec![String::from_utf8_lossy(&first).into_owned()]);
             Box::new(t)
         });
+        let mut usage = crate::allowance::StreamUsage::default();
+        usage.push(&first);
         // The tape keeps what the provider sent; the caller gets it translated.
         let first = match translate.as_mut() {
             Some(t) => t.push(&first),
@@ -102,6 +106,7 @@ impl RelayBody {
             framer,
             finisher: Some(finisher),
             tape,
+            usage,
             _holds: holds,
         }
     }
@@ -176,6 +181,7 @@ impl HttpBody for RelayBody {
                         if whole.is_empty() {
                             continue;
                         }
+                        this.usage.push(&whole);
                         if let Some(chunks) = this.tape.as_mut().and_then(|t| t.chunks.as_mut()) {
                             chunks.push(String::from_utf8_lossy(&whole).into_owned());
                         }
@@ -207,7 +213,11 @@ impl HttpBody for RelayBody {
                         Bytes::from(b)
                     });
                     this.write_tape(false);
-                    if let Some(f) = this.finisher.take() {
+                    this.usage.push(&tail);
+                    if let Some(mut f) = this.finisher.take() {
+                        if let Some(used) = this.usage.get() {
+                            f.settle(used);
+                        }
                         f.finish(
                             Outcome::Status {
                                 status: 200,

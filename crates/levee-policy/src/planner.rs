@@ -253,6 +253,18 @@ pub trait Dependencies {
     fn check(&self, t: usize, now: Instant) -> Result<(), Refusal>;
     /// Admits an attempt to target `t`'s provider.
     fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal>;
+    /// [`Dependencies::check`] for an attempt of `kind`: its place in the
+    /// provider's allowance (retries and fallback traffic leave a floor for
+    /// first attempts).
+    fn check_kind(&self, t: usize, now: Instant, kind: AttemptKind) -> Result<(), Refusal> {
+        let _ = kind;
+        self.check(t, now)
+    }
+    /// [`Dependencies::admit`] for an attempt of `kind`.
+    fn admit_kind(&mut self, t: usize, now: Instant, kind: AttemptKind) -> Result<Permit, Refusal> {
+        let _ = kind;
+        self.admit(t, now)
+    }
     /// Records an admitted attempt's result on target `t`'s provider;
     /// returns whether retries on its model were winning before it (see
     /// [`crate::learn::Retries`]; `None`: too few to tell).
@@ -446,6 +458,11 @@ impl RequestState {
     /// Whether an attempt is in flight (admitted, not yet recorded).
     pub fn has_in_flight(&self) -> bool {
         self.in_flight.is_some()
+    }
+
+    /// What the provider's allowance spent on the attempt in flight.
+    pub fn grant(&self) -> Option<crate::allowance::Grant> {
+        self.in_flight.as_ref().map(|f| f.permit.grant())
     }
 }
 
@@ -676,7 +693,10 @@ impl RoutePolicy {
         let mut first_refusal = None;
         let mut soonest: Option<Instant> = None;
         for t in 0..self.expected.len() {
-            if req.caller_retry && deps.check(t, now).is_ok() && !deps.withdraw(t, now) {
+            if req.caller_retry
+                && deps.check_kind(t, now, AttemptKind::First).is_ok()
+                && !deps.withdraw(t, now)
+            {
                 first_refusal.get_or_insert((Reason::BudgetExhausted, None));
                 if t == 0 {
                     req.primary_refused = Some(PrimaryRefusal::BudgetExhausted);
@@ -793,7 +813,7 @@ impl RoutePolicy {
                 wait = wait.max(ra + spread(rng));
             }
         }
-        match deps.check(t, now) {
+        match deps.check_kind(t, now, AttemptKind::Retry) {
             Ok(()) => {}
             Err(Refusal::Throttled { until })
             | Err(Refusal::CircuitOpen { until })
@@ -867,7 +887,7 @@ impl RoutePolicy {
             if !fast && remaining < self.expected_now(deps, t, now) + self.margin {
                 continue;
             }
-            if let Err(r) = deps.check(t, now) {
+            if let Err(r) = deps.check_kind(t, now, AttemptKind::Fallback) {
                 req.blocked.get_or_insert(refusal_reason(r, now));
                 continue;
             }
@@ -902,7 +922,7 @@ impl RoutePolicy {
         let next = later.next();
         let reserve = next.unwrap_or_default() + later.sum::<Duration>();
         let (timeout, cut_by_deadline) = self.attempt_timeout(req, now, expected, next);
-        let mut permit = deps.admit(t, now)?;
+        let mut permit = deps.admit_kind(t, now, kind)?;
         if kind == AttemptKind::Retry && t == req.target {
             permit = permit.retry();
         }

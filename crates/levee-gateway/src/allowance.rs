@@ -1,0 +1,197 @@
+//! The gateway's side of a provider account's allowance: what a request is
+//! estimated to cost at admission, what its answer says it used, and what
+//! the provider reports it has left. The rules themselves are the policy
+//! core's ([`levee_policy::allowance`]).
+
+use levee_policy::allowance::{Ask, Cost, Meter, Priority, Reported};
+
+/// A request's tokens before it is sent: a token per 4 bytes of body (the
+/// usual ratio for English text and JSON; the providers reserve by their
+/// own tokenizer) and the output it may produce, `max_tokens`,
+/// `max_completion_tokens` or `max_output_tokens` (none: nothing reserved).
+pub fn estimate(body: &[u8]) -> Cost {
+    let input = u32::try_from(body.len() / 4).unwrap_or(u32::MAX);
+    let output = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        .iter()
+        .filter_map(|k| number_after_key(body, k))
+        .max()
+        .unwrap_or(0);
+    Cost {
+        input,
+        output: u32::try_from(output).unwrap_or(u32::MAX),
+    }
+}
+
+/// The tokens an answer (a JSON body, or one SSE event) reports in its
+/// `usage`, both dialects: OpenAI's `prompt_tokens`/`completion_tokens` (or
+/// the Responses API's and Anthropic's `input_tokens`/`output_tokens`).
+/// `None` when it reports neither.
+pub fn usage(body: &[u8]) -> Option<Cost> {
+    // Most stream events carry no count: one search tells.
+    find(body, b"_tokens\"")?;
+    let input =
+        number_after_key(body, "prompt_tokens").or_else(|| number_after_key(body, "input_tokens"));
+    let output = number_after_key(body, "completion_tokens")
+        .or_else(|| number_after_key(body, "output_tokens"));
+    if input.is_none() && output.is_none() {
+        return None;
+    }
+    let n = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).unwrap_or(u32::MAX);
+    Some(Cost {
+        input: n(input),
+        output: n(output),
+    })
+}
+
+/// A stream's usage so far: each event's counts, the largest kept
+/// (Anthropic sends input in `message_start` and the running output in
+/// `message_delta`; OpenAI the whole in its last chunk).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StreamUsage(Option<Cost>);
+
+impl StreamUsage {
+    /// Reads one relayed chunk.
+    pub fn push(&mut self, chunk: &[u8]) {
+        if let Some(c) = usage(chunk) {
+            let prev = self.0.unwrap_or_default();
+            self.0 = Some(Cost {
+                input: prev.input.max(c.input),
+                output: prev.output.max(c.output),
+            });
+        }
+    }
+
+    /// What the stream reported (`None`: nothing).
+    pub fn get(self) -> Option<Cost> {
+        self.0
+    }
+}
+
+/// The number after `"key":` where `"key"` is a JSON key (its opening quote
+/// not escaped: inside a string a quote is always `\"`), first occurrence.
+fn number_after_key(body: &[u8], key: &str) -> Option<u64> {
+    let k = key.as_bytes();
+    let mut from = 0;
+    while let Some(i) = find(&body[from..], k).map(|i| i + from) {
+        from = i + k.len();
+        let quoted = i >= 1
+            && body[i - 1] == b'"'
+            && (i < 2 || body[i - 2] != b'\\')
+            && body.get(i + k.len()) == Some(&b'"');
+        if !quoted {
+            continue;
+        }
+        let mut j = i + k.len() + 1;
+        while body.get(j).is_some_and(|b| b.is_ascii_whitespace()) {
+            j += 1;
+        }
+        if body.get(j) != Some(&b':') {
+            continue;
+        }
+        j += 1;
+        while body.get(j).is_some_and(|b| b.is_ascii_whitespace()) {
+            j += 1;
+        }
+        let start = j;
+        while body.get(j).is_some_and(u8::is_ascii_digit) {
+            j += 1;
+        }
+        if j > start && j - start <= 12 {
+            return std::str::from_utf8(&body[start..j]).ok()?.parse().ok();
+        }
+    }
+    None
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    memchr::memmem::find(hay, needle)
+}
+
+/// What the provider's answer head reports of each meter, for the core.
+pub fn reported(
+    headers: &http::HeaderMap,
+    unix_ms: u64,
+) -> impl Iterator<Item = (Meter, Reported)> {
+    let r = levee_wire::ratelimit::read(headers, unix_ms);
+    let meters = r.map(|r| {
+        [
+            (Meter::Requests, r.requests),
+            (Meter::Tokens, r.tokens),
+            (Meter::InputTokens, r.input_tokens),
+            (Meter::OutputTokens, r.output_tokens),
+        ]
+    });
+    meters.into_iter().flatten().filter_map(|(m, v)| {
+        let v = v?;
+        Some((
+            m,
+            Reported {
+                limit: v.limit,
+                remaining: v.remaining,
+            },
+        ))
+    })
+}
+
+/// The caller's place in the providers' allowances: its index in
+/// `callers[]` (when shares are on) and its priority.
+pub fn ask_for(config: &levee_config::Config, caller: Option<&str>, cost: Cost) -> Ask {
+    let found = caller.and_then(|name| config.callers.iter().position(|c| c.name == name));
+    let priority = found.map_or(Priority::Normal, |i| config.callers[i].priority);
+    Ask {
+        cost,
+        priority,
+        retry: false,
+        fallback: false,
+        caller: found.and_then(|i| u16::try_from(i).ok()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_holds_the_input_and_the_output_asked_for() {
+        let body = br#"{"model":"m","max_tokens":1024,"messages":[{"role":"user","content":"hello there"}]}"#;
+        let c = estimate(body);
+        assert_eq!(c.output, 1024);
+        assert_eq!(c.input, (body.len() / 4) as u32);
+        // A key inside a string is not a key.
+        let tricky = br#"{"messages":[{"content":"say \"max_tokens\": 99"}]}"#;
+        assert_eq!(estimate(tricky).output, 0);
+    }
+
+    #[test]
+    fn usage_is_read_in_both_dialects_and_from_stream_events() {
+        let openai =
+            br#"{"id":"x","usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}"#;
+        assert_eq!(
+            usage(openai),
+            Some(Cost {
+                input: 12,
+                output: 30
+            })
+        );
+        let anthropic = br#"{"type":"message","usage":{"input_tokens":7,"output_tokens":9}}"#;
+        assert_eq!(
+            usage(anthropic),
+            Some(Cost {
+                input: 7,
+                output: 9
+            })
+        );
+        let mut s = StreamUsage::default();
+        s.push(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n");
+        s.push(b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}\n\n");
+        s.push(b"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n");
+        assert_eq!(
+            s.get(),
+            Some(Cost {
+                input: 25,
+                output: 15
+            })
+        );
+        assert_eq!(usage(b"{\"text\":\"no usage here\"}"), None);
+    }
+}
