@@ -800,8 +800,8 @@ impl ProviderRuntime {
             query,
             env_values,
         } = provider_extras(p).map_err(|mut problems| problems.swap_remove(0).error)?;
-        let platform = crate::platform::PlatformRuntime::new(p)?;
         let connector = connector(p, dial);
+        let platform = crate::platform::PlatformRuntime::with_connector(p, &connector)?;
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
             .base_url
@@ -961,7 +961,7 @@ impl ProviderRuntime {
 
 /// How a provider's connections are made: TCP (plus TLS offering, by
 /// ALPN, what its `http2` key allows), or in-memory pipes when `dial` is given.
-fn connector(p: &Provider, dial: Option<&crate::transport::Dial>) -> Connector {
+pub(crate) fn connector(p: &Provider, dial: Option<&crate::transport::Dial>) -> Connector {
     if let Some(d) = dial {
         return Connector::Memory(Arc::clone(d));
     }

@@ -21,6 +21,7 @@ use crate::upstream::UpstreamBody;
 
 mod azure;
 mod bedrock;
+mod vertex;
 
 /// The body's top-level `model` (Bedrock, Vertex and Azure deployments put
 /// it in the URL path) and whether `stream` is `true`; `None` for a body
@@ -63,6 +64,9 @@ pub enum PlatformRuntime {
     Gemini,
     /// Anthropic models on Amazon Bedrock: SigV4, the event stream.
     Bedrock(bedrock::Bedrock),
+    /// Google Vertex AI: Anthropic models or its OpenAI-compatible
+    /// endpoint, OAuth2 tokens from a service-account key.
+    Vertex(vertex::Vertex),
 }
 
 impl PlatformRuntime {
@@ -90,14 +94,28 @@ impl PlatformRuntime {
                 profile.as_deref(),
                 credentials_file.as_deref(),
             )?),
-            // Vertex is built by its own module.
-            Platform::Vertex { .. } => {
-                return Err(PlatformError::Credentials {
-                    provider: p.name.clone(),
-                    detail: "this Levee build does not serve this provider kind yet".into(),
-                })
-            }
+            // Token requests over the network, as the provider's own
+            // connections go (`levee check --probe`).
+            Platform::Vertex { .. } => PlatformRuntime::Vertex(vertex::Vertex::new(
+                p,
+                &crate::upstream::connector(p, None),
+            )?),
         })
+    }
+
+    /// [`Self::new`] for a provider whose connections `connector` makes:
+    /// Vertex AI's token requests go the same way (the gateway's trust, or
+    /// a test's in-memory pipes).
+    pub(crate) fn with_connector(
+        p: &Provider,
+        connector: &crate::transport::Connector,
+    ) -> Result<Self, PlatformError> {
+        match &p.platform {
+            Platform::Vertex { .. } => {
+                Ok(PlatformRuntime::Vertex(vertex::Vertex::new(p, connector)?))
+            }
+            _ => Self::new(p),
+        }
     }
 
     /// The path (appended verbatim to `base_url`'s path) and body for one
@@ -109,6 +127,7 @@ impl PlatformRuntime {
             PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(None),
             PlatformRuntime::Azure(a) => a.target(path, body),
             PlatformRuntime::Bedrock(b) => b.target(path, body),
+            PlatformRuntime::Vertex(v) => v.target(path, body),
         }
     }
 
@@ -124,6 +143,7 @@ impl PlatformRuntime {
             PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(()),
             PlatformRuntime::Azure(a) => a.authorize(req),
             PlatformRuntime::Bedrock(b) => b.authorize(req, unix_ms).await,
+            PlatformRuntime::Vertex(v) => v.authorize(req, unix_ms).await,
         }
     }
 
@@ -132,6 +152,7 @@ impl PlatformRuntime {
         match self {
             PlatformRuntime::Direct | PlatformRuntime::Gemini | PlatformRuntime::Azure(_) => resp,
             PlatformRuntime::Bedrock(b) => b.answer(resp, stream),
+            PlatformRuntime::Vertex(v) => v.answer(resp),
         }
     }
 
@@ -142,12 +163,16 @@ impl PlatformRuntime {
             PlatformRuntime::Direct | PlatformRuntime::Gemini => false,
             PlatformRuntime::Azure(a) => a.authorizes(),
             PlatformRuntime::Bedrock(_) => true,
+            PlatformRuntime::Vertex(v) => v.authorizes(),
         }
     }
 
     /// Whether answers need [`Self::answer`].
     pub fn maps_answers(&self) -> bool {
-        matches!(self, PlatformRuntime::Bedrock(_))
+        matches!(
+            self,
+            PlatformRuntime::Bedrock(_) | PlatformRuntime::Vertex(_)
+        )
     }
 
     /// Credentials this platform signs with (keys, tokens), to redact from
@@ -165,6 +190,7 @@ impl PlatformRuntime {
             PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(()),
             PlatformRuntime::Azure(a) => a.probe(),
             PlatformRuntime::Bedrock(b) => b.probe().await,
+            PlatformRuntime::Vertex(v) => v.probe(crate::clock::unix_ms()).await,
         }
     }
 }
