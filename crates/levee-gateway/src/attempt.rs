@@ -170,13 +170,38 @@ impl AttemptFinisher {
     /// The answer to the in-flight attempt used `used` tokens: its
     /// provider's allowance gets back what the estimate held beyond them.
     pub fn settle(&mut self, used: levee_policy::allowance::Cost) {
-        let Some(grant) = self.req.grant() else {
+        let Some(permit) = self.req.permit() else {
             return;
         };
         let t = self.req.target();
-        let p = self.shared.config.routes[self.route].targets[t].provider;
-        let provider = &self.shared.providers[p];
-        provider.lock().settle(self.shared.clock.now(), grant, used);
+        let route = &self.shared.config.routes[self.route];
+        let provider = &self.shared.providers[route.targets[t].provider];
+        let model = {
+            let mut state = provider.lock();
+            state.settle(self.shared.clock.now(), permit.grant(), used);
+            match state.model_of(&permit) {
+                "" => "other".to_string(),
+                m => m.to_string(),
+            }
+        };
+        let caller = permit
+            .grant()
+            .caller
+            .and_then(|c| self.shared.config.callers.get(usize::from(c)))
+            .map_or(String::new(), |c| c.name.clone());
+        for (kind, n) in [("input", used.input), ("output", used.output)] {
+            self.shared
+                .metrics
+                .tokens
+                .get_or_create(&crate::metrics::TokensLabel {
+                    route: route.name.clone(),
+                    provider: provider.name.clone(),
+                    model: model.clone(),
+                    caller: caller.clone(),
+                    kind,
+                })
+                .inc_by(u64::from(n));
+        }
     }
 
     /// The in-flight attempt is past its target's learned p99 with no head.

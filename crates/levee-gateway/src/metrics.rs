@@ -89,6 +89,33 @@ pub struct RouteProviderReason {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokensLabel {
+    pub route: String,
+    pub provider: String,
+    /// The model's fault domain at the provider (`other` past the 64 a
+    /// provider keeps apart).
+    pub model: String,
+    /// The caller's `callers[]` name (`""`: not listed).
+    pub caller: String,
+    /// `input` or `output`.
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderMeter {
+    pub provider: String,
+    /// `requests`, `tokens`, `input_tokens` or `output_tokens`.
+    pub meter: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderCallerMeter {
+    pub provider: String,
+    pub caller: String,
+    pub meter: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteReason {
     pub route: String,
     pub reason: String,
@@ -116,6 +143,11 @@ pub struct Metrics {
     pub state_fallbacks: Family<WhatLabel, Counter>,
     pub idempotency_local: Counter,
     pub translation_refused: Family<RouteProviderReason, Counter>,
+    pub tokens: Family<TokensLabel, Counter>,
+    pub allowance_remaining: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub allowance_limit: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub allowance_share_used: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub allowance_share: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     request_handles: Handles,
     attempt_handles: Handles,
     reject_handles: Handles,
@@ -123,7 +155,7 @@ pub struct Metrics {
 }
 
 /// Every metric's name and help text.
-const HELP: [(&str, &str); 18] = [
+const HELP: [(&str, &str); 23] = [
     (
         "levee_requests",
         "Logical requests by route and outcome (success or the x-levee-reason)",
@@ -193,6 +225,26 @@ const HELP: [(&str, &str); 18] = [
         "Keyed requests answered without consulting the shared store (not deduplicated across replicas)",
     ),
     (
+        "levee_tokens",
+        "Tokens the providers' answers reported using (usage), by route, provider, model, caller and kind (input or output)",
+    ),
+    (
+        "levee_allowance_remaining",
+        "What Levee holds left of each provider account's allowance per meter (requests, tokens, input_tokens, output_tokens): its own count, lowered by what the provider reports",
+    ),
+    (
+        "levee_allowance_limit",
+        "Each provider account's allowance per meter: its bucket (a minute's worth of tokens; the burst of requests)",
+    ),
+    (
+        "levee_allowance_share_used",
+        "Each caller's use of a provider's meter per second, over the last ten seconds (callers with a share)",
+    ),
+    (
+        "levee_allowance_share",
+        "Each caller's share of a provider's meter per second now (its weight over the callers active in the last minute)",
+    ),
+    (
         "levee_translation_refused",
         "Requests a target of the other dialect could not carry, where that changed where the request went (the planner chose the target and passed it over, or no target could take it), by route, provider and reason",
     ),
@@ -254,6 +306,11 @@ impl Metrics {
             state_fallbacks: reg(&mut r, "levee_state_fallback", Family::default()),
             idempotency_local: reg(&mut r, "levee_idempotency_local", Counter::default()),
             translation_refused: reg(&mut r, "levee_translation_refused", Family::default()),
+            tokens: reg(&mut r, "levee_tokens", Family::default()),
+            allowance_remaining: reg(&mut r, "levee_allowance_remaining", Family::default()),
+            allowance_limit: reg(&mut r, "levee_allowance_limit", Family::default()),
+            allowance_share_used: reg(&mut r, "levee_allowance_share_used", Family::default()),
+            allowance_share: reg(&mut r, "levee_allowance_share", Family::default()),
             registry: r,
         }
     }

@@ -217,6 +217,49 @@ impl Shared {
             };
             self.metrics.circuit_state.get_or_create(&label).set(state);
             self.metrics.in_flight.get_or_create(&label).set(in_flight);
+            let s = p.lock();
+            let a = s.allowance();
+            for meter in levee_policy::allowance::Meter::ALL {
+                let Some((level, capacity)) = a.level(now, meter) else {
+                    continue;
+                };
+                let label = crate::metrics::ProviderMeter {
+                    provider: p.name.clone(),
+                    meter: meter.label(),
+                };
+                self.metrics
+                    .allowance_remaining
+                    .get_or_create(&label)
+                    .set(level);
+                self.metrics
+                    .allowance_limit
+                    .get_or_create(&label)
+                    .set(capacity);
+                if !a.has_shares() {
+                    continue;
+                }
+                for (i, caller) in self.config.callers.iter().enumerate() {
+                    let Some((used, share)) = u16::try_from(i)
+                        .ok()
+                        .and_then(|c| a.share_use(now, c, meter))
+                    else {
+                        continue;
+                    };
+                    let label = crate::metrics::ProviderCallerMeter {
+                        provider: p.name.clone(),
+                        caller: caller.name.clone(),
+                        meter: meter.label(),
+                    };
+                    self.metrics
+                        .allowance_share_used
+                        .get_or_create(&label)
+                        .set(used);
+                    self.metrics
+                        .allowance_share
+                        .get_or_create(&label)
+                        .set(share);
+                }
+            }
         }
     }
 }

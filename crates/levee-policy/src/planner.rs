@@ -460,9 +460,9 @@ impl RequestState {
         self.in_flight.is_some()
     }
 
-    /// What the provider's allowance spent on the attempt in flight.
-    pub fn grant(&self) -> Option<crate::allowance::Grant> {
-        self.in_flight.as_ref().map(|f| f.permit.grant())
+    /// The permit of the attempt in flight.
+    pub fn permit(&self) -> Option<Permit> {
+        self.in_flight.as_ref().map(|f| f.permit)
     }
 }
 
