@@ -277,6 +277,14 @@ impl ProviderState {
         self.allowance.reported(now, meter, r);
     }
 
+    /// The model whose fault domain `permit` was admitted in (`""`: the
+    /// overflow domain the models past [`MAX_MODELS`] share).
+    pub fn model_of(&self, permit: &Permit) -> &str {
+        self.domains
+            .get(usize::from(permit.domain))
+            .map_or("", |d| &d.model)
+    }
+
     /// The allowance, to read its levels and shares.
     pub fn allowance(&self) -> &Allowance {
         &self.allowance
