@@ -61,7 +61,8 @@ use crate::upstream::UpstreamBody;
 pub(crate) const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
 /// The scope a Vertex AI token is asked for.
 const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
-/// Google's token endpoint, when neither `token_url` nor the key names one.
+/// Google's token endpoint: where tokens are asked for when neither
+/// `token_url` nor the key names another, and the assertion's audience always.
 const GOOGLE_TOKEN_URL: &str = "https://oauth2.googleapis.com/token";
 /// How long the assertion of a token request is valid (Google's maximum).
 const ASSERTION_LIFETIME_S: u64 = 3600;
@@ -442,7 +443,9 @@ impl ServiceAccount {
         let claims = Claims {
             iss: &self.client_email,
             sub: &self.client_email,
-            aud: &self.token_url,
+            // Google's token endpoint, wherever the request is sent (a
+            // private endpoint, a test's): as Google's own auth library writes it.
+            aud: GOOGLE_TOKEN_URL,
             scope: SCOPE,
             iat: unix_s,
             exp: unix_s + ASSERTION_LIFETIME_S,
@@ -991,7 +994,7 @@ mod tests {
         .unwrap();
         let mut check = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
         check.validate_exp = false;
-        check.set_audience(&["http://mock0.test/token"]);
+        check.set_audience(&["https://oauth2.googleapis.com/token"]);
         let decoded = jsonwebtoken::decode::<Value>(
             &jwt,
             &jsonwebtoken::DecodingKey::from_rsa_pem(&public).unwrap(),

@@ -48,6 +48,8 @@ pub const TEST_ACCOUNT: &str = "levee-test@levee-test.iam.gserviceaccount.com";
 const TEST_KEY_ID: &str = "6fb9f414eaa09705def5622e6755e92a8ea55c14";
 /// How long an issued token lives unless a test says otherwise.
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(3599);
+/// Google's token endpoint, the audience Google's auth library writes.
+const GOOGLE_TOKEN_URL: &str = "https://oauth2.googleapis.com/token";
 /// The grant type of a JWT bearer grant.
 const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 /// The scope Vertex AI needs.
@@ -470,13 +472,17 @@ fn check_assertion(
             "Client is unauthorized to retrieve access tokens using this method, or client not authorized for any of the scopes requested.".into(),
         ));
     }
+    // Google's token endpoint (as Google's own auth library writes it,
+    // wherever it sends the request), or this one's own URL.
     let aud = claims.aud.unwrap_or_default();
-    let aud_ok = aud.parse::<http::Uri>().is_ok_and(|u| {
-        u.path() == "/token" && host.is_none_or(|h| u.authority().is_some_and(|a| a.as_str() == h))
-    });
+    let aud_ok = aud == GOOGLE_TOKEN_URL
+        || aud.parse::<http::Uri>().is_ok_and(|u| {
+            u.path() == "/token"
+                && host.is_none_or(|h| u.authority().is_some_and(|a| a.as_str() == h))
+        });
     if !aud_ok {
         return Err(invalid(&format!(
-            "Invalid JWT: Failed audience check. The right audience is this token endpoint's URL; the assertion has `{aud}`."
+            "Invalid JWT: Failed audience check. The right audience is {GOOGLE_TOKEN_URL} (or this endpoint's own URL); the assertion has `{aud}`."
         )));
     }
     let scopes = claims.scope.unwrap_or_default();
@@ -768,8 +774,25 @@ mod tests {
         assert_eq!(granted["expires_in"], 3599);
         assert_eq!(granted["token_type"], "Bearer");
         assert!(i.valid(granted["access_token"].as_str().unwrap(), clock::now()));
+        // Google's own endpoint as the audience, as google-auth writes it.
+        let mut canonical = good.clone();
+        canonical["aud"] = json!(GOOGLE_TOKEN_URL);
+        let ok = accept(
+            &mut parts("POST", "/token", &form),
+            signed(canonical),
+            now,
+            &i,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(ok.status, StatusCode::OK);
         let cases = [
             ("aud", json!("http://elsewhere.test/token"), "invalid_grant"),
+            (
+                "aud",
+                json!("https://oauth2.googleapis.com/revoke"),
+                "invalid_grant",
+            ),
             (
                 "iss",
                 json!("someone@else.iam.gserviceaccount.com"),
