@@ -71,6 +71,10 @@ COLUMN="${INCIDENTS_COLUMN:-latest}"
 source bench/lib.sh
 bench_init debug
 export LEVEE_BENCH_KEY=bench ANTHROPIC_API_KEY=bench OPENAI_API_KEY=bench   # api_key_env targets; the mock ignores keys
+# levee.example.yaml's Bedrock provider needs credentials to start; no
+# request goes to it (the stories call the anthropic/ route). AWS's
+# documentation example key pair, not a secret.
+export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY
 say() { if [ -t 2 ]; then echo "incidents: $*" >&2; fi; }
 results="$work/results.jsonl"
 : >"$results"

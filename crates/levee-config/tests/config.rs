@@ -138,8 +138,17 @@ fn the_shipped_example_config_is_valid() {
     ))
     .unwrap();
     let c = Config::parse(&text).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.providers.len(), 2);
+    assert_eq!(c.providers.len(), 3);
     assert_eq!(c.routes[0].targets.len(), 2);
+    // The failover from Anthropic's API to Claude on Bedrock.
+    let claude = c.route_for("/v1/messages", "claude-sonnet-4-5").unwrap();
+    let kinds: Vec<_> = c.routes[claude]
+        .targets
+        .iter()
+        .map(|t| c.providers[t.provider].platform.clone())
+        .collect();
+    assert_eq!(kinds[0], levee_config::Platform::Direct);
+    assert!(matches!(kinds[1], levee_config::Platform::Bedrock { .. }));
     assert_eq!(c.callers.len(), 4);
 }
 

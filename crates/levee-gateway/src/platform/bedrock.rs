@@ -19,9 +19,12 @@
 //!   `~/.aws/credentials`) under a profile (`profile`, else `AWS_PROFILE`,
 //!   else `default`). A provider that names a `profile` or a
 //!   `credentials_file` reads the file even when the variables are set, as
-//!   the AWS SDKs do for an explicit profile. The file is looked at (one
-//!   `stat`) on every signature and read again when its modification time
-//!   or length changed, so rotated keys are used from the next attempt on.
+//!   the AWS SDKs do for an explicit profile. The file must hold the
+//!   profile's keys when the provider is built (an absent file is missing
+//!   credentials, as an unset key variable is); after that it is looked at
+//!   (one `stat`) on every signature and read again when its modification
+//!   time or length changed, so rotated keys are used from the next attempt
+//!   on, and a file that goes away fails the attempt (`credentials`).
 //! - Answer: a stream's `application/vnd.amazon.eventstream` frames are
 //!   read with their CRC checks by the AWS SDK's decoder; each `chunk`
 //!   event carries one Anthropic stream event (base64 in `{"bytes": …}`),
@@ -160,6 +163,10 @@ impl Bedrock {
             provider: provider.to_string(),
             detail,
         };
+        let missing = |detail: String| PlatformError::MissingCredentials {
+            provider: provider.to_string(),
+            detail,
+        };
         let region_ok = !region.is_empty()
             && region
                 .bytes()
@@ -195,7 +202,7 @@ impl Bedrock {
             Some(s) => s,
             None => {
                 let path = credentials_path(credentials_file, env).ok_or_else(|| {
-                    fail("no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the provider's `credentials_file:`, or AWS_SHARED_CREDENTIALS_FILE or HOME so the shared credentials file can be found".into())
+                    missing("no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the provider's `credentials_file:`, or AWS_SHARED_CREDENTIALS_FILE or HOME so the shared credentials file can be found".into())
                 })?;
                 let profile = profile
                     .map(str::to_string)
@@ -213,10 +220,22 @@ impl Bedrock {
             region: region.to_string(),
             source,
         };
-        // Read the file now so its keys are known to the redactor from the
-        // start; a file that is missing now is an error at the first
-        // attempt (and at `levee check --probe`), not at startup.
-        let _ = bedrock.keys();
+        // The file is read now, as a key in the environment is: one that is
+        // absent is missing credentials (`levee check --allow-missing-env`
+        // warns), one without the profile's keys is refused. Its keys are
+        // known to the redactor from the start.
+        if let Source::File(file) = &bedrock.source {
+            if let Err(detail) = file.keys() {
+                let ambient = profile.is_none() && credentials_file.is_none();
+                return Err(match (file.path.exists(), ambient) {
+                    (true, _) => fail(detail),
+                    (false, true) => missing(format!(
+                        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set, and {detail}"
+                    )),
+                    (false, false) => missing(detail),
+                });
+            }
+        }
         Ok(bedrock)
     }
 
@@ -1226,23 +1245,39 @@ mod tests {
 
         let dir = Scratch::new("missing");
         let file = dir.write("c", "[default]\naws_secret_access_key = topsecret\n");
-        let b = Bedrock::with_env("p", "us-east-1", None, Some(&file), &env_of(&[])).unwrap();
-        let e = block_on(b.probe()).unwrap_err().to_string();
+        let e = Bedrock::with_env("p", "us-east-1", None, Some(&file), &env_of(&[])).unwrap_err();
+        assert!(matches!(e, PlatformError::Credentials { .. }), "{e}");
+        let e = e.to_string();
         assert!(e.contains("has no aws_access_key_id"), "{e}");
         assert!(!e.contains("topsecret"), "{e}");
-        let other =
-            Bedrock::with_env("p", "us-east-1", Some("prod"), Some(&file), &env_of(&[])).unwrap();
-        let e = block_on(other.probe()).unwrap_err().to_string();
+        let e = Bedrock::with_env("p", "us-east-1", Some("prod"), Some(&file), &env_of(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no `[prod]` profile"), "{e}");
+        // An absent file is missing credentials, like an unset variable.
         let gone = dir.0.join("absent");
-        let b = Bedrock::with_env("p", "us-east-1", None, Some(&gone), &env_of(&[])).unwrap();
+        let e = Bedrock::with_env("p", "us-east-1", None, Some(&gone), &env_of(&[])).unwrap_err();
+        assert!(matches!(e, PlatformError::MissingCredentials { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("cannot read the AWS shared credentials file"),
+            "{e}"
+        );
+        assert!(e.starts_with("provider `p`"), "{e}");
+        // One that goes away later fails the attempt, saying what to fix.
+        let file = dir.write(
+            "later",
+            "[default]\naws_access_key_id=K\naws_secret_access_key=s\n",
+        );
+        let b = Bedrock::with_env("p", "us-east-1", None, Some(&file), &env_of(&[])).unwrap();
+        std::fs::remove_file(&file).unwrap();
         let mut req = outbound("http://h/model/m/invoke", "{}");
         let e = block_on(b.authorize(&mut req, 0)).unwrap_err().to_string();
         assert!(
             e.contains("cannot read the AWS shared credentials file"),
             "{e}"
         );
-        assert!(e.starts_with("provider `p`"), "{e}");
+        assert!(block_on(b.probe()).is_err());
     }
 
     #[test]

@@ -15,8 +15,9 @@
 //! - Request: `POST /model/{modelId}/invoke` or
 //!   `/invoke-with-response-stream`, the model id percent-decoded (`%3A` and
 //!   a raw `:` alike, as the SDKs send either) and naming an Anthropic
-//!   model; the body must carry `anthropic_version: bedrock-2023-05-31` and
-//!   no `model` or `stream`; `anthropic_beta` (an array) becomes the
+//!   model; the body must carry `anthropic_version: bedrock-2023-05-31` (or
+//!   a dated Messages API version, which the official SDK's Bedrock client
+//!   sends) and no `model` or `stream`; `anthropic_beta` (an array) becomes the
 //!   `anthropic-beta` field. The request then goes to the strict Anthropic
 //!   API as `/v1/messages` with `model` (and `stream`) set.
 //! - Answer: a stream as `application/vnd.amazon.eventstream` frames (CRCs
@@ -397,6 +398,26 @@ fn operation(parts: &http::request::Parts) -> Result<(String, bool), Refused> {
     Ok((id.into_owned(), stream))
 }
 
+/// Whether `v` is an `anthropic_version` Bedrock takes: Bedrock's own
+/// `bedrock-2023-05-31`, or a Messages API version (`2023-06-01` on), which
+/// the official SDK's Bedrock client sends (anthropic 2.14 sends its own
+/// API version there).
+fn is_version(v: &str) -> bool {
+    if v == ANTHROPIC_VERSION {
+        return true;
+    }
+    let b = v.as_bytes();
+    let dated = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[..4]
+            .iter()
+            .chain(&b[5..7])
+            .chain(&b[8..])
+            .all(u8::is_ascii_digit);
+    dated && v >= "2023-06-01"
+}
+
 /// The Messages API body for a Bedrock body, and its betas as one field
 /// value.
 fn native_body(body: &[u8], model: &str, stream: bool) -> Result<(Bytes, Option<String>), Refused> {
@@ -415,10 +436,10 @@ fn native_body(body: &[u8], model: &str, stream: bool) -> Result<(Bytes, Option<
         }
     }
     match fields.remove("anthropic_version") {
-        Some(Value::String(v)) if v == ANTHROPIC_VERSION => {}
+        Some(Value::String(v)) if is_version(&v) => {}
         Some(v) => {
             return Err(malformed(&format!(
-                "#/anthropic_version: {v} is not a valid enum value (bedrock-2023-05-31)"
+                "#/anthropic_version: {v} is not a valid enum value (bedrock-2023-05-31, or a Messages API version like 2023-06-01)"
             )))
         }
         None => return Err(malformed("#: required key [anthropic_version] not found")),
@@ -683,7 +704,8 @@ mod tests {
     #[test]
     fn a_raw_colon_in_the_path_and_temporary_credentials_are_accepted() {
         let path = "/model/us.anthropic.claude-3-5-haiku-20241022-v1:0/invoke-with-response-stream";
-        let body = r#"{"anthropic_version":"bedrock-2023-05-31","anthropic_beta":["a-1","b-2"],"max_tokens":8,"messages":[]}"#;
+        // anthropic 2.14's Bedrock client sends its own API version.
+        let body = r#"{"anthropic_version":"2026-10-21","anthropic_beta":["a-1","b-2"],"max_tokens":8,"messages":[]}"#;
         let (mut parts, body) = signed(
             path,
             body,
@@ -803,7 +825,11 @@ mod tests {
                 "required key [anthropic_version] not found",
             ),
             (
-                r#"{"anthropic_version":"2023-06-01","max_tokens":8,"messages":[]}"#,
+                r#"{"anthropic_version":"2023-01-01","max_tokens":8,"messages":[]}"#,
+                "not a valid enum value",
+            ),
+            (
+                r#"{"anthropic_version":"vertex-2023-10-16","max_tokens":8,"messages":[]}"#,
                 "not a valid enum value",
             ),
             (
