@@ -191,11 +191,27 @@ fn providers(shared: &Shared, out: &mut String) {
     let now = shared.clock.now();
     out.push_str(
         "<h2>Providers</h2><table id=\"providers\"><tr><th>provider</th><th>breaker</th>\
-         <th>throttled</th><th>in flight / cap</th><th>retry budget (retries available, per route)</th></tr>",
+         <th>throttled</th><th>in flight / cap</th><th>allowance left</th><th>retry budget (retries available, per route)</th></tr>",
     );
     for (pi, p) in shared.providers.iter().enumerate() {
-        let (state, link, models, throttled, in_flight_now) = {
+        let (state, link, models, throttled, in_flight_now, allowance) = {
             let s = p.lock();
+            let allowance: Vec<String> = levee_policy::allowance::Meter::ALL
+                .iter()
+                .filter_map(|m| {
+                    let (level, capacity) = s.allowance().level(now, *m)?;
+                    let share = level / capacity.max(1.0);
+                    let class = match share {
+                        x if x < 0.1 => "bad",
+                        x if x < 0.25 => "warn",
+                        _ => "ok",
+                    };
+                    Some(format!(
+                        "<span data-meter=\"{m}\" class=\"{class}\">{m}: {level:.0} of {capacity:.0}</span>",
+                        m = m.label()
+                    ))
+                })
+                .collect();
             let models: Vec<(String, BreakerState)> = s
                 .model_breakers(now)
                 .into_iter()
@@ -207,6 +223,7 @@ fn providers(shared: &Shared, out: &mut String) {
                 models,
                 s.throttled_until(now),
                 s.in_flight(),
+                allowance,
             )
         };
         let (state_word, class) = breaker(state);
@@ -258,8 +275,13 @@ fn providers(shared: &Shared, out: &mut String) {
             out,
             "<tr data-provider=\"{name}\" data-breaker=\"{state_word}\"><td>{name}</td>\
              <td><span class=\"{class}\">{state_word}</span>{detail}</td><td>{throttled}</td>\
-             <td class=\"num\">{flight}</td><td>{budgets}</td></tr>",
+             <td class=\"num\">{flight}</td><td>{allowance}</td><td>{budgets}</td></tr>",
             name = esc(&p.name),
+            allowance = if allowance.is_empty() {
+                "<span class=\"none\">not metered</span>".to_string()
+            } else {
+                allowance.join("<br>")
+            },
             flight = in_flight(in_flight_now, shared.config.providers[pi].max_in_flight),
             budgets = if budgets.is_empty() {
                 "-".to_string()
