@@ -247,6 +247,8 @@ pub async fn spawn_with(
         addr: config.admin_listen,
         source,
     })?;
+    // A pool shard per worker, the primary runtime's included.
+    upstream::set_workers(opts.extra_workers + 1);
     let mut shared = Shared::new(config, seed)?;
     if let Some(hash) = opts.config_hash {
         shared.generation.hash = hash;

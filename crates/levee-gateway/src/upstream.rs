@@ -166,8 +166,12 @@ const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Idle connections are kept per worker thread (see `Options::extra_workers`):
 /// a connection is registered with the runtime of the thread that opened it,
-/// and is only ever used on that thread.
-const POOL_SHARDS: usize = 16;
+/// and is only ever used on that thread. Each pool has a shard per worker,
+/// however many the machine runs ([`set_workers`]); this many until told.
+const DEFAULT_SHARDS: usize = 16;
+
+static WORKERS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(DEFAULT_SHARDS);
 
 thread_local! {
     static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -178,8 +182,15 @@ pub fn set_worker(i: usize) {
     WORKER.with(|w| w.set(i));
 }
 
-fn shard() -> usize {
-    WORKER.with(|w| w.get()) % POOL_SHARDS
+/// How many workers the gateway runs: every provider pool built from now
+/// on has a shard for each (at least one), so no two workers share
+/// connections opened on one's runtime.
+pub fn set_workers(n: usize) {
+    WORKERS.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+fn shards() -> usize {
+    WORKERS.load(std::sync::atomic::Ordering::Relaxed).max(1)
 }
 
 /// Why an attempt got no response head.
@@ -207,7 +218,7 @@ struct Pool {
     clock: Clock,
     /// Per worker: most recently used at the back (LIFO reuse keeps few
     /// connections warm); the oldest at the front, where expiry looks.
-    idle: [Mutex<VecDeque<Idle>>; POOL_SHARDS],
+    idle: Box<[Mutex<VecDeque<Idle>>]>,
     /// Set once the task that closes expired idle connections is running.
     reaper: std::sync::atomic::AtomicBool,
     /// The provider's `http2` key.
@@ -221,7 +232,7 @@ struct Pool {
     /// connection is driven on its own thread (no cross-thread wake-up per
     /// frame), and a worker that has drained and stopped takes down only
     /// connections its own requests used.
-    h2_shards: [H2Pool; POOL_SHARDS],
+    h2_shards: Box<[H2Pool]>,
 }
 
 /// What `http2: auto` on https has negotiated: nothing yet, HTTP/1.1, h2.
@@ -243,8 +254,16 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
+    /// This worker's shard (a pool built before more workers were counted
+    /// wraps round: never out of bounds).
+    fn shard(&self) -> usize {
+        WORKER.with(|w| w.get()) % self.idle.len().max(1)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
-        self.idle[shard()].lock().unwrap_or_else(|e| e.into_inner())
+        self.idle[self.shard()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The most recently used idle connection that can take a request now;
@@ -267,7 +286,7 @@ impl Pool {
 
     /// This worker's HTTP/2 connections.
     fn h2(&self) -> &H2Pool {
-        &self.h2_shards[shard()]
+        &self.h2_shards[self.shard()]
     }
 
     /// Closes the idle connections of every worker unused for
@@ -815,12 +834,14 @@ impl ProviderRuntime {
                 var: "base_url".into(),
             })?,
             clock,
-            idle: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
+            idle: (0..shards()).map(|_| Mutex::new(VecDeque::new())).collect(),
             reaper: std::sync::atomic::AtomicBool::new(false),
             http2: p.http2,
             https: scheme == "https",
             spoken: std::sync::atomic::AtomicU8::new(SPOKEN_UNKNOWN),
-            h2_shards: std::array::from_fn(|_| H2Pool::new(p.http2_max_streams)),
+            h2_shards: (0..shards())
+                .map(|_| H2Pool::new(p.http2_max_streams))
+                .collect(),
         });
         let shared_rate = match (replicas, p.rate_limit) {
             (Some(n), Some((rpm, burst))) => Some(SharedRate {
@@ -1416,6 +1437,13 @@ mod tests {
 
     /// A provider speaking HTTP/2 (`http2: always`) to an in-process mock.
     fn h2_provider() -> (levee_mock::InProcess, ProviderRuntime) {
+        h2_provider_with_workers(DEFAULT_SHARDS)
+    }
+
+    /// [`h2_provider`] built while the gateway counts `workers` workers
+    /// (pools built by other tests meanwhile get as many shards: harmless).
+    fn h2_provider_with_workers(workers: usize) -> (levee_mock::InProcess, ProviderRuntime) {
+        set_workers(workers);
         let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
         let served = mock.clone();
         let dial: crate::transport::Dial = Arc::new(move |_: &Uri| Some(served.connect()));
@@ -1427,6 +1455,7 @@ mod tests {
         let p =
             ProviderRuntime::with_dial(&cfg.providers[0], hist, Clock::new(), None, Some(&dial))
                 .unwrap();
+        set_workers(DEFAULT_SHARDS);
         (mock, p)
     }
 
@@ -1479,5 +1508,21 @@ mod tests {
         assert_eq!((s.connections_total, s.http2_requests), (2, 4), "{s:?}");
         assert_eq!(p.pool.h2_shards[0].len(), 1);
         assert_eq!(p.pool.h2_shards[1].len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn thirty_two_workers_each_keep_their_own_connections() {
+        // On a 32-core machine: 32 workers, each with a shard of its own
+        // (16 fixed shards had worker 16 use worker 0's connections).
+        let (mock, p) = h2_provider_with_workers(32);
+        for worker in (0..32).chain(0..32) {
+            set_worker(worker);
+            complete(&p).await;
+        }
+        set_worker(0);
+        let s = mock.stats();
+        assert_eq!((s.connections_total, s.http2_requests), (32, 64), "{s:?}");
+        assert_eq!(p.pool.h2_shards.len(), 32);
+        assert!(p.pool.h2_shards.iter().all(|h| h.len() == 1));
     }
 }
