@@ -42,13 +42,21 @@ pub(crate) async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<
             };
             match parse_faults(text) {
                 Ok(set) => {
-                    let body = serde_json::json!({
+                    let mut body = serde_json::json!({
                         "ok": true,
                         "faults": set.len(),
                         "capacity": set.capacity_limit().map(|(max, status)| {
                             serde_json::json!({ "max_in_flight": max, "status": status })
                         }),
                     });
+                    if let Some([rpm, tpm, itpm, otpm]) = set.rate_limits() {
+                        body["rate_limit"] = serde_json::json!({
+                            "requests_per_minute": rpm,
+                            "tokens_per_minute": tpm,
+                            "input_tokens_per_minute": itpm,
+                            "output_tokens_per_minute": otpm,
+                        });
+                    }
                     shared.set_faults(set);
                     answer(StatusCode::OK, Bytes::from(body.to_string()))
                 }

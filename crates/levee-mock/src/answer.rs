@@ -84,7 +84,7 @@ fn openai_usage(out: &mut String, r: &Reply<'_>) {
 }
 
 /// Completion tokens a forced tool call is counted as.
-const TOOL_CALL_TOKENS: u64 = 12;
+pub(crate) const TOOL_CALL_TOKENS: u64 = 12;
 
 fn tool_call_id(out: &mut String, prefix: &str, r: &Reply<'_>) {
     let _ = write!(out, "\"{prefix}levee{:012}\"", r.id);

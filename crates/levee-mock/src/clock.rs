@@ -23,3 +23,12 @@ pub(crate) fn unix_secs() -> u64 {
         .unwrap_or(Duration::ZERO)
         .as_secs()
 }
+
+/// Milliseconds since the unix epoch, for reset times in rate-limit fields.
+#[allow(clippy::disallowed_methods)] // Anthropic's resets are wall-clock times
+pub(crate) fn unix_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}

@@ -2,10 +2,13 @@
 //! speaks the OpenAI (`/v1/chat/completions`, `/v1/embeddings`,
 //! `/v1/responses`, `/v1/models`) and Anthropic (`/v1/messages`) wire formats,
 //! JSON and SSE, and misbehaves on cue: error statuses with `retry-after`,
-//! connection resets, stalls, latency, streams cut mid-way, and a capacity
-//! limit beyond which it refuses work. It records what it saw (`GET
-//! /_mock/stats`) so tests can assert on retries, idempotency keys, deadlines
-//! and abandoned requests, and it can replay a recorded tape of answers.
+//! connection resets, stalls, latency, streams cut mid-way, a capacity
+//! limit beyond which it refuses work, and an organisation's rate limits
+//! (requests and tokens per minute) metered as the providers meter them,
+//! reported in their rate-limit fields on every answer. It records what it
+//! saw (`GET /_mock/stats`) so tests can assert on retries, idempotency keys,
+//! deadlines and abandoned requests, and it can replay a recorded tape of
+//! answers.
 //!
 //! It serves HTTP/1.1 and HTTP/2 with prior knowledge on the same port.
 //!
@@ -36,6 +39,7 @@ mod clock;
 mod duration;
 mod faults;
 mod platform;
+mod ratelimit;
 mod request;
 mod server;
 mod stats;

@@ -32,7 +32,7 @@ use crate::request::{self, Body, Endpoint};
 use crate::stats::{Collector, FaultKind, RequestGuard};
 use crate::stored::Stored;
 use crate::tape::{self, Player, Tape};
-use crate::{admin, clock, platform, MockApi};
+use crate::{admin, clock, platform, ratelimit, MockApi};
 use levee_wire::{paths, Dialect};
 
 /// Request bodies larger than this get a 413.
@@ -56,6 +56,8 @@ pub(crate) struct Shared {
 struct Active {
     set: FaultSet,
     epoch: Instant,
+    /// The set's `rate_limit` buckets, full when it was installed.
+    limiter: ratelimit::Limiter,
 }
 
 impl Shared {
@@ -65,6 +67,7 @@ impl Shared {
             clouds: platform::Clouds::new(Arc::clone(&stats)),
             stats,
             faults: RwLock::new(Arc::new(Active {
+                limiter: ratelimit::Limiter::new(faults.rate_limit()),
                 set: faults,
                 epoch: clock::now(),
             })),
@@ -79,6 +82,7 @@ impl Shared {
     /// Replaces the fault set and restarts its clock.
     pub(crate) fn set_faults(&self, set: FaultSet) {
         let active = Arc::new(Active {
+            limiter: ratelimit::Limiter::new(set.rate_limit()),
             set,
             epoch: clock::now(),
         });
@@ -277,9 +281,24 @@ where
             return Ok(error_answer(dialect, capacity.error, guard));
         }
     }
+    let body = parsed.as_ref().ok();
+    let metered = match active
+        .limiter
+        .admit(shared.api, dialect, &ask.endpoint, body, bytes.len())
+    {
+        Ok(metered) => metered,
+        Err(refused) => {
+            shared.stats.rate_limited();
+            let mut res = json_answer(StatusCode::TOO_MANY_REQUESTS, refused.body(), guard);
+            refused.stamp(res.headers_mut());
+            return Ok(res);
+        }
+    };
     if let Some(entry) = shared.tape.as_ref().and_then(Player::next) {
         shared.stats.replayed();
-        return replay(entry, guard, &reset).await;
+        return replay(entry, guard, &reset)
+            .await
+            .map(|r| metered.stamped(r));
     }
     let streaming = parsed.as_ref().is_ok_and(Body::streaming);
     let decision = if active.set.has_faults() {
@@ -291,7 +310,7 @@ where
     drop(active);
     let (guard, cut_after) =
         match misbehave(&shared, &decision, streaming, dialect, guard, &reset).await {
-            Misbehaved::Answered(answer) => return answer,
+            Misbehaved::Answered(answer) => return answer.map(|r| metered.stamped(r)),
             Misbehaved::Go { guard, cut_after } => (guard, cut_after),
         };
     let body = match parsed {
@@ -312,7 +331,7 @@ where
         chunk_delay: decision.chunk_delay,
         cut_after,
     };
-    Ok(ask.answer(&shared, &body, stream, guard))
+    Ok(metered.stamped(ask.answer(&shared, &body, stream, guard)))
 }
 
 /// One provider request, read: what the answer is built from.

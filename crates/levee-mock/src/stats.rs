@@ -36,6 +36,7 @@ pub(crate) struct Collector {
     replayed: AtomicU64,
     connections_total: AtomicU64,
     http2_requests: AtomicU64,
+    rate_limited: AtomicU64,
     unauthorized: AtomicU64,
     tokens_issued: AtomicU64,
     maps: Mutex<Maps>,
@@ -72,6 +73,7 @@ impl Default for Collector {
             replayed: AtomicU64::new(0),
             connections_total: AtomicU64::new(0),
             http2_requests: AtomicU64::new(0),
+            rate_limited: AtomicU64::new(0),
             unauthorized: AtomicU64::new(0),
             tokens_issued: AtomicU64::new(0),
             maps: Mutex::new(Maps::default()),
@@ -119,6 +121,12 @@ impl Collector {
         self.http2_requests.fetch_add(1, Relaxed);
     }
 
+    /// The mock's own rate limits refused a request (its 429 is counted
+    /// by status too).
+    pub(crate) fn rate_limited(&self) {
+        self.rate_limited.fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn replayed(&self) {
         self.replayed.fetch_add(1, Relaxed);
     }
@@ -164,6 +172,7 @@ impl Collector {
         self.replayed.store(0, Relaxed);
         self.connections_total.store(0, Relaxed);
         self.http2_requests.store(0, Relaxed);
+        self.rate_limited.store(0, Relaxed);
         self.unauthorized.store(0, Relaxed);
         self.tokens_issued.store(0, Relaxed);
     }
@@ -225,6 +234,7 @@ impl Collector {
             replayed: count(&self.replayed),
             connections_total: count(&self.connections_total),
             http2_requests: count(&self.http2_requests),
+            rate_limited: count(&self.rate_limited),
             unauthorized: count(&self.unauthorized),
             tokens_issued: count(&self.tokens_issued),
         }

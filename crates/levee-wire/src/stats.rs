@@ -38,6 +38,11 @@ pub struct Stats {
     /// Provider requests that came over HTTP/2.
     #[serde(default)]
     pub http2_requests: u64,
+    /// Requests the mock's own rate limits (`rate_limit:` in the fault
+    /// document) refused with a 429 (also counted in `by_status`; an
+    /// injected `status: 429` fault is counted in `faults.status` instead).
+    #[serde(default)]
+    pub rate_limited: u64,
     /// Requests a cloud mock (`--api azure|bedrock|vertex`) refused before
     /// answering: a missing or bad key, signature or token (each is also
     /// counted in `by_status`, not in `requests_total`).

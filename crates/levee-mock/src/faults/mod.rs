@@ -14,12 +14,16 @@ use rand_distr::LogNormal;
 
 pub use parse::{parse_faults, FaultError};
 
+use crate::ratelimit::RateLimit;
+
 /// A validated fault document: the faults in order plus an optional capacity
-/// limit. Build one with [`parse_faults`]; `FaultSet::default()` has no faults.
+/// limit and optional rate limits. Build one with [`parse_faults`];
+/// `FaultSet::default()` has no faults.
 #[derive(Debug, Clone, Default)]
 pub struct FaultSet {
     faults: Vec<Fault>,
     capacity: Option<Capacity>,
+    rate_limit: Option<RateLimit>,
 }
 
 impl FaultSet {
@@ -28,9 +32,26 @@ impl FaultSet {
         self.faults.len()
     }
 
-    /// True when there are no faults and no capacity limit.
+    /// True when there are no faults, no capacity limit and no rate limits.
     pub fn is_empty(&self) -> bool {
-        self.faults.is_empty() && self.capacity.is_none()
+        self.faults.is_empty() && self.capacity.is_none() && self.rate_limit.is_none()
+    }
+
+    /// The rate limits (`rate_limit:`), if any: requests, tokens, input
+    /// tokens and output tokens per minute, `None` for a limit not given.
+    pub fn rate_limits(&self) -> Option<[Option<u64>; 4]> {
+        self.rate_limit.map(|r| {
+            [
+                r.requests_per_minute,
+                r.tokens_per_minute,
+                r.input_tokens_per_minute,
+                r.output_tokens_per_minute,
+            ]
+        })
+    }
+
+    pub(crate) fn rate_limit(&self) -> Option<RateLimit> {
+        self.rate_limit
     }
 
     /// The capacity limit, if any: `(max_in_flight, status)`.

@@ -15,6 +15,9 @@ use serde::Deserialize;
 
 use super::{Capacity, Effect, ErrorSpec, Fault, FaultSet, Latency, ModelMatch};
 use crate::duration::parse_duration;
+use crate::ratelimit::RateLimit;
+
+mod rate_limit;
 
 /// Why a fault document was rejected. `Display` reads
 /// "faults line 3: `from` must be a duration like `20s` (got ...)".
@@ -128,6 +131,8 @@ struct Doc {
     faults: Option<Vec<Fault>>,
     #[serde(default)]
     capacity: Option<Capacity>,
+    #[serde(default)]
+    rate_limit: Option<RateLimit>,
 }
 
 impl Doc {
@@ -135,6 +140,7 @@ impl Doc {
         FaultSet {
             faults: self.faults.unwrap_or_default(),
             capacity: self.capacity,
+            rate_limit: self.rate_limit,
         }
     }
 }
