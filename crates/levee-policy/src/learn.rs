@@ -135,25 +135,93 @@ const PACE_SECONDS: usize = 5;
 #[derive(Clone, Copy, Debug, Default)]
 struct Second {
     epoch: u64,
+    /// The first attempt sent or answer noted in this second.
+    first: Instant,
     sent: u32,
     accepted: u32,
     throttled: u32,
 }
 
-/// How a throttled model is paced: the answers it accepted (not 429) per
-/// second over the last few seconds, and whether slowing down helped.
+/// What the model did over the pace's window: attempts sent, answers, and
+/// how long the window has run (from its first event to now).
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    sent: u32,
+    accepted: u32,
+    throttled: u32,
+    seconds: f64,
+}
+
+impl Window {
+    fn answered(self) -> u32 {
+        self.accepted + self.throttled
+    }
+}
+
+/// The share of 429s among `n` answers of which `t` were 429s, as a fraction.
+fn share(t: u32, n: u32) -> f64 {
+    f64::from(t) / f64::from(n.max(1))
+}
+
+/// The variance of a share of `t` in `n`, read with one 429 and one
+/// acceptance added (a share of 1 in 1 is not certain).
+fn share_variance(t: u32, n: u32) -> f64 {
+    let p = (f64::from(t) + 1.0) / (f64::from(n) + 2.0);
+    p * (1.0 - p) / f64::from(n.max(1))
+}
+
+/// The share of 429s at one rate: the one a new rate is judged against.
+#[derive(Clone, Copy, Debug)]
+struct Reference {
+    throttled: u32,
+    answered: u32,
+    /// Attempts per second sent (before the pace) or granted (under it).
+    rate: f64,
+}
+
+/// The answers to attempts sent at the rate in force, counted from the
+/// second after it was set.
+#[derive(Clone, Copy, Debug, Default)]
+struct Trial {
+    since: u64,
+    accepted: u32,
+    throttled: u32,
+}
+
+/// How a throttled model is paced: the answers it accepts (not 429) per
+/// second, and whether slowing down lowers its share of 429s.
+///
+/// A share read off a few answers is noise: at a true 60 %, one second of
+/// five answers reads anywhere from 0 to 100 %. Judging a pace on one
+/// second at a time took such noise for "slowing down helped" and cut a
+/// random storm's pace to 40 % of what it sent, second after second, down
+/// to one attempt a second while callers sent 20. So every judgment waits
+/// for [`PACE_EVIDENCE`] answers, and a share only counts as lower or
+/// higher when it differs beyond two standard errors of both reads.
 ///
 /// The rules, judged once a second while a pace is in force:
-/// - a 429 with a wait starts a pace at the rate the provider accepted
-///   over the last five seconds (at least one a second);
-/// - while 429s are under a tenth of the answers, the provider is content:
-///   the pace probes up by a quarter (a limit that rose is found);
-/// - while they are a tenth or more and their share did not fall by ten
-///   points from what it was (a tenth or more) when the pace began, the
-///   429s do not follow our rate (a shared pool refusing a share of
-///   everyone's requests at any pace; pacing to what it accepts would
-///   shrink the pace without end): the pace grows by half;
-/// - otherwise slowing down helps: the pace is what the provider accepts;
+/// - a 429 with a wait starts a pace. With twice [`PACE_EVIDENCE`] answers
+///   in the last five seconds (the current one counted for the part that
+///   has run, not as a whole second), they are its reference: the share of
+///   429s unslowed, and the pace starts at the rate the provider accepted.
+///   With fewer, it holds the rate attempts were sent at until it has them;
+/// - the answers to attempts sent at one rate are counted from the second
+///   after it was set; while fewer than [`PACE_EVIDENCE`], the rate holds
+///   (neither cut nor grown);
+/// - 429s under a tenth of them: the provider is content, the pace probes
+///   up by a quarter (a limit that rose is found);
+/// - a tenth or more after a rate with fewer: a limit was crossed, the pace
+///   is what the provider accepted at this rate;
+/// - slower than the rate before and refused at most half as often, or
+///   faster and refused more often: the 429s follow our rate, the pace is
+///   what the provider accepted (a limiter refuses almost nothing at the
+///   rate it accepts; a random share of 60 % read off 40 answers can look
+///   like 80 %, so a smaller fall is not taken for one);
+/// - otherwise the 429s do not follow our rate (a shared pool refusing a
+///   share of everyone's requests at any pace; pacing to what it accepts
+///   would shrink the pace without end): the pace grows by half, to at
+///   least the rate sent before the pace, and while it keeps growing the
+///   shares it meets are read as one;
 /// - a pace that is not binding (fewer attempts sent than half of it) ends;
 ///   one that ended by growing marks the model's 429s as not about our
 ///   rate for 30 s, in which a 429 holds only the request that got it.
@@ -161,8 +229,14 @@ struct Second {
 pub struct Pace {
     /// A ring of the last seconds: the current one and `PACE_SECONDS` full ones.
     seconds: [Second; PACE_SECONDS + 1],
-    /// The share of 429s when the pace began (per mille).
-    share_at_start: u32,
+    /// The share of 429s at the rate before this one (at first, before
+    /// the pace); `None` while the pace holds the sent rate for want of
+    /// answers.
+    reference: Option<Reference>,
+    /// Attempts per second sent before the pace.
+    unpaced: f64,
+    /// The answers at the rate in force.
+    trial: Trial,
     /// Attempts per second granted, the second it was set, and whether it
     /// last grew because slowing down did not help.
     rate: Option<(f64, u64, bool)>,
@@ -175,43 +249,52 @@ pub struct Pace {
 /// The least pace of a throttled model that the provider still answers.
 pub const MIN_PACE_PER_SECOND: f64 = 1.0;
 
+/// Fewer answers than this and a share of 429s is not judged.
+pub const PACE_EVIDENCE: u32 = 20;
+
+/// A window shorter than this is read as this long (one attempt at 20/s).
+const MIN_WINDOW: Duration = Duration::from_millis(50);
+
 /// How long a model whose 429s did not follow our rate is not paced.
 const INDIFFERENT_FOR: Duration = Duration::from_secs(30);
 
+fn epoch_of(now: Instant) -> u64 {
+    now.as_nanos() / 1_000_000_000
+}
+
 impl Pace {
     fn second(&mut self, now: Instant) -> &mut Second {
-        let e = now.as_nanos() / 1_000_000_000;
+        let e = epoch_of(now);
         let s = &mut self.seconds[(e % (PACE_SECONDS as u64 + 1)) as usize];
-        if s.epoch != e {
+        if s.epoch != e || s.sent + s.accepted + s.throttled == 0 {
             *s = Second {
                 epoch: e,
+                first: now,
                 ..Second::default()
             };
         }
         s
     }
 
-    /// (accepted per second, throttled, answered) over the last full
-    /// seconds (not the current one) that saw answers.
-    fn totals(&self, now: Instant) -> (f64, u32, u32) {
-        let e = now.as_nanos() / 1_000_000_000;
-        let (seconds, accepted, throttled) = self
+    /// The current second and the last full ones, from the first event in
+    /// them to `now`.
+    fn window(&self, now: Instant) -> Window {
+        let e = epoch_of(now);
+        let live = self
             .seconds
             .iter()
-            .filter(|s| s.epoch < e && e - s.epoch <= PACE_SECONDS as u64)
-            .filter(|s| s.accepted + s.throttled > 0)
-            .fold((0u32, 0u32, 0u32), |(n, a, t), s| {
-                (n + 1, a + s.accepted, t + s.throttled)
-            });
-        let per_second = f64::from(accepted) / f64::from(seconds.max(1));
-        (per_second, throttled, accepted + throttled)
-    }
-
-    fn share(throttled: u32, answered: u32) -> u32 {
-        if answered == 0 {
-            return 0;
+            .filter(|s| s.epoch <= e && e - s.epoch <= PACE_SECONDS as u64)
+            .filter(|s| s.sent + s.accepted + s.throttled > 0);
+        let mut w = Window::default();
+        let mut first = now;
+        for s in live {
+            w.sent += s.sent;
+            w.accepted += s.accepted;
+            w.throttled += s.throttled;
+            first = first.min(s.first);
         }
-        u32::try_from(u64::from(throttled) * 1000 / u64::from(answered)).unwrap_or(1000)
+        w.seconds = now.saturating_since(first).max(MIN_WINDOW).as_secs_f64();
+        w
     }
 
     /// Notes an attempt sent.
@@ -227,6 +310,42 @@ impl Pace {
         } else {
             s.accepted += 1;
         }
+        if self.rate.is_some() && epoch_of(now) > self.trial.since {
+            if throttled {
+                self.trial.throttled += 1;
+            } else {
+                self.trial.accepted += 1;
+            }
+        }
+    }
+
+    /// Sets the rate in force from second `e` on, its answers counted anew.
+    fn set(&mut self, rate: f64, e: u64, grew: bool) -> f64 {
+        let rate = rate.max(MIN_PACE_PER_SECOND);
+        self.rate = Some((rate, e, grew));
+        self.trial = Trial {
+            since: e,
+            ..Trial::default()
+        };
+        rate
+    }
+
+    /// Takes the window as the reference when it holds enough answers;
+    /// returns the rate to start from: what the provider accepted, or with
+    /// too few answers, what was sent.
+    fn reference_from(&mut self, now: Instant) -> f64 {
+        let w = self.window(now);
+        if w.answered() < 2 * PACE_EVIDENCE {
+            self.reference = None;
+            return f64::from(w.sent) / w.seconds;
+        }
+        self.unpaced = f64::from(w.sent) / w.seconds;
+        self.reference = Some(Reference {
+            throttled: w.throttled,
+            answered: w.answered(),
+            rate: self.unpaced,
+        });
+        f64::from(w.accepted) / w.seconds
     }
 
     /// A 429 with a wait: starts a pace unless one is in force or the
@@ -235,18 +354,15 @@ impl Pace {
         if self.rate.is_some() || now < self.indifferent_until {
             return;
         }
-        // The last few seconds, the current one included.
-        let (per_second, throttled, answered) = self.totals(now + Duration::from_secs(1));
-        self.share_at_start = Self::share(throttled, answered);
-        let e = now.as_nanos() / 1_000_000_000;
-        self.rate = Some((per_second.max(MIN_PACE_PER_SECOND), e, false));
+        let rate = self.reference_from(now);
+        self.set(rate, epoch_of(now), false);
         self.next = now;
     }
 
     /// The pace in force now (attempts per second), judged once a second;
     /// `None` once it has ended.
     fn judge(&mut self, now: Instant) -> Option<f64> {
-        let e = now.as_nanos() / 1_000_000_000;
+        let e = epoch_of(now);
         let (rate, since, grew) = self.rate?;
         if e <= since {
             return Some(rate);
@@ -264,18 +380,76 @@ impl Pace {
             }
             return None;
         }
-        let accepted_rate = self.totals(now).0.max(MIN_PACE_PER_SECOND);
-        let share = Self::share(last.throttled, last.accepted + last.throttled);
-        let start = self.share_at_start;
-        let (next, grew) = if share < 100 {
-            (rate * 1.25, false)
-        } else if start >= 100 && share + 100 > start {
-            // Slower, yet refused as often as when the pace began.
-            ((rate * 1.5).max(accepted_rate), true)
-        } else {
-            (accepted_rate, false)
+        let Some(reference) = self.reference else {
+            // Holding the sent rate until the answers tell what it was.
+            let start = self.reference_from(now);
+            return Some(match self.reference {
+                Some(_) => self.set(start, e, false),
+                None => {
+                    self.rate = Some((rate, e, grew));
+                    rate
+                }
+            });
         };
-        self.rate = Some((next, e, grew));
+        // The answers at this rate in its full seconds: the current one,
+        // begun, is left out.
+        let current = self
+            .seconds
+            .iter()
+            .find(|s| s.epoch == e)
+            .copied()
+            .unwrap_or_default();
+        let (accepted, throttled) = (
+            self.trial.accepted.saturating_sub(current.accepted),
+            self.trial.throttled.saturating_sub(current.throttled),
+        );
+        let answered = accepted + throttled;
+        if answered < PACE_EVIDENCE {
+            // Too few to tell: neither cut nor grown.
+            self.rate = Some((rate, e, grew));
+            return Some(rate);
+        }
+        let full_seconds = e.saturating_sub(self.trial.since + 1).max(1) as f64;
+        let accepted_rate = f64::from(accepted) / full_seconds;
+        let (now_share, then) = (
+            share(throttled, answered),
+            share(reference.throttled, reference.answered),
+        );
+        let noise = 2.0
+            * (share_variance(reference.throttled, reference.answered)
+                + share_variance(throttled, answered))
+            .sqrt();
+        let (lower, higher) = (
+            then - now_share >= noise.max(then / 2.0),
+            now_share - then >= noise.max(0.05),
+        );
+        self.reference = Some(Reference {
+            throttled,
+            answered,
+            rate,
+        });
+        if grew && !lower && !higher {
+            // Still not following our rate: the shares at every rate since
+            // are one share, read off all their answers.
+            self.reference = Some(Reference {
+                throttled: throttled + reference.throttled,
+                answered: answered + reference.answered,
+                rate,
+            });
+        }
+        let next = if now_share < 0.1 {
+            self.set(rate * 1.25, e, false)
+        } else if then < 0.1 {
+            // Faster than a rate the provider was content with: a limit.
+            self.set(accepted_rate, e, false)
+        } else if rate <= reference.rate && !lower || rate > reference.rate && !higher {
+            // Slower, yet refused as often; or faster, and refused no more
+            // often: the 429s do not follow our rate.
+            self.set((rate * 1.5).max(self.unpaced), e, true)
+        } else {
+            // Slower and refused less, or faster and refused more.
+            self.set(accepted_rate, e, false)
+        };
         Some(next)
     }
 
@@ -519,7 +693,9 @@ mod tests {
             }
         }
         p.throttled(Instant::from_millis(4_990));
-        assert_eq!(p.current(), Some(10.0));
+        // 50 accepted in the 4.99 s since the first answer.
+        let start = p.current().unwrap();
+        assert!((start - 10.0).abs() < 0.05, "{start}");
         // The provider takes 10 a second and refuses the rest: paced, at
         // most a probe's worth of attempts is refused.
         let (mut admitted, mut refused) = (0, 0);
@@ -566,5 +742,34 @@ mod tests {
             }
         }
         assert!(per_second[9] >= 18, "{per_second:?}");
+    }
+
+    #[test]
+    fn a_random_storm_is_not_cut_below_what_is_sent() {
+        use rand::{Rng, SeedableRng};
+        // 60 % of attempts refused at random whatever the rate, 20 offered
+        // a second for 30 s, each 429 asking for a wait. Read a second at
+        // a time, such noise cut the pace to what was accepted again and
+        // again, down to one attempt a second.
+        for seed in 0..10 {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            let mut p = Pace::default();
+            let mut admitted = 0u32;
+            for ms in (100_000..130_000u64).step_by(50) {
+                let now = Instant::from_millis(ms);
+                if p.peek(now).is_err() {
+                    continue;
+                }
+                p.take(now);
+                p.sent(now);
+                admitted += 1;
+                let refused = rng.gen_bool(0.6);
+                p.answered(now, refused);
+                if refused {
+                    p.throttled(now);
+                }
+            }
+            assert!(admitted >= 450, "seed {seed}: {admitted} of 600 admitted");
+        }
     }
 }
