@@ -27,8 +27,8 @@
 //! every bucket can take it. It costs nothing. A cost above a bucket's whole
 //! minute can never be taken: that 429 says so and has no `retry-after`.
 //!
-//! Every answer to a metered request (2xx, a fault's error, the limiter's
-//! 429) carries the limits' fields as the provider of its dialect sends
+//! Every answer to a metered request (2xx, a fault's error, a replayed
+//! answer, the limiter's 429) carries the limits' fields as the provider of its dialect sends
 //! them, read at the moment the answer is made:
 //!
 //! - OpenAI (and Azure): `x-ratelimit-{limit,remaining,reset}-requests` and
