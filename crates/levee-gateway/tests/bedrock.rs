@@ -164,6 +164,19 @@ async fn a_throttling_exception_is_retried_after_its_retry_after() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_model_timeout_is_retried_as_the_timeout_it_is() {
+    // Bedrock's ModelTimeoutException is a 408; Anthropic says the same with
+    // a 504 timeout_error, which the default retry set retries.
+    let file = CredentialsFile::new("model-timeout", &test_keys());
+    let faults = "faults:\n  - { status: 408, to: 100ms }\n";
+    let env = local(&[faults], &config(&file, ""));
+    let r = messages(&env, MESSAGES).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ne!(r.header("x-levee-attempts"), "1");
+    assert!(env.stats(0).by_status.get("408").is_some_and(|n| *n >= 1));
+}
+
+#[tokio::test(start_paused = true)]
 async fn bedrocks_throttle_reaches_the_caller_as_an_anthropic_rate_limit_error() {
     let file = CredentialsFile::new("throttle-out", &test_keys());
     let faults = "faults:\n  - { status: 429 }\n";

@@ -341,6 +341,16 @@ impl Bedrock {
             return Response::from_parts(parts, UpstreamBody::Mapped(Box::pin(sse)));
         }
         let name = error_name(&parts.headers);
+        // Bedrock's model timeout is a 408; its Anthropic equivalent,
+        // `timeout_error`, is a 504: retried like one by the default
+        // `retry.on` (and by the SDKs), never read as the caller's fault.
+        if parts.status == StatusCode::REQUEST_TIMEOUT
+            && name
+                .as_deref()
+                .is_some_and(|n| n.eq_ignore_ascii_case("ModelTimeoutException"))
+        {
+            parts.status = StatusCode::GATEWAY_TIMEOUT;
+        }
         let mapped = ErrorBody::new(body, parts.status, name).redacting(self.redactor());
         parts
             .headers
