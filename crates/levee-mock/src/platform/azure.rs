@@ -104,10 +104,10 @@ pub(super) fn encode(mut resp: Response<MockBody>) -> Response<MockBody> {
                 resp.headers_mut().insert("retry-after-ms", v);
             }
         }
-        resp.headers_mut().insert(
-            "x-ratelimit-remaining-requests",
-            HeaderValue::from_static("0"),
-        );
+        // A limiter that refused on tokens has set the true counts already.
+        resp.headers_mut()
+            .entry("x-ratelimit-remaining-requests")
+            .or_insert(HeaderValue::from_static("0"));
     }
     resp
 }
