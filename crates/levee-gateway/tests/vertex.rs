@@ -316,3 +316,42 @@ async fn a_token_endpoint_that_is_down_fails_the_attempt_as_credentials_without_
         assert!(!text.contains("ya29."), "{text}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn requests_waiting_on_a_token_endpoint_that_does_not_answer_share_its_failure() {
+    let mock = levee_mock::InProcess::new(levee_mock::MockOptions {
+        api: levee_mock::MockApi::Vertex,
+        ..Default::default()
+    });
+    // Connections to `tokens.test` open and are never answered.
+    let dials = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (counted, kept) = (Arc::clone(&dials), Arc::clone(&held));
+    let dial: levee_gateway::transport::Dial = Arc::new(move |uri: &http::Uri| {
+        (uri.host() == Some("tokens.test")).then(|| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let (client, server) = tokio::io::duplex(1024);
+            kept.lock().unwrap().push(server);
+            client
+        })
+    });
+    let config = format!(
+        "{}    retry: {{ max_attempts: 1 }}\n    deadline: {{ default: 60s, max: 60s }}\n",
+        config("vertex", "http://tokens.test/token")
+    );
+    let env = local_dial(vec![mock], &config, dial);
+    let t = paused_now();
+    let body = message(false);
+    let requests: Vec<_> = (0..4)
+        .map(|_| env.post("/v1/messages", &body, ANTHROPIC))
+        .collect();
+    let answers = watchdog(WATCHDOG, futures_util::future::join_all(requests)).await;
+    for r in &answers {
+        assert!(r.status >= 500, "{} {}", r.status, r.text());
+    }
+    // One token request, its 10 s timeout shared by all four.
+    assert_eq!(dials.load(Ordering::SeqCst), 1);
+    assert!(t.elapsed() < Duration::from_secs(11), "{:?}", t.elapsed());
+    let m = env.metrics();
+    assert_eq!(attempts_labelled(&m, "credentials"), 4.0, "{m}");
+}

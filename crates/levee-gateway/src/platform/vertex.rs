@@ -474,6 +474,8 @@ struct Cache {
     token: Option<Token>,
     /// No background refresh before this (one just failed).
     quiet_until: Option<levee_policy::Instant>,
+    /// When the last token request that found no valid token failed, and why.
+    failed: Option<(levee_policy::Instant, String)>,
 }
 
 /// A service account's tokens: cached, refreshed one request at a time.
@@ -529,16 +531,35 @@ impl Tokens {
         }
     }
 
-    /// A valid token, fetched now unless another caller has just fetched one.
+    /// A valid token, fetched now unless another caller has just fetched
+    /// one; a caller that waited on a fetch that failed gets its error
+    /// rather than making the next (a token endpoint that does not answer
+    /// holds every waiter once, not once each).
     async fn fresh(&self, unix_ms: u64) -> Result<Token, String> {
+        let asked = self.clock.now();
         let _flight = self.flight.lock().await;
         let now = self.clock.now();
-        if let Some(t) = self.cache().token.clone().filter(|t| now < t.expires) {
-            return Ok(t);
+        {
+            let c = self.cache();
+            if let Some(t) = c.token.clone().filter(|t| now < t.expires) {
+                return Ok(t);
+            }
+            if let Some((_, e)) = c.failed.as_ref().filter(|(at, _)| *at >= asked) {
+                return Err(e.clone());
+            }
         }
-        let token = self.fetch(unix_ms).await?;
-        self.cache().token = Some(token.clone());
-        Ok(token)
+        match self.fetch(unix_ms).await {
+            Ok(token) => {
+                let mut c = self.cache();
+                c.token = Some(token.clone());
+                c.failed = None;
+                Ok(token)
+            }
+            Err(e) => {
+                self.cache().failed = Some((self.clock.now(), e.clone()));
+                Err(e)
+            }
+        }
     }
 
     /// Starts one refresh in the background unless one is running; the
