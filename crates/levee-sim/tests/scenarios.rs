@@ -363,6 +363,35 @@ fn a_429_storm_through_levee_is_no_worse_than_the_sdk_calling_directly() {
 }
 
 #[test]
+fn a_429_storm_through_levee_is_within_five_points_of_direct_at_every_seed() {
+    // The pace judged one second of 1-10 answers at a time: noise read as
+    // "slowing down helped" cut it to what the provider accepted, second
+    // after second, and two of these eight seeds answered 53 % and 17 %
+    // (direct: 76-81 % at each).
+    let sc = scenario("429-storm.yaml");
+    let reports: Vec<Report> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..8)
+            .map(|seed| {
+                s.spawn({
+                    let sc = &sc;
+                    move || simulate(sc, seed)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (seed, r) in reports.iter().enumerate() {
+        let (direct, levee) = (variant(r, "direct SDK"), variant(r, "levee"));
+        assert!(
+            levee.success_ratio >= direct.success_ratio - 0.05,
+            "seed {seed}: levee {} direct {}",
+            levee.success_ratio,
+            direct.success_ratio
+        );
+    }
+}
+
+#[test]
 fn a_saturated_provider_sees_at_most_a_tenth_more_than_the_offered_load() {
     let r = run("saturated.yaml");
     let levee = variant(r, "levee");
