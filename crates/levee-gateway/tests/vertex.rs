@@ -355,3 +355,77 @@ async fn requests_waiting_on_a_token_endpoint_that_does_not_answer_share_its_fai
     let m = env.metrics();
     assert_eq!(attempts_labelled(&m, "credentials"), 4.0, "{m}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn anthropic_overloaded_then_bedrock_throttled_is_answered_by_claude_on_vertex() {
+    use levee_mock::bedrock_keys::{TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY};
+    let dir = std::env::temp_dir().join(format!("levee-vertex-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let aws = dir.join("credentials");
+    std::fs::write(
+        &aws,
+        format!("[default]\naws_access_key_id = {TEST_ACCESS_KEY_ID}\naws_secret_access_key = {TEST_SECRET_ACCESS_KEY}\n"),
+    )
+    .unwrap();
+    std::env::set_var("LEVEE_TEST_VERTEX_ANTHROPIC_KEY", "sk-ant-failover-0002");
+    let text = format!(
+        "providers:\n  anthropic: {{ api: anthropic, base_url: \"{{mock0}}\", api_key_env: LEVEE_TEST_VERTEX_ANTHROPIC_KEY }}\n  bedrock: {{ api: bedrock, base_url: \"{{mock1}}\", region: us-east-1, credentials_file: \"{}\" }}\n  vertex: {{ api: vertex, region: us-east5, project: levee-test, base_url: \"{{mock2}}\", credentials_file: \"{KEY}\", token_url: \"{{mock2}}/token\" }}\nroutes:\n  - targets:\n      - {{ provider: anthropic }}\n      - {{ provider: bedrock, model: \"anthropic.claude-sonnet-4-20250514-v1:0\" }}\n      - {{ provider: vertex, model: \"{MODEL}\" }}\n",
+        aws.display()
+    );
+    let env = local(
+        &[
+            "faults:\n  - { status: 529 }\n",
+            "faults:\n  - { status: 429 }\n",
+            "faults: []",
+        ],
+        &text,
+    );
+    let body = r#"{"model":"claude-sonnet-4","max_tokens":32,"messages":[{"role":"user","content":"hi"}]}"#;
+    let stream = r#"{"model":"claude-sonnet-4","max_tokens":32,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    for b in [body, stream] {
+        let r = post(&env, "/v1/messages", b).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-levee-target"), "vertex");
+    }
+    assert!(env.stats(0).by_status.get("529").is_some_and(|n| *n >= 2));
+    assert!(env.stats(1).by_status.get("429").is_some_and(|n| *n >= 2));
+    assert_eq!(env.stats(2).by_model.get(MODEL), Some(&2));
+    let metrics = env.metrics();
+    let per = |p: &str, result: &str| {
+        metric(
+            &metrics,
+            "levee_upstream_attempts_total",
+            &[
+                &format!("provider=\"{p}\""),
+                &format!("result=\"{result}\""),
+            ],
+        )
+    };
+    assert!(per("anthropic", "http_5xx") >= 2.0, "{metrics}");
+    assert!(per("bedrock", "throttled") >= 2.0, "{metrics}");
+    assert_eq!(per("vertex", "success"), 2.0, "{metrics}");
+    let page = levee_gateway::status::render(env.app.shared());
+    for name in ["anthropic", "bedrock", "vertex"] {
+        assert!(
+            page.contains(&format!("data-provider=\"{name}\"")),
+            "{page}"
+        );
+    }
+    // The recent fallbacks name each step and why.
+    let fallbacks = &page[page.find("id=\"fallbacks\"").unwrap()..];
+    for (reason, to) in [
+        (
+            "http_5xx",
+            "bedrock (anthropic.claude-sonnet-4-20250514-v1:0)",
+        ),
+        ("throttled", "vertex (claude-sonnet-4@20250514)"),
+    ] {
+        let row = format!("<tr data-reason=\"{reason}\"><td class=\"num\">");
+        let named = fallbacks
+            .split(row.as_str())
+            .skip(1)
+            .any(|r| r.contains(&format!("<td>{to}</td>")));
+        assert!(named, "{reason} -> {to}: {fallbacks}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
