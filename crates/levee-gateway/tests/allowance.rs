@@ -16,7 +16,9 @@ fn chat_with_max(max_tokens: u32, stream: bool) -> String {
     )
 }
 
-const CONFIG: &str = "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { tokens_per_minute: 1000 } }\nroutes:\n  - targets: [p]\n";
+/// Anthropic-style meters: output (and input) settle from usage, where
+/// OpenAI's total keeps its estimate.
+const CONFIG: &str = "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { output_tokens_per_minute: 1000 } }\nroutes:\n  - targets: [p]\n";
 
 async fn chat(env: &Local, body: &str) -> Resp {
     watchdog(WATCHDOG, env.post("/v1/chat/completions", body, &[])).await
@@ -53,7 +55,7 @@ async fn an_answer_gives_back_the_tokens_its_estimate_held_beyond_its_usage() {
         "{m}"
     );
     assert!(
-        metric(&m, "levee_allowance_limit", &["meter=\"tokens\""]) == 1000.0,
+        metric(&m, "levee_allowance_limit", &["meter=\"output_tokens\""]) == 1000.0,
         "{m}"
     );
 }
@@ -85,4 +87,82 @@ async fn over_the_allowance_a_request_is_refused_at_once_and_never_sent() {
         2,
         "the refused one was never sent"
     );
+}
+
+/// Offered `per_second` for `seconds` to the gateway (each request with a
+/// 1 s deadline): (answered, refused rate_limited with a retry-after, other).
+async fn offer(env: &std::sync::Arc<Local>, per_second: u64, seconds: u64) -> (u32, u32, u32) {
+    let body = chat_with_max(16, false);
+    let mut tasks = Vec::new();
+    let gap = Duration::from_millis(1000 / per_second);
+    for _ in 0..per_second * seconds {
+        let env = std::sync::Arc::clone(env);
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = env
+                .post("/v1/chat/completions", &body, &[("x-timeout-ms", "1000")])
+                .await;
+            (
+                r.status,
+                r.header("x-levee-reason").to_string(),
+                r.header("retry-after").to_string(),
+            )
+        }));
+        tokio::time::sleep(gap).await;
+    }
+    let (mut ok, mut limited, mut other) = (0, 0, 0);
+    for t in tasks {
+        let (status, reason, retry_after) = watchdog(WATCHDOG, t).await.unwrap();
+        match status {
+            200 => ok += 1,
+            429 if reason == "rate_limited" && !retry_after.is_empty() => limited += 1,
+            _ => other += 1,
+        }
+    }
+    (ok, limited, other)
+}
+
+/// The provider allows `limit` (its `rate_limit:`, worth 600 of these
+/// requests a minute) and says so on every answer; Levee is told nothing of
+/// it. Offered 20 a second for two minutes (twice the limit; the provider's
+/// bucket starts full, a minute's worth, so only past the first minute does
+/// sending everything draw its 429s).
+async fn twice_the_limit(limit: &str) {
+    let mock = format!("rate_limit: {limit}\nfaults: []\n");
+    let config = "providers:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets: [p]\n    retry: { max_attempts: 1 }\n";
+    let env = std::sync::Arc::new(local(&[mock.as_str()], config));
+    let (ok, limited, other) = offer(&env, 20, 120).await;
+    let s = env.stats(0);
+    let provider_429 = s.rate_limited;
+    eprintln!(
+        "{limit}: answered {ok}, rate_limited by Levee {limited}, other {other}; provider: {} requests, {provider_429} 429s",
+        s.requests_total
+    );
+    // The provider's own 429s: at most 1 % of what it was sent.
+    assert!(
+        provider_429 * 100 <= s.requests_total,
+        "{provider_429} of {} requests got the provider's 429",
+        s.requests_total
+    );
+    // The allowance is used: 600 a minute for two minutes.
+    assert!(ok >= 1140, "answered {ok} of the 1,200 two minutes allow");
+    assert!(limited >= 500, "the excess is refused by Levee: {limited}");
+    assert_eq!(
+        u64::from(other),
+        provider_429,
+        "every other refusal is Levee's own, truthful rate_limited"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_twice_the_providers_request_limit_levee_paces_by_its_headers() {
+    twice_the_limit("{ requests_per_minute: 600 }").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_twice_the_providers_token_limit_levee_paces_by_its_headers() {
+    // A request costs the provider its input (a token per 4 bytes) and its
+    // max_tokens: 600 of them a minute.
+    let per_request = chat_with_max(16, false).len() as u64 / 4 + 16;
+    twice_the_limit(&format!("{{ tokens_per_minute: {} }}", 600 * per_request)).await;
 }

@@ -7,8 +7,11 @@
 //!   the providers refill theirs.
 //! - **Cost.** A request's tokens are estimated at admission (its input
 //!   size, and `max_tokens` as the output it may produce: what the
-//!   providers themselves reserve) and settled from the answer's `usage`,
-//!   so an answer shorter than its `max_tokens` gives the rest back.
+//!   providers themselves reserve). Input and output meters are settled
+//!   from the answer's `usage`, as Anthropic counts them (an answer shorter
+//!   than its `max_tokens` gives the rest back); a total meter keeps the
+//!   estimate, as OpenAI's tokens-per-minute does (it counts the larger of
+//!   `max_tokens` and its estimate, and gives nothing back).
 //! - **What the provider says is left.** Every answer's remaining count
 //!   (`x-ratelimit-remaining-*`, `anthropic-ratelimit-*-remaining`) lowers
 //!   Levee's view when the provider has less than Levee thought (other
@@ -451,7 +454,8 @@ impl Allowance {
     /// gives back what was estimated and not used, or takes what was used
     /// beyond it (a bucket may go below zero: later asks wait it out).
     pub fn settle(&mut self, now: Instant, grant: Grant, used: Cost) {
-        let tokens = [Meter::Tokens, Meter::InputTokens, Meter::OutputTokens];
+        // A total meter keeps its estimate: the provider gives nothing back.
+        let tokens = [Meter::InputTokens, Meter::OutputTokens];
         for meter in tokens {
             let delta = grant.cost.of(meter) - used.of(meter);
             if let Some(b) = &mut self.buckets[meter.index()] {
@@ -590,22 +594,28 @@ mod tests {
     #[test]
     fn settling_gives_back_what_the_answer_did_not_use() {
         let mut a = Allowance::new(Limits {
-            tokens_per_minute: Some(6_000),
+            output_tokens_per_minute: Some(6_000),
             ..Limits::default()
         });
         let g = a.take(at(0), &ask(1_000, 5_000)).unwrap();
-        assert!(a.check(at(0), &ask(1_000, 1_000)).is_err());
-        a.settle(
-            at(0),
-            g,
-            Cost {
-                input: 1_000,
-                output: 200,
-            },
-        );
-        // 6,000 − 1,200 = 4,800 left.
-        assert!(a.check(at(0), &ask(1_000, 3_800)).is_ok());
-        assert!(a.check(at(0), &ask(1_000, 3_900)).is_err());
+        assert!(a.check(at(0), &ask(1_000, 1_001)).is_err());
+        let used = Cost {
+            input: 1_000,
+            output: 200,
+        };
+        a.settle(at(0), g, used);
+        // 6,000 − 200 = 5,800 left.
+        assert!(a.check(at(0), &ask(1_000, 5_800)).is_ok());
+        assert!(a.check(at(0), &ask(1_000, 5_801)).is_err());
+        // A total meter keeps the estimate, as OpenAI's does.
+        let mut total = Allowance::new(Limits {
+            tokens_per_minute: Some(6_000),
+            ..Limits::default()
+        });
+        let g = total.take(at(0), &ask(1_000, 4_000)).unwrap();
+        total.settle(at(0), g, used);
+        assert!(total.check(at(0), &ask(500, 500)).is_ok());
+        assert!(total.check(at(0), &ask(500, 501)).is_err());
     }
 
     #[test]
