@@ -150,7 +150,10 @@ impl PlatformRuntime {
     /// The answer in the dialect's own wire format.
     pub fn answer(&self, resp: Response<UpstreamBody>, stream: bool) -> Response<UpstreamBody> {
         match self {
-            PlatformRuntime::Direct | PlatformRuntime::Gemini | PlatformRuntime::Azure(_) => resp,
+            PlatformRuntime::Direct | PlatformRuntime::Azure(_) => resp,
+            // The Gemini API answers errors in Google's shape, even on its
+            // OpenAI-compatible endpoint (often as a one-element array).
+            PlatformRuntime::Gemini => vertex::google_errors(resp, levee_wire::Dialect::OpenAi),
             PlatformRuntime::Bedrock(b) => b.answer(resp, stream),
             PlatformRuntime::Vertex(v) => v.answer(resp),
         }
@@ -171,7 +174,7 @@ impl PlatformRuntime {
     pub fn maps_answers(&self) -> bool {
         matches!(
             self,
-            PlatformRuntime::Bedrock(_) | PlatformRuntime::Vertex(_)
+            PlatformRuntime::Gemini | PlatformRuntime::Bedrock(_) | PlatformRuntime::Vertex(_)
         )
     }
 
@@ -192,5 +195,41 @@ impl PlatformRuntime {
             PlatformRuntime::Bedrock(b) => b.probe().await,
             PlatformRuntime::Vertex(v) => v.probe(crate::clock::unix_ms()).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn answer(status: u16, body: &'static str) -> Response<UpstreamBody> {
+        let body = http_body_util::Full::new(Bytes::from_static(body.as_bytes()))
+            .map_err(|e: std::convert::Infallible| match e {});
+        let mut r = Response::new(UpstreamBody::Mapped(Box::pin(body)));
+        *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        r
+    }
+
+    #[tokio::test]
+    async fn the_gemini_apis_google_shaped_errors_reach_callers_in_openais_shape() {
+        let g = PlatformRuntime::Gemini;
+        assert!(g.maps_answers());
+        let google = r#"[{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}]"#;
+        let r = g.answer(answer(429, google), false);
+        assert_eq!(r.status(), 429);
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("RESOURCE_EXHAUSTED")),
+            "{v}"
+        );
+        assert!(v["error"].get("type").is_some(), "OpenAI's shape: {v}");
+        // A success passes as it is.
+        let ok = g.answer(answer(200, r#"{"id":"x"}"#), false);
+        let body = ok.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], br#"{"id":"x"}"#);
     }
 }

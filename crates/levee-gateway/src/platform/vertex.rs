@@ -291,24 +291,12 @@ impl Vertex {
                 tokens.forget();
             }
         }
-        if status.as_u16() < 400 {
-            return resp;
-        }
         let dialect = if self.openai {
             Dialect::OpenAi
         } else {
             Dialect::Anthropic
         };
-        let (mut parts, body) = resp.into_parts();
-        parts.headers.remove(CONTENT_LENGTH);
-        let mapped = ErrorBody {
-            inner: body,
-            buf: Vec::new(),
-            dialect,
-            status: status.as_u16(),
-            state: State::Collecting,
-        };
-        Response::from_parts(parts, UpstreamBody::Mapped(Box::pin(mapped)))
+        google_errors(resp, dialect)
     }
 
     /// `levee check --probe`: the key signs and its token endpoint issues a token.
@@ -703,6 +691,29 @@ fn grant_error(body: &[u8]) -> String {
         (Some(e), None) => format!(": {e}"),
         _ => String::new(),
     }
+}
+
+/// An answer whose error body, if Google's shape (Vertex AI, the Gemini
+/// API), is turned into `dialect`'s with the same status; any other answer
+/// as it is.
+pub(crate) fn google_errors(
+    resp: Response<UpstreamBody>,
+    dialect: Dialect,
+) -> Response<UpstreamBody> {
+    let status = resp.status();
+    if status.as_u16() < 400 {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    parts.headers.remove(CONTENT_LENGTH);
+    let mapped = ErrorBody {
+        inner: body,
+        buf: Vec::new(),
+        dialect,
+        status: status.as_u16(),
+        state: State::Collecting,
+    };
+    Response::from_parts(parts, UpstreamBody::Mapped(Box::pin(mapped)))
 }
 
 /// A Google error body (`{"error":{"code","message","status"}}` or an
