@@ -37,6 +37,21 @@ pub struct Stream {
     pub path: String,
     /// Index of the simulated provider a gateway-less stack sends to.
     pub provider: usize,
+    /// The caller Levee knows the stream's requests by (its key's name, or
+    /// `x-levee-caller`): its share and priority are the config's `callers:`.
+    pub caller: Option<String>,
+    /// Each request's tokens.
+    pub tokens: Tokens,
+}
+
+/// A request's tokens: its input, the `max_tokens` it asks for (what Levee
+/// and the provider reserve when it is sent), and the output its answer
+/// reports using.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub input: u32,
+    pub max: u32,
+    pub output: u32,
 }
 
 impl Stream {
@@ -179,6 +194,8 @@ mod tests {
             model: "m".into(),
             path: "/".into(),
             provider: 0,
+            caller: None,
+            tokens: Tokens::default(),
         }
     }
 

@@ -106,6 +106,8 @@ pub(crate) enum Kind {
         provider: u16,
         reply: Reply,
         holds_worker: bool,
+        /// Its tokens are reserved at the provider until it answers.
+        reserved: bool,
     },
 }
 
@@ -179,7 +181,7 @@ impl<'a> Engine<'a> {
                 // probe times) has no fixed phase relative to a fault: draw
                 // one per run instead of always starting at 0.
                 let phase = rng.gen_range(0..60_000_000_000u64);
-                LeveeRt::new(gw, phase)
+                LeveeRt::new(gw, sc, phase)
             }),
             m: Metrics::new(sc, v),
             rng,
@@ -317,10 +319,22 @@ impl<'a> Engine<'a> {
     }
 
     fn first_hop(&self, stream: u16) -> Hop {
-        if !self.v.layers.is_empty() {
-            Hop::Caller(0)
-        } else {
-            self.after_callers(stream)
+        match self.v.stacks[stream as usize].first() {
+            Some(&layer) => Hop::Caller(layer),
+            None => self.after_callers(stream),
+        }
+    }
+
+    /// The hop after caller layer `layer` in `stream`'s stack.
+    fn after_layer(&self, stream: u16, layer: u8) -> Hop {
+        let stack = &self.v.stacks[stream as usize];
+        let next = stack
+            .iter()
+            .position(|&l| l == layer)
+            .and_then(|i| stack.get(i + 1));
+        match next {
+            Some(&l) => Hop::Caller(l),
+            None => self.after_callers(stream),
         }
     }
 
@@ -366,6 +380,7 @@ impl<'a> Engine<'a> {
                 provider: p,
                 reply: Reply::status(200),
                 holds_worker: false,
+                reserved: false,
             },
         };
         self.calls.insert(Call {
@@ -439,11 +454,7 @@ impl<'a> Engine<'a> {
         };
         let req = c.req;
         let timeout = l.timeout;
-        let hop = if (layer as usize) + 1 < self.v.layers.len() {
-            Hop::Caller(layer + 1)
-        } else {
-            self.after_callers(self.stream_of(req))
-        };
+        let hop = self.after_layer(self.stream_of(req), layer);
         let child = self.alloc(hop, Parent::Call(r), req, deadline);
         if let Some(c) = self.calls.get_mut(r) {
             c.child = Some(child);
@@ -608,11 +619,28 @@ impl<'a> Engine<'a> {
         let req = c.req;
         self.reqs[req as usize].attempts += 1;
         let stream = self.reqs[req as usize].stream;
+        let tokens = self.sc.streams[stream as usize].tokens;
         let p = provider as usize;
-        let adm =
-            self.providers[p].arrive(&self.sc.providers[p], self.now, model, r, &mut self.rng);
+        let adm = self.providers[p].arrive(
+            &self.sc.providers[p],
+            self.now,
+            model,
+            tokens,
+            r,
+            &mut self.rng,
+        );
         self.m.upstream(stream, self.now, &adm);
+        let reserved = !matches!(adm, Admission::Limited { .. });
         let (reply, holds, after) = match adm {
+            Admission::Limited { retry_after, after } => (
+                Reply::Status {
+                    status: 429,
+                    retry_after: Some(retry_after),
+                    no_retry: false,
+                },
+                false,
+                Some(after),
+            ),
             Admission::Answer {
                 status,
                 retry_after,
@@ -642,6 +670,7 @@ impl<'a> Engine<'a> {
                 Kind::Job {
                     reply: rp,
                     holds_worker,
+                    reserved: rs,
                     ..
                 },
             ..
@@ -649,6 +678,7 @@ impl<'a> Engine<'a> {
         {
             *rp = reply;
             *holds_worker = holds;
+            *rs = reserved;
         }
         match after {
             Some(after) if after == self.sc.providers[p].reject_latency => {
@@ -662,18 +692,33 @@ impl<'a> Engine<'a> {
 
     fn done(&mut self, r: Ref) {
         let Some(Call {
+            req,
+            parent,
             kind:
                 Kind::Job {
                     provider,
                     reply,
                     holds_worker,
+                    reserved,
                 },
             ..
         }) = self.calls.get(r)
         else {
             return;
         };
-        let (p, reply, holds) = (*provider as usize, *reply, *holds_worker);
+        let (p, reply, holds, reserved) = (*provider as usize, *reply, *holds_worker, *reserved);
+        let (req, parent) = (*req, *parent);
+        // The answer settles the tokens its request reserved, and its head
+        // reports what is left of each meter to whoever still reads it.
+        let tokens = self.sc.streams[self.stream_of(req) as usize].tokens;
+        let m = &self.sc.providers[p];
+        if reserved {
+            self.providers[p].settle(m, self.now, tokens, reply.is_success());
+        }
+        if let (Parent::Call(caller), true) = (parent, self.levee.is_some()) {
+            let reported = self.providers[p].remaining(m, self.now);
+            self.levee_answered(caller, r, &reported, tokens, reply.is_success());
+        }
         if holds {
             if let Some(next) = self.providers[p].finish() {
                 self.serve_queued(next, p);

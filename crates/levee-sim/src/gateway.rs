@@ -8,14 +8,23 @@
 //! - the route bulkhead: `ConcurrencyLimiter`, shed with 503 at once;
 //! - per provider: a `ProviderState` built by `Provider::new_state` (breaker,
 //!   throttle, allowance, in-flight cap); per route target: a `RetryBudget`;
-//! - every error answered carries `x-should-retry: false`.
+//! - every error answered carries `x-should-retry: false`;
+//! - each attempt asks the provider's allowance as the gateway's does: the
+//!   stream's caller (its index and priority in the config's `callers:`),
+//!   its tokens (input and `max_tokens`), whether it is a retry, and whether
+//!   it is traffic on a target after the route's primary; every answer's
+//!   reported remaining counts lower Levee's view, and a 2xx's usage
+//!   settles what its attempt reserved.
 
+use crate::arrivals::Tokens;
 use crate::engine::{ns, Call, Engine, Ev, Hop, Kind, Parent};
 use crate::layers::Reply;
 use crate::scenario::{LeveeGateway, Scenario};
 use crate::slab::Ref;
+use levee_policy::allowance::{Ask, Cost, Meter, Priority, Reported};
 use levee_policy::{
-    ConcurrencyLimiter, Decision, Deps, Instant, Outcome, ProviderState, RequestState, RetryBudget,
+    AttemptKind, Class, ConcurrencyLimiter, Decision, Dependencies, Deps, Instant, Outcome, Permit,
+    ProviderState, Refusal, RequestState, RetryBudget,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +39,8 @@ pub(crate) struct LeveeRt<'a> {
     /// Per route, per target.
     budgets: Vec<Vec<RetryBudget>>,
     limiters: Vec<Arc<ConcurrencyLimiter>>,
+    /// Per stream: its requests' place in the allowances.
+    asks: Vec<Ask>,
     /// Added to virtual time for everything the policy sees.
     phase: u64,
     /// Failures by `x-levee-reason`.
@@ -40,9 +51,14 @@ pub(crate) struct LeveeRt<'a> {
 const MAX_TARGETS: usize = 8;
 
 impl<'a> LeveeRt<'a> {
-    pub(crate) fn new(gw: &'a LeveeGateway, phase: u64) -> Self {
+    pub(crate) fn new(gw: &'a LeveeGateway, sc: &Scenario, phase: u64) -> Self {
         let c = &gw.config;
         LeveeRt {
+            asks: sc
+                .streams
+                .iter()
+                .map(|s| ask_for(c, s.caller.as_deref(), s.tokens))
+                .collect(),
             gw,
             states: c.providers.iter().map(|p| p.new_state()).collect(),
             target_provider: c
@@ -63,6 +79,84 @@ impl<'a> LeveeRt<'a> {
             phase,
             reasons: Default::default(),
         }
+    }
+}
+
+/// A stream's place in the allowances, as the gateway's `ask_for` builds it
+/// from a request's caller: its index in `callers[]` and its priority, and
+/// its estimated tokens.
+fn ask_for(config: &levee_config::Config, caller: Option<&str>, tokens: Tokens) -> Ask {
+    let found = caller.and_then(|name| config.callers.iter().position(|c| c.name == name));
+    Ask {
+        cost: Cost {
+            input: tokens.input,
+            output: tokens.max,
+        },
+        priority: found.map_or(Priority::Normal, |i| config.callers[i].priority),
+        retry: false,
+        fallback: false,
+        caller: found.and_then(|i| u16::try_from(i).ok()),
+    }
+}
+
+/// [`Dependencies`] for one simulated request: the plain [`Deps`], asking
+/// the allowance with the request's [`Ask`] per attempt as the gateway's
+/// `GatewayDeps` does (a retry, or traffic on a target other than the
+/// route's primary, leaves a floor for first attempts).
+struct SimDeps<'a> {
+    deps: Deps<'a>,
+    ask: Ask,
+}
+
+impl SimDeps<'_> {
+    fn ask(&self, t: usize, kind: AttemptKind) -> Ask {
+        Ask {
+            retry: kind == AttemptKind::Retry,
+            fallback: t > 0,
+            ..self.ask
+        }
+    }
+
+    fn state(&self, t: usize) -> (usize, &str) {
+        let model = self.deps.target_model.get(t).copied().unwrap_or("");
+        (self.deps.target_provider[t], model)
+    }
+}
+
+impl Dependencies for SimDeps<'_> {
+    fn check(&self, t: usize, now: Instant) -> Result<(), Refusal> {
+        self.check_kind(t, now, AttemptKind::First)
+    }
+    fn check_kind(&self, t: usize, now: Instant, kind: AttemptKind) -> Result<(), Refusal> {
+        let (p, model) = self.state(t);
+        self.deps.providers[p].check_as(now, model, &self.ask(t, kind))
+    }
+    fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal> {
+        self.admit_kind(t, now, AttemptKind::First)
+    }
+    fn admit_kind(&mut self, t: usize, now: Instant, kind: AttemptKind) -> Result<Permit, Refusal> {
+        let ask = self.ask(t, kind);
+        let p = self.deps.target_provider[t];
+        let model = self.deps.target_model.get(t).copied().unwrap_or("");
+        self.deps.providers[p].admit_as(now, model, &ask)
+    }
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool> {
+        self.deps.finish(t, now, permit, class)
+    }
+    fn withdraw(&mut self, t: usize, now: Instant) -> bool {
+        self.deps.withdraw(t, now)
+    }
+    fn deposit(&mut self, t: usize, now: Instant) {
+        self.deps.deposit(t, now)
+    }
+    fn refund(&mut self, t: usize, now: Instant, tokens: u32) {
+        self.deps.refund(t, now, tokens)
+    }
+    fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
+        self.deps.expected(t, now)
+    }
+    fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
+        self.deps.stalled(t, now, permit)
     }
 }
 
@@ -124,7 +218,8 @@ impl Engine<'_> {
         let Some(req) = self.calls.get(r).map(|c| c.req) else {
             return;
         };
-        let caller_model: &str = &sc.streams[self.stream_of(req) as usize].model;
+        let stream = self.stream_of(req) as usize;
+        let caller_model: &str = &sc.streams[stream].model;
         let Engine {
             calls, levee, rng, ..
         } = self;
@@ -142,11 +237,14 @@ impl Engine<'_> {
         for (t, m) in models.iter_mut().enumerate().take(cfg_route.targets.len()) {
             *m = cfg_route.rewrite_model(t, caller_model);
         }
-        let mut deps = Deps {
-            providers: &mut lv.states,
-            target_provider: &lv.target_provider[route],
-            target_model: &models[..cfg_route.targets.len().min(MAX_TARGETS)],
-            budgets: &mut lv.budgets[route],
+        let mut deps = SimDeps {
+            deps: Deps {
+                providers: &mut lv.states,
+                target_provider: &lv.target_provider[route],
+                target_model: &models[..cfg_route.targets.len().min(MAX_TARGETS)],
+                budgets: &mut lv.budgets[route],
+            },
+            ask: lv.asks[stream],
         };
         let decision = gw.config.routes[route]
             .policy
@@ -177,6 +275,8 @@ impl Engine<'_> {
             }
             Decision::Fail(f) => {
                 self.count_reason(f.reason.as_str());
+                let stream = self.stream_of(req);
+                self.m.levee_failed(stream, self.now, f.reason.as_str());
                 self.finish(r, no_retry(f.status, f.retry_after));
             }
         }
@@ -197,7 +297,7 @@ impl Engine<'_> {
         &mut self,
         r: Ref,
         attempt: Option<u32>,
-        f: impl FnOnce(&levee_policy::RoutePolicy, &mut RequestState, &mut Deps<'_>, Instant),
+        f: impl FnOnce(&levee_policy::RoutePolicy, &mut RequestState, &mut SimDeps<'_>, Instant),
     ) {
         let now = self.policy_now();
         let Engine { calls, levee, .. } = self;
@@ -211,11 +311,15 @@ impl Engine<'_> {
             return;
         };
         let route = *route as usize;
-        let mut deps = Deps {
-            providers: &mut lv.states,
-            target_provider: &lv.target_provider[route],
-            target_model: &[],
-            budgets: &mut lv.budgets[route],
+        // As the gateway's finisher: no model, no ask (the permit names both).
+        let mut deps = SimDeps {
+            deps: Deps {
+                providers: &mut lv.states,
+                target_provider: &lv.target_provider[route],
+                target_model: &[],
+                budgets: &mut lv.budgets[route],
+            },
+            ask: Ask::default(),
         };
         f(&lv.gw.config.routes[route].policy, st, &mut deps, now);
     }
@@ -234,11 +338,14 @@ impl Engine<'_> {
         let route = *route as usize;
         let policy = &lv.gw.config.routes[route].policy;
         // Finishing and abandoning need no model: the permit names its domain.
-        let mut deps = Deps {
-            providers: &mut lv.states,
-            target_provider: &lv.target_provider[route],
-            target_model: &[],
-            budgets: &mut lv.budgets[route],
+        let mut deps = SimDeps {
+            deps: Deps {
+                providers: &mut lv.states,
+                target_provider: &lv.target_provider[route],
+                target_model: &[],
+                budgets: &mut lv.budgets[route],
+            },
+            ask: Ask::default(),
         };
         let outcome = match reply {
             Reply::Status {
@@ -256,6 +363,46 @@ impl Engine<'_> {
             self.finish(r, reply);
         } else {
             self.levee_drive(r);
+        }
+    }
+
+    /// The provider answered job `job` of Levee call `r`: while Levee still
+    /// waits for it, what the answer reports left of each meter lowers the
+    /// allowance of the provider it was sent to, and a 2xx's usage settles
+    /// what the attempt reserved (the gateway's driver does both).
+    pub(crate) fn levee_answered(
+        &mut self,
+        r: Ref,
+        job: Ref,
+        reported: &[Option<(Meter, Reported)>],
+        tokens: Tokens,
+        success: bool,
+    ) {
+        let now = self.policy_now();
+        let Engine { calls, levee, .. } = self;
+        let (Some(lv), Some(c)) = (levee.as_mut(), calls.get(r)) else {
+            return;
+        };
+        let Kind::Levee { route, st, .. } = &c.kind else {
+            return;
+        };
+        if c.child != Some(job) {
+            return;
+        }
+        let cfg_route = &lv.gw.config.routes[*route as usize];
+        let Some(target) = cfg_route.targets.get(st.target()) else {
+            return;
+        };
+        let state = &mut lv.states[target.provider];
+        for &(meter, rep) in reported.iter().flatten() {
+            state.reported(now, meter, rep);
+        }
+        if let (true, Some(permit)) = (success, st.permit()) {
+            let used = Cost {
+                input: tokens.input,
+                output: tokens.output,
+            };
+            state.settle(now, permit.grant(), used);
         }
     }
 

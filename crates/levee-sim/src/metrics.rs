@@ -17,7 +17,11 @@ pub(crate) struct StreamStats {
     pub upstream_total: u64,
     pub upstream_window: u64,
     pub rate_limited_window: u64,
+    /// Levee's `rate_limited` answers (the allowance refused the request).
+    pub levee_rate_limited_window: u64,
     pub held_ns_window: u128,
+    /// Arrival to answer of its answered requests (nanoseconds).
+    pub latencies: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -89,9 +93,19 @@ impl Metrics {
         s.upstream_total += 1;
         if w {
             s.upstream_window += 1;
-            if matches!(adm, Admission::Answer { status: 429, .. }) {
+            if matches!(
+                adm,
+                Admission::Limited { .. } | Admission::Answer { status: 429, .. }
+            ) {
                 s.rate_limited_window += 1;
             }
+        }
+    }
+
+    /// Levee answered a request of `stream` with a failure of `reason`.
+    pub(crate) fn levee_failed(&mut self, stream: u16, now: u64, reason: &str) {
+        if reason == "rate_limited" && self.in_window(now) {
+            self.streams[stream as usize].levee_rate_limited_window += 1;
         }
     }
 
@@ -99,6 +113,7 @@ impl Metrics {
         let b = self.bucket(now);
         self.completed[b] += 1;
         self.latencies.push(took);
+        self.streams[stream as usize].latencies.push(took);
         if success {
             self.succeeded[b] += 1;
             self.streams[stream as usize].successes += 1;

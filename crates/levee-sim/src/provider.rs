@@ -1,15 +1,22 @@
 //! The provider model: what the requests are sent to.
 //!
 //! A bounded pool of workers with a FIFO queue in front, a service-time
-//! distribution, an organisation allowance (token bucket, spent by every
-//! request it admits, refused ones not), scripted fault windows, and overload:
+//! distribution, an organisation allowance (requests, and tokens as the
+//! providers meter them: each a bucket refilled continuously over the
+//! minute, spent by every request it admits, refused ones not; a request's
+//! tokens reserved as it arrives — its input and `max_tokens` — a total
+//! meter keeping them as OpenAI's does, input and output meters settled
+//! from its answer's usage as Anthropic's are; what is left reported on every answer, as the
+//! providers' `x-ratelimit-remaining-*` fields do), scripted fault windows, and overload:
 //! when every worker is busy and the queue is full, a request is refused at
 //! once with 503/529. A request whose sender gave up stays in the queue and is
 //! served anyway — the provider cannot know nobody is listening — which is the
 //! wasted work that keeps a retry storm going after its trigger is gone
 //! ("every term feeds the term that caused it").
 
+use crate::arrivals::Tokens;
 use crate::Dist;
+use levee_policy::allowance::{Meter, Reported};
 use rand::Rng;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -19,6 +26,48 @@ use std::time::Duration;
 pub struct RateLimit {
     pub per_second: f64,
     pub burst: f64,
+}
+
+/// An organisation's token meters, per minute (`None`: not metered): a
+/// total (OpenAI's TPM), or input and output apart (Anthropic's ITPM and
+/// OTPM). Each bucket holds a minute's worth.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TokenLimits {
+    pub tokens_per_minute: Option<f64>,
+    pub input_tokens_per_minute: Option<f64>,
+    pub output_tokens_per_minute: Option<f64>,
+}
+
+impl TokenLimits {
+    /// Each metered token meter and its limit per minute.
+    fn meters(&self) -> impl Iterator<Item = (usize, Meter, f64)> + '_ {
+        [
+            (Meter::Tokens, self.tokens_per_minute),
+            (Meter::InputTokens, self.input_tokens_per_minute),
+            (Meter::OutputTokens, self.output_tokens_per_minute),
+        ]
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, (m, l))| Some((i, m, l?)))
+    }
+}
+
+/// What a request reserves of token meter `i` (total, input, output).
+fn reserve(i: usize, t: Tokens) -> f64 {
+    match i {
+        0 => f64::from(t.input) + f64::from(t.max),
+        1 => f64::from(t.input),
+        _ => f64::from(t.max),
+    }
+}
+
+/// What an answer used of token meter `i`.
+fn used(i: usize, t: Tokens) -> f64 {
+    match i {
+        0 => f64::from(t.input) + f64::from(t.output),
+        1 => f64::from(t.input),
+        _ => f64::from(t.output),
+    }
 }
 
 /// A scripted fault window.
@@ -67,6 +116,10 @@ pub struct ProviderModel {
     pub overload_retry_after: Option<Duration>,
     /// The organisation's allowance (429 beyond it) and the fault windows.
     pub rate_limit: Option<RateLimit>,
+    /// Its token meters (429 beyond them).
+    pub token_limits: TokenLimits,
+    /// Whether every answer reports what is left of each meter.
+    pub reports_remaining: bool,
     pub faults: Vec<Fault>,
     /// How long a refusal (overload, allowance) takes to come back.
     pub reject_latency: Duration,
@@ -75,6 +128,12 @@ pub struct ProviderModel {
 /// What happens to an arriving request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
+    /// Refused with 429 over the organisation's allowance after `after`:
+    /// nothing of it was spent.
+    Limited {
+        retry_after: Duration,
+        after: Duration,
+    },
     /// Answered without a worker after `after`.
     Answer {
         status: u16,
@@ -102,6 +161,8 @@ pub struct ProviderRt<T> {
     queue: VecDeque<T>,
     tokens: f64,
     refilled_ns: u64,
+    /// The token meters' levels (total, input, output), as of `refilled_ns`.
+    token_levels: [f64; 3],
     /// Most requests ever waiting at once.
     pub peak_queue: usize,
 }
@@ -113,33 +174,67 @@ impl<T> ProviderRt<T> {
             queue: VecDeque::new(),
             tokens: m.rate_limit.map(|r| r.burst).unwrap_or(0.0),
             refilled_ns: 0,
+            token_levels: [
+                m.token_limits.tokens_per_minute.unwrap_or(0.0),
+                m.token_limits.input_tokens_per_minute.unwrap_or(0.0),
+                m.token_limits.output_tokens_per_minute.unwrap_or(0.0),
+            ],
             peak_queue: 0,
         }
     }
 
-    /// A request for `model` arrives at `now` (nanoseconds since the start).
+    /// Refills every meter up to `now_ns`.
+    fn refill(&mut self, m: &ProviderModel, now_ns: u64) {
+        let dt = now_ns.saturating_sub(self.refilled_ns) as f64 / 1e9;
+        if let Some(rl) = m.rate_limit {
+            self.tokens = (self.tokens + dt * rl.per_second).min(rl.burst);
+        }
+        for (i, _, per_minute) in m.token_limits.meters() {
+            self.token_levels[i] = (self.token_levels[i] + dt * per_minute / 60.0).min(per_minute);
+        }
+        self.refilled_ns = self.refilled_ns.max(now_ns);
+    }
+
+    /// A request for `model` with `tokens` arrives at `now` (nanoseconds
+    /// since the start).
     pub fn arrive<R: Rng + ?Sized>(
         &mut self,
         m: &ProviderModel,
         now_ns: u64,
         model: &str,
+        tokens: Tokens,
         item: T,
         rng: &mut R,
     ) -> Admission {
+        self.refill(m, now_ns);
+        // The longest wait of any meter short of what the request needs
+        // (a need larger than a whole bucket waits for a full one).
+        let mut short: Option<f64> = None;
         if let Some(rl) = m.rate_limit {
-            let dt = now_ns.saturating_sub(self.refilled_ns) as f64 / 1e9;
-            self.tokens = (self.tokens + dt * rl.per_second).min(rl.burst);
-            self.refilled_ns = now_ns;
             if self.tokens < 1.0 {
-                // Providers answer whole seconds.
-                let wait = ((1.0 - self.tokens) / rl.per_second).ceil().max(1.0);
-                return Admission::Answer {
-                    status: 429,
-                    retry_after: Some(Duration::from_secs_f64(wait)),
-                    after: m.reject_latency,
-                };
+                short = Some((1.0 - self.tokens) / rl.per_second);
             }
+        }
+        for (i, _, per_minute) in m.token_limits.meters() {
+            let need = reserve(i, tokens).min(per_minute);
+            if self.token_levels[i] < need {
+                let wait = (need - self.token_levels[i]) / (per_minute / 60.0);
+                short = Some(short.map_or(wait, |s| s.max(wait)));
+            }
+        }
+        if let Some(wait) = short {
+            // Providers answer whole seconds.
+            let wait = wait.ceil().max(1.0);
+            return Admission::Limited {
+                retry_after: Duration::from_secs_f64(wait),
+                after: m.reject_latency,
+            };
+        }
+        if m.rate_limit.is_some() {
             self.tokens -= 1.0;
+        }
+        for (i, _, _) in m.token_limits.meters() {
+            self.token_levels[i] -= reserve(i, tokens);
         }
         let t = Duration::from_nanos(now_ns);
         if let Some(f) = hit(m, t, model, false, rng) {
@@ -163,6 +258,47 @@ impl<T> ProviderRt<T> {
                 after: m.reject_latency,
             }
         }
+    }
+
+    /// The answer to a request that reserved `tokens` is sent at `now_ns`.
+    /// A total meter keeps what was reserved (OpenAI's tokens per minute
+    /// count `max_tokens` and give nothing back); input and output meters
+    /// are settled from a 2xx's usage, and get everything back from any
+    /// other answer (nothing was generated), as Anthropic's are.
+    pub fn settle(&mut self, m: &ProviderModel, now_ns: u64, tokens: Tokens, success: bool) {
+        self.refill(m, now_ns);
+        for (i, _, per_minute) in m.token_limits.meters().filter(|&(i, ..)| i > 0) {
+            let spent = if success { used(i, tokens) } else { 0.0 };
+            let back = reserve(i, tokens) - spent;
+            self.token_levels[i] = (self.token_levels[i] + back).min(per_minute);
+        }
+    }
+
+    /// What an answer sent at `now_ns` reports left of each meter (none
+    /// when the provider does not report, or meters nothing).
+    pub fn remaining(&mut self, m: &ProviderModel, now_ns: u64) -> [Option<(Meter, Reported)>; 4] {
+        let mut out = [None; 4];
+        if !m.reports_remaining {
+            return out;
+        }
+        self.refill(m, now_ns);
+        let left = |level: f64| Some(level.max(0.0).floor() as u64);
+        if let Some(rl) = m.rate_limit {
+            let limit = Some((rl.per_second * 60.0).round() as u64);
+            let r = Reported {
+                limit,
+                remaining: left(self.tokens),
+            };
+            out[0] = Some((Meter::Requests, r));
+        }
+        for (i, meter, per_minute) in m.token_limits.meters() {
+            let r = Reported {
+                limit: Some(per_minute.round() as u64),
+                remaining: left(self.token_levels[i]),
+            };
+            out[i + 1] = Some((meter, r));
+        }
+        out
     }
 
     /// A worker finished; the next queued request (if any) takes it (start
@@ -225,6 +361,8 @@ mod tests {
             overload_retry_after: None,
             reject_latency: Duration::from_millis(5),
             rate_limit: None,
+            token_limits: TokenLimits::default(),
+            reports_remaining: true,
             faults: vec![Fault {
                 status: 400,
                 retry_after: None,
@@ -243,7 +381,9 @@ mod tests {
         let m = model();
         let mut p = ProviderRt::new(&m);
         let mut rng = SmallRng::seed_from_u64(1);
-        let a: Vec<Admission> = (0..4).map(|i| p.arrive(&m, 0, "ok", i, &mut rng)).collect();
+        let a: Vec<Admission> = (0..4)
+            .map(|i| p.arrive(&m, 0, "ok", Tokens::default(), i, &mut rng))
+            .collect();
         assert!(matches!(a[0], Admission::Serve(_)));
         assert!(matches!(a[1], Admission::Serve(_)));
         assert_eq!(a[2], Admission::Queued);
@@ -259,11 +399,11 @@ mod tests {
         let mut p = ProviderRt::new(&m);
         let mut rng = SmallRng::seed_from_u64(1);
         assert!(matches!(
-            p.arrive(&m, 0, "svc/broken", 0, &mut rng),
+            p.arrive(&m, 0, "svc/broken", Tokens::default(), 0, &mut rng),
             Admission::Answer { status: 400, .. }
         ));
         assert!(matches!(
-            p.arrive(&m, 0, "notbroken", 1, &mut rng),
+            p.arrive(&m, 0, "notbroken", Tokens::default(), 1, &mut rng),
             Admission::Serve(_)
         ));
     }
@@ -278,20 +418,75 @@ mod tests {
         m.workers = 100;
         let mut p = ProviderRt::new(&m);
         let mut rng = SmallRng::seed_from_u64(1);
-        let statuses: Vec<Admission> = (0..3).map(|i| p.arrive(&m, 0, "ok", i, &mut rng)).collect();
+        let statuses: Vec<Admission> = (0..3)
+            .map(|i| p.arrive(&m, 0, "ok", Tokens::default(), i, &mut rng))
+            .collect();
         assert!(matches!(statuses[1], Admission::Serve(_)));
         assert_eq!(
             statuses[2],
-            Admission::Answer {
-                status: 429,
-                retry_after: Some(Duration::from_secs(1)),
+            Admission::Limited {
+                retry_after: Duration::from_secs(1),
                 after: Duration::from_millis(5)
             }
         );
         // Half a second later one token has come back.
         assert!(matches!(
-            p.arrive(&m, 500_000_000, "ok", 9, &mut rng),
+            p.arrive(&m, 500_000_000, "ok", Tokens::default(), 9, &mut rng),
             Admission::Serve(_)
         ));
+    }
+
+    #[test]
+    fn tokens_are_reserved_on_arrival_settled_by_usage_and_reported() {
+        let mut m = model();
+        m.workers = 100;
+        m.token_limits.tokens_per_minute = Some(6_000.0);
+        m.token_limits.output_tokens_per_minute = Some(4_000.0);
+        let mut p = ProviderRt::new(&m);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let t = Tokens {
+            input: 1_000,
+            max: 2_000,
+            output: 500,
+        };
+        assert!(matches!(
+            p.arrive(&m, 0, "ok", t, 0, &mut rng),
+            Admission::Serve(_)
+        ));
+        assert!(matches!(
+            p.arrive(&m, 0, "ok", t, 1, &mut rng),
+            Admission::Serve(_)
+        ));
+        // 6,000 reserved: the third waits 30 s (3,000 at 100 a second).
+        assert_eq!(
+            p.arrive(&m, 0, "ok", t, 2, &mut rng),
+            Admission::Limited {
+                retry_after: Duration::from_secs(30),
+                after: Duration::from_millis(5)
+            }
+        );
+        // The total meter keeps both estimates; the output meter keeps the
+        // 500 one answer used, and all of an error's comes back.
+        p.settle(&m, 0, t, true);
+        p.settle(&m, 0, t, false);
+        let reported = p.remaining(&m, 0);
+        assert_eq!(reported[0], None, "requests are not metered");
+        let left =
+            |r: [Option<(Meter, Reported)>; 4], i: usize| r[i].and_then(|(_, r)| r.remaining);
+        assert_eq!(left(reported, 1), Some(0));
+        assert_eq!(
+            reported[3],
+            Some((
+                Meter::OutputTokens,
+                Reported {
+                    limit: Some(4_000),
+                    remaining: Some(3_500)
+                }
+            ))
+        );
+        // It refills continuously: 100 a second.
+        assert_eq!(left(p.remaining(&m, 1_000_000_000), 1), Some(100));
+        m.reports_remaining = false;
+        assert_eq!(p.remaining(&m, 0), [None; 4]);
     }
 }

@@ -39,7 +39,13 @@ pub struct EndpointReport {
     pub success_ratio: f64,
     pub attempts_per_request_mean: f64,
     pub upstream_per_minute: f64,
+    /// Provider 429s.
     pub rate_limited_per_minute: f64,
+    /// Levee's `rate_limited` answers: its allowance refused the request.
+    pub levee_rate_limited_per_minute: f64,
+    /// The 99th percentile of its answered requests' time, arrival to
+    /// answer (a wait for a slot of the allowance included), in seconds.
+    pub latency_p99_seconds: f64,
     /// Mean workers of the caller pool held by this stream (Little's law, measured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers_busy_mean: Option<f64>,
@@ -129,12 +135,10 @@ pub(crate) fn summarise(
 
     let mut latencies = std::mem::take(&mut m.latencies);
     latencies.sort_unstable();
-    let percentile = |q: f64| {
-        let n = latencies.len();
-        let i = ((n as f64 * q).ceil() as usize).clamp(1, n.max(1)) - 1;
-        Duration::from_nanos(latencies.get(i).copied().unwrap_or(0))
-    };
-    let (latency_p50, latency_p99) = (percentile(0.5), percentile(0.99));
+    let (latency_p50, latency_p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+    for st in &mut m.streams {
+        st.latencies.sort_unstable();
+    }
     let requests: u64 = m.streams.iter().map(|s| s.requests).sum();
     let successes: u64 = m.streams.iter().map(|s| s.successes).sum();
     let unfinished: u64 = m.streams.iter().map(|s| s.unfinished).sum();
@@ -156,6 +160,11 @@ pub(crate) fn summarise(
                 attempts_per_request_mean: round(ratio(st.upstream_total, st.requests), 3),
                 upstream_per_minute: round(st.upstream_window as f64 / minutes, 1),
                 rate_limited_per_minute: round(st.rate_limited_window as f64 / minutes, 1),
+                levee_rate_limited_per_minute: round(
+                    st.levee_rate_limited_window as f64 / minutes,
+                    1,
+                ),
+                latency_p99_seconds: round(percentile(&st.latencies, 0.99).as_secs_f64(), 3),
                 workers_busy_mean: m.has_pool.then(|| {
                     round(
                         st.held_ns_window as f64 / m.window_len().as_nanos() as f64,
@@ -193,6 +202,13 @@ pub(crate) fn summarise(
             latency_p99,
         },
     }
+}
+
+/// The `q` quantile of sorted `latencies` (zero when empty).
+fn percentile(latencies: &[u64], q: f64) -> Duration {
+    let n = latencies.len();
+    let i = ((n as f64 * q).ceil() as usize).clamp(1, n.max(1)) - 1;
+    Duration::from_nanos(latencies.get(i).copied().unwrap_or(0))
 }
 
 /// The human table.
@@ -270,9 +286,11 @@ pub fn table(r: &Report) -> String {
                 "att/req",
                 "upstream/min",
                 "429/min",
+                "levee rate_limited/min",
+                "p99",
                 "workers",
             ];
-            let rows: Vec<[String; 7]> = v
+            let rows: Vec<[String; 9]> = v
                 .endpoints
                 .iter()
                 .map(|e| {
@@ -283,6 +301,8 @@ pub fn table(r: &Report) -> String {
                         format!("{:.2}", e.attempts_per_request_mean),
                         format!("{:.0}", e.upstream_per_minute),
                         format!("{:.0}", e.rate_limited_per_minute),
+                        format!("{:.1}", e.levee_rate_limited_per_minute),
+                        format!("{:.3}s", e.latency_p99_seconds),
                         e.workers_busy_mean
                             .map(|w| format!("{w:.1}"))
                             .unwrap_or_else(|| "-".into()),

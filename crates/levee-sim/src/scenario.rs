@@ -8,10 +8,10 @@
 //! and `routes:` exactly as in `levee.yaml`), resolved by `levee-config`, so
 //! the simulated gateway runs the policy a real config would.
 
-use crate::arrivals::{Process, Shape, Stream};
+use crate::arrivals::{Process, Shape, Stream, Tokens};
 use crate::error::SimError;
 use crate::layers::{Layer, RetryRule};
-use crate::provider::{Fault, ProviderModel, RateLimit};
+use crate::provider::{Fault, ProviderModel, RateLimit, TokenLimits};
 use crate::Dist;
 use levee_config::duration::Dur;
 use levee_config::locate::{locate, Seg};
@@ -54,6 +54,10 @@ struct RawStream {
     model: Option<String>,
     path: Option<String>,
     provider: Option<String>,
+    caller: Option<String>,
+    input_tokens: Option<u32>,
+    max_tokens: Option<u32>,
+    output_tokens: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -81,6 +85,7 @@ struct RawProviderModel {
     overload: Option<RawOverload>,
     reject_latency: Option<Dur>,
     rate_limit: Option<RawRate>,
+    reports_remaining: Option<bool>,
     #[serde(default)]
     faults: Vec<RawFault>,
 }
@@ -95,8 +100,11 @@ struct RawOverload {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRate {
-    requests_per_minute: u32,
+    requests_per_minute: Option<u32>,
     burst: Option<u32>,
+    tokens_per_minute: Option<u64>,
+    input_tokens_per_minute: Option<u64>,
+    output_tokens_per_minute: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,6 +126,9 @@ struct RawVariant {
     name: String,
     #[serde(default)]
     callers: Vec<RawLayer>,
+    /// Per stream name: its own caller layers, in place of `callers:`.
+    #[serde(default)]
+    stacks: BTreeMap<String, Vec<RawLayer>>,
     gateway: Option<RawGateway>,
 }
 
@@ -166,8 +177,11 @@ pub struct Scenario {
 #[derive(Debug)]
 pub struct Variant {
     pub name: String,
-    /// Outermost first; a naive gateway is the last one.
+    /// Every caller layer of the variant (a naive gateway is the last one).
     pub layers: Vec<Layer>,
+    /// Per stream: the layers its requests pass through, outermost first
+    /// (indices into `layers`; a naive gateway's is shared by all).
+    pub stacks: Vec<Vec<u8>>,
     pub levee: Option<Box<LeveeGateway>>,
 }
 
@@ -276,7 +290,7 @@ fn resolve(raw: RawScenario, text: &str, base: Option<&Path>) -> Result<Scenario
         .variants
         .into_iter()
         .enumerate()
-        .map(|(i, v)| resolve_variant(v, i, text, &names))
+        .map(|(i, v)| resolve_variant(v, i, text, &names, &streams))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Scenario {
         name: raw.name.unwrap_or_else(|| "scenario".to_string()),
@@ -330,6 +344,7 @@ fn resolve_variant(
     i: usize,
     text: &str,
     names: &[&String],
+    streams: &[Stream],
 ) -> Result<Variant, SimError> {
     use Seg::*;
     let mut layers = Vec::new();
@@ -343,12 +358,53 @@ fn resolve_variant(
             &path,
         )?);
     }
+    let shared: Vec<u8> = (0..layers.len() as u8).collect();
+    let mut stacks = vec![shared; streams.len()];
+    for (stream, own) in &v.stacks {
+        let path = [
+            Key("variants"),
+            Index(i),
+            Key("stacks"),
+            Key(stream.as_str()),
+        ];
+        let Some(k) = streams.iter().position(|s| &s.name == stream) else {
+            let known: Vec<&String> = streams.iter().map(|s| &s.name).collect();
+            return Err(SimError::at(
+                locate(text, &path),
+                format!(
+                    "variant `{}`: `stacks` names `{stream}`, not a stream of `arrivals:` (known: {})",
+                    v.name,
+                    join(&known)
+                ),
+            ));
+        };
+        let mut stack = Vec::new();
+        for (j, l) in own.iter().enumerate() {
+            let mut lp = path.to_vec();
+            lp.push(Index(j));
+            let name = format!("{stream} caller {}", j + 1);
+            layers.push(resolve_layer(l, &name, false, text, &lp)?);
+            stack.push((layers.len() - 1) as u8);
+        }
+        stacks[k] = stack;
+    }
+    if layers.len() > usize::from(u8::MAX) {
+        let path = [Key("variants"), Index(i)];
+        return Err(SimError::at(
+            locate(text, &path),
+            format!("variant `{}`: at most 254 caller layers", v.name),
+        ));
+    }
     let mut levee = None;
     match v.gateway.map(|g| (g.naive, g.levee)) {
         None => {}
         Some((Some(l), None)) => {
             let path = [Key("variants"), Index(i), Key("gateway"), Key("naive")];
             layers.push(resolve_layer(&l, "gateway", true, text, &path)?);
+            let gw = (layers.len() - 1) as u8;
+            for stack in &mut stacks {
+                stack.push(gw);
+            }
         }
         Some((None, Some(cfg))) => {
             levee = Some(Box::new(resolve_levee(*cfg, i, text, names)?));
@@ -367,6 +423,7 @@ fn resolve_variant(
     Ok(Variant {
         name: v.name,
         layers,
+        stacks,
         levee,
     })
 }
@@ -414,18 +471,41 @@ fn resolve_provider(
             "`overload.status` must be an error status such as 503 or 529".into(),
         ));
     }
+    let mut token_limits = TokenLimits::default();
     let rate_limit = match &p.rate_limit {
         None => None,
         Some(r) => {
-            if r.requests_per_minute == 0 || r.burst == Some(0) {
+            let tokens = [
+                r.tokens_per_minute,
+                r.input_tokens_per_minute,
+                r.output_tokens_per_minute,
+            ];
+            if r.requests_per_minute == Some(0) || r.burst == Some(0) || tokens.contains(&Some(0)) {
                 return Err(at(
                     &[Key("rate_limit")],
-                    "`requests_per_minute` and `burst` must be at least 1".into(),
+                    "every limit of `rate_limit` (and `burst`) must be at least 1".into(),
                 ));
             }
-            Some(RateLimit {
-                per_second: f64::from(r.requests_per_minute) / 60.0,
-                burst: f64::from(r.burst.unwrap_or((r.requests_per_minute / 60).max(1))),
+            if r.burst.is_some() && r.requests_per_minute.is_none() {
+                return Err(at(
+                    &[Key("rate_limit")],
+                    "`burst` is a burst of requests: it needs `requests_per_minute`".into(),
+                ));
+            }
+            if r.requests_per_minute.is_none() && tokens.iter().all(Option::is_none) {
+                return Err(at(
+                    &[Key("rate_limit")],
+                    "give `requests_per_minute` or a token limit (`tokens_per_minute`, `input_tokens_per_minute`, `output_tokens_per_minute`)".into(),
+                ));
+            }
+            token_limits = TokenLimits {
+                tokens_per_minute: r.tokens_per_minute.map(|n| n as f64),
+                input_tokens_per_minute: r.input_tokens_per_minute.map(|n| n as f64),
+                output_tokens_per_minute: r.output_tokens_per_minute.map(|n| n as f64),
+            };
+            r.requests_per_minute.map(|rpm| RateLimit {
+                per_second: f64::from(rpm) / 60.0,
+                burst: f64::from(r.burst.unwrap_or((rpm / 60).max(1))),
             })
         }
     };
@@ -476,6 +556,8 @@ fn resolve_provider(
             .map(|d| d.0)
             .unwrap_or(Duration::from_millis(5)),
         rate_limit,
+        token_limits,
+        reports_remaining: p.reports_remaining.unwrap_or(true),
         faults,
     })
 }
@@ -547,6 +629,13 @@ fn resolve_stream(
             )))
         }
     };
+    if let (Some(out), Some(max)) = (s.output_tokens, s.max_tokens) {
+        if out > max {
+            return Err(at(format!(
+                "`output_tokens` ({out}) is what an answer uses of `max_tokens` ({max}): at most that"
+            )));
+        }
+    }
     let from = s.from.map(|d| d.0).unwrap_or(Duration::ZERO);
     let to = s.to.map(|d| d.0).unwrap_or(duration).min(duration);
     if to < from {
@@ -564,6 +653,12 @@ fn resolve_stream(
             .clone()
             .unwrap_or_else(|| "/v1/chat/completions".to_string()),
         provider,
+        caller: s.caller.clone(),
+        tokens: Tokens {
+            input: s.input_tokens.unwrap_or(0),
+            max: s.max_tokens.unwrap_or(0),
+            output: s.output_tokens.unwrap_or(s.max_tokens.unwrap_or(0)),
+        },
     })
 }
 
