@@ -89,9 +89,15 @@ async fn over_the_allowance_a_request_is_refused_at_once_and_never_sent() {
     );
 }
 
-/// Offered `per_second` for `seconds` to the gateway (each request with a
-/// 1 s deadline): (answered, refused rate_limited with a retry-after, other).
-async fn offer(env: &std::sync::Arc<Local>, per_second: u64, seconds: u64) -> (u32, u32, u32) {
+/// Offered `per_second` for `seconds` to the gateway, each request with a
+/// `timeout_ms` deadline: (answered, refused rate_limited with a
+/// retry-after, other, the slowest answer).
+async fn offer(
+    env: &std::sync::Arc<Local>,
+    per_second: u64,
+    seconds: u64,
+    timeout_ms: u64,
+) -> (u32, u32, u32, Duration) {
     let body = chat_with_max(16, false);
     let mut tasks = Vec::new();
     let gap = Duration::from_millis(1000 / per_second);
@@ -99,27 +105,32 @@ async fn offer(env: &std::sync::Arc<Local>, per_second: u64, seconds: u64) -> (u
         let env = std::sync::Arc::clone(env);
         let body = body.clone();
         tasks.push(tokio::spawn(async move {
+            let t = tokio::time::Instant::now();
+            let timeout = timeout_ms.to_string();
             let r = env
-                .post("/v1/chat/completions", &body, &[("x-timeout-ms", "1000")])
+                .post("/v1/chat/completions", &body, &[("x-timeout-ms", &timeout)])
                 .await;
+            let reason = r.header("x-levee-reason").to_string();
             (
                 r.status,
-                r.header("x-levee-reason").to_string(),
+                reason,
                 r.header("retry-after").to_string(),
+                t.elapsed(),
             )
         }));
         tokio::time::sleep(gap).await;
     }
-    let (mut ok, mut limited, mut other) = (0, 0, 0);
+    let (mut ok, mut limited, mut other, mut slowest) = (0, 0, 0, Duration::ZERO);
     for t in tasks {
-        let (status, reason, retry_after) = watchdog(WATCHDOG, t).await.unwrap();
+        let (status, reason, retry_after, took) = watchdog(WATCHDOG, t).await.unwrap();
+        slowest = slowest.max(took);
         match status {
             200 => ok += 1,
             429 if reason == "rate_limited" && !retry_after.is_empty() => limited += 1,
             _ => other += 1,
         }
     }
-    (ok, limited, other)
+    (ok, limited, other, slowest)
 }
 
 /// The provider allows `limit` (its `rate_limit:`, worth 600 of these
@@ -127,16 +138,22 @@ async fn offer(env: &std::sync::Arc<Local>, per_second: u64, seconds: u64) -> (u
 /// it. Offered 20 a second for two minutes (twice the limit; the provider's
 /// bucket starts full, a minute's worth, so only past the first minute does
 /// sending everything draw its 429s).
-async fn twice_the_limit(limit: &str) {
+async fn twice_the_limit(limit: &str, timeout_ms: u64) {
     let mock = format!("rate_limit: {limit}\nfaults: []\n");
     let config = "providers:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets: [p]\n    retry: { max_attempts: 1 }\n";
     let env = std::sync::Arc::new(local(&[mock.as_str()], config));
-    let (ok, limited, other) = offer(&env, 20, 120).await;
+    let (ok, limited, other, slowest) = offer(&env, 20, 120, timeout_ms).await;
     let s = env.stats(0);
     let provider_429 = s.rate_limited;
     eprintln!(
-        "{limit}: answered {ok}, rate_limited by Levee {limited}, other {other}; provider: {} requests, {provider_429} 429s",
+        "{limit}: answered {ok}, rate_limited by Levee {limited}, other {other}, slowest {slowest:?}; provider: {} requests, {provider_429} 429s",
         s.requests_total
+    );
+    // The excess is told at once: no caller waits long for a slot that
+    // others keep taking, whatever its own deadline.
+    assert!(
+        slowest < Duration::from_secs(3),
+        "a caller waited {slowest:?}"
     );
     // The provider's own 429s: at most 1 % of what it was sent.
     assert!(
@@ -156,7 +173,9 @@ async fn twice_the_limit(limit: &str) {
 
 #[tokio::test(start_paused = true)]
 async fn at_twice_the_providers_request_limit_levee_paces_by_its_headers() {
-    twice_the_limit("{ requests_per_minute: 600 }").await;
+    twice_the_limit("{ requests_per_minute: 600 }", 1_000).await;
+    // The SDKs' own timeout is 600 s: the excess is still told at once.
+    twice_the_limit("{ requests_per_minute: 600 }", 600_000).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -164,5 +183,6 @@ async fn at_twice_the_providers_token_limit_levee_paces_by_its_headers() {
     // A request costs the provider its input (a token per 4 bytes) and its
     // max_tokens: 600 of them a minute.
     let per_request = chat_with_max(16, false).len() as u64 / 4 + 16;
-    twice_the_limit(&format!("{{ tokens_per_minute: {} }}", 600 * per_request)).await;
+    let limit = format!("{{ tokens_per_minute: {} }}", 600 * per_request);
+    twice_the_limit(&limit, 600_000).await;
 }

@@ -31,7 +31,10 @@
 //!   there still covers every other caller's unspent guarantee. While the
 //!   allowance is plentiful everyone borrows what others leave unused; when
 //!   it runs short each caller keeps its share, so one caller's surge cannot
-//!   take what the others need.
+//!   take what the others need. A caller already using more than its share
+//!   borrows only above a cushion (up to a quarter of the bucket, for one
+//!   at twice its share or more), kept for the bursts of callers within
+//!   theirs; of two borrowers, the one nearer its share goes first.
 
 use crate::time::Instant;
 use std::time::Duration;
@@ -145,6 +148,9 @@ const FLOOR_NORMAL: f64 = 0.0;
 const FLOOR_LOW: f64 = 0.25;
 const FLOOR_RETRY: f64 = 0.10;
 const FLOOR_FALLBACK: f64 = 0.10;
+/// What a caller over its share leaves in the bucket when it borrows, for
+/// the bursts of callers within theirs (a fraction of the bucket).
+const BORROW_CUSHION: f64 = 0.25;
 /// A caller counts toward the shares while it asked this recently.
 const ACTIVE: Duration = Duration::from_secs(60);
 /// The time constant of a caller's reported usage rate.
@@ -348,7 +354,16 @@ impl Allowance {
                     .filter(|&j| j != me && self.shares[j].active(now))
                     .map(|j| self.guarantee(now, j, i, weights))
                     .sum();
-                let spare = b.level(now) - others;
+                // A caller using more than its share borrows only above a
+                // cushion, kept for the bursts of callers within theirs.
+                let share_rate = self.shares[me].weight / weights * b.per_sec;
+                let used_rate = self.shares[me].decayed(now)[i] / USAGE_TAU.as_secs_f64();
+                // The further over its share, the higher its cushion: of
+                // two borrowers, the one nearer its share goes first (as
+                // max-min fairness would have it).
+                let over = (used_rate / share_rate.max(f64::MIN_POSITIVE) - 1.0).clamp(0.0, 1.0);
+                let cushion = BORROW_CUSHION * over * b.capacity;
+                let spare = b.level(now) - others - cushion;
                 if spare < need - 1e-9 {
                     // Its own guarantee refills at its share of the rate.
                     let rate = self.shares[me].weight / weights * b.per_sec;

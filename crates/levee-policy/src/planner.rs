@@ -405,7 +405,17 @@ pub struct RequestState {
     started: Option<Instant>,
     /// Why the primary refused the request without an attempt.
     primary_refused: Option<PrimaryRefusal>,
+    /// The latest it may still wait for the allowance: its first slot when
+    /// first refused, plus [`ALLOWANCE_PATIENCE`].
+    allowance_by: Option<Instant>,
 }
+
+/// How much longer than its first slot a request waits for the allowance.
+/// Past it, the slots keep going to others (the account is oversubscribed:
+/// waiting adds no answers, only latency) and it is refused at once, with
+/// a `retry-after`. At twice a provider's limit and the SDK's 600 s timeout,
+/// waiting without a bound held callers 21 s at the median, 99 s at p99.
+pub const ALLOWANCE_PATIENCE: Duration = Duration::from_secs(1);
 
 impl RequestState {
     /// A request that must be answered by `deadline`.
@@ -425,6 +435,7 @@ impl RequestState {
             caller_retry: false,
             started: None,
             primary_refused: None,
+            allowance_by: None,
         }
     }
 
@@ -598,7 +609,7 @@ impl RoutePolicy {
                     Err(r) => {
                         // Another waiter took the slot it waited for: wait
                         // for the next one while the deadline holds it.
-                        if let Some(until) = self.waitable(deps, r, p.target, now, remaining) {
+                        if let Some(until) = self.waitable(deps, r, p.target, now, remaining, req) {
                             return wait_for(req, Pending { at: until, ..p }, rng);
                         }
                         req.blocked = Some(refusal_reason(r, now));
@@ -711,7 +722,7 @@ impl RoutePolicy {
                     return Decision::Dispatch(d);
                 }
                 Err(r) => {
-                    if let Some(until) = self.waitable(deps, r, t, now, remaining) {
+                    if let Some(until) = self.waitable(deps, r, t, now, remaining, req) {
                         if t == 0 {
                             return self.wait_first(req, until, rng);
                         }
@@ -733,7 +744,9 @@ impl RoutePolicy {
 
     /// When a refusal is a slot to wait for — a throttled model's pace, the
     /// allowance, a recovery ramp — that comes within the Retry-After cap
-    /// and leaves the deadline an expected attempt and the margin.
+    /// and leaves the deadline an expected attempt and the margin. The
+    /// allowance's slots are waited for only up to [`ALLOWANCE_PATIENCE`]
+    /// past the first one.
     #[allow(clippy::too_many_arguments)]
     fn waitable<D: Dependencies>(
         &self,
@@ -742,11 +755,17 @@ impl RoutePolicy {
         t: usize,
         now: Instant,
         remaining: Duration,
+        req: &mut RequestState,
     ) -> Option<Instant> {
         let until = match r {
-            Refusal::Throttled { until }
-            | Refusal::RateLimited { until }
-            | Refusal::Recovering { until } => until,
+            Refusal::Throttled { until } | Refusal::Recovering { until } => until,
+            Refusal::RateLimited { until } => {
+                let by = *req.allowance_by.get_or_insert(until + ALLOWANCE_PATIENCE);
+                if until > by {
+                    return None;
+                }
+                until
+            }
             Refusal::CircuitOpen { .. } | Refusal::Shed => return None,
         };
         let wait = until.saturating_since(now) + RETRY_AFTER_SPREAD;

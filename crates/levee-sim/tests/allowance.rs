@@ -42,8 +42,9 @@ fn without_shares_the_broken_callers_retries_throttle_the_healthy_callers() {
         assert!(e.rate_limited_per_minute > 5.0, "{e:?}");
     }
     // Levee's allowance alone keeps the provider's 429s away, but the
-    // wrapper's retries are first attempts to it: healthy requests wait for
-    // slots they took, up to their deadline, and some are refused.
+    // wrapper's retries are first attempts to it: they take slots the
+    // healthy requests needed, and some of those are refused (at once:
+    // waiting for slots others keep taking only adds latency).
     let v = variant(r, "levee, no shares");
     let (_, healthy) = split(v);
     let refused: f64 = healthy
@@ -53,7 +54,7 @@ fn without_shares_the_broken_callers_retries_throttle_the_healthy_callers() {
     assert!(refused > 5.0, "{v:?}");
     for e in &healthy {
         assert_eq!(e.rate_limited_per_minute, 0.0, "{e:?}");
-        assert!(e.latency_p99_seconds > 20.0, "{e:?}");
+        assert!(e.latency_p99_seconds < 5.0, "{e:?}");
     }
 }
 
@@ -65,8 +66,18 @@ fn with_shares_the_healthy_callers_see_no_throttling_and_the_broken_caller_alone
         let (broken, healthy) = split(v);
         for e in &healthy {
             assert_eq!(e.rate_limited_per_minute, 0.0, "{name}: {e:?}");
-            assert_eq!(e.levee_rate_limited_per_minute, 0.0, "{name}: {e:?}");
-            assert_eq!(e.success_ratio, 1.0, "{name}: {e:?}");
+            if name == "levee, equal shares" {
+                // Equal weights guarantee each of the six 333/min: the
+                // 400/min caller borrows beyond it, before the broken
+                // caller (nearer its share) but not always in time; a
+                // request waits a second for the allowance at most, so a
+                // few in a thousand are refused.
+                assert!(e.success_ratio >= 0.99, "{name}: {e:?}");
+                assert!(e.latency_p99_seconds < 1.5, "{name}: {e:?}");
+            } else {
+                assert_eq!(e.levee_rate_limited_per_minute, 0.0, "{name}: {e:?}");
+                assert_eq!(e.success_ratio, 1.0, "{name}: {e:?}");
+            }
         }
         assert_eq!(broken.rate_limited_per_minute, 0.0, "{name}: {broken:?}");
         assert!(
