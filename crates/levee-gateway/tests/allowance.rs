@@ -105,7 +105,7 @@ async fn offer(
         let env = std::sync::Arc::clone(env);
         let body = body.clone();
         tasks.push(tokio::spawn(async move {
-            let t = tokio::time::Instant::now();
+            let t = paused_now();
             let timeout = timeout_ms.to_string();
             let r = env
                 .post("/v1/chat/completions", &body, &[("x-timeout-ms", &timeout)])
