@@ -97,14 +97,11 @@ impl Provider {
         )
     }
 
-    /// Fresh runtime state without the local request allowance (it is
-    /// enforced elsewhere, e.g. shared across replicas); its token meters
-    /// and shares stay.
+    /// Fresh runtime state without the configured meters (they are
+    /// enforced elsewhere: shared across replicas); its shares stay, and
+    /// the meters the provider reports are still learned.
     pub fn new_state_without_allowance(&self) -> ProviderState {
-        let limits = levee_policy::allowance::Limits {
-            requests_per_minute: None,
-            ..self.limits
-        };
+        let limits = levee_policy::allowance::Limits::default();
         ProviderState::new(self.breaker.clone(), None, self.max_in_flight).with_allowance(
             levee_policy::allowance::Allowance::new(limits).with_shares(&self.shares),
         )

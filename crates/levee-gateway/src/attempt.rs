@@ -176,6 +176,20 @@ impl AttemptFinisher {
         let t = self.req.target();
         let route = &self.shared.config.routes[self.route];
         let provider = &self.shared.providers[route.targets[t].provider];
+        // Shared by replicas: the input and output meters in Redis are
+        // settled too (off the request's path: it does not wait for them).
+        if let (Some(rate), Some(redis)) = (&provider.shared_rate, &self.shared.redis) {
+            let back = rate.settlements(permit.grant().cost, used);
+            if !back.is_empty() {
+                let redis = std::sync::Arc::clone(redis);
+                let name = provider.name.clone();
+                tokio::spawn(async move {
+                    for (meter, units) in back {
+                        let _ = redis.settle_allowance(&name, meter, units).await;
+                    }
+                });
+            }
+        }
         let model = {
             let mut state = provider.lock();
             state.settle(self.shared.clock.now(), permit.grant(), used);

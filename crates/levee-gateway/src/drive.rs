@@ -227,7 +227,10 @@ impl Driver {
         // A shared (cross-replica) allowance is checked here, outside the
         // core: it needs a Redis round trip.
         if let (Some(rate), Some(redis)) = (&provider.shared_rate, &shared.redis) {
-            if let Err(wait) = rate.check(redis, &provider.name, now).await {
+            if let Err(wait) = rate
+                .check(redis, &provider.name, now, self.ctx.ask.cost)
+                .await
+            {
                 self.fin
                     .refuse(levee_policy::Refusal::RateLimited { until: now + wait });
                 return None;

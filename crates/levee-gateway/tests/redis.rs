@@ -49,6 +49,38 @@ async fn post_to(
 }
 
 #[tokio::test]
+async fn a_token_allowance_split_across_replicas_stays_within_the_shared_rate() {
+    let Some(r) = redis().await else { return };
+    // Six requests' worth of tokens a minute (a request costs a token per
+    // 4 bytes of body): both replicas together get about six in a burst,
+    // where each alone would allow six (twelve in all).
+    let per_request = CHAT.len() as u64 / 4;
+    let allowance = format!(", rate_limit: {{ tokens_per_minute: {} }}", 6 * per_request);
+    let (a, b) = replicas(r.port, "faults: []", &allowance).await;
+    let mut ok = 0;
+    for i in 0..24 {
+        let addr = if i % 2 == 0 { a.gw.addr } else { b.addr };
+        let resp = watchdog(
+            WATCHDOG,
+            post_to(&a, addr, CHAT, &[("x-timeout-ms", "2000")]),
+        )
+        .await;
+        match resp.status {
+            200 => ok += 1,
+            429 => assert_eq!(resp.header("x-levee-reason"), "rate_limited"),
+            s => panic!("unexpected {s}: {}", resp.text()),
+        }
+    }
+    assert_eq!(a.stats(0).requests_total, ok);
+    assert!(
+        (6..=7).contains(&ok),
+        "{ok} reached the provider: the shared allowance is 6"
+    );
+    b.shutdown().await;
+    a.stop().await;
+}
+
+#[tokio::test]
 async fn a_burst_split_across_replicas_stays_within_the_shared_rate() {
     let Some(r) = redis().await else { return };
     // 60 per minute with a burst of 6: at most ~6 in a quick burst, in total.

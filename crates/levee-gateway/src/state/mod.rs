@@ -18,6 +18,7 @@
 //! when it returns. A single slow call falls back for that call only.
 
 mod allowance;
+pub use allowance::SharedMeter;
 
 use crate::clock::Clock;
 use prometheus_client::metrics::counter::Counter;
