@@ -190,31 +190,37 @@ impl AttemptFinisher {
                 });
             }
         }
-        let model = {
-            let mut state = provider.lock();
-            state.settle(self.shared.clock.now(), permit.grant(), used);
-            match state.model_of(&permit) {
-                "" => "other".to_string(),
-                m => m.to_string(),
-            }
+        let p = route.targets[t].provider;
+        provider
+            .lock()
+            .settle(self.shared.clock.now(), permit.grant(), used);
+        let caller = permit.grant().caller;
+        let key = |output| {
+            (
+                u32::try_from(self.route).unwrap_or(u32::MAX),
+                u32::try_from(p).unwrap_or(u32::MAX),
+                permit.domain(),
+                caller.map_or(u32::MAX, u32::from),
+                output,
+            )
         };
-        let caller = permit
-            .grant()
-            .caller
-            .and_then(|c| self.shared.config.callers.get(usize::from(c)))
-            .map_or(String::new(), |c| c.name.clone());
-        for (kind, n) in [("input", used.input), ("output", used.output)] {
-            self.shared
-                .metrics
-                .tokens
-                .get_or_create(&crate::metrics::TokensLabel {
+        for (output, kind, n) in [(false, "input", used.input), (true, "output", used.output)] {
+            // The labels' strings are made once per series, not per request.
+            self.shared.metrics.tokens(key(output), u64::from(n), || {
+                let model = match provider.lock().model_of(&permit) {
+                    "" => "other".to_string(),
+                    m => m.to_string(),
+                };
+                crate::metrics::TokensLabel {
                     route: route.name.clone(),
                     provider: provider.name.clone(),
-                    model: model.clone(),
-                    caller: caller.clone(),
+                    model,
+                    caller: caller
+                        .and_then(|c| self.shared.config.callers.get(usize::from(c)))
+                        .map_or(String::new(), |c| c.name.clone()),
                     kind,
-                })
-                .inc_by(u64::from(n));
+                }
+            });
         }
     }
 

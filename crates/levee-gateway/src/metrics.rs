@@ -11,7 +11,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
-use std::sync::RwLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
 
 /// Counter handles by label values, built once per pair of values (a family
 /// with one label uses `""` as the second): the hot path (every request
@@ -32,6 +33,11 @@ fn lookup<'l>(list: &'l [(Box<str>, BySecond)], a: &str, b: &str) -> Option<&'l 
     let (_, by) = list.iter().find(|(k, _)| **k == *a)?;
     by.iter().find(|(k, _)| **k == *b).map(|(_, c)| c)
 }
+
+/// A `levee_tokens_total` series by numbers: route and provider indices,
+/// the model's fault domain at the provider, the caller's index (`u32::MAX`:
+/// not listed), output (`true`) or input.
+pub type TokensKey = (u32, u32, u16, u32, bool);
 
 impl Handles {
     fn inc(&self, a: &str, b: &str, make: impl FnOnce() -> Counter) {
@@ -148,6 +154,9 @@ pub struct Metrics {
     pub allowance_limit: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share_used: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// `tokens`' counters by (route, provider, model domain, caller, kind)
+    /// as numbers: found without building the labels' strings.
+    token_handles: Mutex<HashMap<TokensKey, Counter>>,
     request_handles: Handles,
     attempt_handles: Handles,
     reject_handles: Handles,
@@ -307,12 +316,23 @@ impl Metrics {
             idempotency_local: reg(&mut r, "levee_idempotency_local", Counter::default()),
             translation_refused: reg(&mut r, "levee_translation_refused", Family::default()),
             tokens: reg(&mut r, "levee_tokens", Family::default()),
+            token_handles: Mutex::new(HashMap::new()),
             allowance_remaining: reg(&mut r, "levee_allowance_remaining", Family::default()),
             allowance_limit: reg(&mut r, "levee_allowance_limit", Family::default()),
             allowance_share_used: reg(&mut r, "levee_allowance_share_used", Family::default()),
             allowance_share: reg(&mut r, "levee_allowance_share", Family::default()),
             registry: r,
         }
+    }
+
+    /// Adds `n` tokens to the series `key` names; `labels` makes its labels
+    /// the first time only (a request's path builds no strings for it).
+    pub fn tokens(&self, key: TokensKey, n: u64, labels: impl FnOnce() -> TokensLabel) {
+        let mut handles = self.token_handles.lock().unwrap_or_else(|e| e.into_inner());
+        let c = handles
+            .entry(key)
+            .or_insert_with(|| self.tokens.get_or_create(&labels()).clone());
+        c.inc_by(n);
     }
 
     /// Counts one finished logical request.

@@ -52,6 +52,19 @@ fn exported() -> BTreeSet<String> {
     metrics.fallbacks.get_or_create(&fallback).inc();
     let what = levee_gateway::metrics::WhatLabel { what: "x".into() };
     metrics.state_fallbacks.get_or_create(&what).inc();
+    let meter = levee_gateway::metrics::ProviderMeter {
+        provider: "p".into(),
+        meter: "tokens",
+    };
+    metrics.allowance_remaining.get_or_create(&meter).set(1.0);
+    metrics.allowance_limit.get_or_create(&meter).set(1.0);
+    let share = levee_gateway::metrics::ProviderCallerMeter {
+        provider: "p".into(),
+        caller: "c".into(),
+        meter: "tokens",
+    };
+    metrics.allowance_share_used.get_or_create(&share).set(1.0);
+    metrics.allowance_share.get_or_create(&share).set(1.0);
     let mut names = BTreeSet::new();
     for line in metrics.encode().lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {
@@ -262,7 +275,7 @@ fn promtool(args: &[&str]) -> Option<(bool, String)> {
 fn promtool_accepts_the_alert_rules() {
     if let Some((ok, said)) = promtool(&["check", "rules", "alerts.yml"]) {
         assert!(ok, "promtool check rules: {said}");
-        assert!(said.contains("SUCCESS: 8 rules found"), "{said}");
+        assert!(said.contains("SUCCESS: 9 rules found"), "{said}");
     }
 }
 

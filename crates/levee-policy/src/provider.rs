@@ -80,6 +80,12 @@ impl Permit {
     pub fn grant(&self) -> Grant {
         self.grant
     }
+
+    /// The fault domain (the model's, at its provider) it was admitted in:
+    /// a small number naming the model, for labels kept by number.
+    pub fn domain(&self) -> u16 {
+        self.domain
+    }
 }
 
 #[derive(Clone, Debug)]
