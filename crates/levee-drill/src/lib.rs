@@ -15,6 +15,7 @@
 //! deadline plus 2 s), and it only speaks to a gateway with a `levee mock`
 //! behind it, whose fault set it replaces at start and clears at the end.
 //! How each number is defined is documented in [`report`].
+#![forbid(unsafe_code)]
 
 mod args;
 mod clock;

@@ -98,11 +98,7 @@ impl Generation {
 
 /// A short content hash: the first 12 hex digits of sha256.
 pub fn hash_of(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .take(6)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&Sha256::digest(bytes)[..6])
 }
 
 /// Why a reload was refused.

@@ -30,6 +30,7 @@
 //! Use it as `levee mock --listen ADDR [--api openai|anthropic|both] [--faults
 //! FILE] [--seed N] [--replay TAPE]`, or in-process with [`spawn`]. The fault document is described on
 //! [`parse_faults`] and in the README; the tape format in `TAPE.md`.
+#![forbid(unsafe_code)]
 
 mod admin;
 mod answer;

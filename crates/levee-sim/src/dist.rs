@@ -6,9 +6,6 @@ use rand::Rng;
 use rand_distr::LogNormal;
 use std::time::Duration;
 
-/// z-score of the 99th percentile of the standard normal.
-const Z99: f64 = 2.326_347_874;
-
 /// A distribution of durations, sampled in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Dist {
@@ -55,11 +52,10 @@ impl Dist {
     ) -> Result<Self, DistError> {
         match (p50, p99, min, max) {
             (Some(p50), Some(p99), None, None) => {
-                if p50.is_zero() || p99 < p50 {
-                    return Err(DistError::Percentiles);
-                }
-                let mu = (p50.as_nanos() as f64).ln();
-                let sigma = ((p99.as_nanos() as f64).ln() - mu) / Z99;
+                let (mu_secs, sigma) = levee_wire::latency::lognormal_fit(p50, p99)
+                    .map_err(|_| DistError::Percentiles)?;
+                // Sampled in nanoseconds.
+                let mu = mu_secs + 1e9_f64.ln();
                 Ok(Dist::LogNormal { mu, sigma })
             }
             (Some(p50), None, None, None) => Ok(Dist::fixed(p50)),

@@ -14,6 +14,7 @@
 //!
 //! Not a goal: the OpenAI Responses and Embeddings APIs, and Anthropic's
 //! beta features, have no counterpart on the other side and are refused.
+#![forbid(unsafe_code)]
 
 pub mod anthropic;
 mod de;

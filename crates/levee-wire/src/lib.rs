@@ -18,6 +18,7 @@
 
 pub mod error;
 pub mod headers;
+pub mod latency;
 pub mod paths;
 pub mod ratelimit;
 pub mod sse;

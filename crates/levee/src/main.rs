@@ -1,5 +1,6 @@
 //! The `levee` binary: glue only. Each subcommand parses its flags and hands
 //! over to the library crate that does the work.
+#![forbid(unsafe_code)]
 
 mod check;
 mod probe;

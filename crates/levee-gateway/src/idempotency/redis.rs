@@ -128,7 +128,7 @@ fn all_bytes_key(redis: &RedisState) -> String {
 }
 
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 /// Keys in Redis, shared by every replica; the local store when Redis is down.

@@ -232,19 +232,22 @@ pub(crate) enum Latency {
     LogNormal { mu: f64, sigma: f64 },
 }
 
-/// z-score of the 99th percentile of a standard normal.
-const Z99: f64 = 2.326_347_874;
 /// No sampled delay exceeds this, whatever the tail does.
 const MAX_DELAY_SECS: f64 = 3600.0;
 
 impl Latency {
-    fn from_quantiles(p50: Duration, p99: Duration) -> Self {
-        if p99 <= p50 || p50.is_zero() {
-            return Latency::Fixed(p50);
-        }
-        let mu = p50.as_secs_f64().ln();
-        let sigma = (p99.as_secs_f64() / p50.as_secs_f64()).ln() / Z99;
-        Latency::LogNormal { mu, sigma }
+    /// The log-normal with this median and p99 (as the simulator fits
+    /// it); `Err` for a median of zero or a p99 below it.
+    pub(crate) fn from_quantiles(
+        p50: Duration,
+        p99: Duration,
+    ) -> Result<Self, levee_wire::latency::FitError> {
+        let (mu, sigma) = levee_wire::latency::lognormal_fit(p50, p99)?;
+        Ok(if sigma == 0.0 {
+            Latency::Fixed(p50)
+        } else {
+            Latency::LogNormal { mu, sigma }
+        })
     }
 
     pub(crate) fn sample(&self, rng: &Mutex<SmallRng>) -> Duration {
@@ -306,7 +309,8 @@ mod tests {
 
     #[test]
     fn lognormal_latency_fits_its_quantiles() {
-        let lat = Latency::from_quantiles(Duration::from_millis(200), Duration::from_millis(900));
+        let lat = Latency::from_quantiles(Duration::from_millis(200), Duration::from_millis(900))
+            .unwrap();
         let r = rng();
         let mut samples: Vec<f64> = (0..20_000).map(|_| lat.sample(&r).as_secs_f64()).collect();
         samples.sort_by(f64::total_cmp);

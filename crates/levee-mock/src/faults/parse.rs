@@ -632,7 +632,11 @@ impl<'de> Visitor<'de> for LatencySeed {
                 "`latency`: `p99` ({p99:?}) must not be below `p50` ({p50:?})"
             )));
         }
-        Ok(Latency::from_quantiles(p50, p99))
+        Latency::from_quantiles(p50, p99).map_err(|_| {
+            de::Error::custom(format_args!(
+                "`latency`: `p50` must be positive (got {p50:?}); for no delay leave `latency` out"
+            ))
+        })
     }
 }
 
