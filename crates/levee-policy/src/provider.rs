@@ -186,8 +186,12 @@ impl ProviderState {
             if let Some(until) = d.breaker.refusing_until(now) {
                 return Err(Refusal::CircuitOpen { until });
             }
-            if d.pace.active() {
-                // Throttled: paced to what the provider accepts, never shut.
+            // Throttled: paced to what the provider accepts, never shut. A
+            // retry is not paced: it has waited the provider's own
+            // Retry-After already, and the retry budget bounds retries
+            // (paced again, each went to the back of the line: the storm's
+            // p99 was 11-16 s against the SDK's 4.5 s).
+            if d.pace.active() && !ask.retry {
                 d.pace
                     .peek(now)
                     .map_err(|until| Refusal::Throttled { until })?;
@@ -256,7 +260,9 @@ impl ProviderState {
         };
         self.allowance.in_flight(grant.caller, true);
         let d = &mut self.domains[domain];
-        d.pace.take(now);
+        if !ask.retry {
+            d.pace.take(now);
+        }
         d.pace.sent(now);
         let busy = d.retries.dispatched(self.in_flight);
         self.in_flight += 1;
