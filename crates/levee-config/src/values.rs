@@ -78,14 +78,9 @@ impl<'de> serde::Deserialize<'de> for ListenAddr {
     }
 }
 
-/// A provider's wire dialect and auth style.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Api {
-    /// `x-api-key`, `/v1/messages`.
-    Anthropic,
-    /// `Authorization: Bearer`, `/v1/chat/completions`.
-    OpenAi,
-}
+/// A provider's wire dialect: the paths and bodies it is sent, and how its
+/// key is sent by default. The wire crate's own [`levee_wire::Dialect`].
+pub use levee_wire::Dialect as Api;
 
 /// A provider's `api`: the dialect it speaks and where it runs. The cloud
 /// kinds speak one of the two dialects ([`ApiKind::dialect`]) with their own

@@ -15,14 +15,6 @@ use levee_config::Api;
 use levee_translate::{StreamOptions, StreamTranslator, Untranslatable};
 use levee_wire::Dialect;
 
-/// The wire dialect a provider speaks.
-pub fn provider_dialect(api: Api) -> Dialect {
-    match api {
-        Api::OpenAi => Dialect::OpenAi,
-        Api::Anthropic => Dialect::Anthropic,
-    }
-}
-
 /// How one target's exchange crosses dialects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Crossing {
@@ -50,7 +42,7 @@ pub enum Prepared {
 /// Decides, and translates if needed, what a target of `api` is sent for a
 /// caller request on `path` with `body`, the model renamed to `model`.
 pub fn prepare(caller: Dialect, api: Api, path: &str, body: &[u8], model: &str) -> Prepared {
-    let (from, to) = (caller, provider_dialect(api));
+    let (from, to) = (caller, api);
     if from == to {
         return Prepared::Same;
     }
