@@ -501,13 +501,13 @@ impl Allowance {
             let Some(limit) = r.limit.filter(|&l| l > 0) else {
                 return;
             };
+            // A learned meter holds what the provider says a minute
+            // allows, as its own bucket does; what it says is left, on
+            // every answer, keeps Levee at or under it. (A second's worth
+            // for requests left a quarter of a fresh account's first three
+            // minutes unused at twice its limit.)
             let limit = limit as f64;
-            let capacity = match meter {
-                // A learned request meter bursts a second's worth.
-                Meter::Requests => (limit / 60.0).max(1.0),
-                _ => limit,
-            };
-            let mut b = Bucket::new(limit, capacity, false);
+            let mut b = Bucket::new(limit, limit, false);
             b.at = now;
             self.buckets[i] = Some(b);
         }
@@ -518,9 +518,7 @@ impl Allowance {
             // A learned meter follows the limit the provider states.
             let limit = limit as f64;
             b.per_sec = limit / 60.0;
-            if meter != Meter::Requests {
-                b.capacity = limit;
-            }
+            b.capacity = limit;
         }
         if let Some(remaining) = r.remaining {
             b.advance(now);
