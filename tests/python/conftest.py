@@ -42,10 +42,15 @@ def http(method: str, url: str, body: bytes | None = None, timeout: float = 5.0)
         return resp.read()
 
 
+# Every process a test started, to find the ones it left running.
+STARTED: list["Process"] = []
+
+
 class Process:
     """A child process whose stderr goes to a file (no pipe to fill up)."""
 
     def __init__(self, name: str, args: list[str], workdir: Path, env: dict | None = None):
+        STARTED.append(self)
         self.name = name
         self.log_path = workdir / f"{name}.log"
         self._log = open(self.log_path, "wb")
@@ -216,6 +221,19 @@ DEFAULT_ROUTE = (
     "    expected_attempt_ms: 500\n"
     "    deadline: { default: 30s, max: 120s }\n"
 )
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_running():
+    """A test stops every process it starts: one left running is stopped
+    here and fails the test (it would outlive the suite)."""
+    before = len(STARTED)
+    yield
+    left = [p for p in STARTED[before:] if p.proc.poll() is None]
+    for p in left:
+        p.stop()
+    del STARTED[before:]
+    assert not left, f"left running: {[p.name for p in left]}"
 
 
 @pytest.fixture

@@ -143,6 +143,13 @@ def test_the_plain_anthropic_client_through_levee_is_served_by_a_bedrock_target(
     workdir, bedrock_mock
 ):
     gw = bedrock_gateway(workdir, bedrock_mock)
+    try:
+        served_by_bedrock(gw, bedrock_mock)
+    finally:
+        gw.process.stop()
+
+
+def served_by_bedrock(gw, bedrock_mock):
     client = anthropic.Anthropic(base_url=gw.url, api_key="test")
     check_exchange(client, "claude-sonnet")
     raw = client.messages.with_raw_response.create(
@@ -165,6 +172,7 @@ def test_the_plain_anthropic_client_through_levee_is_served_by_a_bedrock_target(
 
 def test_an_overloaded_anthropic_api_fails_over_to_claude_on_bedrock(workdir, bedrock_mock):
     primary = Mock(workdir, api="anthropic", name="mock-anthropic")
+    gw = None
     try:
         primary.set_faults({"status": 529})
         gw = bedrock_gateway(workdir, bedrock_mock, anthropic_mock=primary)
@@ -181,4 +189,6 @@ def test_an_overloaded_anthropic_api_fails_over_to_claude_on_bedrock(workdir, be
         assert gw.metric("levee_upstream_attempts_total", provider="anthropic", result="http_5xx") >= 2
         assert gw.metric("levee_upstream_attempts_total", provider="bedrock", result="success") == 2
     finally:
+        if gw is not None:
+            gw.process.stop()
         primary.process.stop()
