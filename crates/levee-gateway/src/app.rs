@@ -3,7 +3,8 @@
 //! (`server`), and tests call it in-process, with in-memory bodies and
 //! in-process providers, under tokio's paused time.
 
-use crate::handler::{handle, BoxError};
+use crate::error::BoxError;
+use crate::handler::handle;
 use crate::respond::Body;
 use crate::shared::{SetupError, Shared};
 use crate::transport::Dial;

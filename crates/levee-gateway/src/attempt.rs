@@ -19,7 +19,7 @@ pub struct GatewayDeps<'a> {
     /// What each target is sent; the targets this request skips (they
     /// cannot carry it across dialects) refuse as if full, so the planner
     /// moves on without spending their budget.
-    pub(crate) plans: &'a [crate::drive::Plan],
+    pub(crate) plans: &'a [crate::plan::Plan],
     /// The request's place in the providers' allowances: its estimated
     /// tokens, its caller's priority and share.
     pub ask: levee_policy::allowance::Ask,

@@ -7,7 +7,7 @@
 //! returned without a copy when it is the only one; later frames are
 //! appended to one buffer. Trailers are read and dropped.
 
-use crate::handler::BoxError;
+use crate::error::BoxError;
 use bytes::{Bytes, BytesMut};
 use http_body::Body;
 

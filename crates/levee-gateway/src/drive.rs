@@ -10,6 +10,7 @@ use crate::attempt::{AttemptFinisher, GatewayDeps};
 use crate::collect::{collect_limited, CollectError};
 use crate::idempotency::{Lease, Stored};
 use crate::observe::{is_foreign, Finished, LastError, Observer};
+use crate::plan::Plan;
 use crate::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict, Why};
 use crate::shared::Shared;
 use crate::stream::RelayBody;
@@ -56,30 +57,6 @@ pub(crate) struct Ctx {
     pub(crate) stream_deadline: Option<levee_policy::Instant>,
     /// Its place in the providers' allowances (tokens, priority, share).
     pub(crate) ask: levee_policy::allowance::Ask,
-}
-
-/// What one target of the route is sent, prepared at admission.
-pub(crate) struct Plan {
-    /// The body: the caller's, its model rewritten, or translated.
-    pub(crate) body: Bytes,
-    pub(crate) uri: http::Uri,
-    /// How the exchange crosses dialects (`None`: the same dialect).
-    pub(crate) crossing: Option<crate::crossing::Crossing>,
-    /// Skipped for this request: the target cannot carry it, for this
-    /// reason (a metric label).
-    pub(crate) skip: Option<&'static str>,
-    /// Never sent: the request may be sent only once, and an earlier target
-    /// takes it.
-    pub(crate) held: bool,
-    /// The planner chose this skipped target: the refusal changed where
-    /// the request went.
-    pub(crate) consulted: std::sync::atomic::AtomicBool,
-}
-
-impl Plan {
-    pub(crate) fn skipped(&self) -> bool {
-        self.skip.is_some() || self.held
-    }
 }
 
 /// How long a committed stream whose caller set no deadline may run (the

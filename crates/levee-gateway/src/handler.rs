@@ -4,10 +4,12 @@
 
 use crate::collect::{collect_limited, CollectError};
 use crate::crossing;
-use crate::drive::{Ctx, Plan};
+use crate::drive::Ctx;
+use crate::error::BoxError;
 use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{self, inspect, rewrite_model};
 use crate::observe::{self, Observer};
+use crate::plan::Plan;
 use crate::respond::{full, Body, LeveeError, Why};
 use crate::shared::Shared;
 use bytes::Bytes;
@@ -21,9 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const PATHS: [&str; 4] = levee_wire::paths::POST;
-
-/// Errors a request body may fail with.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Handles one inbound request. Never panics, never answers 500 without a
 /// reason; when the shutdown grace period ends first, answers 503 (or ends

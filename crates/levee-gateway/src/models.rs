@@ -16,6 +16,8 @@
 //! failing the whole list.
 
 use crate::collect::collect_limited;
+use crate::listed::Fetched;
+pub use crate::listed::Listed;
 use crate::respond::{full, Body, LeveeError, Verdict};
 use crate::shared::Shared;
 use crate::upstream::{build_request_with, ProviderRuntime};
@@ -41,74 +43,38 @@ const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
 /// Most pages of an Anthropic list followed (1,000 models each).
 const MAX_PAGES: usize = 10;
 
-/// One model as a provider lists it, in either dialect's terms.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Listed {
-    pub id: String,
-    /// OpenAI's `created` (unix seconds), or Anthropic's `created_at` read.
-    pub created: i64,
-    /// Anthropic's `created_at` as the provider wrote it.
-    pub created_at: Option<String>,
-    pub display_name: Option<String>,
-    pub owned_by: Option<String>,
-    pub lifecycle: Option<String>,
-}
-
-/// A provider's list as last fetched, and when.
-struct Fetched {
-    at: levee_policy::Instant,
-    /// `None`: the fetch failed.
-    models: Option<Arc<[Listed]>>,
-}
-
-/// One provider's model list, fetched when asked for and kept a while.
-/// Requests arriving while a fetch runs wait for it rather than starting
-/// their own.
-#[derive(Default)]
-pub struct ModelCache {
-    state: tokio::sync::Mutex<Option<Fetched>>,
-}
-
-impl std::fmt::Debug for ModelCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelCache").finish_non_exhaustive()
-    }
-}
-
-impl ModelCache {
-    /// The provider's list: kept, or fetched now. `None` when the provider
-    /// could not be asked or gave no usable list.
-    pub async fn get(&self, p: &ProviderRuntime) -> Option<Arc<[Listed]>> {
-        let clock = p.clock();
-        let mut state = self.state.lock().await;
-        if let Some(f) = state.as_ref() {
-            let keep = if f.models.is_some() {
-                FRESH
-            } else {
-                FAILED_FRESH
-            };
-            if clock.since(f.at) < keep {
-                return f.models.clone();
-            }
-        }
-        let models = match tokio::time::timeout(FETCH_TIMEOUT, fetch(p)).await {
-            Ok(Ok(list)) => Some(Arc::from(list)),
-            Ok(Err(why)) => {
-                tracing::warn!(target: "levee::models", provider = %p.name, reason = %why, "the provider's model list could not be read; it is left out of GET /v1/models");
-                None
-            }
-            Err(_) => {
-                let ms = FETCH_TIMEOUT.as_millis();
-                tracing::warn!(target: "levee::models", provider = %p.name, "the provider's model list did not arrive within {ms} ms; it is left out of GET /v1/models");
-                None
-            }
+/// The provider's list: kept, or fetched now. `None` when the provider
+/// could not be asked or gave no usable list.
+async fn list_of(p: &ProviderRuntime) -> Option<Arc<[Listed]>> {
+    let clock = p.clock();
+    let mut state = p.models.state.lock().await;
+    if let Some(f) = state.as_ref() {
+        let keep = if f.models.is_some() {
+            FRESH
+        } else {
+            FAILED_FRESH
         };
-        *state = Some(Fetched {
-            at: clock.now(),
-            models: models.clone(),
-        });
-        models
+        if clock.since(f.at) < keep {
+            return f.models.clone();
+        }
     }
+    let models = match tokio::time::timeout(FETCH_TIMEOUT, fetch(p)).await {
+        Ok(Ok(list)) => Some(Arc::from(list)),
+        Ok(Err(why)) => {
+            tracing::warn!(target: "levee::models", provider = %p.name, reason = %why, "the provider's model list could not be read; it is left out of GET /v1/models");
+            None
+        }
+        Err(_) => {
+            let ms = FETCH_TIMEOUT.as_millis();
+            tracing::warn!(target: "levee::models", provider = %p.name, "the provider's model list did not arrive within {ms} ms; it is left out of GET /v1/models");
+            None
+        }
+    };
+    *state = Some(Fetched {
+        at: clock.now(),
+        models: models.clone(),
+    });
+    models
 }
 
 /// Reads the provider's whole list (following Anthropic's pages).
@@ -269,7 +235,7 @@ pub async fn list(shared: &Shared) -> Vec<Entry> {
                 continue;
             }
             if lists[p].is_none() && target.model.is_none() {
-                lists[p] = Some(provider.models.get(provider).await);
+                lists[p] = Some(list_of(provider).await);
             }
             let known = lists[p].clone().flatten();
             match &target.model {

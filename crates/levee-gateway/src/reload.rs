@@ -25,81 +25,13 @@
 //! reference count, where an `RwLock<Arc<_>>` would put every request behind
 //! the writer. The crate is already in the build (the Redis client uses it).
 
-use crate::clock::Clock;
+pub use crate::generation::{hash_of, Generation, ResultLabel};
 use crate::shared::{caller_keys, RouteRuntime, SetupError, Shared};
 use crate::upstream::ProviderRuntime;
 use arc_swap::ArcSwap;
 use levee_config::Config;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
-use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    pub result: String,
-}
-
-/// Which config a generation runs.
-#[derive(Clone, Debug)]
-pub struct Generation {
-    /// 1 for the config the process started with, +1 per accepted reload.
-    pub number: u64,
-    /// The first 12 hex digits of the sha256 of the config file as read
-    /// (`sha256sum levee.yaml` starts with them); without a file, of the
-    /// validated config.
-    pub hash: String,
-    /// When this generation was loaded (unix ms).
-    pub loaded_unix_ms: u64,
-    reloads: Family<ResultLabel, Counter>,
-}
-
-impl Generation {
-    /// The first generation; registers `levee_config_reloads_total`.
-    pub fn first(config: &Config, registry: &mut Registry, clock: &Clock) -> Self {
-        let reloads = Family::<ResultLabel, Counter>::default();
-        registry.register(
-            "levee_config_reloads",
-            "Config reloads (SIGHUP) by result: ok (the new config serves new requests) or error (refused; the running config kept)",
-            reloads.clone(),
-        );
-        for result in ["ok", "error"] {
-            let _ = reloads.get_or_create(&ResultLabel {
-                result: result.into(),
-            });
-        }
-        Generation {
-            number: 1,
-            hash: hash_of(format!("{config:?}").as_bytes()),
-            loaded_unix_ms: clock.unix_ms(),
-            reloads,
-        }
-    }
-
-    /// The config's version as `/readyz` and the status page show it.
-    pub fn version(&self) -> String {
-        format!(
-            "config {} generation {} loaded_unix_ms {}",
-            self.hash, self.number, self.loaded_unix_ms
-        )
-    }
-
-    fn count(&self, result: &str) {
-        self.reloads
-            .get_or_create(&ResultLabel {
-                result: result.into(),
-            })
-            .inc();
-    }
-}
-
-/// A short content hash: the first 12 hex digits of sha256.
-pub fn hash_of(bytes: &[u8]) -> String {
-    hex::encode(&Sha256::digest(bytes)[..6])
-}
 
 /// Why a reload was refused.
 #[derive(Debug, thiserror::Error)]
@@ -253,12 +185,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
     let keys = caller_keys(&config)?;
     let secrets = crate::redact::Secrets::new(providers.iter().flat_map(|p| p.secrets()));
     let census = old.census.next(&config);
-    let generation = Generation {
-        number: old.generation.number + 1,
-        hash,
-        loaded_unix_ms: old.clock.unix_ms(),
-        reloads: old.generation.reloads.clone(),
-    };
+    let generation = old.generation.next(hash, old.clock.unix_ms());
     let shared = Shared {
         config,
         clock: old.clock,

@@ -79,7 +79,7 @@ pub struct Shared {
     /// Set with `telemetry.otlp_endpoint`: spans exported over OTLP/HTTP.
     pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
     /// Which config this is (content hash, load time, generation number).
-    pub generation: crate::reload::Generation,
+    pub generation: crate::generation::Generation,
     pub(crate) seed: u64,
     pub(crate) counter: Arc<AtomicU64>,
     /// This process's id, read once: `std::process::id()` is a `getpid`
@@ -116,7 +116,8 @@ impl Shared {
         let clock = Clock::new();
         let mut metrics = Metrics::new();
         let census = crate::census::Census::new(&config, &mut metrics.registry);
-        let generation = crate::reload::Generation::first(&config, &mut metrics.registry, &clock);
+        let generation =
+            crate::generation::Generation::first(&config, &mut metrics.registry, &clock);
         let telemetry = match &config.telemetry.otlp_endpoint {
             Some(e) => Some(Arc::new(crate::telemetry::Telemetry::start(
                 e,

@@ -7,11 +7,12 @@
 //! Over a pipe, every wake-up is a task's, and time moves only when all of
 //! them wait on timers.
 
-use crate::handler::BoxError;
+use crate::error::BoxError;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
+use levee_config::{Http2, Provider};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -130,4 +131,24 @@ impl Write for Conn {
             Conn::Memory(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
+}
+
+/// How a provider's connections are made: TCP (plus TLS offering, by
+/// ALPN, what its `http2` key allows), or in-memory pipes when `dial` is given.
+pub(crate) fn connector(p: &Provider, dial: Option<&Dial>) -> Connector {
+    if let Some(d) = dial {
+        return Connector::Memory(Arc::clone(d));
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(p.connect_timeout));
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http();
+    Connector::Net(match p.http2 {
+        Http2::Auto => https.enable_all_versions().wrap_connector(http),
+        Http2::Always => https.enable_http2().wrap_connector(http),
+        Http2::Never => https.enable_http1().wrap_connector(http),
+    })
 }

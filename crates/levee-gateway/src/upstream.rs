@@ -11,141 +11,28 @@
 //! the poll that reads an answer's last byte; HTTP/2 connections are shared
 //! by many streams at once ([`crate::h2conn`]).
 
+use crate::body::ConnTimed;
+pub use crate::body::UpstreamBody;
 use crate::clock::Clock;
-use crate::h1conn::{Failed, H1Body, H1Conn, Home};
+use crate::error::BoxError;
+use crate::h1conn::{Failed, H1Conn, Home};
 use crate::h2conn::{self, H2Conn, H2Pool, Streams, Watched};
-use crate::handler::BoxError;
 use crate::outbound::Outbound;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, Uri};
-use http_body::{Body as HttpBody, Frame, SizeHint};
-use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::client::legacy::connect::Connection as _;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use levee_config::{Api, Http2, Provider};
 use levee_policy::ProviderState;
 use levee_wire::headers;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tower_service::Service;
-
-/// An attempt's request body that times how long the attempt waited for a
-/// connection: taken from the pool at once, after waiting for one, or newly
-/// connected (TCP plus TLS). Counting only new connections would leave out
-/// the pool wait, where a starved gateway shows first. The attempt marks
-/// the moment a connection is handed to it ([`ConnTimed::connected`]), once:
-/// a request sent once more on another connection (refused unprocessed) is
-/// not timed twice.
-#[derive(Debug, Clone)]
-pub struct ConnTimed {
-    bytes: Bytes,
-    /// Whether the body's one frame has been polled.
-    sent: bool,
-    started: levee_policy::Instant,
-    clock: Clock,
-    /// Taken when a connection is obtained: observed once.
-    hist: Option<Histogram>,
-}
-
-impl ConnTimed {
-    /// A connection was obtained for the request (observed once).
-    fn connected(&mut self) {
-        if self.hist.is_some() {
-            self.connected_at(self.clock.now());
-        }
-    }
-
-    /// A connection was obtained for the request at `now` (observed once).
-    fn connected_at(&mut self, now: levee_policy::Instant) {
-        if let Some(hist) = self.hist.take() {
-            hist.observe(now.saturating_since(self.started).as_secs_f64());
-        }
-    }
-}
-
-impl AsRef<[u8]> for ConnTimed {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
-    }
-}
-
-impl HttpBody for ConnTimed {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        if std::mem::replace(&mut this.sent, true) {
-            return Poll::Ready(None);
-        }
-        Poll::Ready(Some(Ok(Frame::data(this.bytes.clone()))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.sent
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(if self.sent {
-            0
-        } else {
-            self.bytes.len() as u64
-        })
-    }
-}
-
-/// A provider's answer body, in the protocol the attempt used.
-pub enum UpstreamBody {
-    H1(H1Body),
-    H2(Incoming),
-    /// A body a platform re-framed (Bedrock's event stream as SSE, an
-    /// error in the dialect's shape).
-    Mapped(Pin<Box<dyn HttpBody<Data = Bytes, Error = BoxError> + Send>>),
-}
-
-impl HttpBody for UpstreamBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            UpstreamBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
-            UpstreamBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
-            UpstreamBody::Mapped(b) => b.as_mut().poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UpstreamBody::H1(b) => b.is_end_stream(),
-            UpstreamBody::H2(b) => b.is_end_stream(),
-            UpstreamBody::Mapped(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UpstreamBody::H1(b) => b.size_hint(),
-            UpstreamBody::H2(b) => b.size_hint(),
-            UpstreamBody::Mapped(b) => b.size_hint(),
-        }
-    }
-}
 
 /// How every provider connects: TCP, then TLS for `https` base URLs (or an
 /// in-memory pipe to an in-process provider, in tests).
@@ -447,7 +334,7 @@ impl Pool {
         // A connection taken from the pool at once waited for nothing, and
         // the attempt's start is recent enough to judge idle ones by: two
         // readings of the clock fewer per request (~200 instructions).
-        let mut at_once = Some(req.body.started);
+        let mut at_once = Some(req.body.started());
         loop {
             let now = at_once.unwrap_or_else(|| self.clock.now());
             let (conn, reused) = match self.checkout(now) {
@@ -882,7 +769,7 @@ pub struct ProviderRuntime {
     clock: Clock,
     /// The provider's own model list, fetched for `GET /v1/models` and kept
     /// a short while.
-    pub(crate) models: crate::models::ModelCache,
+    pub(crate) models: crate::listed::ModelCache,
     /// Where the provider runs: the cloud's URLs, auth and framing.
     pub platform: crate::platform::PlatformRuntime,
 }
@@ -916,7 +803,7 @@ impl ProviderRuntime {
             query,
             env_values,
         } = provider_extras(p).map_err(|mut problems| problems.swap_remove(0).error)?;
-        let connector = connector(p, dial);
+        let connector = crate::transport::connector(p, dial);
         let platform = crate::platform::PlatformRuntime::with_connector(p, &connector)?;
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
@@ -963,7 +850,7 @@ impl ProviderRuntime {
             state: Mutex::new(state),
             connect_hist,
             clock,
-            models: crate::models::ModelCache::default(),
+            models: crate::listed::ModelCache::default(),
             platform,
         };
         runtime.endpoints = levee_wire::paths::POST
@@ -979,13 +866,8 @@ impl ProviderRuntime {
         req: Outbound<Bytes>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + Send + 'static {
         let started = self.clock.now();
-        let req = req.map(|bytes| ConnTimed {
-            bytes,
-            sent: false,
-            started,
-            clock: self.clock,
-            hist: Some(self.connect_hist.clone()),
-        });
+        let req =
+            req.map(|bytes| ConnTimed::new(bytes, started, self.clock, self.connect_hist.clone()));
         let pool = Arc::clone(&self.pool);
         async move { pool.send(req).await }
     }
@@ -1059,26 +941,6 @@ impl ProviderRuntime {
     pub fn lock(&self) -> std::sync::MutexGuard<'_, ProviderState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// How a provider's connections are made: TCP (plus TLS offering, by
-/// ALPN, what its `http2` key allows), or in-memory pipes when `dial` is given.
-pub(crate) fn connector(p: &Provider, dial: Option<&crate::transport::Dial>) -> Connector {
-    if let Some(d) = dial {
-        return Connector::Memory(Arc::clone(d));
-    }
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(p.connect_timeout));
-    http.set_nodelay(true);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http();
-    Connector::Net(match p.http2 {
-        Http2::Auto => https.enable_all_versions().wrap_connector(http),
-        Http2::Always => https.enable_http2().wrap_connector(http),
-        Http2::Never => https.enable_http1().wrap_connector(http),
-    })
 }
 
 /// The `host` header for a base URL: its host, and its port unless it is the

@@ -56,11 +56,10 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 
 use super::PlatformError;
+use crate::body::UpstreamBody;
+use crate::error::BoxError;
 use crate::outbound::Outbound;
 use crate::redact::Secrets;
-use crate::upstream::UpstreamBody;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The `anthropic_version` Bedrock requires in the body.
 pub(crate) const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use http::Response;
 use levee_config::{Platform, Provider};
 
+use crate::body::UpstreamBody;
 use crate::outbound::Outbound;
-use crate::upstream::UpstreamBody;
 
 mod azure;
 mod bedrock;
@@ -98,7 +98,7 @@ impl PlatformRuntime {
             // connections go (`levee check --probe`).
             Platform::Vertex { .. } => PlatformRuntime::Vertex(vertex::Vertex::new(
                 p,
-                &crate::upstream::connector(p, None),
+                &crate::transport::connector(p, None),
             )?),
         })
     }

@@ -51,11 +51,11 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use serde_json::Value;
 
 use super::PlatformError;
+use crate::body::UpstreamBody;
 use crate::clock::Clock;
-use crate::handler::BoxError;
+use crate::error::BoxError;
 use crate::outbound::Outbound;
 use crate::transport::Connector;
-use crate::upstream::UpstreamBody;
 
 /// The `anthropic_version` Vertex AI's Anthropic models take in the body.
 pub(crate) const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";

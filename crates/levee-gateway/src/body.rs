@@ -1,0 +1,145 @@
+//! The bodies of an upstream exchange: the attempt's request body, which
+//! times how long the attempt waited for a connection, and the provider's
+//! answer body in whichever protocol the attempt used.
+
+use crate::clock::Clock;
+use crate::error::BoxError;
+use crate::h1conn::H1Body;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use prometheus_client::metrics::histogram::Histogram;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// An attempt's request body that times how long the attempt waited for a
+/// connection: taken from the pool at once, after waiting for one, or newly
+/// connected (TCP plus TLS). Counting only new connections would leave out
+/// the pool wait, where a starved gateway shows first. The attempt marks
+/// the moment a connection is handed to it ([`ConnTimed::connected`]), once:
+/// a request sent once more on another connection (refused unprocessed) is
+/// not timed twice.
+#[derive(Debug, Clone)]
+pub struct ConnTimed {
+    bytes: Bytes,
+    /// Whether the body's one frame has been polled.
+    sent: bool,
+    started: levee_policy::Instant,
+    clock: Clock,
+    /// Taken when a connection is obtained: observed once.
+    hist: Option<Histogram>,
+}
+
+impl ConnTimed {
+    /// A request body started at `started`, whose wait for a connection
+    /// `hist` observes.
+    pub(crate) fn new(
+        bytes: Bytes,
+        started: levee_policy::Instant,
+        clock: Clock,
+        hist: Histogram,
+    ) -> ConnTimed {
+        ConnTimed {
+            bytes,
+            sent: false,
+            started,
+            clock,
+            hist: Some(hist),
+        }
+    }
+
+    /// When the attempt started waiting for a connection.
+    pub(crate) fn started(&self) -> levee_policy::Instant {
+        self.started
+    }
+
+    /// A connection was obtained for the request (observed once).
+    pub(crate) fn connected(&mut self) {
+        if self.hist.is_some() {
+            self.connected_at(self.clock.now());
+        }
+    }
+
+    /// A connection was obtained for the request at `now` (observed once).
+    pub(crate) fn connected_at(&mut self, now: levee_policy::Instant) {
+        if let Some(hist) = self.hist.take() {
+            hist.observe(now.saturating_since(self.started).as_secs_f64());
+        }
+    }
+}
+
+impl AsRef<[u8]> for ConnTimed {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl HttpBody for ConnTimed {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if std::mem::replace(&mut this.sent, true) {
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Ok(Frame::data(this.bytes.clone()))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.sent
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(if self.sent {
+            0
+        } else {
+            self.bytes.len() as u64
+        })
+    }
+}
+
+/// A provider's answer body, in the protocol the attempt used.
+pub enum UpstreamBody {
+    H1(H1Body),
+    H2(Incoming),
+    /// A body a platform re-framed (Bedrock's event stream as SSE, an
+    /// error in the dialect's shape).
+    Mapped(Pin<Box<dyn HttpBody<Data = Bytes, Error = BoxError> + Send>>),
+}
+
+impl HttpBody for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            UpstreamBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            UpstreamBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            UpstreamBody::Mapped(b) => b.as_mut().poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::H1(b) => b.is_end_stream(),
+            UpstreamBody::H2(b) => b.is_end_stream(),
+            UpstreamBody::Mapped(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::H1(b) => b.size_hint(),
+            UpstreamBody::H2(b) => b.size_hint(),
+            UpstreamBody::Mapped(b) => b.size_hint(),
+        }
+    }
+}

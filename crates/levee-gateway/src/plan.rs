@@ -1,0 +1,29 @@
+//! What one target of a route is sent for one request, prepared at
+//! admission (`handler`) and read by the driver and the planner's
+//! dependencies (`attempt`).
+
+use bytes::Bytes;
+
+/// What one target of the route is sent, prepared at admission.
+pub(crate) struct Plan {
+    /// The body: the caller's, its model rewritten, or translated.
+    pub(crate) body: Bytes,
+    pub(crate) uri: http::Uri,
+    /// How the exchange crosses dialects (`None`: the same dialect).
+    pub(crate) crossing: Option<crate::crossing::Crossing>,
+    /// Skipped for this request: the target cannot carry it, for this
+    /// reason (a metric label).
+    pub(crate) skip: Option<&'static str>,
+    /// Never sent: the request may be sent only once, and an earlier target
+    /// takes it.
+    pub(crate) held: bool,
+    /// The planner chose this skipped target: the refusal changed where
+    /// the request went.
+    pub(crate) consulted: std::sync::atomic::AtomicBool,
+}
+
+impl Plan {
+    pub(crate) fn skipped(&self) -> bool {
+        self.skip.is_some() || self.held
+    }
+}
