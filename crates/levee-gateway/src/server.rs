@@ -32,19 +32,6 @@ use tokio::sync::watch;
 /// Longest wait at shutdown for accepted connections to send their request.
 const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
-/// Serves the gateway on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish for up to the configured grace period, then
-/// releases the idempotency leases still held in Redis. Each request runs
-/// under the config generation current when it arrives.
-pub async fn serve_public(
-    listener: TcpListener,
-    generations: Arc<Reloader>,
-    shutdown: impl Future<Output = ()>,
-) {
-    serve_connections(listener, Arc::clone(&generations), shutdown).await;
-    release_leases(&generations.current()).await;
-}
-
 /// Releases the idempotency leases still held in Redis: once, after every
 /// listener has drained.
 pub async fn release_leases(shared: &Shared) {
@@ -56,8 +43,11 @@ pub async fn release_leases(shared: &Shared) {
     }
 }
 
-/// [`serve_public`] without the lease release: one listener's connections,
-/// accepted until `shutdown` resolves and then drained. With one runtime
+/// Serves one listener's connections, accepted until `shutdown` resolves,
+/// then lets in-flight requests finish for up to the configured grace
+/// period; each request runs under the config generation current when it
+/// arrives. The leases still held in Redis are released by the caller
+/// ([`release_leases`]) once every listener has drained. With one runtime
 /// per core, each core's listener (`SO_REUSEPORT` on one port) runs this.
 pub async fn serve_connections(
     listener: TcpListener,
