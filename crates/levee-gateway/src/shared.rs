@@ -55,31 +55,32 @@ impl RouteRuntime {
     }
 }
 
-/// Everything a request handler needs.
+/// Everything a request handler needs. Its fields are the gateway's own;
+/// other crates read what they need through the accessors below.
 pub struct Shared {
-    pub config: Config,
-    pub clock: Clock,
-    pub metrics: Arc<Metrics>,
-    pub providers: Vec<Arc<ProviderRuntime>>,
-    pub routes: Vec<Arc<RouteRuntime>>,
+    pub(crate) config: Config,
+    pub(crate) clock: Clock,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) providers: Vec<Arc<ProviderRuntime>>,
+    pub(crate) routes: Vec<Arc<RouteRuntime>>,
     /// sha256 digests of accepted caller keys (empty: no caller auth).
-    pub keys: Vec<[u8; 32]>,
-    pub idempotency: Arc<dyn IdempotencyBackend>,
+    pub(crate) keys: Vec<[u8; 32]>,
+    pub(crate) idempotency: Arc<dyn IdempotencyBackend>,
     /// Set with `state: { backend: redis }`.
-    pub redis: Option<Arc<RedisState>>,
-    pub shutting_down: Arc<AtomicBool>,
+    pub(crate) redis: Option<Arc<RedisState>>,
+    pub(crate) shutting_down: Arc<AtomicBool>,
     /// Set when the shutdown grace period is over.
-    pub grace_over: Arc<crate::shutdown::GraceOver>,
+    pub(crate) grace_over: Arc<crate::shutdown::GraceOver>,
     /// `--record`: where upstream exchanges are written.
-    pub recorder: Option<Arc<crate::record::Recorder>>,
+    pub(crate) recorder: Option<Arc<crate::record::Recorder>>,
     /// The provider keys, redacted from error bodies, logs and tapes.
-    pub secrets: crate::redact::Secrets,
+    pub(crate) secrets: crate::redact::Secrets,
     /// Callers and deadlines seen in traffic, targets' observed latency.
-    pub census: crate::census::Census,
+    pub(crate) census: crate::census::Census,
     /// Set with `telemetry.otlp_endpoint`: spans exported over OTLP/HTTP.
-    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    pub(crate) telemetry: Option<Arc<crate::telemetry::Telemetry>>,
     /// Which config this is (content hash, load time, generation number).
-    pub generation: crate::generation::Generation,
+    pub(crate) generation: crate::generation::Generation,
     pub(crate) seed: u64,
     pub(crate) counter: Arc<AtomicU64>,
     /// This process's id, read once: `std::process::id()` is a `getpid`
@@ -101,6 +102,31 @@ pub enum SetupError {
 }
 
 impl Shared {
+    /// The metrics registry every generation shares.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Callers and deadlines seen in traffic, targets' observed latency.
+    pub fn census(&self) -> &crate::census::Census {
+        &self.census
+    }
+
+    /// The tape upstream exchanges are written to (`--record`), if any.
+    pub fn recorder(&self) -> Option<&crate::record::Recorder> {
+        self.recorder.as_deref()
+    }
+
+    /// Fired when the shutdown grace period is over.
+    pub fn grace_over(&self) -> &crate::shutdown::GraceOver {
+        &self.grace_over
+    }
+
+    /// Which config this is (content hash, load time, generation number).
+    pub fn generation(&self) -> &crate::generation::Generation {
+        &self.generation
+    }
+
     /// Builds the runtime from a validated config. `seed` seeds the per-request RNGs.
     pub fn new(config: Config, seed: u64) -> Result<Self, SetupError> {
         Self::with_dial(config, seed, None)

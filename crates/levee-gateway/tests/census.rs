@@ -193,8 +193,8 @@ async fn a_p99_above_expected_attempt_ms_is_flagged() {
             metric(&m, "levee_expected_attempt_exceeded", &["route=\"ok/\""]),
             0.0
         );
-        assert!(env.gw.shared.census.exceeded(0, 0));
-        assert!(!env.gw.shared.census.exceeded(1, 0));
+        assert!(env.gw.shared.census().exceeded(0, 0));
+        assert!(!env.gw.shared.census().exceeded(1, 0));
     })
     .await;
     env.stop().await;

@@ -233,7 +233,7 @@ async fn the_tape_stops_at_its_size_bound() {
         let r = watchdog(WATCHDOG, env.chat()).await;
         assert_eq!(r.status, 200);
     }
-    let recorder = env.gw.shared.recorder.as_ref().expect("recording");
+    let recorder = env.gw.shared.recorder().expect("recording");
     until(WATCHDOG, "the tape is full", || recorder.is_full()).await;
     let len = std::fs::metadata(&tape).map(|m| m.len()).unwrap_or(0);
     assert!(len > 0 && len <= 3000, "tape is {len} bytes");

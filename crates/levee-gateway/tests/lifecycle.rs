@@ -96,7 +96,7 @@ async fn the_503_at_the_end_of_the_grace_period_counts_the_attempts_sent() {
         },
     )
     .await;
-    env.app.shared().grace_over.fire();
+    env.app.shared().grace_over().fire();
     let r = watchdog(WATCHDOG, waiting).await.unwrap();
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.header("x-levee-reason"), "shutting_down");

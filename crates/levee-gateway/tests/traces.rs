@@ -283,7 +283,7 @@ async fn an_unreachable_collector_counts_the_spans_it_lost() {
     .await;
     let env_metrics = |gw: &levee_gateway::Running| {
         gw.shared.refresh_gauges();
-        gw.shared.metrics.encode()
+        gw.shared.metrics().encode()
     };
     watchdog(LIMIT, async {
         for _ in 0..3 {

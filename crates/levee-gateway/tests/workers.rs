@@ -50,7 +50,7 @@ async fn connections_spread_over_worker_listeners_are_all_answered_and_drained()
     })
     .await;
     assert_eq!(m.stats().requests_total, CONNECTIONS);
-    let metrics = gw.shared.metrics.encode();
+    let metrics = gw.shared.metrics().encode();
     assert!(
         metrics.contains(&format!(
             "levee_requests_total{{route=\"default\",outcome=\"success\"}} {CONNECTIONS}"

@@ -256,7 +256,7 @@ pub fn run(args: ServeArgs) -> i32 {
             args.clone(),
             mock.as_ref().map(|m| m.local_addr()),
         ));
-        tracing::info!(target: "levee", listen = %running.addr, admin = %running.admin_addr, config = %running.shared.generation.hash, "levee gateway listening");
+        tracing::info!(target: "levee", listen = %running.addr, admin = %running.admin_addr, config = %running.shared.generation().hash, "levee gateway listening");
         running.wait().await;
         reloads.abort();
         if let Some(m) = mock {

@@ -216,7 +216,7 @@ impl Local {
     pub fn metrics(&self) -> String {
         let shared = self.app.shared();
         shared.refresh_gauges();
-        shared.metrics.encode()
+        shared.metrics().encode()
     }
 }
 
