@@ -163,7 +163,10 @@ async fn twice_the_limit(limit: &str, timeout_ms: u64) {
     );
     // The allowance is used: its first minute's full bucket and 600 a
     // minute for two minutes, 1,800 (95 % of it at least).
-    assert!(ok >= 1710, "answered {ok} of the 1,800 the two minutes allow");
+    assert!(
+        ok >= 1710,
+        "answered {ok} of the 1,800 the two minutes allow"
+    );
     assert!(limited >= 500, "the excess is refused by Levee: {limited}");
     assert_eq!(
         u64::from(other),
