@@ -466,14 +466,20 @@ impl Census {
     }
 
     /// Counts one finished attempt on `route`'s `target` that took `took`.
-    /// `label` is the attempt's result as in `levee_upstream_attempts_total`:
-    /// connection failures and attempts cut by the caller's deadline say
+    /// Connection failures and attempts cut by the caller's deadline say
     /// nothing about how long the provider takes, so they are not timed.
-    pub fn attempt(&self, route: usize, target: usize, took: Duration, label: &str, now: Instant) {
+    pub fn attempt(
+        &self,
+        route: usize,
+        target: usize,
+        took: Duration,
+        result: crate::outcome::AttemptResult,
+        now: Instant,
+    ) {
         if let Some(w) = self.windows.get(route) {
             lock(w).slot(now.since_origin().as_secs()).attempts += 1;
         }
-        if matches!(label, "connect_error" | "tls" | "deadline_cut") {
+        if !result.is_timed() {
             return;
         }
         let Some(stats) = self.targets.get(route).and_then(|r| r.get(target)) else {
@@ -806,7 +812,13 @@ mod tests {
         let old = Census::new(&config("a, b"), &mut Registry::default());
         let now = Instant::from_nanos(0);
         for _ in 0..MIN_SAMPLES {
-            old.attempt(0, 1, Duration::from_millis(700), "success", now);
+            old.attempt(
+                0,
+                1,
+                Duration::from_millis(700),
+                crate::outcome::AttemptResult::Success,
+                now,
+            );
         }
         let row = |c: &Census, cfg: &Config, provider: &str| {
             c.report(cfg)

@@ -10,8 +10,9 @@ use crate::attempt::{AttemptFinisher, GatewayDeps};
 use crate::collect::{collect_limited, CollectError};
 use crate::idempotency::{Lease, Stored};
 use crate::observe::{is_foreign, Finished, LastError, Observer};
+use crate::outcome::AttemptResult;
 use crate::plan::Plan;
-use crate::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict, Why};
+use crate::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict};
 use crate::shared::Shared;
 use crate::stream::RelayBody;
 use crate::upstream::build_request_with;
@@ -242,7 +243,7 @@ impl Driver {
                     target: d.target,
                     started: now,
                     outcome: Outcome::ConnectError,
-                    label: "credentials",
+                    result: AttemptResult::Credentials,
                     class,
                     error: self.last_error.as_ref(),
                 });
@@ -275,9 +276,9 @@ impl Driver {
             }
             _ => tokio::time::timeout_at(head_deadline, send).await,
         };
-        let (outcome, label) = match result {
-            Err(_) => (Outcome::Timeout, "timeout"),
-            Ok(Err(e)) => (Outcome::ConnectError, crate::upstream::failure_label(&e)),
+        let (outcome, result) = match result {
+            Err(_) => (Outcome::Timeout, AttemptResult::Timeout),
+            Ok(Err(e)) => (Outcome::ConnectError, crate::upstream::failure_result(&e)),
             Ok(Ok(resp)) => {
                 let resp = if provider.platform.maps_answers() {
                     provider.platform.answer(resp, self.ctx.stream)
@@ -322,7 +323,7 @@ impl Driver {
             target: d.target,
             started: now,
             outcome,
-            label,
+            result,
             class,
             error: self.last_error.as_ref(),
         });
@@ -330,12 +331,12 @@ impl Driver {
     }
 
     /// A provider's error answer: read (capped, redacted) and kept as the
-    /// last error; returns the attempt's outcome and result label.
+    /// last error; returns the attempt's outcome and result.
     async fn upstream_error(
         &mut self,
         resp: Response<UpstreamBody>,
         until: tokio::time::Instant,
-    ) -> (Outcome, &'static str) {
+    ) -> (Outcome, AttemptResult) {
         let shared = &self.ctx.shared;
         let status = resp.status().as_u16();
         // What the provider asked for, uncapped: the core applies the
@@ -365,7 +366,7 @@ impl Driver {
             status,
             retry_after,
         };
-        (outcome, status_label(status, foreign))
+        (outcome, AttemptResult::of_error_status(status, foreign))
     }
 
     /// A 2xx head arrived: buffer a plain answer, or hold a stream's head
@@ -409,7 +410,7 @@ impl Driver {
         let mut framer = crate::sse::EventFramer::new();
         let first = loop {
             match tokio::time::timeout_at(first_deadline, body.frame()).await {
-                Err(_) => return Delivered::Failed(Outcome::Timeout, "timeout"),
+                Err(_) => return Delivered::Failed(Outcome::Timeout, AttemptResult::Timeout),
                 // The stream ended before a blank line: what it sent is the
                 // answer (a retry would run the generation again).
                 Ok(None) if framer.has_partial() => break framer.flush(),
@@ -417,7 +418,10 @@ impl Driver {
                 // it may be retried as a connection failure (`connect_error`
                 // in `retry.on`), but it is not one: labelled as what it is.
                 Ok(None) | Ok(Some(Err(_))) => {
-                    return Delivered::Failed(Outcome::ConnectError, "cut_before_first_event")
+                    return Delivered::Failed(
+                        Outcome::ConnectError,
+                        AttemptResult::CutBeforeFirstEvent,
+                    )
                 }
                 Ok(Some(Ok(frame))) => {
                     if let Ok(d) = frame.into_data() {
@@ -497,7 +501,7 @@ impl Driver {
         let route = &shared.config.routes[self.ctx.route];
         let declared = http_body::Body::size_hint(&body).exact();
         if declared.is_some_and(|n| n > MAX_RESPONSE_BODY as u64) {
-            return Delivered::Failed(Outcome::ResponseTooLarge, "response_too_large");
+            return Delivered::Failed(Outcome::ResponseTooLarge, AttemptResult::ResponseTooLarge);
         }
         let body_deadline = shared
             .clock
@@ -505,12 +509,17 @@ impl Driver {
             .max(attempt_deadline);
         let bytes = match read_limited(body, MAX_RESPONSE_BODY, body_deadline).await {
             Ok(b) => b,
-            Err(BodyError::TimedOut) => return Delivered::Failed(Outcome::Timeout, "body_timeout"),
+            Err(BodyError::TimedOut) => {
+                return Delivered::Failed(Outcome::Timeout, AttemptResult::BodyTimeout)
+            }
             Err(BodyError::TooLarge) => {
-                return Delivered::Failed(Outcome::ResponseTooLarge, "response_too_large")
+                return Delivered::Failed(
+                    Outcome::ResponseTooLarge,
+                    AttemptResult::ResponseTooLarge,
+                )
             }
             Err(BodyError::Broken) => {
-                return Delivered::Failed(Outcome::FailedAfterFirstByte, "body_cut")
+                return Delivered::Failed(Outcome::FailedAfterFirstByte, AttemptResult::BodyCut)
             }
         };
         let status = parts.status.as_u16();
@@ -540,8 +549,7 @@ impl Driver {
             Some(Ok(b)) => b,
             Some(Err(e)) => {
                 let msg = format!("levee: upstream_error: {e}");
-                let why = Why::Policy(Reason::UpstreamError);
-                return Delivered::Done(Err(LeveeError::new(why, 502, msg).attempts(attempts)));
+                return Delivered::Done(Err(LeveeError::upstream_error(msg).attempts(attempts)));
             }
         };
         let provider = &shared.providers[route.targets[target].provider];
@@ -609,7 +617,7 @@ impl Driver {
 
 enum Delivered {
     Done(Result<Response<Body>, LeveeError>),
-    Failed(Outcome, &'static str),
+    Failed(Outcome, AttemptResult),
 }
 
 /// What Levee says when it gives up: the reason, the attempts, why (the
@@ -617,7 +625,7 @@ enum Delivered {
 fn failure_message(
     f: &Failure,
     attempts: u32,
-    last_result: &str,
+    last_result: Option<AttemptResult>,
     provider_said: Option<String>,
 ) -> String {
     let reason = f.reason.as_str();
@@ -633,8 +641,8 @@ fn failure_message(
         _ => {}
     }
     match last_result {
-        "body_cut" => msg.push_str("; the provider's 2xx answer broke off mid-body: it has already run the generation, so Levee does not run it again"),
-        "response_too_large" => msg.push_str(&format!("; the provider's answer is over Levee's {} MiB response limit, and a second attempt would be as large", MAX_RESPONSE_BODY >> 20)),
+        Some(AttemptResult::BodyCut) => msg.push_str("; the provider's 2xx answer broke off mid-body: it has already run the generation, so Levee does not run it again"),
+        Some(AttemptResult::ResponseTooLarge) => msg.push_str(&format!("; the provider's answer is over Levee's {} MiB response limit, and a second attempt would be as large", MAX_RESPONSE_BODY >> 20)),
         _ => {}
     }
     if let Some(p) = provider_said {
@@ -642,15 +650,6 @@ fn failure_message(
         msg.push_str(&p);
     }
     msg
-}
-
-fn status_label(status: u16, foreign: bool) -> &'static str {
-    match status {
-        429 => "throttled",
-        400..=499 if foreign => "http_4xx_foreign_body",
-        400..=499 => "http_4xx",
-        _ => "http_5xx",
-    }
 }
 
 async fn read_capped(body: UpstreamBody, cap: usize, until: tokio::time::Instant) -> Bytes {

@@ -9,8 +9,9 @@ use crate::error::BoxError;
 use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{self, inspect, rewrite_model};
 use crate::observe::{self, Observer};
+use crate::outcome::Rejection;
 use crate::plan::Plan;
-use crate::respond::{full, Body, LeveeError, Why};
+use crate::respond::{full, Body, LeveeError};
 use crate::shared::Shared;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
@@ -125,9 +126,9 @@ fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
     }
 }
 
-/// Counts a refusal under `label` in `levee_rejected` and returns it.
-fn reject(shared: &Shared, label: &str, e: LeveeError) -> LeveeError {
-    observe::rejected(shared, label);
+/// Counts a refusal in `levee_rejected` under `why`'s label and returns it.
+fn reject(shared: &Shared, why: Rejection, e: LeveeError) -> LeveeError {
+    observe::rejected(shared, why);
     e
 }
 
@@ -146,8 +147,8 @@ where
     let asked = req.uri().path();
     if asked == paths::MODELS || asked.starts_with("/v1/models/") {
         if req.method() != Method::GET {
-            let e = LeveeError::bad_request(405, "levee: use GET");
-            return Err(reject(shared, "bad_request", e));
+            let e = LeveeError::method_not_allowed("levee: use GET");
+            return Err(reject(shared, Rejection::BadRequest, e));
         }
         // The models are the deployment's map: as private as the routes.
         authenticate(shared, &Said::of(req.headers()))?;
@@ -167,16 +168,16 @@ where
                 );
                 return Err(reject(
                     shared,
-                    "not_found",
-                    LeveeError::bad_request(404, msg),
+                    Rejection::NotFound,
+                    LeveeError::not_found(msg),
                 ));
             }
         },
     };
     let post_only = matches!(kind, Kind::Served(_) | Kind::CountTokens);
     if post_only && req.method() != Method::POST {
-        let e = LeveeError::bad_request(405, "levee: use POST");
-        return Err(reject(shared, "bad_request", e));
+        let e = LeveeError::method_not_allowed("levee: use POST");
+        return Err(reject(shared, Rejection::BadRequest, e));
     }
     let caller = authenticate(shared, &Said::of(req.headers()))?;
     let (parts, body) = read_body(shared, req).await?;
@@ -186,8 +187,8 @@ where
             let inspected = inspect(&body).map_err(|e| {
                 reject(
                     shared,
-                    "bad_request",
-                    LeveeError::bad_request(400, format!("levee: {e}")),
+                    Rejection::BadRequest,
+                    LeveeError::bad_request(format!("levee: {e}")),
                 )
             })?;
             // A token count is routed as the Messages request it counts.
@@ -202,8 +203,8 @@ where
                 );
                 return Err(reject(
                     shared,
-                    "no_route",
-                    LeveeError::bad_request(404, msg),
+                    Rejection::NoRoute,
+                    LeveeError::not_found(msg),
                 ));
             };
             let stream = inspected.stream && kind != Kind::CountTokens;
@@ -397,8 +398,8 @@ where
     let too_large = |msg: String| {
         reject(
             shared,
-            "payload_too_large",
-            LeveeError::bad_request(413, msg),
+            Rejection::PayloadTooLarge,
+            LeveeError::payload_too_large(msg),
         )
     };
     if let Some(len) = req
@@ -421,9 +422,8 @@ where
     match read.await {
         Err(_) => Err(reject(
             shared,
-            "bad_request",
-            LeveeError::bad_request(
-                408,
+            Rejection::BadRequest,
+            LeveeError::request_timeout(
                 "levee: the request body did not arrive within limits.body_read_timeout",
             ),
         )),
@@ -433,8 +433,8 @@ where
         ))),
         Ok(Err(CollectError::Broken)) => Err(reject(
             shared,
-            "bad_request",
-            LeveeError::bad_request(400, "levee: could not read the request body"),
+            Rejection::BadRequest,
+            LeveeError::bad_request("levee: could not read the request body"),
         )),
     }
 }
@@ -519,8 +519,8 @@ fn caller_layer(shared: &Shared, said: &Said) -> Result<(Option<String>, bool), 
             let msg = "levee: header `idempotency-key` must be 1 to 256 visible ASCII characters";
             return Err(reject(
                 shared,
-                "bad_request",
-                LeveeError::bad_request(400, msg),
+                Rejection::BadRequest,
+                LeveeError::bad_request(msg),
             ));
         }
     };
@@ -554,8 +554,8 @@ fn resolve_deadline(
     // The wall clock matters only to an absolute deadline (`x-deadline-ms`).
     let unix_ms = said.deadline_ms.map_or(0, |_| shared.clock.unix_ms());
     let wants = levee_policy::DeadlinePolicy::caller_wants(headers, unix_ms).map_err(|e| {
-        let e = LeveeError::bad_request(400, format!("levee: {e}"));
-        reject(shared, "bad_request", e)
+        let e = LeveeError::bad_request(format!("levee: {e}"));
+        reject(shared, Rejection::BadRequest, e)
     })?;
     let deadline = route.deadline.resolve_remaining(wants, arrived);
     let own = if r.stream {
@@ -627,9 +627,8 @@ async fn admit(
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.
     let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
-    let plans = prepare_targets(shared, route, &r, path_and_query).map_err(|(status, msg)| {
-        reject(shared, "bad_request", LeveeError::bad_request(status, msg))
-    })?;
+    let plans = prepare_targets(shared, route, &r, path_and_query)
+        .map_err(|e| reject(shared, Rejection::BadRequest, e))?;
     // Cross-layer accounting: is a caller layer still retrying?
     let (key_header, sdk_retry) = caller_layer(shared, &said)?;
     let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
@@ -755,9 +754,8 @@ fn prepare_targets(
     route: &levee_config::Route,
     r: &Inbound,
     path_and_query: &str,
-) -> Result<Vec<Plan>, (u16, String)> {
+) -> Result<Vec<Plan>, LeveeError> {
     let (caller, path, body, model) = (r.dialect, &r.path, &r.body, &r.model);
-    let bad = |status: u16, msg: &str| Err((status, msg.to_string()));
     let mut plans = Vec::with_capacity(route.targets.len());
     let mut refused: Option<levee_translate::Untranslatable> = None;
     let mut platform_refused: Option<String> = None;
@@ -769,7 +767,7 @@ fn prepare_targets(
             crossing::Prepared::Same if !r.rewrite => (body.clone(), None, None),
             crossing::Prepared::Same => match rewrite_model(body, model, to) {
                 Ok(b) => (b, None, None),
-                Err(e) => return bad(400, &format!("levee: {e}")),
+                Err(e) => return Err(LeveeError::bad_request(format!("levee: {e}"))),
             },
             crossing::Prepared::Crossed {
                 body,
@@ -804,7 +802,8 @@ fn prepare_targets(
             }
         };
         let Some(uri) = uri else {
-            return bad(414, "levee: the request URI is too long to forward");
+            let msg = "levee: the request URI is too long to forward";
+            return Err(LeveeError::uri_too_long(msg));
         };
         // A request sent at most once has one target: the first that can
         // carry it; the others are held back (not a retry, not a fallback).
@@ -824,7 +823,7 @@ fn prepare_targets(
             "levee: no target of route `{}` can carry this request: {why}",
             route.name
         );
-        return bad(400, &msg);
+        return Err(LeveeError::bad_request(msg));
     }
     if let (true, Some(why)) = (plans.iter().all(Plan::skipped), &refused) {
         for (t, plan) in plans.iter().enumerate() {
@@ -837,7 +836,7 @@ fn prepare_targets(
             "levee: no target of route `{}` can carry this request: {why}",
             route.name
         );
-        return bad(400, &msg);
+        return Err(LeveeError::bad_request(msg));
     }
     Ok(plans)
 }
@@ -897,15 +896,15 @@ async fn claim_key(
                 *note = None;
                 observe::state_unavailable(shared, route);
                 let msg = "levee: the shared idempotency store is unavailable and state.on_unavailable is `refuse`: this keyed request was not sent (it could run twice across replicas)";
-                return Err(LeveeError::new(Why::StateUnavailable, 503, msg));
+                return Err(LeveeError::state_unavailable(msg));
             }
             Claimed::Replay(stored) => return Ok(Led::Replayed(replay(shared, route, &stored))),
             Claimed::Conflict => {
                 let msg = "levee: this idempotency-key was used with a different request body";
                 return Err(reject(
                     shared,
-                    "bad_request",
-                    LeveeError::bad_request(422, msg),
+                    Rejection::BadRequest,
+                    LeveeError::key_reused(msg),
                 ));
             }
             Claimed::Follow(f) => f,
@@ -933,8 +932,7 @@ async fn claim_key(
         if !in_time {
             observe::follow_timed_out(shared, route);
             let msg = "levee: deadline passed while waiting for an earlier request with the same idempotency-key";
-            let why = Why::Policy(levee_policy::Reason::DeadlineExceeded);
-            return Err(LeveeError::new(why, 504, msg));
+            return Err(LeveeError::deadline_exceeded(msg));
         }
     }
 }
@@ -977,8 +975,8 @@ fn authenticate(shared: &Shared, said: &Said) -> Result<Caller, LeveeError> {
             let msg = "levee: missing or invalid API key for this gateway";
             Err(reject(
                 shared,
-                "unauthorized",
-                LeveeError::bad_request(401, msg),
+                Rejection::Unauthorized,
+                LeveeError::unauthorized(msg),
             ))
         }
     }

@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod models;
 mod observe;
 mod outbound;
+mod outcome;
 mod plan;
 pub mod platform;
 mod quickjson;

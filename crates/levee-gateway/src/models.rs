@@ -292,7 +292,7 @@ pub async fn answer(
                 };
                 // The providers' own 404 for a model (OpenAI's code
                 // `model_not_found`), which the SDKs raise as `NotFoundError`.
-                let mut e = LeveeError::bad_request(404, msg.clone());
+                let mut e = LeveeError::not_found(msg.clone());
                 e.verdict = Some(Box::new(Verdict {
                     status: 404,
                     headers: HeaderMap::new(),
@@ -308,8 +308,7 @@ pub async fn answer(
                 json!({"object": "list", "data": data})
             }
             Dialect::Anthropic => {
-                let page = AnthropicPage::of_query(query)
-                    .map_err(|msg| LeveeError::bad_request(400, msg))?;
+                let page = AnthropicPage::of_query(query).map_err(LeveeError::bad_request)?;
                 page.render(&models)
             }
         },

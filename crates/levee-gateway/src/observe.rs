@@ -9,8 +9,9 @@
 //! carries what the books need (the route, the trace, the time spent
 //! outside the gateway).
 
+use crate::outcome::{AttemptResult, Rejection};
 use crate::record::TapeLine;
-use crate::respond::{Body, LeveeError};
+use crate::respond::{Body, LeveeError, Why};
 use crate::shared::Shared;
 use crate::telemetry::{AttemptTrace, RequestTrace};
 use bytes::Bytes;
@@ -22,11 +23,10 @@ use levee_wire::Dialect;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Levee refused the request before any attempt, counted under `label` in
-/// `levee_rejected` (`not_found`, `unauthorized`, `payload_too_large`,
-/// `no_route`, `bad_request`, `shutting_down`).
-pub fn rejected(shared: &Shared, label: &str) {
-    shared.metrics.reject(label);
+/// The handler refused the request before admitting it: counted in
+/// `levee_rejected` under the rejection's label.
+pub fn rejected(shared: &Shared, why: Rejection) {
+    shared.metrics.reject(why.label());
 }
 
 /// A request on the route named `route` was answered with `outcome`:
@@ -49,8 +49,9 @@ pub fn shed(shared: &Shared, route: &str, f: &Failure) {
 
 /// A keyed request could not be deduplicated across replicas and was refused.
 pub fn state_unavailable(shared: &Shared, route: &str) {
-    shared.metrics.reject("state_unavailable");
-    answered_by_name(shared, route, "state_unavailable");
+    let reason = Why::StateUnavailable.as_str();
+    shared.metrics.reject(reason);
+    answered_by_name(shared, route, reason);
 }
 
 /// The deadline passed while following an earlier request with the same key.
@@ -106,7 +107,7 @@ pub(crate) struct Finished<'a> {
     pub target: usize,
     pub started: Instant,
     pub outcome: Outcome,
-    pub label: &'static str,
+    pub result: AttemptResult,
     pub class: Class,
     /// The error answer the attempt got, when it got one.
     pub error: Option<&'a LastError>,
@@ -131,7 +132,7 @@ struct AttemptNote {
     target: usize,
     /// The provider's status, or 0 when it gave none.
     status: u16,
-    label: &'static str,
+    result: AttemptResult,
     ms: u64,
 }
 
@@ -144,7 +145,7 @@ struct Summary<'a> {
     outcome: &'a str,
     failure: Option<(u16, Option<&'a LastError>)>,
     added: Duration,
-    last_result: &'a str,
+    last_result: Option<AttemptResult>,
     model: &'a str,
 }
 
@@ -156,8 +157,9 @@ pub(crate) struct Observer {
     arrived: Instant,
     /// Time in upstream attempts and backoff waits: not the gateway's own cost.
     outside: Duration,
-    /// The last attempt's result label (why a fallback happens).
-    last_label: &'static str,
+    /// The last attempt's result (why a fallback happens); `None` before
+    /// the first attempt ends.
+    last_result: Option<AttemptResult>,
     /// The attempt in flight's span.
     span: Option<AttemptTrace>,
     /// The request's path and query and the caller's model, for the
@@ -189,7 +191,7 @@ impl Observer {
             trace,
             arrived,
             outside: Duration::ZERO,
-            last_label: "none",
+            last_result: None,
             span: None,
             tape_origin,
             skipped: String::new(),
@@ -219,7 +221,7 @@ impl Observer {
             if a.status != 0 {
                 out.push_str(&a.status.to_string());
             } else {
-                out.push_str(a.label);
+                out.push_str(a.result.label());
             }
             out.push(' ');
             out.push_str(&a.ms.to_string());
@@ -309,7 +311,7 @@ impl Observer {
             let reason = match d.primary_refused {
                 Some(r) => primary_refused_label(r),
                 None if d.kind == AttemptKind::First => "primary_refused",
-                None => self.last_label,
+                None => self.last_result.map_or("none", AttemptResult::label),
             };
             shared.metrics.fallback(self.route_name(), reason);
             shared
@@ -352,27 +354,27 @@ impl Observer {
             self.tape(f.target, line);
         }
         // An attempt the caller's deadline cut short is not the provider's slowness.
-        let label = if f.class == Class::NotProviderFault
-            && (f.label == "timeout" || f.label == "body_timeout")
-        {
-            "deadline_cut"
+        let result = if f.class == Class::NotProviderFault {
+            f.result.cut_by_deadline()
         } else {
-            f.label
+            f.result
         };
-        shared.metrics.attempt(self.provider_name(f.target), label);
+        shared
+            .metrics
+            .attempt(self.provider_name(f.target), result.label());
         let status = match f.outcome {
             Outcome::Status { status, .. } => Some(status),
             _ => None,
         };
         if let Some(span) = self.span.take() {
-            span.finish(status, Some(label));
+            span.finish(status, Some(result.label()));
         }
         self.note_attempt(
             self.attempt_n,
             AttemptNote {
                 target: f.target,
                 status: status.unwrap_or(0),
-                label,
+                result,
                 ms: ms(at.saturating_since(f.started)),
             },
         );
@@ -380,10 +382,10 @@ impl Observer {
             self.route,
             f.target,
             at.saturating_since(f.started),
-            label,
+            result,
             at,
         );
-        self.last_label = label;
+        self.last_result = Some(result);
     }
 
     /// A 2xx answer from `target` (attempt begun at `started`) is being
@@ -405,12 +407,12 @@ impl Observer {
         self.outside += at.saturating_since(started);
         shared
             .metrics
-            .attempt(self.provider_name(target), "success");
+            .attempt(self.provider_name(target), AttemptResult::Success.label());
         shared.census.attempt(
             self.route,
             target,
             at.saturating_since(started),
-            "success",
+            AttemptResult::Success,
             at,
         );
         shared
@@ -432,7 +434,7 @@ impl Observer {
             AttemptNote {
                 target,
                 status: head.status.as_u16(),
-                label: "success",
+                result: AttemptResult::Success,
                 ms: ms(at.saturating_since(started)),
             },
         );
@@ -440,7 +442,7 @@ impl Observer {
             outcome: "success",
             failure: None,
             added,
-            last_result: "success",
+            last_result: Some(AttemptResult::Success),
             model,
         };
         self.log_summary(req, at, summary);
@@ -497,15 +499,15 @@ impl Observer {
             outcome: reason,
             failure: Some((f.status, last_error)),
             added,
-            last_result: self.last_label,
+            last_result: self.last_result,
             model,
         };
         self.log_summary(req, at, summary);
     }
 
-    /// The last attempt's result label.
-    pub fn last_result(&self) -> &'static str {
-        self.last_label
+    /// The last attempt's result; `None` before the first attempt ends.
+    pub fn last_result(&self) -> Option<AttemptResult> {
+        self.last_result
     }
 
     /// The answer is known: ends the request's span.
@@ -583,7 +585,7 @@ impl Observer {
                     attempt_list = attempt_list.as_str(),
                     skipped = self.skipped.as_str(),
                     outcome,
-                    last_attempt = last_result,
+                    last_attempt = last_result.map_or("none", AttemptResult::label),
                     status = status.unwrap_or(200),
                     added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),
                     deadline_left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),

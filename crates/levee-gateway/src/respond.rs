@@ -61,7 +61,7 @@ pub struct Verdict {
 #[derive(Debug)]
 pub struct LeveeError {
     pub why: Why,
-    pub status: u16,
+    pub status: StatusCode,
     pub message: String,
     pub attempts: u32,
     pub retry_after: Option<Duration>,
@@ -74,7 +74,7 @@ pub struct LeveeError {
 
 impl LeveeError {
     /// An error with no attempts made and no `retry-after`.
-    pub fn new(why: Why, status: u16, message: impl Into<String>) -> Self {
+    fn new(why: Why, status: StatusCode, message: impl Into<String>) -> Self {
         LeveeError {
             why,
             status,
@@ -87,14 +87,85 @@ impl LeveeError {
     }
 
     /// Something about the request itself (`x-levee-reason: bad_request`),
-    /// answered with `status` (400, 404, 405, 408, 413, 414, 422, 401).
-    pub fn bad_request(status: u16, message: impl Into<String>) -> Self {
+    /// answered with `status`.
+    fn of_request(status: StatusCode, message: impl Into<String>) -> Self {
         LeveeError::new(Why::Policy(Reason::BadRequest), status, message)
     }
 
-    /// The planner (or admission) gave up for `f`.
+    /// A request that cannot be served as sent: 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        LeveeError::of_request(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// A missing or invalid gateway key: 401.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        LeveeError::of_request(StatusCode::UNAUTHORIZED, message)
+    }
+
+    /// No such endpoint, route or model: 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        LeveeError::of_request(StatusCode::NOT_FOUND, message)
+    }
+
+    /// An endpoint asked with the wrong method: 405.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        LeveeError::of_request(StatusCode::METHOD_NOT_ALLOWED, message)
+    }
+
+    /// A request body that did not arrive in time: 408.
+    pub fn request_timeout(message: impl Into<String>) -> Self {
+        LeveeError::of_request(StatusCode::REQUEST_TIMEOUT, message)
+    }
+
+    /// A request body over the limit: 413.
+    pub fn payload_too_large(message: impl Into<String>) -> Self {
+        LeveeError::of_request(StatusCode::PAYLOAD_TOO_LARGE, message)
+    }
+
+    /// A request URI too long to forward: 414.
+    pub fn uri_too_long(message: impl Into<String>) -> Self {
+        LeveeError::of_request(StatusCode::URI_TOO_LONG, message)
+    }
+
+    /// An idempotency key reused with a different request body: 422.
+    pub fn key_reused(message: impl Into<String>) -> Self {
+        LeveeError::of_request(StatusCode::UNPROCESSABLE_ENTITY, message)
+    }
+
+    /// A provider's answer that cannot be given in the caller's dialect: 502
+    /// (`upstream_error`).
+    pub fn upstream_error(message: impl Into<String>) -> Self {
+        let why = Why::Policy(Reason::UpstreamError);
+        LeveeError::new(why, StatusCode::BAD_GATEWAY, message)
+    }
+
+    /// The caller's deadline passed before an answer: 504
+    /// (`deadline_exceeded`).
+    pub fn deadline_exceeded(message: impl Into<String>) -> Self {
+        let why = Why::Policy(Reason::DeadlineExceeded);
+        LeveeError::new(why, StatusCode::GATEWAY_TIMEOUT, message)
+    }
+
+    /// The shared idempotency store is unavailable: 503 (`state_unavailable`).
+    pub fn state_unavailable(message: impl Into<String>) -> Self {
+        LeveeError::new(
+            Why::StateUnavailable,
+            StatusCode::SERVICE_UNAVAILABLE,
+            message,
+        )
+    }
+
+    /// The shutdown grace period ended before the answer: 503
+    /// (`shutting_down`).
+    pub fn shutting_down(message: impl Into<String>) -> Self {
+        LeveeError::new(Why::ShuttingDown, StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
+    /// The planner (or admission) gave up for `f`, answered with the
+    /// failure's status (502 if the core ever gave one that is not a status).
     pub fn failure(f: &levee_policy::Failure, message: impl Into<String>) -> Self {
-        LeveeError::new(Why::Policy(f.reason), f.status, message).retry_after(f.retry_after)
+        let status = StatusCode::from_u16(f.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        LeveeError::new(Why::Policy(f.reason), status, message).retry_after(f.retry_after)
     }
 
     /// After `n` upstream attempts.
@@ -111,7 +182,9 @@ impl LeveeError {
 
     /// The answer's status code.
     pub fn status(&self) -> u16 {
-        self.verdict.as_ref().map_or(self.status, |v| v.status)
+        self.verdict
+            .as_ref()
+            .map_or(self.status.as_u16(), |v| v.status)
     }
 
     /// The one place an error becomes a response: Levee's JSON error in the
@@ -128,10 +201,9 @@ impl LeveeError {
                 out
             }
             None => {
-                let body = dialect.error_body(self.status, reason, &self.message);
+                let body = dialect.error_body(self.status.as_u16(), reason, &self.message);
                 let mut out = Response::new(full(body));
-                *out.status_mut() =
-                    StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_GATEWAY);
+                *out.status_mut() = self.status;
                 out.headers_mut()
                     .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 out
@@ -252,7 +324,7 @@ mod tests {
 
     #[test]
     fn an_error_carries_the_reason_attempts_and_a_rounded_up_retry_after() {
-        let e = LeveeError::new(Why::StateUnavailable, 503, "levee: down")
+        let e = LeveeError::state_unavailable("levee: down")
             .attempts(2)
             .retry_after(Some(Duration::from_millis(1200)));
         let r = e.into_response(Dialect::Anthropic);
@@ -297,7 +369,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-request-id", HeaderValue::from_static("req_1"));
         headers.insert("content-length", HeaderValue::from_static("2"));
-        let mut e = LeveeError::bad_request(400, "unused").attempts(1);
+        let mut e = LeveeError::bad_request("unused").attempts(1);
         e.verdict = Some(Box::new(Verdict {
             status: 422,
             headers,

@@ -105,10 +105,10 @@ impl GraceOver {
         })
         .await;
         let Some(resp) = answered else {
-            metrics.reject("shutting_down");
+            metrics.reject(Why::ShuttingDown.as_str());
             let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
             let sent = answer.as_mut().take_value().map_or(0, Cell::into_inner);
-            return LeveeError::new(Why::ShuttingDown, 503, msg)
+            return LeveeError::shutting_down(msg)
                 .attempts(sent)
                 .into_response(dialect);
         };

@@ -1058,14 +1058,14 @@ fn request_fields(
     req.timeout_ms = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
 }
 
-/// The `levee_upstream_attempts_total{result}` label (and the log's
+/// The result (`levee_upstream_attempts_total{result}`, the log's
 /// `last_attempt`) of an attempt that got no response: `tls` when the TLS
 /// handshake failed — a certificate the gateway does not trust, expired or
 /// for another name, or a server that does not speak TLS — else
 /// `connect_error` (refused, unreachable, DNS, reset before a response).
 /// Either way the core sees a connection fault (`Outcome::ConnectError`):
 /// the provider cannot be reached, and its breaker counts it.
-pub fn failure_label(e: &SendError) -> &'static str {
+pub fn failure_result(e: &SendError) -> crate::outcome::AttemptResult {
     let inner: &(dyn std::error::Error + 'static) = match e {
         SendError::Connect(e) => e.as_ref(),
         SendError::Handshake(e) => e,
@@ -1074,11 +1074,11 @@ pub fn failure_label(e: &SendError) -> &'static str {
     let mut cause = Some(inner);
     while let Some(c) = cause {
         if is_tls(c) {
-            return "tls";
+            return crate::outcome::AttemptResult::Tls;
         }
         cause = c.source();
     }
-    "connect_error"
+    crate::outcome::AttemptResult::ConnectError
 }
 
 /// rustls reports a failed handshake as an `io::Error` wrapping its own
