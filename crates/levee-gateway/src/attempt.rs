@@ -239,19 +239,7 @@ impl AttemptFinisher {
         if committed {
             self.req.commit();
         }
-        let class = self.record(outcome);
-        if matches!(outcome, Outcome::FailedAfterFirstByte) {
-            let t = self.req.target();
-            let p = self.shared.config.routes[self.route].targets[t].provider;
-            self.shared
-                .metrics
-                .streams_failed
-                .get_or_create(&crate::metrics::ProviderLabel {
-                    provider: self.shared.providers[p].name.clone(),
-                })
-                .inc();
-        }
-        let _ = class;
+        self.record(outcome);
     }
 }
 

@@ -73,6 +73,9 @@ struct Driver {
     obs: Observer,
     last_error: Option<LastError>,
     lease: Option<Lease>,
+    /// A committed stream's relay, waiting for the observer: the stream's
+    /// end closes the request's books, not its head.
+    stream_books: Option<tokio::sync::oneshot::Sender<Observer>>,
 }
 
 /// Drives the planner until it delivers an answer or gives up.
@@ -104,6 +107,7 @@ pub(crate) fn run(
         obs,
         last_error: None,
         lease,
+        stream_books: None,
     };
     Box::pin(async move {
         let mut answer = driver.drive().await;
@@ -120,7 +124,13 @@ pub(crate) fn run(
                 }
             }
         }
-        driver.obs.answered(&answer);
+        match driver.stream_books.take() {
+            // The relay has not run yet: the observer is there for its end.
+            Some(relay) => {
+                let _ = relay.send(driver.obs);
+            }
+            None => driver.obs.answered(&answer),
+        }
         answer
     })
 }
@@ -471,7 +481,9 @@ impl Driver {
                 .crossing
                 .and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
         };
-        let relay = RelayBody::new(start, body, finisher, recording, holds);
+        let (books, observer) = tokio::sync::oneshot::channel();
+        self.stream_books = Some(books);
+        let relay = RelayBody::new(start, body, finisher, recording, holds, observer);
         let provider = &shared.providers[route.targets[target].provider];
         let mut headers = parts.headers;
         // A provider may echo the key in a successful answer's head too.

@@ -23,6 +23,7 @@ mod collect;
 mod crossing;
 mod drive;
 mod error;
+mod event;
 mod fieldname;
 #[doc(hidden)]
 pub mod framing_view;

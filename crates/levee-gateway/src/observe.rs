@@ -9,6 +9,7 @@
 //! carries what the books need (the route, the trace, the time spent
 //! outside the gateway).
 
+use crate::event::{RequestEvent, StreamOutcome};
 use crate::outcome::{AttemptResult, Rejection};
 use crate::record::TapeLine;
 use crate::respond::{Body, LeveeError, Why};
@@ -147,6 +148,35 @@ struct Summary<'a> {
     added: Duration,
     last_result: Option<AttemptResult>,
     model: &'a str,
+    /// A committed stream's bytes relayed and time from its commit point.
+    stream: Option<(u64, Duration)>,
+}
+
+/// What the log line says of the request's policy state.
+#[derive(Clone, Copy)]
+struct ReqView {
+    target: usize,
+    attempts: u32,
+    deadline: Instant,
+}
+
+impl ReqView {
+    fn of(req: &RequestState) -> Self {
+        ReqView {
+            target: req.target(),
+            attempts: req.attempts(),
+            deadline: req.deadline(),
+        }
+    }
+}
+
+/// A stream past its commit point, kept until it ends: what its books
+/// need then.
+struct Committed {
+    req: ReqView,
+    status: u16,
+    added: Duration,
+    model: String,
 }
 
 /// One admitted request's books.
@@ -173,6 +203,8 @@ pub(crate) struct Observer {
     attempts: [Option<AttemptNote>; NOTED_ATTEMPTS],
     /// The number of the attempt in flight.
     attempt_n: u32,
+    /// A committed stream, until it ends.
+    committed: Option<Box<Committed>>,
 }
 
 impl Observer {
@@ -198,6 +230,7 @@ impl Observer {
             asked,
             attempts: [None; NOTED_ATTEMPTS],
             attempt_n: 0,
+            committed: None,
         }
     }
 
@@ -428,7 +461,6 @@ impl Observer {
         }
         let added = total.saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
-        self.count_outcome("success", at);
         self.note_attempt(
             self.attempt_n,
             AttemptNote {
@@ -438,16 +470,28 @@ impl Observer {
                 ms: ms(at.saturating_since(started)),
             },
         );
-        let summary = Summary {
-            outcome: "success",
-            failure: None,
-            added,
-            last_result: Some(AttemptResult::Success),
-            model,
-        };
-        self.log_summary(req, at, summary);
-        if let Some(span) = self.span.take() {
-            span.finish(Some(head.status.as_u16()), None);
+        if body.is_some() {
+            self.count_outcome("success", at);
+            let summary = Summary {
+                outcome: "success",
+                failure: None,
+                added,
+                last_result: Some(AttemptResult::Success),
+                model,
+                stream: None,
+            };
+            self.log_summary(ReqView::of(req), at, summary);
+            if let Some(span) = self.span.take() {
+                span.finish(Some(head.status.as_u16()), None);
+            }
+        } else {
+            // A stream's outcome, log line and spans wait for its end.
+            self.committed = Some(Box::new(Committed {
+                req: ReqView::of(req),
+                status: head.status.as_u16(),
+                added,
+                model: model.to_string(),
+            }));
         }
         // Without `--record` no tape line is built: its copies of the head
         // and body were half of a plain request's heap allocations.
@@ -501,8 +545,60 @@ impl Observer {
             added,
             last_result: self.last_result,
             model,
+            stream: None,
         };
-        self.log_summary(req, at, summary);
+        self.log_summary(ReqView::of(req), at, summary);
+    }
+
+    /// Something happened to the request: the books take it in.
+    pub fn report(&mut self, event: RequestEvent) {
+        match event {
+            RequestEvent::StreamEnded {
+                outcome,
+                bytes,
+                duration,
+            } => self.stream_ended(outcome, bytes, duration),
+        }
+    }
+
+    /// A committed stream ended: its request's outcome is counted, its log
+    /// line written and its spans ended.
+    fn stream_ended(&mut self, outcome: StreamOutcome, bytes: u64, duration: Duration) {
+        let Some(c) = self.committed.take() else {
+            return;
+        };
+        let shared = Arc::clone(&self.shared);
+        let at = shared.clock.now();
+        if outcome.provider_failed() {
+            shared
+                .metrics
+                .streams_failed
+                .get_or_create(&crate::metrics::ProviderLabel {
+                    provider: self.provider_name(c.req.target).to_string(),
+                })
+                .inc();
+        }
+        let label = outcome.label();
+        self.count_outcome(label, at);
+        let reason = (outcome != StreamOutcome::Completed).then_some(label);
+        if let Some(span) = self.span.take() {
+            span.finish(Some(c.status), reason);
+        }
+        let summary = Summary {
+            outcome: label,
+            // The caller already has the head: a stream that did not end
+            // well is a failure logged under the status it was given.
+            failure: reason.map(|_| (c.status, None)),
+            added: c.added,
+            last_result: Some(AttemptResult::Success),
+            model: &c.model,
+            stream: Some((bytes, duration)),
+        };
+        self.log_summary(c.req, at, summary);
+        if self.trace.is_on() {
+            self.trace
+                .finish(c.status, reason, Some(self.provider_name(c.req.target)));
+        }
     }
 
     /// The last attempt's result; `None` before the first attempt ends.
@@ -533,7 +629,7 @@ impl Observer {
     /// success, WARN for a failure. Levee's name for the provider is
     /// `provider` (tracing's own `target` is the log's source, and a log
     /// pipeline keeping one of two `target` keys lost the provider).
-    fn log_summary(&self, req: &RequestState, at: Instant, s: Summary<'_>) {
+    fn log_summary(&self, req: ReqView, at: Instant, s: Summary<'_>) {
         let failed = s.failure.is_some();
         let enabled = if failed {
             tracing::enabled!(target: "levee::request", tracing::Level::WARN)
@@ -549,8 +645,10 @@ impl Observer {
             added,
             last_result,
             model,
+            stream,
         } = s;
-        let left = req.deadline().saturating_since(at);
+        let left = req.deadline.saturating_since(at);
+        let (stream_bytes, stream_ms) = stream.map_or((0, 0), |(b, d)| (b, ms(d)));
         let (status, err) = failure.map_or((None, None), |(s, e)| (Some(s), e));
         // The provider's error body, once per logical request (five copies of
         // one validator complaint bury it).
@@ -563,7 +661,7 @@ impl Observer {
             }
         });
         let route = &self.shared.config.routes[self.route];
-        let answered = route.rewrite_model(req.target(), model);
+        let answered = route.rewrite_model(req.target, model);
         let id = self.asked.id.to_str().unwrap_or("");
         let attempt_list = self.attempt_list();
         let duration_ms = ms(at.saturating_since(self.arrived));
@@ -574,14 +672,14 @@ impl Observer {
                     request_id = id,
                     caller = self.caller_name(),
                     route = %route.name,
-                    provider = %self.provider_name(req.target()),
+                    provider = %self.provider_name(req.target),
                     model,
                     model_answered = answered,
                     path = self.asked.path,
                     dialect = self.asked.dialect.name(),
                     stream = self.asked.stream,
                     duration_ms,
-                    attempts = req.attempts(),
+                    attempts = req.attempts,
                     attempt_list = attempt_list.as_str(),
                     skipped = self.skipped.as_str(),
                     outcome,
@@ -590,6 +688,8 @@ impl Observer {
                     added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),
                     deadline_left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
                     upstream_error = upstream_error.as_deref().unwrap_or(""),
+                    stream_bytes,
+                    stream_ms,
                     "request"
                 )
             };

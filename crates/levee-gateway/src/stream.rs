@@ -5,6 +5,8 @@
 
 use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;
+use crate::event::{RequestEvent, StreamOutcome};
+use crate::observe::Observer;
 use crate::record::TapeLine;
 use crate::sse::EventFramer;
 use crate::upstream::UpstreamBody;
@@ -54,6 +56,15 @@ pub struct RelayBody {
     tape: Option<Box<TapeLine>>,
     /// The tokens the provider's events reported, to settle the allowance.
     usage: crate::allowance::StreamUsage,
+    /// The request's observer, handed over once the answer's head is
+    /// made; told how the stream ended.
+    observer: Option<tokio::sync::oneshot::Receiver<Observer>>,
+    /// Bytes relayed to the caller so far.
+    bytes: u64,
+    /// How the stream ended, reported once its last frame is counted.
+    end: Option<StreamOutcome>,
+    /// The commit point.
+    committed_at: levee_policy::Instant,
     _holds: Holds,
 }
 
@@ -72,6 +83,7 @@ impl RelayBody {
         finisher: AttemptFinisher,
         tape: Option<TapeLine>,
         holds: Holds,
+        observer: tokio::sync::oneshot::Receiver<Observer>,
     ) -> Self {
         let RelayStart {
             first,
@@ -107,7 +119,27 @@ impl RelayBody {
             finisher: Some(finisher),
             tape,
             usage,
+            observer: Some(observer),
+            bytes: 0,
+            end: None,
+            committed_at: clock.now(),
             _holds: holds,
+        }
+    }
+
+    /// Tells the request's observer how the stream ended (once).
+    fn report_end(&mut self, outcome: StreamOutcome) {
+        let Some(mut rx) = self.observer.take() else {
+            return;
+        };
+        // The observer is sent before the answer reaches the caller, so it
+        // is there by the time the body is read.
+        if let Ok(mut obs) = rx.try_recv() {
+            obs.report(RequestEvent::StreamEnded {
+                outcome,
+                bytes: self.bytes,
+                duration: self.clock.since(self.committed_at),
+            });
         }
     }
 
@@ -121,12 +153,18 @@ impl RelayBody {
         }
     }
 
-    fn fail(&mut self, why: &str) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn fail(&mut self, outcome: StreamOutcome) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.done = true;
         self.write_tape(true);
         if let Some(f) = self.finisher.take() {
             f.finish(Outcome::FailedAfterFirstByte, true);
         }
+        self.end = Some(outcome);
+        let why = if outcome == StreamOutcome::Stalled {
+            "stalled"
+        } else {
+            "broke off"
+        };
         let msg = format!("levee: upstream_error: the provider's stream {why}; the partial answer above is all there is (streams are never restarted)");
         Poll::Ready(Some(Ok(Frame::data(self.dialect.stream_error_event(&msg)))))
     }
@@ -138,18 +176,19 @@ impl RelayBody {
         self.done = true;
         self.write_tape(true);
         if let Some(f) = self.finisher.take() {
-            let route = &f.shared.config.routes[f.route];
-            tracing::info!(
-                target: "levee::request",
-                route = %route.name,
-                outcome = "deadline_exceeded",
-                "a committed stream reached the caller's deadline and was ended with an error event"
-            );
             f.finish(Outcome::SkippedNoDeadline, true);
         }
+        self.end = Some(StreamOutcome::DeadlineExceeded);
         let msg = "levee: deadline_exceeded: the caller's deadline passed mid-stream; the partial answer above is all there is (streams are never restarted)";
         let event = self.dialect.stream_error(504, "deadline_exceeded", msg);
         Poll::Ready(Some(Ok(Frame::data(event))))
+    }
+}
+
+impl Drop for RelayBody {
+    fn drop(&mut self) {
+        // Dropped before its end: the caller stopped reading.
+        self.report_end(StreamOutcome::CallerLeft);
     }
 }
 
@@ -162,6 +201,30 @@ impl HttpBody for RelayBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = &mut *self;
+        let polled = this.poll_next(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(d) = frame.data_ref() {
+                this.bytes += d.len() as u64;
+            }
+        }
+        if let Some(end) = this.end.take() {
+            this.report_end(end);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done && self.first.is_none()
+    }
+}
+
+impl RelayBody {
+    /// The next frame for the caller.
+    fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self;
         if let Some(b) = this.first.take() {
             return Poll::Ready(Some(Ok(Frame::data(b))));
         }
@@ -196,7 +259,7 @@ impl HttpBody for RelayBody {
                     }
                     // Trailers: SSE has none worth relaying.
                 }
-                Poll::Ready(Some(Err(_))) => return this.fail("broke off"),
+                Poll::Ready(Some(Err(_))) => return this.fail(StreamOutcome::BrokeOff),
                 Poll::Ready(None) => {
                     this.done = true;
                     let tail = this.framer.flush();
@@ -226,6 +289,7 @@ impl HttpBody for RelayBody {
                             true,
                         );
                     }
+                    this.end = Some(StreamOutcome::Completed);
                     if let Some(b) = last.filter(|b| !b.is_empty()) {
                         return Poll::Ready(Some(Ok(Frame::data(b))));
                     }
@@ -233,15 +297,11 @@ impl HttpBody for RelayBody {
                 }
                 Poll::Pending => {
                     if this.stall.as_mut().poll(cx).is_ready() {
-                        return this.fail("stalled");
+                        return this.fail(StreamOutcome::Stalled);
                     }
                     return Poll::Pending;
                 }
             }
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done && self.first.is_none()
     }
 }
