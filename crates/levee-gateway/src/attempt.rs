@@ -104,13 +104,12 @@ impl Dependencies for GatewayDeps<'_> {
     fn withdraw(&mut self, t: usize, now: levee_policy::Instant) -> bool {
         let ok = self.shared.routes[self.route].budget(t).try_withdraw(now);
         if !ok {
-            self.shared
-                .metrics
-                .budget_exhausted
-                .get_or_create(&crate::metrics::ProviderLabel {
-                    provider: self.provider(t).name.clone(),
-                })
-                .inc();
+            crate::observe::report(
+                self.shared,
+                crate::event::RequestEvent::BudgetExhausted {
+                    provider: &self.provider(t).name,
+                },
+            );
         }
         ok
     }

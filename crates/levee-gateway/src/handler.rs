@@ -6,6 +6,7 @@ use crate::collect::{collect_limited, CollectError};
 use crate::crossing;
 use crate::drive::Ctx;
 use crate::error::BoxError;
+use crate::event::RequestEvent;
 use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{self, inspect, rewrite_model};
 use crate::observe::{self, Observer};
@@ -52,12 +53,7 @@ where
     // one would keep the request (264 bytes) in its future beside the
     // answer that took it.
     let answer = Box::pin(answer(shared, req, dialect));
-    async move {
-        guard
-            .grace_over
-            .guard(dialect, &guard.metrics, answer)
-            .await
-    }
+    async move { guard.grace_over.guard(dialect, &guard, answer).await }
 }
 
 /// The request's answer: a provider's, Levee's, or the one place a
@@ -128,7 +124,7 @@ fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
 
 /// Counts a refusal in `levee_rejected` under `why`'s label and returns it.
 fn reject(shared: &Shared, why: Rejection, e: LeveeError) -> LeveeError {
-    observe::rejected(shared, why);
+    observe::report(shared, RequestEvent::Rejected(why));
     e
 }
 
@@ -530,7 +526,7 @@ fn caller_layer(shared: &Shared, said: &Said) -> Result<(Option<String>, bool), 
         .and_then(|v| v.trim().parse::<u32>().ok())
         .is_some_and(|n| n > 0);
     if sdk_retry {
-        observe::caller_retry(shared);
+        observe::report(shared, RequestEvent::CallerRetry);
     }
     Ok((key, sdk_retry))
 }
@@ -633,7 +629,13 @@ async fn admit(
     let (key_header, sdk_retry) = caller_layer(shared, &said)?;
     let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
         let shed = levee_policy::Failure::shed();
-        observe::shed(shared, &route.name, &shed);
+        observe::report(
+            shared,
+            RequestEvent::Shed {
+                route: &route.name,
+                reason: shed.reason,
+            },
+        );
         let msg = format!(
             "levee: route `{}` is at its max_in_flight; rejected at once rather than queued",
             route.name
@@ -731,7 +733,7 @@ fn noted(shared: &Shared, mut answer: Response<Body>, note: Option<IdemNote>) ->
     let value = match note {
         None => return answer,
         Some(IdemNote::Local) => {
-            observe::idempotency_local(shared);
+            observe::report(shared, RequestEvent::IdempotencyLocal);
             "local"
         }
         Some(IdemNote::Rerun) => "rerun",
@@ -829,7 +831,14 @@ fn prepare_targets(
         for (t, plan) in plans.iter().enumerate() {
             let provider = &shared.providers[route.targets[t].provider];
             if let Some(label) = plan.skip {
-                observe::translation_refused(shared, &route.name, &provider.name, label);
+                observe::report(
+                    shared,
+                    RequestEvent::TranslationRefused {
+                        route: &route.name,
+                        provider: &provider.name,
+                        reason: label,
+                    },
+                );
             }
         }
         let msg = format!(
@@ -886,7 +895,7 @@ async fn claim_key(
             )
         {
             // A repeated key: a caller layer is still retrying.
-            observe::caller_retry(shared);
+            observe::report(shared, RequestEvent::CallerRetry);
             counted = true;
         }
         let follow = match claimed {
@@ -894,7 +903,7 @@ async fn claim_key(
             Claimed::Untracked => return Ok(Led::Lead(None)),
             Claimed::Unavailable => {
                 *note = None;
-                observe::state_unavailable(shared, route);
+                observe::report(shared, RequestEvent::StateUnavailable { route });
                 let msg = "levee: the shared idempotency store is unavailable and state.on_unavailable is `refuse`: this keyed request was not sent (it could run twice across replicas)";
                 return Err(LeveeError::state_unavailable(msg));
             }
@@ -930,7 +939,7 @@ async fn claim_key(
             }
         };
         if !in_time {
-            observe::follow_timed_out(shared, route);
+            observe::report(shared, RequestEvent::FollowTimedOut { route });
             let msg = "levee: deadline passed while waiting for an earlier request with the same idempotency-key";
             return Err(LeveeError::deadline_exceeded(msg));
         }
@@ -938,7 +947,7 @@ async fn claim_key(
 }
 
 fn replay(shared: &Shared, route: &str, stored: &Stored) -> Response<Body> {
-    observe::replayed(shared, route);
+    observe::report(shared, RequestEvent::Replayed { route });
     let mut out = Response::new(full(stored.body.clone()));
     *out.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     *out.headers_mut() = stored.headers.clone();

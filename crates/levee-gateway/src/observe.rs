@@ -4,13 +4,14 @@
 //! requests: the metrics, the census, the summary log line, the trace spans
 //! and the `--record` tape. The driver decides; the observer keeps the books.
 //!
-//! Events before a request has a route (or before it is admitted) are free
-//! functions over [`Shared`]; from admission on, one [`Observer`] per request
-//! carries what the books need (the route, the trace, the time spent
-//! outside the gateway).
+//! Events before a request has a route (or before it is admitted) are
+//! [`RequestEvent`]s booked by [`report`] over [`Shared`]; from admission
+//! on, one [`Observer`] per request carries what the books need (the
+//! route, the trace, the time spent outside the gateway), and a committed
+//! stream's relay reports the stream's end to it.
 
 use crate::event::{RequestEvent, StreamOutcome};
-use crate::outcome::{AttemptResult, Rejection};
+use crate::outcome::AttemptResult;
 use crate::record::TapeLine;
 use crate::respond::{Body, LeveeError, Why};
 use crate::shared::Shared;
@@ -18,16 +19,57 @@ use crate::telemetry::{AttemptTrace, RequestTrace};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Response};
 use levee_policy::planner::{AttemptKind, Dispatch, PrimaryRefusal};
-use levee_policy::{Class, Failure, Instant, Outcome, RequestState};
+use levee_policy::{Class, Failure, Instant, Outcome, Reason, RequestState};
 use levee_wire::headers;
 use levee_wire::Dialect;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The handler refused the request before admitting it: counted in
-/// `levee_rejected` under the rejection's label.
-pub fn rejected(shared: &Shared, why: Rejection) {
-    shared.metrics.reject(why.label());
+/// Books an event of a request without an observer (not admitted, or not
+/// yet): counted over [`Shared`].
+pub(crate) fn report(shared: &Shared, event: RequestEvent<'_>) {
+    let m = &shared.metrics;
+    match event {
+        // Only an admitted request's observer has a stream to end.
+        RequestEvent::StreamEnded { .. } => {}
+        RequestEvent::Rejected(why) => m.reject(why.label()),
+        RequestEvent::Shed { route, reason } => {
+            m.reject(reason.as_str());
+            answered_by_name(shared, route, reason.as_str());
+            m.attempts_per_request.observe(0.0);
+        }
+        RequestEvent::StateUnavailable { route } => {
+            let reason = Why::StateUnavailable.as_str();
+            m.reject(reason);
+            answered_by_name(shared, route, reason);
+        }
+        RequestEvent::FollowTimedOut { route } => {
+            answered_by_name(shared, route, Reason::DeadlineExceeded.as_str());
+        }
+        RequestEvent::Replayed { route } => {
+            m.replayed.inc();
+            answered_by_name(shared, route, "replayed");
+        }
+        RequestEvent::CallerRetry => {
+            m.caller_retries.inc();
+        }
+        RequestEvent::IdempotencyLocal => {
+            m.idempotency_local.inc();
+        }
+        RequestEvent::TranslationRefused {
+            route,
+            provider,
+            reason,
+        } => m.translation_refused(route, provider, reason),
+        RequestEvent::ShuttingDown => m.reject(Why::ShuttingDown.as_str()),
+        RequestEvent::BudgetExhausted { provider } => {
+            m.budget_exhausted
+                .get_or_create(&crate::metrics::ProviderLabel {
+                    provider: provider.to_string(),
+                })
+                .inc();
+        }
+    }
 }
 
 /// A request on the route named `route` was answered with `outcome`:
@@ -38,32 +80,6 @@ fn answered_by_name(shared: &Shared, route: &str, outcome: &str) {
     if let Some(ri) = shared.census.route_index(route) {
         shared.census.answered(ri, outcome, shared.clock.now());
     }
-}
-
-/// The route's bulkhead was full: shed at once.
-pub fn shed(shared: &Shared, route: &str, f: &Failure) {
-    let reason = f.reason.as_str();
-    shared.metrics.reject(reason);
-    answered_by_name(shared, route, reason);
-    shared.metrics.attempts_per_request.observe(0.0);
-}
-
-/// A keyed request could not be deduplicated across replicas and was refused.
-pub fn state_unavailable(shared: &Shared, route: &str) {
-    let reason = Why::StateUnavailable.as_str();
-    shared.metrics.reject(reason);
-    answered_by_name(shared, route, reason);
-}
-
-/// The deadline passed while following an earlier request with the same key.
-pub fn follow_timed_out(shared: &Shared, route: &str) {
-    answered_by_name(shared, route, "deadline_exceeded");
-}
-
-/// Answered from the idempotency store.
-pub fn replayed(shared: &Shared, route: &str) {
-    shared.metrics.replayed.inc();
-    answered_by_name(shared, route, "replayed");
 }
 
 /// The `levee_fallbacks_total{reason}` label of a first attempt sent past a
@@ -77,21 +93,6 @@ pub fn primary_refused_label(r: PrimaryRefusal) -> &'static str {
         PrimaryRefusal::Shed => "primary_shed",
         PrimaryRefusal::BudgetExhausted => "primary_budget_exhausted",
     }
-}
-
-/// A caller layer is retrying (its SDK's retry count, or a repeated key).
-pub fn caller_retry(shared: &Shared) {
-    shared.metrics.caller_retries.inc();
-}
-
-/// A keyed request was deduplicated on this replica only.
-pub fn idempotency_local(shared: &Shared) {
-    shared.metrics.idempotency_local.inc();
-}
-
-/// A target of the other dialect cannot carry the request: skipped.
-pub fn translation_refused(shared: &Shared, route: &str, provider: &str, reason: &str) {
-    shared.metrics.translation_refused(route, provider, reason);
 }
 
 /// The last upstream error answer, kept to pass on or log once.
@@ -285,7 +286,14 @@ impl Observer {
     /// the answer's `x-levee-skipped`.
     pub(crate) fn skipped_target(&mut self, target: usize, reason: &'static str) {
         let provider = self.provider_name(target).to_string();
-        translation_refused(&self.shared, self.route_name(), &provider, reason);
+        report(
+            &self.shared,
+            RequestEvent::TranslationRefused {
+                route: self.route_name(),
+                provider: &provider,
+                reason,
+            },
+        );
         if !self.skipped.is_empty() {
             self.skipped.push_str(", ");
         }
@@ -551,13 +559,14 @@ impl Observer {
     }
 
     /// Something happened to the request: the books take it in.
-    pub fn report(&mut self, event: RequestEvent) {
+    pub fn report(&mut self, event: RequestEvent<'_>) {
         match event {
             RequestEvent::StreamEnded {
                 outcome,
                 bytes,
                 duration,
             } => self.stream_ended(outcome, bytes, duration),
+            other => report(&self.shared, other),
         }
     }
 

@@ -5,7 +5,7 @@
 //! terminating chunk, so every caller can tell what happened. The 503 says in
 //! `x-levee-attempts` how many attempts the request had sent.
 
-use crate::respond::{Body, LeveeError, Why};
+use crate::respond::{Body, LeveeError};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -87,7 +87,7 @@ impl GraceOver {
     pub async fn guard(
         self: &Arc<Self>,
         dialect: Dialect,
-        metrics: &crate::metrics::Metrics,
+        shared: &crate::shared::Shared,
         answer: impl Future<Output = Response<Body>>,
     ) -> Response<Body> {
         // Waited on in place (not `self.wait()`): no allocation per request.
@@ -105,7 +105,7 @@ impl GraceOver {
         })
         .await;
         let Some(resp) = answered else {
-            metrics.reject(Why::ShuttingDown.as_str());
+            crate::observe::report(shared, crate::event::RequestEvent::ShuttingDown);
             let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
             let sent = answer.as_mut().take_value().map_or(0, Cell::into_inner);
             return LeveeError::shutting_down(msg)
