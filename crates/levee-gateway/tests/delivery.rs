@@ -334,3 +334,31 @@ async fn a_three_minute_stream_with_sdk_defaults_completes() {
         assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_the_caller_stops_reading_is_counted_as_client_closed_when_it_goes() {
+    use http_body_util::BodyExt;
+    // An event a second: the caller leaves after the first.
+    let env = local_one("faults:\n  - { chunk_delay: 1s }\n", "");
+    let resp = env
+        .app
+        .call(post_request("/v1/chat/completions", CHAT_STREAM, &[]))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = watchdog(WATCHDOG, body.frame()).await;
+    assert!(first.is_some_and(|f| f.is_ok_and(|f| f.is_data())));
+    let outcome =
+        |m: &str, o: &str| metric(m, "levee_requests_total", &[&format!("outcome=\"{o}\"")]);
+    let m = env.metrics();
+    assert_eq!(
+        outcome(&m, "success") + outcome(&m, "client_closed"),
+        0.0,
+        "open: {m}"
+    );
+    drop(body);
+    let m = env.metrics();
+    assert_eq!(outcome(&m, "client_closed"), 1.0, "{m}");
+    assert_eq!(outcome(&m, "success"), 0.0, "{m}");
+    assert_eq!(metric(&m, "levee_streams_failed_total", &[]), 0.0, "{m}");
+}
