@@ -534,6 +534,10 @@ impl Census {
     /// `levee_requests_total`), for the success ratio over the last
     /// [`WINDOW_SECS`].
     pub fn answered(&self, route: usize, outcome: &str, now: Instant) {
+        // A caller that stopped reading a stream said nothing of the route.
+        if outcome == "client_closed" {
+            return;
+        }
         if let Some(w) = self.windows.get(route) {
             let mut w = lock(w);
             let s = w.slot(now.since_origin().as_secs());
