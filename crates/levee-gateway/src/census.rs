@@ -20,6 +20,7 @@
 //! caller's first request.
 
 use crate::clock::Clock;
+use crate::outcome::{FallbackReason, RequestOutcome};
 use levee_config::{CallerKey, Config};
 use levee_policy::Instant;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -210,12 +211,6 @@ impl Recent {
     }
 }
 
-/// Whether a `levee_requests_total` outcome is a success for the caller:
-/// `success`, or `replayed` (the stored answer of an earlier success).
-pub fn is_success(outcome: &str) -> bool {
-    matches!(outcome, "success" | "replayed")
-}
-
 /// A route's traffic per second over the last [`WINDOW_SECS`].
 #[derive(Clone)]
 struct Window {
@@ -261,7 +256,7 @@ pub struct FallbackEvent {
     pub unix_ms: u64,
     pub route: usize,
     pub target: usize,
-    pub reason: &'static str,
+    pub(crate) reason: FallbackReason,
 }
 
 /// The census of a running gateway.
@@ -512,7 +507,13 @@ impl Census {
     }
 
     /// Notes a fallback to `route`'s `target`.
-    pub fn fallback(&self, route: usize, target: usize, reason: &'static str, clock: &Clock) {
+    pub(crate) fn fallback(
+        &self,
+        route: usize,
+        target: usize,
+        reason: FallbackReason,
+        clock: &Clock,
+    ) {
         let mut f = lock(&self.fallbacks);
         if f.len() == RECENT_FALLBACKS {
             f.pop_front();
@@ -533,16 +534,15 @@ impl Census {
     /// Counts one request on `route` answered with `outcome` (as counted in
     /// `levee_requests_total`), for the success ratio over the last
     /// [`WINDOW_SECS`].
-    pub fn answered(&self, route: usize, outcome: &str, now: Instant) {
-        // A caller that stopped reading a stream said nothing of the route.
-        if outcome == "client_closed" {
+    pub(crate) fn answered(&self, route: usize, outcome: RequestOutcome, now: Instant) {
+        if !outcome.says_of_route() {
             return;
         }
         if let Some(w) = self.windows.get(route) {
             let mut w = lock(w);
             let s = w.slot(now.since_origin().as_secs());
             s.answered += 1;
-            s.succeeded += u32::from(is_success(outcome));
+            s.succeeded += u32::from(outcome.is_success());
         }
     }
 
@@ -905,9 +905,18 @@ mod tests {
         let mut registry = Registry::default();
         let census = Census::new(&config, &mut registry);
         let now = Instant::from_millis(5_000);
-        for outcome in ["success", "replayed", "circuit_open", "upstream_error"] {
+        use levee_policy::Reason;
+        let outcomes = [
+            RequestOutcome::Success,
+            RequestOutcome::Replayed,
+            Reason::CircuitOpen.into(),
+            Reason::UpstreamError.into(),
+            RequestOutcome::ClientClosed,
+        ];
+        for outcome in outcomes {
             census.answered(0, outcome, now);
         }
+        // A caller that stopped reading a stream says nothing of the route.
         let r = census.recent(0, now);
         assert_eq!((r.answered, r.succeeded), (4, 2));
         assert_eq!(census.route_index(&config.routes[0].name), Some(0));

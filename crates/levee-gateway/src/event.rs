@@ -1,7 +1,7 @@
 //! What happens to a request, as values the request's observer turns into
 //! metrics, the summary log line, trace spans, the census and the tape.
 
-use crate::outcome::Rejection;
+use crate::outcome::{Rejection, RequestOutcome, SkipReason};
 use levee_policy::Reason;
 use std::time::Duration;
 
@@ -22,14 +22,14 @@ pub(crate) enum StreamOutcome {
 }
 
 impl StreamOutcome {
-    /// The request's outcome label: `success`, the `upstream_error` or
+    /// The request's outcome: `success`, the `upstream_error` or
     /// `deadline_exceeded` its error event names, or `client_closed`.
-    pub(crate) fn label(self) -> &'static str {
+    pub(crate) fn outcome(self) -> RequestOutcome {
         match self {
-            StreamOutcome::Completed => "success",
-            StreamOutcome::BrokeOff | StreamOutcome::Stalled => Reason::UpstreamError.as_str(),
-            StreamOutcome::DeadlineExceeded => Reason::DeadlineExceeded.as_str(),
-            StreamOutcome::CallerLeft => "client_closed",
+            StreamOutcome::Completed => RequestOutcome::Success,
+            StreamOutcome::BrokeOff | StreamOutcome::Stalled => Reason::UpstreamError.into(),
+            StreamOutcome::DeadlineExceeded => Reason::DeadlineExceeded.into(),
+            StreamOutcome::CallerLeft => RequestOutcome::ClientClosed,
         }
     }
 
@@ -72,7 +72,7 @@ pub(crate) enum RequestEvent<'a> {
     TranslationRefused {
         route: &'a str,
         provider: &'a str,
-        reason: &'static str,
+        reason: SkipReason,
     },
     /// The shutdown grace period ended before the answer.
     ShuttingDown,

@@ -10,7 +10,7 @@ use crate::event::RequestEvent;
 use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{self, inspect, rewrite_model};
 use crate::observe::{self, Observer};
-use crate::outcome::Rejection;
+use crate::outcome::{Rejection, SkipReason};
 use crate::plan::Plan;
 use crate::respond::{full, Body, LeveeError};
 use crate::shared::Shared;
@@ -783,9 +783,9 @@ fn prepare_targets(
                 // Counted when the planner chooses this target, or below
                 // when no target can take the request: a backup that cannot
                 // carry embeddings changes nothing while the primary answers.
-                let label = why.reason.label();
+                let skip = SkipReason::Untranslatable(why.reason);
                 refused.get_or_insert(why);
-                (Bytes::new(), None, Some(label))
+                (Bytes::new(), None, Some(skip))
             }
         };
         // A cloud platform may move the model into the path and reshape
@@ -799,7 +799,7 @@ fn prepare_targets(
                 (
                     Bytes::new(),
                     provider.uri_for(upstream_path),
-                    Some("platform_unsupported"),
+                    Some(SkipReason::PlatformUnsupported),
                 )
             }
         };

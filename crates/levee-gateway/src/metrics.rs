@@ -5,6 +5,7 @@
 //! factor, as a histogram because a mean of 1.02 hides a tail of nines),
 //! deadline remaining at dispatch, and what was rejected and why.
 
+use crate::outcome::{AttemptResult, FallbackReason, Rejected, RequestOutcome, SkipReason};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -336,7 +337,8 @@ impl Metrics {
     }
 
     /// Counts one finished logical request.
-    pub fn request(&self, route: &str, outcome: &str) {
+    pub(crate) fn request(&self, route: &str, outcome: RequestOutcome) {
+        let outcome = outcome.label();
         self.request_handles.inc(route, outcome, || {
             self.requests
                 .get_or_create(&RouteOutcome {
@@ -348,7 +350,8 @@ impl Metrics {
     }
 
     /// Counts one upstream attempt's result.
-    pub fn attempt(&self, provider: &str, result: &str) {
+    pub(crate) fn attempt(&self, provider: &str, result: AttemptResult) {
+        let result = result.label();
         self.attempt_handles.inc(provider, result, || {
             self.upstream_attempts
                 .get_or_create(&ProviderResult {
@@ -360,7 +363,8 @@ impl Metrics {
     }
 
     /// Counts a rejection.
-    pub fn reject(&self, reason: &str) {
+    pub(crate) fn reject(&self, reason: impl Into<Rejected>) {
+        let reason = reason.into().label();
         self.reject_handles.inc(reason, "", || {
             self.rejected
                 .get_or_create(&ReasonLabel {
@@ -371,7 +375,8 @@ impl Metrics {
     }
 
     /// Counts an attempt sent to a later target of `route`, and why.
-    pub fn fallback(&self, route: &str, reason: &str) {
+    pub(crate) fn fallback(&self, route: &str, reason: FallbackReason) {
+        let reason = reason.label();
         self.fallback_handles.inc(route, reason, || {
             self.fallbacks
                 .get_or_create(&RouteReason {
@@ -383,12 +388,12 @@ impl Metrics {
     }
 
     /// Counts a request a target could not carry across dialects.
-    pub fn translation_refused(&self, route: &str, provider: &str, reason: &str) {
+    pub(crate) fn translation_refused(&self, route: &str, provider: &str, reason: SkipReason) {
         self.translation_refused
             .get_or_create(&RouteProviderReason {
                 route: route.to_string(),
                 provider: provider.to_string(),
-                reason: reason.to_string(),
+                reason: reason.label().to_string(),
             })
             .inc();
     }
@@ -454,7 +459,7 @@ mod tests {
         let names: std::collections::HashSet<&str> = HELP.iter().map(|(n, _)| *n).collect();
         assert_eq!(names.len(), HELP.len(), "a name twice");
         let m = Metrics::new();
-        m.request("r", "success");
+        m.request("r", RequestOutcome::Success);
         let text = m.encode();
         for name in [
             "levee_requests",
@@ -469,7 +474,7 @@ mod tests {
     #[test]
     fn counters_are_named_with_total_and_eof_is_dropped() {
         let m = Metrics::new();
-        m.request("r", "success");
+        m.request("r", RequestOutcome::Success);
         let text = m.encode();
         assert!(
             text.contains("# TYPE levee_requests_total counter"),
@@ -483,14 +488,14 @@ mod tests {
     fn cached_handles_count_into_the_exported_families() {
         let m = Metrics::new();
         for _ in 0..3 {
-            m.request("r", "success");
-            m.attempt("p", "success");
-            m.reject("shed");
+            m.request("r", RequestOutcome::Success);
+            m.attempt("p", AttemptResult::Success);
+            m.reject(levee_policy::Reason::Shed);
         }
-        m.request("r", "shed");
-        m.request("r2", "success");
-        m.attempt("p", "timeout");
-        m.reject("no_route");
+        m.request("r", RequestOutcome::from(levee_policy::Reason::Shed));
+        m.request("r2", RequestOutcome::Success);
+        m.attempt("p", AttemptResult::Timeout);
+        m.reject(crate::outcome::Rejection::NoRoute);
         // Counted before the first cached call, through the family itself.
         m.requests
             .get_or_create(&RouteOutcome {
@@ -529,9 +534,9 @@ mod tests {
             return;
         };
         let m = Metrics::new();
-        m.request("r", "success");
-        m.attempt("p", "success");
-        m.reject("shed");
+        m.request("r", RequestOutcome::Success);
+        m.attempt("p", AttemptResult::Success);
+        m.reject(levee_policy::Reason::Shed);
         m.caller_retries.inc();
         m.added_latency.observe(0.0001);
         if let Some(mut stdin) = child.stdin.take() {

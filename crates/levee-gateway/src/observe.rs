@@ -11,14 +11,14 @@
 //! stream's relay reports the stream's end to it.
 
 use crate::event::{RequestEvent, StreamOutcome};
-use crate::outcome::AttemptResult;
+use crate::outcome::{AttemptResult, FallbackReason, RequestOutcome, SkipReason};
 use crate::record::TapeLine;
 use crate::respond::{Body, LeveeError, Why};
 use crate::shared::Shared;
 use crate::telemetry::{AttemptTrace, RequestTrace};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Response};
-use levee_policy::planner::{AttemptKind, Dispatch, PrimaryRefusal};
+use levee_policy::planner::{AttemptKind, Dispatch};
 use levee_policy::{Class, Failure, Instant, Outcome, Reason, RequestState};
 use levee_wire::headers;
 use levee_wire::Dialect;
@@ -32,23 +32,22 @@ pub(crate) fn report(shared: &Shared, event: RequestEvent<'_>) {
     match event {
         // Only an admitted request's observer has a stream to end.
         RequestEvent::StreamEnded { .. } => {}
-        RequestEvent::Rejected(why) => m.reject(why.label()),
+        RequestEvent::Rejected(why) => m.reject(why),
         RequestEvent::Shed { route, reason } => {
-            m.reject(reason.as_str());
-            answered_by_name(shared, route, reason.as_str());
+            m.reject(reason);
+            answered_by_name(shared, route, reason.into());
             m.attempts_per_request.observe(0.0);
         }
         RequestEvent::StateUnavailable { route } => {
-            let reason = Why::StateUnavailable.as_str();
-            m.reject(reason);
-            answered_by_name(shared, route, reason);
+            m.reject(Why::StateUnavailable);
+            answered_by_name(shared, route, RequestOutcome::Failed(Why::StateUnavailable));
         }
         RequestEvent::FollowTimedOut { route } => {
-            answered_by_name(shared, route, Reason::DeadlineExceeded.as_str());
+            answered_by_name(shared, route, Reason::DeadlineExceeded.into());
         }
         RequestEvent::Replayed { route } => {
             m.replayed.inc();
-            answered_by_name(shared, route, "replayed");
+            answered_by_name(shared, route, RequestOutcome::Replayed);
         }
         RequestEvent::CallerRetry => {
             m.caller_retries.inc();
@@ -61,7 +60,7 @@ pub(crate) fn report(shared: &Shared, event: RequestEvent<'_>) {
             provider,
             reason,
         } => m.translation_refused(route, provider, reason),
-        RequestEvent::ShuttingDown => m.reject(Why::ShuttingDown.as_str()),
+        RequestEvent::ShuttingDown => m.reject(Why::ShuttingDown),
         RequestEvent::BudgetExhausted { provider } => {
             m.budget_exhausted
                 .get_or_create(&crate::metrics::ProviderLabel {
@@ -75,23 +74,10 @@ pub(crate) fn report(shared: &Shared, event: RequestEvent<'_>) {
 /// A request on the route named `route` was answered with `outcome`:
 /// counted in `levee_requests_total` and in the route's recent window (the
 /// status page's success ratio), alike.
-fn answered_by_name(shared: &Shared, route: &str, outcome: &str) {
+fn answered_by_name(shared: &Shared, route: &str, outcome: RequestOutcome) {
     shared.metrics.request(route, outcome);
     if let Some(ri) = shared.census.route_index(route) {
         shared.census.answered(ri, outcome, shared.clock.now());
-    }
-}
-
-/// The `levee_fallbacks_total{reason}` label of a first attempt sent past a
-/// primary that refused it: `primary_` and the refusal.
-pub fn primary_refused_label(r: PrimaryRefusal) -> &'static str {
-    match r {
-        PrimaryRefusal::CircuitOpen => "primary_circuit_open",
-        PrimaryRefusal::Throttled => "primary_throttled",
-        PrimaryRefusal::RateLimited => "primary_rate_limited",
-        PrimaryRefusal::Recovering => "primary_circuit_recovering",
-        PrimaryRefusal::Shed => "primary_shed",
-        PrimaryRefusal::BudgetExhausted => "primary_budget_exhausted",
     }
 }
 
@@ -144,7 +130,7 @@ const NOTED_ATTEMPTS: usize = 8;
 /// How a request ended, for its log line; `failure` is the status Levee
 /// answered with and the provider's last error, if any.
 struct Summary<'a> {
-    outcome: &'a str,
+    outcome: RequestOutcome,
     failure: Option<(u16, Option<&'a LastError>)>,
     added: Duration,
     last_result: Option<AttemptResult>,
@@ -284,7 +270,7 @@ impl Observer {
     /// The planner chose `target` and passed it over: it cannot carry the
     /// request (`reason`). Counted, logged with the request, and said in
     /// the answer's `x-levee-skipped`.
-    pub(crate) fn skipped_target(&mut self, target: usize, reason: &'static str) {
+    pub(crate) fn skipped_target(&mut self, target: usize, reason: SkipReason) {
         let provider = self.provider_name(target).to_string();
         report(
             &self.shared,
@@ -299,7 +285,7 @@ impl Observer {
         }
         self.skipped.push_str(&provider);
         self.skipped.push('=');
-        self.skipped.push_str(reason);
+        self.skipped.push_str(reason.label());
     }
 
     /// `x-levee-skipped`'s value, when a target was passed over.
@@ -313,7 +299,7 @@ impl Observer {
 
     /// The request was answered with `outcome`: counted in
     /// `levee_requests_total` and the route's recent window alike.
-    fn count_outcome(&self, outcome: &str, at: Instant) {
+    fn count_outcome(&self, outcome: RequestOutcome, at: Instant) {
         self.shared.metrics.request(self.route_name(), outcome);
         self.shared.census.answered(self.route, outcome, at);
     }
@@ -350,9 +336,11 @@ impl Observer {
             // Past a primary that refused without an attempt: what refused
             // it. After an answered attempt: that attempt's result.
             let reason = match d.primary_refused {
-                Some(r) => primary_refused_label(r),
-                None if d.kind == AttemptKind::First => "primary_refused",
-                None => self.last_result.map_or("none", AttemptResult::label),
+                Some(r) => FallbackReason::PrimaryRefused(r),
+                None if d.kind == AttemptKind::First => FallbackReason::PrimaryRefusedUnsaid,
+                None => self
+                    .last_result
+                    .map_or(FallbackReason::NoAttempt, FallbackReason::After),
             };
             shared.metrics.fallback(self.route_name(), reason);
             shared
@@ -400,9 +388,7 @@ impl Observer {
         } else {
             f.result
         };
-        shared
-            .metrics
-            .attempt(self.provider_name(f.target), result.label());
+        shared.metrics.attempt(self.provider_name(f.target), result);
         let status = match f.outcome {
             Outcome::Status { status, .. } => Some(status),
             _ => None,
@@ -448,7 +434,7 @@ impl Observer {
         self.outside += at.saturating_since(started);
         shared
             .metrics
-            .attempt(self.provider_name(target), AttemptResult::Success.label());
+            .attempt(self.provider_name(target), AttemptResult::Success);
         shared.census.attempt(
             self.route,
             target,
@@ -479,9 +465,9 @@ impl Observer {
             },
         );
         if body.is_some() {
-            self.count_outcome("success", at);
+            self.count_outcome(RequestOutcome::Success, at);
             let summary = Summary {
-                outcome: "success",
+                outcome: RequestOutcome::Success,
                 failure: None,
                 added,
                 last_result: Some(AttemptResult::Success),
@@ -537,18 +523,17 @@ impl Observer {
             .metrics
             .attempts_per_request
             .observe(f64::from(attempts));
-        let reason = f.reason.as_str();
         let at = shared.clock.now();
-        self.count_outcome(reason, at);
+        self.count_outcome(f.reason.into(), at);
         if attempts == 0 || !f.upstream_status {
-            shared.metrics.reject(reason);
+            shared.metrics.reject(f.reason);
         }
         let added = at
             .saturating_since(self.arrived)
             .saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
         let summary = Summary {
-            outcome: reason,
+            outcome: f.reason.into(),
             failure: Some((f.status, last_error)),
             added,
             last_result: self.last_result,
@@ -587,14 +572,14 @@ impl Observer {
                 })
                 .inc();
         }
-        let label = outcome.label();
-        self.count_outcome(label, at);
-        let reason = (outcome != StreamOutcome::Completed).then_some(label);
+        let counted = outcome.outcome();
+        self.count_outcome(counted, at);
+        let reason = (outcome != StreamOutcome::Completed).then_some(counted.label());
         if let Some(span) = self.span.take() {
             span.finish(Some(c.status), reason);
         }
         let summary = Summary {
-            outcome: label,
+            outcome: counted,
             // The caller already has the head: a stream that did not end
             // well is a failure logged under the status it was given.
             failure: reason.map(|_| (c.status, None)),
@@ -691,7 +676,7 @@ impl Observer {
                     attempts = req.attempts,
                     attempt_list = attempt_list.as_str(),
                     skipped = self.skipped.as_str(),
-                    outcome,
+                    outcome = outcome.label(),
                     last_attempt = last_result.map_or("none", AttemptResult::label),
                     status = status.unwrap_or(200),
                     added_latency_us = u64::try_from(added.as_micros()).unwrap_or(u64::MAX),

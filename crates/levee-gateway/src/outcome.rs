@@ -1,7 +1,12 @@
-//! How an upstream attempt ended and why the handler refused a request, as
-//! values. Each value's metric and log label comes from the value itself
-//! ([`AttemptResult::label`], [`Rejection::label`]); the label strings are
-//! exported (dashboards, alerts and tests match them) and must not change.
+//! How a request and each of its upstream attempts ended, why a request was
+//! refused, sent to a later target or skipped one, as values. Each value's
+//! metric and log label comes from the value itself (`label()`), and the
+//! metrics take these values, not strings; the label strings are exported
+//! (dashboards, alerts and tests match them) and must not change.
+
+use crate::respond::Why;
+use levee_policy::planner::PrimaryRefusal;
+use levee_policy::Reason;
 
 /// How one upstream attempt ended: the `levee_upstream_attempts_total{result}`
 /// label, the log's `last_attempt` and `attempt_list`, the attempt span's
@@ -119,6 +124,187 @@ impl Rejection {
             Rejection::Unauthorized => "unauthorized",
             Rejection::PayloadTooLarge => "payload_too_large",
             Rejection::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// How a logical request ended: the `levee_requests_total{outcome}` label,
+/// the route's recent success window and the log line's `outcome`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RequestOutcome {
+    /// A provider's answer relayed (a stream: relayed to its end).
+    Success,
+    /// Answered from the idempotency store.
+    Replayed,
+    /// The caller stopped reading a committed stream before its end.
+    ClientClosed,
+    /// Levee answered with an error of its own, for this reason.
+    Failed(Why),
+}
+
+impl RequestOutcome {
+    /// The metric and log label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            RequestOutcome::Success => "success",
+            RequestOutcome::Replayed => "replayed",
+            RequestOutcome::ClientClosed => "client_closed",
+            RequestOutcome::Failed(why) => why.as_str(),
+        }
+    }
+
+    /// Whether the caller got what it asked for: a provider's answer or
+    /// the stored answer of an earlier success.
+    pub(crate) fn is_success(self) -> bool {
+        matches!(self, RequestOutcome::Success | RequestOutcome::Replayed)
+    }
+
+    /// Whether the outcome says anything of the route's health: a caller
+    /// that stopped reading a stream says nothing.
+    pub(crate) fn says_of_route(self) -> bool {
+        self != RequestOutcome::ClientClosed
+    }
+}
+
+impl From<Reason> for RequestOutcome {
+    fn from(r: Reason) -> Self {
+        RequestOutcome::Failed(Why::Policy(r))
+    }
+}
+
+/// Why an attempt went to a later target of the route: the
+/// `levee_fallbacks_total{reason}` label and the status page's recent
+/// fallbacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FallbackReason {
+    /// A first attempt sent past a primary that refused it without an
+    /// attempt, for this refusal.
+    PrimaryRefused(PrimaryRefusal),
+    /// A first attempt sent past a primary that refused it, the refusal
+    /// not known.
+    PrimaryRefusedUnsaid,
+    /// The attempt before this one ended so.
+    After(AttemptResult),
+    /// The target before refused the request before any attempt.
+    NoAttempt,
+}
+
+impl FallbackReason {
+    /// The metric label: `primary_` and the refusal, or the previous
+    /// attempt's result.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            FallbackReason::PrimaryRefused(r) => match r {
+                PrimaryRefusal::CircuitOpen => "primary_circuit_open",
+                PrimaryRefusal::Throttled => "primary_throttled",
+                PrimaryRefusal::RateLimited => "primary_rate_limited",
+                PrimaryRefusal::Recovering => "primary_circuit_recovering",
+                PrimaryRefusal::Shed => "primary_shed",
+                PrimaryRefusal::BudgetExhausted => "primary_budget_exhausted",
+            },
+            FallbackReason::PrimaryRefusedUnsaid => "primary_refused",
+            FallbackReason::After(r) => r.label(),
+            FallbackReason::NoAttempt => "none",
+        }
+    }
+
+    /// The reason in words, as the status page says it.
+    pub(crate) fn words(self) -> &'static str {
+        match self {
+            FallbackReason::PrimaryRefused(r) => match r {
+                PrimaryRefusal::CircuitOpen => "primary's circuit open",
+                PrimaryRefusal::Throttled => "primary throttled (paced after a 429)",
+                PrimaryRefusal::RateLimited => "primary's rate_limit allowance spent",
+                PrimaryRefusal::Recovering => "primary recovering from an outage (ramping back)",
+                PrimaryRefusal::Shed => "primary at its max_in_flight",
+                PrimaryRefusal::BudgetExhausted => "caller's retry: primary's retry budget spent",
+            },
+            FallbackReason::PrimaryRefusedUnsaid => "primary refused it",
+            FallbackReason::NoAttempt => "previous target refused it before an attempt",
+            FallbackReason::After(r) => match r {
+                AttemptResult::Success => "previous target answered",
+                AttemptResult::Http5xx => "previous target answered 5xx",
+                AttemptResult::Http4xx => "previous target answered 4xx (retryable by config)",
+                AttemptResult::Http4xxForeignBody => {
+                    "previous target answered 4xx, not in its JSON error shape (a proxy?)"
+                }
+                AttemptResult::Throttled => "previous target answered 429",
+                AttemptResult::Timeout => "previous target timed out",
+                AttemptResult::DeadlineCut => {
+                    "previous attempt cut short to keep the fallback's time"
+                }
+                AttemptResult::ConnectError => "could not connect to the previous target",
+                AttemptResult::Tls => "TLS handshake with the previous target failed",
+                AttemptResult::CutBeforeFirstEvent => {
+                    "previous target's stream ended before its first event"
+                }
+                AttemptResult::BodyTimeout => "previous target's answer stalled mid-body",
+                AttemptResult::BodyCut => "previous target's answer broke off mid-body",
+                AttemptResult::ResponseTooLarge => {
+                    "previous target's answer was over the size limit"
+                }
+                AttemptResult::Credentials => {
+                    "previous target's signature or token could not be made"
+                }
+            },
+        }
+    }
+}
+
+/// A `levee_rejected{reason}` label: a request refused before admission,
+/// or answered by Levee without an upstream status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rejected {
+    /// The request itself was refused (no route, no key, too large...).
+    Request(Rejection),
+    /// Levee refused or gave up, for this reason.
+    Refused(Why),
+}
+
+impl Rejected {
+    /// The metric label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Rejected::Request(r) => r.label(),
+            Rejected::Refused(why) => why.as_str(),
+        }
+    }
+}
+
+impl From<Rejection> for Rejected {
+    fn from(r: Rejection) -> Self {
+        Rejected::Request(r)
+    }
+}
+
+impl From<Why> for Rejected {
+    fn from(w: Why) -> Self {
+        Rejected::Refused(w)
+    }
+}
+
+impl From<Reason> for Rejected {
+    fn from(r: Reason) -> Self {
+        Rejected::Refused(Why::Policy(r))
+    }
+}
+
+/// Why a target was passed over for a request it cannot carry: the
+/// `levee_translation_refused_total{reason}` label and `x-levee-skipped`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SkipReason {
+    /// The request cannot be translated into the target's dialect.
+    Untranslatable(levee_translate::Reason),
+    /// The target's cloud platform does not serve this request.
+    PlatformUnsupported,
+}
+
+impl SkipReason {
+    /// The metric and header label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            SkipReason::Untranslatable(r) => r.label(),
+            SkipReason::PlatformUnsupported => "platform_unsupported",
         }
     }
 }

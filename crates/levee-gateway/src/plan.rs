@@ -12,8 +12,8 @@ pub(crate) struct Plan {
     /// How the exchange crosses dialects (`None`: the same dialect).
     pub(crate) crossing: Option<crate::crossing::Crossing>,
     /// Skipped for this request: the target cannot carry it, for this
-    /// reason (a metric label).
-    pub(crate) skip: Option<&'static str>,
+    /// reason.
+    pub(crate) skip: Option<crate::outcome::SkipReason>,
     /// Never sent: the request may be sent only once, and an earlier target
     /// takes it.
     pub(crate) held: bool,

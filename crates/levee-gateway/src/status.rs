@@ -354,36 +354,6 @@ fn routes(shared: &Shared, out: &mut String) {
     out.push_str("</table>");
 }
 
-/// A `levee_fallbacks_total{reason}` label in words: why the request went
-/// on to a later target.
-pub fn fallback_reason(label: &str) -> Option<&'static str> {
-    Some(match label {
-        "primary_circuit_open" => "primary's circuit open",
-        "primary_throttled" => "primary throttled (paced after a 429)",
-        "primary_rate_limited" => "primary's rate_limit allowance spent",
-        "primary_circuit_recovering" => "primary recovering from an outage (ramping back)",
-        "primary_shed" => "primary at its max_in_flight",
-        "primary_budget_exhausted" => "caller's retry: primary's retry budget spent",
-        "primary_refused" => "primary refused it",
-        "http_5xx" => "previous target answered 5xx",
-        "http_4xx" => "previous target answered 4xx (retryable by config)",
-        "http_4xx_foreign_body" => {
-            "previous target answered 4xx, not in its JSON error shape (a proxy?)"
-        }
-        "throttled" => "previous target answered 429",
-        "timeout" => "previous target timed out",
-        "deadline_cut" => "previous attempt cut short to keep the fallback's time",
-        "connect_error" => "could not connect to the previous target",
-        "tls" => "TLS handshake with the previous target failed",
-        "cut_before_first_event" => "previous target's stream ended before its first event",
-        "body_timeout" => "previous target's answer stalled mid-body",
-        "body_cut" => "previous target's answer broke off mid-body",
-        "response_too_large" => "previous target's answer was over the size limit",
-        "none" => "previous target refused it before an attempt",
-        _ => return None,
-    })
-}
-
 fn fallbacks(shared: &Shared, out: &mut String) {
     let recent = shared.census.recent_fallbacks();
     out.push_str("<h2>Recent fallbacks</h2>");
@@ -400,20 +370,18 @@ fn fallbacks(shared: &Shared, out: &mut String) {
             continue;
         };
         let ago = Duration::from_millis(unix_ms.saturating_sub(f.unix_ms));
-        let why = match fallback_reason(f.reason) {
-            Some(words) => format!(
-                "{words} <span class=\"none\"><code>{}</code></span>",
-                esc(f.reason)
-            ),
-            None => format!("<code>{}</code>", esc(f.reason)),
-        };
+        let why = format!(
+            "{} <span class=\"none\"><code>{}</code></span>",
+            f.reason.words(),
+            f.reason.label()
+        );
         let _ = write!(
             out,
             "<tr data-reason=\"{reason}\"><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{why}</td></tr>",
             secs(ago),
             esc(&r.name),
             esc(&target_name(&shared.config, r, f.target)),
-            reason = esc(f.reason),
+            reason = f.reason.label(),
         );
     }
     out.push_str("</table>");
@@ -519,44 +487,31 @@ mod tests {
     }
 
     #[test]
-    fn every_fallback_reason_is_said_in_words() {
+    fn fallback_reasons_are_said_in_words_beside_their_labels() {
+        use crate::outcome::{AttemptResult, FallbackReason};
         use levee_policy::planner::PrimaryRefusal as R;
-        let refusals = [
-            R::CircuitOpen,
+        let r = FallbackReason::PrimaryRefused(R::CircuitOpen);
+        assert_eq!(r.label(), "primary_circuit_open");
+        assert_eq!(r.words(), "primary's circuit open");
+        for r in [
             R::Throttled,
             R::RateLimited,
             R::Recovering,
             R::Shed,
             R::BudgetExhausted,
-        ];
-        for r in refusals {
-            let label = crate::observe::primary_refused_label(r);
-            assert!(label.ends_with(r.as_str()), "{label}");
-            assert!(fallback_reason(label).is_some(), "{label}");
-        }
-        // Every attempt result an attempt can end with.
-        for label in [
-            "http_4xx",
-            "http_4xx_foreign_body",
-            "http_5xx",
-            "throttled",
-            "connect_error",
-            "tls",
-            "timeout",
-            "deadline_cut",
-            "cut_before_first_event",
-            "body_cut",
-            "body_timeout",
-            "response_too_large",
-            "none",
-            "primary_refused",
         ] {
-            assert!(fallback_reason(label).is_some(), "{label}");
+            let label = FallbackReason::PrimaryRefused(r).label();
+            assert_eq!(label, format!("primary_{}", r.as_str()), "{label}");
         }
+        let r = FallbackReason::After(AttemptResult::Http5xx);
         assert_eq!(
-            fallback_reason("primary_circuit_open"),
-            Some("primary's circuit open")
+            (r.label(), r.words()),
+            ("http_5xx", "previous target answered 5xx")
         );
-        assert_eq!(fallback_reason("something_new"), None);
+        assert_eq!(FallbackReason::NoAttempt.label(), "none");
+        assert_eq!(
+            FallbackReason::PrimaryRefusedUnsaid.label(),
+            "primary_refused"
+        );
     }
 }

@@ -35,9 +35,20 @@ fn exported() -> BTreeSet<String> {
         Default::default(),
         Default::default(),
     );
-    metrics.request("r", "success");
-    metrics.attempt("p", "success");
-    metrics.reject("shed");
+    let requests = levee_gateway::metrics::RouteOutcome {
+        route: "r".into(),
+        outcome: "success".into(),
+    };
+    metrics.requests.get_or_create(&requests).inc();
+    let attempts = levee_gateway::metrics::ProviderResult {
+        provider: "p".into(),
+        result: "success".into(),
+    };
+    metrics.upstream_attempts.get_or_create(&attempts).inc();
+    let rejected = levee_gateway::metrics::ReasonLabel {
+        reason: "shed".into(),
+    };
+    metrics.rejected.get_or_create(&rejected).inc();
     let p = levee_gateway::metrics::ProviderLabel {
         provider: "p".into(),
     };

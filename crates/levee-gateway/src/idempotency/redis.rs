@@ -192,7 +192,10 @@ impl RedisBackend {
         } else {
             self.redis.timeout()
         };
-        let mut parts: Vec<Vec<u8>> = self.redis.run_within("idempotency", inv, budget).await?;
+        let mut parts: Vec<Vec<u8>> = self
+            .redis
+            .run_within(crate::state::StateUse::Idempotency, inv, budget)
+            .await?;
         if parts.first().map(Vec::as_slice) == Some(b"big") && parts.len() >= 4 {
             let len: u64 = std::str::from_utf8(&parts[3]).ok()?.parse().ok()?;
             parts[3] = self.read_body(&k, len).await?;
@@ -215,7 +218,7 @@ impl RedisBackend {
                 tokio::time::sleep(LEASE / 3).await;
                 let mut inv = RENEW.prepare_invoke();
                 inv.key(&k).arg(&lease).arg(lease_ms());
-                let _: Option<i64> = redis.run("idempotency", inv).await;
+                let _: Option<i64> = redis.run(crate::state::StateUse::Idempotency, inv).await;
             }
         });
         self.redis.hold(&id, &key);
@@ -238,7 +241,7 @@ impl RedisBackend {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(key).arg("body");
         self.redis
-            .query_within::<Option<Vec<u8>>>("idempotency", cmd, budget)
+            .query_within::<Option<Vec<u8>>>(crate::state::StateUse::Idempotency, cmd, budget)
             .await?
     }
 }
@@ -309,7 +312,10 @@ impl Lease {
         // Writing a large answer takes longer than a lookup: size the budget.
         let len = stored.body.len() as u64;
         let budget = self.redis.timeout() + Duration::from_millis(len / BYTES_PER_MS + 1);
-        let _: Option<i64> = self.redis.run_within("idempotency", inv, budget).await;
+        let _: Option<i64> = self
+            .redis
+            .run_within(crate::state::StateUse::Idempotency, inv, budget)
+            .await;
         self.redis.unhold(&self.id);
     }
 }
@@ -331,7 +337,7 @@ impl Drop for Lease {
                 h.spawn(async move {
                     let mut inv = RELEASE.prepare_invoke();
                     inv.key(&key).arg(&id);
-                    let _: Option<i64> = redis.run("idempotency", inv).await;
+                    let _: Option<i64> = redis.run(crate::state::StateUse::Idempotency, inv).await;
                     redis.unhold(&id);
                 });
             }

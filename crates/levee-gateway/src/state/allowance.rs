@@ -106,7 +106,7 @@ impl RedisState {
                 // A request larger than the bucket goes when it is full.
                 .arg((*cost).min(capacity));
         }
-        let wait_us: u64 = self.run("allowance", inv).await?;
+        let wait_us: u64 = self.run(super::StateUse::Allowance, inv).await?;
         Some(if wait_us == 0 {
             Ok(())
         } else {
@@ -127,7 +127,7 @@ impl RedisState {
         inv.key(format!("{}:rl:{}{}", self.prefix, provider, meter.suffix))
             .arg(meter.emission_us())
             .arg(units);
-        let _: u64 = self.run("allowance", inv).await?;
+        let _: u64 = self.run(super::StateUse::Allowance, inv).await?;
         Some(())
     }
 }

@@ -29,6 +29,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+/// What a call to Redis was for: the `levee_state_fallbacks_total{what}`
+/// label and the warning's `what`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StateUse {
+    /// A provider's allowance shared by the replicas.
+    Allowance,
+    /// The idempotency store shared by the replicas.
+    Idempotency,
+}
+
+impl StateUse {
+    /// The metric label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            StateUse::Allowance => "allowance",
+            StateUse::Idempotency => "idempotency",
+        }
+    }
+}
+
 /// The Redis connection, with its time budget and the degradation logic
 /// both jobs share.
 pub struct RedisState {
@@ -120,7 +140,7 @@ impl RedisState {
         self.clock.now().as_nanos() >= self.skip_until_ns.load(Ordering::Relaxed)
     }
 
-    fn degraded(&self, what: &'static str, why: &str) {
+    fn degraded(&self, what: StateUse, why: &str) {
         let now = self.clock.now().as_nanos();
         if self.failures_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= 3 {
             self.failures_in_a_row.store(0, Ordering::Relaxed);
@@ -129,7 +149,7 @@ impl RedisState {
         }
         self.fallbacks
             .get_or_create(&crate::metrics::WhatLabel {
-                what: what.to_string(),
+                what: what.label().to_string(),
             })
             .inc();
         let last = self.last_warn_ns.load(Ordering::Relaxed);
@@ -139,15 +159,15 @@ impl RedisState {
                 .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(target: "levee::state", what, why, "Redis unavailable: using local state (allowance at 1/N of the rate, local idempotency) until it returns");
+            tracing::warn!(target: "levee::state", what = what.label(), why, "Redis unavailable: using local state (allowance at 1/N of the rate, local idempotency) until it returns");
         }
     }
 
     /// Counts a fallback taken without trying Redis (it is being skipped).
-    fn skipped(&self, what: &'static str) {
+    fn skipped(&self, what: StateUse) {
         self.fallbacks
             .get_or_create(&crate::metrics::WhatLabel {
-                what: what.to_string(),
+                what: what.label().to_string(),
             })
             .inc();
     }
@@ -166,7 +186,7 @@ impl RedisState {
     /// is down, slow or skipped.
     pub(crate) async fn run<T: redis::FromRedisValue>(
         &self,
-        what: &'static str,
+        what: StateUse,
         inv: redis::ScriptInvocation<'_>,
     ) -> Option<T> {
         self.run_within(what, inv, self.timeout).await
@@ -175,7 +195,7 @@ impl RedisState {
     /// [`Self::run`] with a given time budget.
     pub(crate) async fn run_within<T: redis::FromRedisValue>(
         &self,
-        what: &'static str,
+        what: StateUse,
         inv: redis::ScriptInvocation<'_>,
         budget: Duration,
     ) -> Option<T> {
@@ -192,7 +212,7 @@ impl RedisState {
     /// just reached it).
     pub(crate) async fn query_within<T: redis::FromRedisValue>(
         &self,
-        what: &'static str,
+        what: StateUse,
         cmd: redis::Cmd,
         budget: Duration,
     ) -> Option<T> {
@@ -231,7 +251,7 @@ impl RedisState {
     /// or timeout degrades.
     fn settle<T>(
         &self,
-        what: &'static str,
+        what: StateUse,
         called: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
     ) -> Option<T> {
         match called {
