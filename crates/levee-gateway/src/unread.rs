@@ -9,13 +9,10 @@
 //! has been read from once (or has ended), bounded by the header read timeout,
 //! before it asks connections to finish.
 
-use std::io;
-use std::pin::Pin;
+use levee_wire::conn::{Watch, Watched};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
@@ -30,10 +27,7 @@ impl Unread {
     /// Wraps a just-accepted connection; it counts until its first read.
     pub fn track(self: &Arc<Self>, stream: TcpStream) -> FirstRead {
         self.count.fetch_add(1, Ordering::SeqCst);
-        FirstRead {
-            stream,
-            pending: Some(Arc::clone(self)),
-        }
+        Watched::new(stream, Pending(Some(Arc::clone(self))))
     }
 
     /// Waits until no accepted connection is still unread, or `limit` passes;
@@ -58,68 +52,29 @@ impl Unread {
     }
 }
 
-/// An accepted socket that leaves the [`Unread`] count at its first read.
-#[derive(Debug)]
-pub struct FirstRead {
-    stream: TcpStream,
-    pending: Option<Arc<Unread>>,
-}
+/// An accepted socket that leaves the [`Unread`] count at its first read
+/// (or when it is dropped unread).
+pub type FirstRead = Watched<TcpStream, Pending>;
 
-impl FirstRead {
+/// The count a [`FirstRead`] still holds a place in, until its first read.
+#[derive(Debug)]
+pub struct Pending(Option<Arc<Unread>>);
+
+impl Pending {
     fn read_once(&mut self) {
-        if let Some(p) = self.pending.take() {
+        if let Some(p) = self.0.take() {
             p.done();
         }
     }
 }
 
-impl Drop for FirstRead {
-    fn drop(&mut self) {
+impl Watch<TcpStream> for Pending {
+    fn read_done(&mut self) {
         self.read_once();
     }
-}
 
-impl AsyncRead for FirstRead {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let r = Pin::new(&mut self.stream).poll_read(cx, buf);
-        if r.is_ready() {
-            self.read_once();
-        }
-        r
-    }
-}
-
-impl AsyncWrite for FirstRead {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+    fn closing(&mut self, _stream: &mut TcpStream) {
+        self.read_once();
     }
 }
 

@@ -3,11 +3,8 @@
 //! request path (stats, capacity, tape, faults, answer).
 
 use std::convert::Infallible;
-use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,7 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -33,6 +30,7 @@ use crate::stats::{Collector, FaultKind, RequestGuard};
 use crate::stored::Stored;
 use crate::tape::{self, Player, Tape};
 use crate::{admin, clock, platform, ratelimit, MockApi};
+use levee_wire::conn::{Watch, Watched};
 use levee_wire::{paths, Dialect};
 
 /// Request bodies larger than this get a 413.
@@ -150,10 +148,7 @@ impl Socket for tokio::io::DuplexStream {
 /// Serves one connection until the client closes it.
 pub(crate) async fn serve_io<S: Socket>(stream: S, shared: Arc<Shared>) {
     let reset = Arc::new(AtomicBool::new(false));
-    let io = TokioIo::new(ConnIo {
-        stream,
-        reset: Arc::clone(&reset),
-    });
+    let io = TokioIo::new(Watched::new(stream, ResetOnClose(Arc::clone(&reset))));
     shared.stats.connection();
     let service = service_fn(move |req| handle(Arc::clone(&shared), Arc::clone(&reset), req));
     // Errors here are the client going away or a deliberate reset/cut.
@@ -668,57 +663,14 @@ async fn replay(entry: &tape::Compiled, guard: RequestGuard, reset: &AtomicBool)
     Ok(res)
 }
 
-/// The accepted connection. When the service asked for a reset, dropping it
-/// sets `SO_LINGER` to zero first so the close is a TCP RST, not a FIN.
-struct ConnIo<S: Socket> {
-    stream: S,
-    reset: Arc<AtomicBool>,
-}
+/// Watches an accepted connection: when the service asked for a reset, the
+/// close sets `SO_LINGER` to zero first so it is a TCP RST, not a FIN.
+struct ResetOnClose(Arc<AtomicBool>);
 
-impl<S: Socket> Drop for ConnIo<S> {
-    fn drop(&mut self) {
-        if self.reset.load(Ordering::Relaxed) {
-            self.stream.reset_on_close();
+impl<S: Socket> Watch<S> for ResetOnClose {
+    fn closing(&mut self, stream: &mut S) {
+        if self.0.load(Ordering::Relaxed) {
+            stream.reset_on_close();
         }
-    }
-}
-
-impl<S: Socket> AsyncRead for ConnIo<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl<S: Socket> AsyncWrite for ConnIo<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

@@ -6,9 +6,12 @@
 //! ([`error`]), the recorded-exchange line the gateway writes and the mock
 //! replays ([`tape::TapeEntry`]), the counters the mock reports at
 //! `GET /_mock/stats` ([`stats::Stats`]), and the rate-limit fields
-//! providers send on their answers ([`ratelimit::read`]).
+//! providers send on their answers ([`ratelimit::read`]), and the
+//! connection wrapper both servers observe their accepted sockets with
+//! ([`conn::Watched`]).
 //!
-//! It does no I/O and holds no state: types, tables and pure functions. The
+//! It does no I/O of its own and holds no state: types, tables, pure
+//! functions, and a wrapper that passes a stream's I/O through. The
 //! error tables follow what the providers themselves send (OpenAI answers a
 //! bad key with 401, type `invalid_request_error`, code `invalid_api_key`;
 //! Anthropic with 401, type `authentication_error`), so an official SDK
@@ -16,6 +19,7 @@
 //! wrote the body.
 #![forbid(unsafe_code)]
 
+pub mod conn;
 pub mod error;
 pub mod headers;
 pub mod latency;
