@@ -25,6 +25,7 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::{Method, Response};
 use levee_config::Api;
+use levee_wire::models::Page;
 use levee_wire::Dialect;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -308,8 +309,8 @@ pub async fn answer(
                 json!({"object": "list", "data": data})
             }
             Dialect::Anthropic => {
-                let page = AnthropicPage::of_query(query).map_err(LeveeError::bad_request)?;
-                page.render(&models)
+                let page = Page::of_query(query).map_err(LeveeError::bad_request)?;
+                anthropic_page(&page, &models)
             }
         },
     };
@@ -319,58 +320,28 @@ pub async fn answer(
     Ok(out)
 }
 
-/// The page of the list an Anthropic caller asks for: `limit` (1 to 1000,
-/// 20 when not given, as Anthropic pages), after `after_id` or before
-/// `before_id`.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct AnthropicPage {
-    limit: Option<usize>,
-    after_id: Option<String>,
-    before_id: Option<String>,
-}
-
-impl AnthropicPage {
-    fn of_query(query: Option<&str>) -> Result<AnthropicPage, String> {
-        let mut page = AnthropicPage::default();
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_encoding::percent_decode_str(v)
-                .decode_utf8_lossy()
-                .into_owned();
-            match k {
-                "limit" => match v.parse::<usize>() {
-                    Ok(n) if (1..=1000).contains(&n) => page.limit = Some(n),
-                    _ => return Err("limit: Input should be between 1 and 1000".to_string()),
-                },
-                "after_id" => page.after_id = Some(v),
-                "before_id" => page.before_id = Some(v),
-                _ => {}
-            }
-        }
-        Ok(page)
-    }
-
-    fn render(&self, all: &[Entry]) -> Value {
-        let limit = self.limit.unwrap_or(20);
-        let at = |id: &Option<String>| id.as_deref().map(|id| all.iter().position(|m| m.id == id));
-        let (start, end) = match (at(&self.after_id), at(&self.before_id)) {
-            (Some(Some(a)), _) => (a + 1, (a + 1 + limit).min(all.len())),
-            (Some(None), _) | (None, Some(None)) => (0, 0),
-            (None, Some(Some(b))) => (b.saturating_sub(limit), b),
-            (None, None) => (0, limit.min(all.len())),
-        };
-        let page = &all[start..end];
-        let has_more = match self.before_id {
-            Some(_) => start > 0,
-            None => end < all.len(),
-        };
-        json!({
-            "data": page.iter().map(|m| m.to_json(Dialect::Anthropic)).collect::<Vec<_>>(),
-            "has_more": has_more,
-            "first_id": page.first().map(|m| m.id.clone()),
-            "last_id": page.last().map(|m| m.id.clone()),
-        })
-    }
+/// The page of the list an Anthropic caller asks for (`limit` 20 when not
+/// given, as Anthropic pages), after `after_id` or before `before_id`.
+fn anthropic_page(asked: &Page, all: &[Entry]) -> Value {
+    let limit = asked.limit.unwrap_or(20);
+    let at = |id: &Option<String>| id.as_deref().map(|id| all.iter().position(|m| m.id == id));
+    let (start, end) = match (at(&asked.after_id), at(&asked.before_id)) {
+        (Some(Some(a)), _) => (a + 1, (a + 1 + limit).min(all.len())),
+        (Some(None), _) | (None, Some(None)) => (0, 0),
+        (None, Some(Some(b))) => (b.saturating_sub(limit), b),
+        (None, None) => (0, limit.min(all.len())),
+    };
+    let page = &all[start..end];
+    let has_more = match asked.before_id {
+        Some(_) => start > 0,
+        None => end < all.len(),
+    };
+    json!({
+        "data": page.iter().map(|m| m.to_json(Dialect::Anthropic)).collect::<Vec<_>>(),
+        "has_more": has_more,
+        "first_id": page.first().map(|m| m.id.clone()),
+        "last_id": page.last().map(|m| m.id.clone()),
+    })
 }
 
 /// Unix seconds as an RFC 3339 UTC time (`1970-01-01T00:00:00Z`).
@@ -495,7 +466,7 @@ mod tests {
     #[test]
     fn an_anthropic_page_is_cut_as_anthropic_cuts_it() {
         let all = entries(5);
-        let page = |q: &str| AnthropicPage::of_query(Some(q)).unwrap().render(&all);
+        let page = |q: &str| anthropic_page(&Page::of_query(Some(q)).unwrap(), &all);
         let first = page("limit=2");
         assert_eq!(first["first_id"], "m0");
         assert_eq!(first["last_id"], "m1");
@@ -513,7 +484,7 @@ mod tests {
         assert_eq!(whole["has_more"], false);
         assert_eq!(whole["data"][0]["created_at"], "1970-01-01T00:00:00Z");
         assert_eq!(page("after_id=nope")["data"].as_array().unwrap().len(), 0);
-        assert!(AnthropicPage::of_query(Some("limit=1001")).is_err());
+        assert!(Page::of_query(Some("limit=1001")).is_err());
     }
 
     #[test]

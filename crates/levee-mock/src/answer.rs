@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 
 use bytes::Bytes;
 use http::StatusCode;
+use levee_wire::models::Page;
 use levee_wire::Dialect;
 
 /// The assistant's answer, cut into stream pieces (one token each).
@@ -559,37 +560,6 @@ fn model_object(out: &mut String, dialect: Dialect, id: &str) {
             json_str(out, id);
             out.push_str(r#","created_at":"2025-01-01T00:00:00Z","lifecycle":"active"}"#);
         }
-    }
-}
-
-/// Which page of the Anthropic model list a request asks for (its query's
-/// `limit`, `after_id`, `before_id`).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Page {
-    pub limit: Option<usize>,
-    pub after_id: Option<String>,
-    pub before_id: Option<String>,
-}
-
-impl Page {
-    /// Reads the query; `Err` is the message of the 400 Anthropic answers
-    /// for a `limit` outside 1 to 1000.
-    pub(crate) fn of_query(query: Option<&str>) -> Result<Page, String> {
-        let mut page = Page::default();
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = crate::request::percent_decoded(v);
-            match k {
-                "limit" => match v.parse::<usize>() {
-                    Ok(n) if (1..=1000).contains(&n) => page.limit = Some(n),
-                    _ => return Err("limit: Input should be between 1 and 1000".to_string()),
-                },
-                "after_id" => page.after_id = Some(v),
-                "before_id" => page.before_id = Some(v),
-                _ => {}
-            }
-        }
-        Ok(page)
     }
 }
 

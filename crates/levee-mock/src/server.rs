@@ -31,6 +31,7 @@ use crate::stored::Stored;
 use crate::tape::{self, Player, Tape};
 use crate::{admin, clock, platform, ratelimit, MockApi};
 use levee_wire::conn::{Watch, Watched};
+use levee_wire::models::Page;
 use levee_wire::{paths, Dialect};
 
 /// Request bodies larger than this get a 413.
@@ -418,7 +419,7 @@ impl<'a> Ask<'a> {
                 let bytes = answer::embeddings(reply.model, reply.prompt_tokens, &ask);
                 (StatusCode::OK, bytes)
             }
-            Endpoint::Models => match answer::Page::of_query(query) {
+            Endpoint::Models => match Page::of_query(query) {
                 Ok(page) => (StatusCode::OK, answer::models(self.dialect, &page)),
                 Err(message) => {
                     let status = StatusCode::BAD_REQUEST;

@@ -5,8 +5,9 @@
 //! each dialect's error body and the error `type` it gives each HTTP status
 //! ([`error`]), the recorded-exchange line the gateway writes and the mock
 //! replays ([`tape::TapeEntry`]), the counters the mock reports at
-//! `GET /_mock/stats` ([`stats::Stats`]), and the rate-limit fields
-//! providers send on their answers ([`ratelimit::read`]), and the
+//! `GET /_mock/stats` ([`stats::Stats`]), the rate-limit fields
+//! providers send on their answers ([`ratelimit::read`]), the page of the
+//! model list a query asks for ([`models::Page`]), and the
 //! connection wrapper both servers observe their accepted sockets with
 //! ([`conn::Watched`]).
 //!
@@ -23,6 +24,7 @@ pub mod conn;
 pub mod error;
 pub mod headers;
 pub mod latency;
+pub mod models;
 pub mod paths;
 pub mod ratelimit;
 pub mod sse;
