@@ -3,6 +3,7 @@
 //! budgets, and a finisher that records an attempt's outcome exactly once —
 //! or gives its permit back if the request is dropped first.
 
+use crate::event::TokensUsed;
 use crate::shared::Shared;
 use levee_policy::{
     Class, Dependencies, Instant, Outcome, Permit, Refusal, RequestState, RoutePolicy,
@@ -168,10 +169,10 @@ impl AttemptFinisher {
 
     /// The answer to the in-flight attempt used `used` tokens: its
     /// provider's allowance gets back what the estimate held beyond them.
-    pub fn settle(&mut self, used: levee_policy::allowance::Cost) {
-        let Some(permit) = self.req.permit() else {
-            return;
-        };
+    /// Returns what the request's observer counts (`None`: the attempt held
+    /// no permit).
+    pub fn settle(&mut self, used: levee_policy::allowance::Cost) -> Option<TokensUsed> {
+        let permit = self.req.permit()?;
         let t = self.req.target();
         let route = &self.shared.config.routes[self.route];
         let provider = &self.shared.providers[route.targets[t].provider];
@@ -189,38 +190,15 @@ impl AttemptFinisher {
                 });
             }
         }
-        let p = route.targets[t].provider;
         provider
             .lock()
             .settle(self.shared.clock.now(), permit.grant(), used);
-        let caller = permit.grant().caller;
-        let key = |output| {
-            (
-                u32::try_from(self.route).unwrap_or(u32::MAX),
-                u32::try_from(p).unwrap_or(u32::MAX),
-                permit.domain(),
-                caller.map_or(u32::MAX, u32::from),
-                output,
-            )
-        };
-        for (output, kind, n) in [(false, "input", used.input), (true, "output", used.output)] {
-            // The labels' strings are made once per series, not per request.
-            self.shared.metrics.tokens(key(output), u64::from(n), || {
-                let model = match provider.lock().model_of(&permit) {
-                    "" => "other".to_string(),
-                    m => m.to_string(),
-                };
-                crate::metrics::TokensLabel {
-                    route: route.name.clone(),
-                    provider: provider.name.clone(),
-                    model,
-                    caller: caller
-                        .and_then(|c| self.shared.config.callers.get(usize::from(c)))
-                        .map_or(String::new(), |c| c.name.clone()),
-                    kind,
-                }
-            });
-        }
+        Some(TokensUsed {
+            target: t,
+            domain: permit.domain(),
+            caller: permit.grant().caller,
+            used,
+        })
     }
 
     /// The in-flight attempt is past its target's learned p99 with no head.

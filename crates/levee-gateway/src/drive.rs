@@ -8,8 +8,10 @@
 
 use crate::attempt::{AttemptFinisher, GatewayDeps};
 use crate::collect::{collect_limited, CollectError};
+use crate::event::RequestEvent;
+use crate::event::{Finished, LastError};
 use crate::idempotency::{Lease, Stored};
-use crate::observe::{is_foreign, Finished, LastError, Observer};
+use crate::observe::{is_foreign, Observer};
 use crate::outcome::AttemptResult;
 use crate::plan::Plan;
 use crate::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict};
@@ -156,7 +158,7 @@ impl Driver {
             self.note_skipped();
             match decision {
                 Decision::Wait { until } => {
-                    self.obs.waiting(now, until);
+                    self.obs.report(RequestEvent::Waiting { now, until });
                     // A sleeping request gives its bulkhead slot back (a
                     // 30 % brownout with `retry-after: 10` shed 261 of 400
                     // fresh requests the provider would have answered,
@@ -171,7 +173,7 @@ impl Driver {
                         self.ctx.bulkhead = None;
                     }
                     tokio::time::sleep_until(shared.clock.to_tokio(until)).await;
-                    self.obs.waited(now);
+                    self.obs.report(RequestEvent::Waited { since: now });
                     if let Some(w) = waiting {
                         drop(w);
                         match rt.bulkhead.try_acquire() {
@@ -197,7 +199,7 @@ impl Driver {
         for (t, plan) in self.ctx.plans.iter().enumerate() {
             if let Some(reason) = plan.skip {
                 if plan.consulted.swap(false, Ordering::Relaxed) {
-                    self.obs.skipped_target(t, reason);
+                    self.obs.report(RequestEvent::Skipped { target: t, reason });
                 }
             }
         }
@@ -238,8 +240,13 @@ impl Driver {
         );
         let (n, deadline) = (self.fin.req.attempts(), self.fin.req.deadline());
         crate::shutdown::attempts_sent(n);
-        self.obs
-            .attempt_started(&d, n, deadline, now, &mut upstream_req.fields);
+        self.obs.report(RequestEvent::AttemptStarted {
+            dispatch: &d,
+            n,
+            deadline,
+            now,
+        });
+        self.obs.trace_attempt(&mut upstream_req.fields);
         // A cloud's signature or token goes on last: it covers the fields above.
         if provider.platform.authorizes() {
             if let Err(e) = provider
@@ -249,14 +256,14 @@ impl Driver {
             {
                 tracing::warn!(provider = %provider.name, error = %e, "attempt not authorised");
                 let class = self.fin.record(Outcome::ConnectError);
-                self.obs.attempt_finished(Finished {
+                self.obs.report(RequestEvent::AttemptFinished(Finished {
                     target: d.target,
                     started: now,
                     outcome: Outcome::ConnectError,
                     result: AttemptResult::Credentials,
                     class,
                     error: self.last_error.as_ref(),
-                });
+                }));
                 return None;
             }
         }
@@ -329,14 +336,14 @@ impl Driver {
             }
         };
         let class = self.fin.record(outcome);
-        self.obs.attempt_finished(Finished {
+        self.obs.report(RequestEvent::AttemptFinished(Finished {
             target: d.target,
             started: now,
             outcome,
             result,
             class,
             error: self.last_error.as_ref(),
-        });
+        }));
         None
     }
 
@@ -447,9 +454,14 @@ impl Driver {
         self.fin.req.commit();
         let target = self.fin.req.target();
         let attempts = self.fin.req.attempts();
-        let recording = self
-            .obs
-            .delivered(&self.fin.req, started, &parts, None, &self.ctx.model);
+        self.obs.report(RequestEvent::Delivered {
+            req: &self.fin.req,
+            started,
+            head: &parts,
+            body: None,
+            model: &self.ctx.model,
+        });
+        let recording = self.obs.stream_tape();
         // A stream is not stored for replay, but its key stays held (and its
         // bulkhead slot taken) until the stream ends.
         let holds = crate::stream::Holds {
@@ -537,19 +549,21 @@ impl Driver {
         let status = parts.status.as_u16();
         // The tokens the answer used settle what its admission estimated.
         if let Some(used) = crate::allowance::usage(&bytes) {
-            self.fin.settle(used);
+            if let Some(tokens) = self.fin.settle(used) {
+                self.obs.report(RequestEvent::TokensUsed(tokens));
+            }
         }
         self.fin.record(Outcome::Status {
             status,
             retry_after: None,
         });
-        self.obs.delivered(
-            &self.fin.req,
+        self.obs.report(RequestEvent::Delivered {
+            req: &self.fin.req,
             started,
-            &parts,
-            Some(&bytes),
-            &self.ctx.model,
-        );
+            head: &parts,
+            body: Some(&bytes),
+            model: &self.ctx.model,
+        });
         let target = self.fin.req.target();
         let attempts = self.fin.req.attempts();
         // The backup's answer in the caller's dialect.
@@ -596,8 +610,12 @@ impl Driver {
     /// client error, else Levee's error saying why.
     fn fail(&mut self, f: &Failure) -> LeveeError {
         let last_error = self.last_error.take();
-        self.obs
-            .failed(&self.fin.req, f, last_error.as_ref(), &self.ctx.model);
+        self.obs.report(RequestEvent::Failed {
+            req: &self.fin.req,
+            failure: f,
+            last_error: last_error.as_ref(),
+            model: &self.ctx.model,
+        });
         let attempts = self.fin.req.attempts();
         let provider_said = last_error
             .as_ref()

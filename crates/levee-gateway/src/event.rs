@@ -1,9 +1,33 @@
 //! What happens to a request, as values the request's observer turns into
 //! metrics, the summary log line, trace spans, the census and the tape.
 
-use crate::outcome::{Rejection, RequestOutcome, SkipReason};
-use levee_policy::Reason;
+use crate::outcome::{AttemptResult, Rejection, RequestOutcome, SkipReason};
+use bytes::Bytes;
+use http::HeaderMap;
+use levee_policy::planner::Dispatch;
+use levee_policy::{Class, Failure, Instant, Outcome, Reason, RequestState};
 use std::time::Duration;
+
+/// The last upstream error answer, kept to pass on or log once.
+pub(crate) struct LastError {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// A 4xx without the provider's JSON error shape (a proxy in between).
+    pub foreign: bool,
+}
+
+/// How one failed attempt ended.
+#[derive(Clone, Copy)]
+pub(crate) struct Finished<'a> {
+    pub target: usize,
+    pub started: Instant,
+    pub outcome: Outcome,
+    pub result: AttemptResult,
+    pub class: Class,
+    /// The error answer the attempt got, when it got one.
+    pub error: Option<&'a LastError>,
+}
 
 /// How a committed stream ended: its request's outcome (the
 /// `levee_requests_total{outcome}` label and the log line's `outcome`).
@@ -39,11 +63,62 @@ impl StreamOutcome {
     }
 }
 
+/// The tokens an answer from one of the route's targets used, by its
+/// usage: `levee_tokens_total`'s input and output.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TokensUsed {
+    /// The route's target that answered.
+    pub target: usize,
+    /// The fault domain (model) the attempt was admitted in, at the provider.
+    pub domain: u16,
+    /// The caller, as an index into `callers:`.
+    pub caller: Option<u16>,
+    pub used: levee_policy::allowance::Cost,
+}
+
 /// One thing that happened to a request. Before the request is admitted
 /// (it has no observer yet) it is reported with `observe::report`; from
 /// admission on, to its `observe::Observer`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub(crate) enum RequestEvent<'a> {
+    /// The planner chose `target` and passed it over: it cannot carry the
+    /// request, for `reason`.
+    Skipped { target: usize, reason: SkipReason },
+    /// A backoff (or Retry-After) wait from `now` until `until` begins.
+    Waiting { now: Instant, until: Instant },
+    /// The wait that began at `since` is over.
+    Waited { since: Instant },
+    /// Attempt `n` (the planner's `dispatch`) is about to be sent at `now`,
+    /// the request's deadline `deadline`.
+    AttemptStarted {
+        dispatch: &'a Dispatch,
+        n: u32,
+        deadline: Instant,
+        now: Instant,
+    },
+    /// The attempt ended without an answer to relay.
+    AttemptFinished(Finished<'a>),
+    /// A 2xx answer from the request's target (attempt begun at `started`)
+    /// is being relayed: buffered whole (`body`), or a stream from its
+    /// commit point (`body` is `None`).
+    Delivered {
+        req: &'a RequestState,
+        started: Instant,
+        head: &'a http::response::Parts,
+        body: Option<&'a Bytes>,
+        model: &'a str,
+    },
+    /// The planner gave up with `failure`, the provider's last error answer
+    /// `last_error`.
+    Failed {
+        req: &'a RequestState,
+        failure: &'a Failure,
+        last_error: Option<&'a LastError>,
+        model: &'a str,
+    },
+    /// An answer's usage settled its tokens. Only an admitted request's
+    /// observer knows the route they count on.
+    TokensUsed(TokensUsed),
     /// A committed stream ended: `bytes` relayed to the caller over
     /// `duration` from the commit point. Only an admitted request's
     /// observer has a stream to end.

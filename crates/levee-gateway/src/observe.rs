@@ -1,23 +1,28 @@
-//! The request's observer: the driver reports what happens to a request —
-//! admitted, shed, replayed, an attempt started or finished, delivered,
-//! failed — and the observer turns each event into everything that watches
-//! requests: the metrics, the census, the summary log line, the trace spans
-//! and the `--record` tape. The driver decides; the observer keeps the books.
+//! The request's observer: what happens to a request — refused, shed,
+//! replayed, admitted, waiting, an attempt started or finished, delivered,
+//! tokens used, failed, a stream ended — reaches it as one stream of
+//! [`RequestEvent`] values, and it alone turns them into everything that
+//! watches requests: the metrics, the census, the summary log line, the
+//! trace spans and the `--record` tape. The driver decides; the observer
+//! keeps the books.
 //!
 //! Events before a request has a route (or before it is admitted) are
-//! [`RequestEvent`]s booked by [`report`] over [`Shared`]; from admission
-//! on, one [`Observer`] per request carries what the books need (the
-//! route, the trace, the time spent outside the gateway), and a committed
-//! stream's relay reports the stream's end to it.
+//! booked by [`report`] over [`Shared`]; from admission on, one
+//! [`Observer`] per request takes them in [`Observer::report`] and carries
+//! what the books need (the route, the trace, the time spent outside the
+//! gateway). A committed stream's relay reports its tokens and its end to
+//! it. Two reads go the other way: an attempt's trace fields
+//! ([`Observer::trace_attempt`]) and a stream's tape line
+//! ([`Observer::stream_tape`]).
 
-use crate::event::{RequestEvent, StreamOutcome};
+use crate::event::{Finished, LastError, RequestEvent, StreamOutcome, TokensUsed};
 use crate::outcome::{AttemptResult, FallbackReason, RequestOutcome, SkipReason};
 use crate::record::TapeLine;
 use crate::respond::{Body, LeveeError, Why};
 use crate::shared::Shared;
 use crate::telemetry::{AttemptTrace, RequestTrace};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Response};
+use http::{HeaderName, Response};
 use levee_policy::planner::{AttemptKind, Dispatch};
 use levee_policy::{Class, Failure, Instant, Outcome, Reason, RequestState};
 use levee_wire::headers;
@@ -30,8 +35,17 @@ use std::time::Duration;
 pub(crate) fn report(shared: &Shared, event: RequestEvent<'_>) {
     let m = &shared.metrics;
     match event {
-        // Only an admitted request's observer has a stream to end.
-        RequestEvent::StreamEnded { .. } => {}
+        // Only an admitted request's observer has attempts, a stream to
+        // end or a route to count tokens on.
+        RequestEvent::Skipped { .. }
+        | RequestEvent::Waiting { .. }
+        | RequestEvent::Waited { .. }
+        | RequestEvent::AttemptStarted { .. }
+        | RequestEvent::AttemptFinished(_)
+        | RequestEvent::Delivered { .. }
+        | RequestEvent::Failed { .. }
+        | RequestEvent::StreamEnded { .. }
+        | RequestEvent::TokensUsed(_) => {}
         RequestEvent::Rejected(why) => m.reject(why),
         RequestEvent::Shed { route, reason } => {
             m.reject(reason);
@@ -79,26 +93,6 @@ fn answered_by_name(shared: &Shared, route: &str, outcome: RequestOutcome) {
     if let Some(ri) = shared.census.route_index(route) {
         shared.census.answered(ri, outcome, shared.clock.now());
     }
-}
-
-/// The last upstream error answer, kept to pass on or log once.
-pub(crate) struct LastError {
-    pub status: u16,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-    /// A 4xx without the provider's JSON error shape (a proxy in between).
-    pub foreign: bool,
-}
-
-/// How one failed attempt ended.
-pub(crate) struct Finished<'a> {
-    pub target: usize,
-    pub started: Instant,
-    pub outcome: Outcome,
-    pub result: AttemptResult,
-    pub class: Class,
-    /// The error answer the attempt got, when it got one.
-    pub error: Option<&'a LastError>,
 }
 
 /// Who sent a request and what it asked, for its log line.
@@ -192,6 +186,8 @@ pub(crate) struct Observer {
     attempt_n: u32,
     /// A committed stream, until it ends.
     committed: Option<Box<Committed>>,
+    /// A delivered stream's tape line, until its relay takes it.
+    stream_tape: Option<TapeLine>,
 }
 
 impl Observer {
@@ -218,6 +214,7 @@ impl Observer {
             attempts: [None; NOTED_ATTEMPTS],
             attempt_n: 0,
             committed: None,
+            stream_tape: None,
         }
     }
 
@@ -270,7 +267,7 @@ impl Observer {
     /// The planner chose `target` and passed it over: it cannot carry the
     /// request (`reason`). Counted, logged with the request, and said in
     /// the answer's `x-levee-skipped`.
-    pub(crate) fn skipped_target(&mut self, target: usize, reason: SkipReason) {
+    fn skipped_target(&mut self, target: usize, reason: SkipReason) {
         let provider = self.provider_name(target).to_string();
         report(
             &self.shared,
@@ -312,25 +309,18 @@ impl Observer {
     }
 
     /// A backoff (or Retry-After) wait from `now` until `until` begins.
-    pub fn waiting(&self, now: Instant, until: Instant) {
+    fn waiting(&self, now: Instant, until: Instant) {
         self.trace.wait(until.saturating_since(now));
     }
 
     /// The wait that began at `since` is over.
-    pub fn waited(&mut self, since: Instant) {
+    fn waited(&mut self, since: Instant) {
         self.outside += self.shared.clock.since(since);
     }
 
-    /// Attempt `n` (the planner's dispatch `d`) is about to be sent; returns
-    /// the upstream request's trace headers to set.
-    pub fn attempt_started(
-        &mut self,
-        d: &Dispatch,
-        n: u32,
-        deadline: Instant,
-        now: Instant,
-        fields: &mut crate::outbound::Fields,
-    ) {
+    /// Attempt `n` (the planner's dispatch `d`) is about to be sent: its
+    /// span begins (its trace fields are then [`Self::trace_attempt`]'s).
+    fn attempt_started(&mut self, d: &Dispatch, n: u32, deadline: Instant, now: Instant) {
         let shared = &self.shared;
         if d.kind == AttemptKind::Fallback || (d.kind == AttemptKind::First && d.target > 0) {
             // Past a primary that refused without an attempt: what refused
@@ -355,12 +345,18 @@ impl Observer {
         let span = self
             .trace
             .attempt(self.route_name(), self.provider_name(d.target), n);
-        span.inject(fields);
         self.span = Some(span);
     }
 
+    /// Sets the attempt in flight's trace fields on its upstream request.
+    pub fn trace_attempt(&self, fields: &mut crate::outbound::Fields) {
+        if let Some(span) = &self.span {
+            span.inject(fields);
+        }
+    }
+
     /// The attempt ended without an answer to relay.
-    pub fn attempt_finished(&mut self, f: Finished<'_>) {
+    fn attempt_finished(&mut self, f: Finished<'_>) {
         let shared = Arc::clone(&self.shared);
         let at = shared.clock.now();
         self.outside += at.saturating_since(f.started);
@@ -417,8 +413,9 @@ impl Observer {
 
     /// A 2xx answer from `target` (attempt begun at `started`) is being
     /// relayed: buffered whole (`body`), or a stream from its commit point
-    /// (`body` is `None`; its tape line is returned for the relay to finish).
-    pub fn delivered(
+    /// (`body` is `None`; its tape line is kept for the relay to finish, see
+    /// [`Self::stream_tape`]).
+    fn delivered(
         &mut self,
         req: &RequestState,
         started: Instant,
@@ -510,7 +507,7 @@ impl Observer {
     }
 
     /// The planner gave up with `f` after `req.attempts()` attempts.
-    pub fn failed(
+    fn failed(
         &mut self,
         req: &RequestState,
         f: &Failure,
@@ -546,12 +543,77 @@ impl Observer {
     /// Something happened to the request: the books take it in.
     pub fn report(&mut self, event: RequestEvent<'_>) {
         match event {
+            RequestEvent::Skipped { target, reason } => self.skipped_target(target, reason),
+            RequestEvent::Waiting { now, until } => self.waiting(now, until),
+            RequestEvent::Waited { since } => self.waited(since),
+            RequestEvent::AttemptStarted {
+                dispatch,
+                n,
+                deadline,
+                now,
+            } => self.attempt_started(dispatch, n, deadline, now),
+            RequestEvent::AttemptFinished(f) => self.attempt_finished(f),
+            RequestEvent::Delivered {
+                req,
+                started,
+                head,
+                body,
+                model,
+            } => self.stream_tape = self.delivered(req, started, head, body, model),
+            RequestEvent::Failed {
+                req,
+                failure,
+                last_error,
+                model,
+            } => self.failed(req, failure, last_error, model),
             RequestEvent::StreamEnded {
                 outcome,
                 bytes,
                 duration,
             } => self.stream_ended(outcome, bytes, duration),
+            RequestEvent::TokensUsed(t) => self.tokens_used(t),
             other => report(&self.shared, other),
+        }
+    }
+
+    /// An answer's tokens: counted in `levee_tokens_total` by route,
+    /// provider, model, caller and kind.
+    fn tokens_used(&self, t: TokensUsed) {
+        let shared = &self.shared;
+        let route = &shared.config.routes[self.route];
+        let p = route.targets[t.target].provider;
+        let provider = &shared.providers[p];
+        let key = |output| {
+            (
+                u32::try_from(self.route).unwrap_or(u32::MAX),
+                u32::try_from(p).unwrap_or(u32::MAX),
+                t.domain,
+                t.caller.map_or(u32::MAX, u32::from),
+                output,
+            )
+        };
+        let kinds = [
+            (false, "input", t.used.input),
+            (true, "output", t.used.output),
+        ];
+        for (output, kind, n) in kinds {
+            // The labels' strings are made once per series, not per request.
+            shared.metrics.tokens(key(output), u64::from(n), || {
+                let model = match provider.lock().domain_model(t.domain) {
+                    "" => "other".to_string(),
+                    m => m.to_string(),
+                };
+                crate::metrics::TokensLabel {
+                    route: route.name.clone(),
+                    provider: provider.name.clone(),
+                    model,
+                    caller: t
+                        .caller
+                        .and_then(|c| shared.config.callers.get(usize::from(c)))
+                        .map_or(String::new(), |c| c.name.clone()),
+                    kind,
+                }
+            });
         }
     }
 
@@ -593,6 +655,12 @@ impl Observer {
             self.trace
                 .finish(c.status, reason, Some(self.provider_name(c.req.target)));
         }
+    }
+
+    /// A delivered stream's `--record` tape line, for its relay to finish
+    /// (`None` without `--record`, or for a buffered answer).
+    pub fn stream_tape(&mut self) -> Option<TapeLine> {
+        self.stream_tape.take()
     }
 
     /// The last attempt's result; `None` before the first attempt ends.

@@ -59,6 +59,8 @@ pub struct RelayBody {
     /// The request's observer, handed over once the answer's head is
     /// made; told how the stream ended.
     observer: Option<tokio::sync::oneshot::Receiver<Observer>>,
+    /// The tokens the stream's usage settled, reported with its end.
+    tokens: Option<crate::event::TokensUsed>,
     /// Bytes relayed to the caller so far.
     bytes: u64,
     /// How the stream ended, reported once its last frame is counted.
@@ -120,6 +122,7 @@ impl RelayBody {
             tape,
             usage,
             observer: Some(observer),
+            tokens: None,
             bytes: 0,
             end: None,
             committed_at: clock.now(),
@@ -135,6 +138,9 @@ impl RelayBody {
         // The observer is sent before the answer reaches the caller, so it
         // is there by the time the body is read.
         if let Ok(mut obs) = rx.try_recv() {
+            if let Some(tokens) = self.tokens.take() {
+                obs.report(RequestEvent::TokensUsed(tokens));
+            }
             obs.report(RequestEvent::StreamEnded {
                 outcome,
                 bytes: self.bytes,
@@ -279,7 +285,7 @@ impl RelayBody {
                     this.usage.push(&tail);
                     if let Some(mut f) = this.finisher.take() {
                         if let Some(used) = this.usage.get() {
-                            f.settle(used);
+                            this.tokens = f.settle(used);
                         }
                         f.finish(
                             Outcome::Status {

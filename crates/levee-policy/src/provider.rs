@@ -292,8 +292,14 @@ impl ProviderState {
     /// The model whose fault domain `permit` was admitted in (`""`: the
     /// overflow domain the models past [`MAX_MODELS`] share).
     pub fn model_of(&self, permit: &Permit) -> &str {
+        self.domain_model(permit.domain)
+    }
+
+    /// The model of the fault domain numbered `domain` (`""`: the
+    /// provider's catch-all domain, or no such domain).
+    pub fn domain_model(&self, domain: u16) -> &str {
         self.domains
-            .get(usize::from(permit.domain))
+            .get(usize::from(domain))
             .map_or("", |d| &d.model)
     }
 
