@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -128,19 +129,21 @@ fn strip_path(message: &str) -> &str {
 #[serde(deny_unknown_fields)]
 struct Doc {
     #[serde(default)]
-    faults: Option<Vec<Fault>>,
+    faults: Option<Vec<Map<Fault>>>,
     #[serde(default)]
-    capacity: Option<Capacity>,
+    capacity: Option<Map<Capacity>>,
     #[serde(default)]
-    rate_limit: Option<RateLimit>,
+    rate_limit: Option<Map<RateLimit>>,
 }
 
 impl Doc {
     fn into_set(self) -> FaultSet {
         FaultSet {
-            faults: self.faults.unwrap_or_default(),
-            capacity: self.capacity,
-            rate_limit: self.rate_limit,
+            faults: self
+                .faults
+                .map_or_else(Vec::new, |f| f.into_iter().map(|Map(f)| f).collect()),
+            capacity: self.capacity.map(|Map(c)| c),
+            rate_limit: self.rate_limit.map(|Map(r)| r),
         }
     }
 }
@@ -384,21 +387,39 @@ impl<'de, K> Visitor<'de> for KeySeed<K> {
     }
 }
 
-impl<'de> Deserialize<'de> for Fault {
+/// A value the document gives as a map (a fault, `capacity`, `rate_limit`),
+/// read key by key.
+trait FromMap: Sized {
+    /// What a value that is not a map is told was expected.
+    const EXPECTING: &'static str;
+    fn from_map<'de, A: MapAccess<'de>>(map: A) -> Result<Self, A::Error>;
+}
+
+/// A [`FromMap`] value as a field of the document.
+struct Map<T>(T);
+
+impl<'de, T: FromMap> Deserialize<'de> for Map<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(FaultVisitor)
+        d.deserialize_map(MapVisitor(PhantomData))
     }
 }
 
-struct FaultVisitor;
+struct MapVisitor<T>(PhantomData<T>);
 
-impl<'de> Visitor<'de> for FaultVisitor {
-    type Value = Fault;
+impl<'de, T: FromMap> Visitor<'de> for MapVisitor<T> {
+    type Value = Map<T>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a fault like `{ status: 503, from: 20s, to: 50s }`")
+        f.write_str(T::EXPECTING)
     }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Map<T>, A::Error> {
+        T::from_map(map).map(Map)
+    }
+}
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fault, A::Error> {
+impl FromMap for Fault {
+    const EXPECTING: &'static str = "a fault like `{ status: 503, from: 20s, to: 50s }`";
+
+    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Fault, A::Error> {
         let mut b = FaultBuilder::default();
         let mut seen = HashSet::new();
         let keys = KeySeed {
@@ -640,22 +661,12 @@ impl<'de> Visitor<'de> for LatencySeed {
     }
 }
 
-impl<'de> Deserialize<'de> for Capacity {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(CapacityVisitor)
-    }
-}
-
-struct CapacityVisitor;
-
 const CAPACITY_KEYS: &[&str] = &["max_in_flight", "status", "retry_after", "retry_after_ms"];
 
-impl<'de> Visitor<'de> for CapacityVisitor {
-    type Value = Capacity;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("`capacity: { max_in_flight: 100, status: 529 }`")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Capacity, A::Error> {
+impl FromMap for Capacity {
+    const EXPECTING: &'static str = "`capacity: { max_in_flight: 100, status: 529 }`";
+
+    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Capacity, A::Error> {
         fn parse(name: &str) -> Option<usize> {
             CAPACITY_KEYS.iter().position(|k| *k == name)
         }

@@ -3,12 +3,9 @@
 //! own limits (see `crate::ratelimit`), each a whole number above 0, at
 //! least one given.
 
-use std::fmt;
+use serde::de::{self, MapAccess};
 
-use serde::de::{self, Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
-
-use super::{scalar, KeySeed};
+use super::{scalar, FromMap, KeySeed};
 use crate::ratelimit::RateLimit;
 
 /// The keys, in `RateLimit`'s field order.
@@ -19,21 +16,11 @@ const KEYS: &[&str] = &[
     "output_tokens_per_minute",
 ];
 
-impl<'de> Deserialize<'de> for RateLimit {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(RateLimitVisitor)
-    }
-}
+impl FromMap for RateLimit {
+    const EXPECTING: &'static str =
+        "`rate_limit: { requests_per_minute: 60, tokens_per_minute: 40000 }`";
 
-struct RateLimitVisitor;
-
-impl<'de> Visitor<'de> for RateLimitVisitor {
-    type Value = RateLimit;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("`rate_limit: { requests_per_minute: 60, tokens_per_minute: 40000 }`")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RateLimit, A::Error> {
+    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<RateLimit, A::Error> {
         fn parse(name: &str) -> Option<usize> {
             KEYS.iter().position(|k| *k == name)
         }
