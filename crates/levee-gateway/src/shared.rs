@@ -25,12 +25,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Debug)]
 pub struct RouteRuntime {
     budgets: Vec<Mutex<RetryBudget>>,
-    pub bulkhead: Arc<ConcurrencyLimiter>,
+    pub(crate) bulkhead: Arc<ConcurrencyLimiter>,
     /// Requests waiting out a backoff, a Retry-After or a model's pace:
     /// they give their bulkhead slot back while they wait (the slots count
     /// requests on the wire) and are bounded here instead, at four times
     /// the bulkhead, and by their deadlines.
-    pub waiting: Arc<ConcurrencyLimiter>,
+    pub(crate) waiting: Arc<ConcurrencyLimiter>,
 }
 
 impl RouteRuntime {

@@ -740,12 +740,12 @@ pub fn provider_extras(p: &Provider) -> Result<Extras, Vec<ExtraProblem>> {
 #[derive(Debug)]
 pub struct ProviderRuntime {
     /// Set when the allowance is shared across replicas.
-    pub shared_rate: Option<SharedRate>,
-    pub name: String,
+    pub(crate) shared_rate: Option<SharedRate>,
+    pub(crate) name: String,
     /// `name` as the `x-levee-target` value (none when it is not a valid
     /// header value).
-    pub name_header: Option<HeaderValue>,
-    pub api: Api,
+    pub(crate) name_header: Option<HeaderValue>,
+    pub(crate) api: Api,
     scheme_authority: String,
     base_path: String,
     /// The upstream URI of each endpoint Levee serves (`levee_wire::paths::POST`),
@@ -759,19 +759,19 @@ pub struct ProviderRuntime {
     /// `query:`, resolved and encoded (`a=b&c=d`): added to every URI.
     query: String,
     /// The provider key itself, to redact from whatever Levee passes on.
-    pub secret: Option<String>,
+    pub(crate) secret: Option<String>,
     /// Values read from the environment for `headers:` and `query:`:
     /// redacted like the key.
-    pub env_values: Vec<String>,
+    pub(crate) env_values: Vec<String>,
     pool: Arc<Pool>,
-    pub state: Mutex<ProviderState>,
+    pub(crate) state: Mutex<ProviderState>,
     connect_hist: Histogram,
     clock: Clock,
     /// The provider's own model list, fetched for `GET /v1/models` and kept
     /// a short while.
     pub(crate) models: crate::listed::ModelCache,
     /// Where the provider runs: the cloud's URLs, auth and framing.
-    pub platform: crate::platform::PlatformRuntime,
+    pub(crate) platform: crate::platform::PlatformRuntime,
 }
 
 impl ProviderRuntime {
