@@ -138,6 +138,28 @@ const CASES: &[Case] = &[
         at_ms: 1_000,
         want: (2, None),
     },
+    Case {
+        name: "a 503 at a provider saturated by a burst gets three attempts",
+        providers: &[Side {
+            mock: "faults:\n  - { status: 503, from: 1200ms }\n  - { latency: 20ms }\ncapacity: { max_in_flight: 70, status: 503 }\n",
+            sim: "{ workers: 70, queue: 0, latency: 20ms, overload: { status: 503 }, reject_latency: 1ms, faults: [ { status: 503, from: 1200ms, latency: 10ms } ] }",
+        }],
+        // 140 at once against room for 70: the 70 beyond it get a 503 at
+        // once, sent while the model was busy (more attempts in flight
+        // than their running average). Their retries, spread over a second
+        // by the jitter, go out while it is quiet and nearly all succeed.
+        // Retries win, yet the faults came with load: the model is
+        // saturated, its retries count as losing, and the 503 met at 1.5 s
+        // gets three attempts where a brownout's winning retries get the
+        // default eight. The budget and the breaker are set out of the
+        // way: the burst's retries need more than 5 a second, and its 70
+        // faults in a row would open the breaker.
+        route: "    targets: [p]\n    retry: { backoff: { base_ms: 1000, max_ms: 1000, jitter: full }, budget: { min_per_second: 1000 } }\n    circuit_breaker: { min_requests: 1000 }\n",
+        timeout_ms: 20_000,
+        warmup: 140,
+        at_ms: 1_500,
+        want: (3, Some("upstream_error")),
+    },
 ];
 
 const NAMES: [&str; 2] = ["p", "b"];
