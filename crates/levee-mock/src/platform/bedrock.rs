@@ -660,6 +660,22 @@ mod tests {
         (parts, Bytes::from_static(body.as_bytes()))
     }
 
+    /// `body` to `path` signed at `at` with the test key pair.
+    fn signed_by_test_key(
+        path: &str,
+        body: &'static str,
+        at: u64,
+    ) -> (http::request::Parts, Bytes) {
+        signed(
+            path,
+            body,
+            TEST_ACCESS_KEY_ID,
+            TEST_SECRET_ACCESS_KEY,
+            None,
+            at,
+        )
+    }
+
     const BODY: &str = r#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
     const MODEL_PATH: &str = "/model/anthropic.claude-3-5-sonnet-20241022-v2%3A0/invoke";
 
@@ -681,14 +697,7 @@ mod tests {
 
     #[test]
     fn a_signed_request_becomes_a_native_messages_request() {
-        let (mut parts, body) = signed(
-            MODEL_PATH,
-            BODY,
-            TEST_ACCESS_KEY_ID,
-            TEST_SECRET_ACCESS_KEY,
-            None,
-            NOW - 60,
-        );
+        let (mut parts, body) = signed_by_test_key(MODEL_PATH, BODY, NOW - 60);
         let a = accept(&mut parts, body, NOW)
             .unwrap_or_else(|r| panic!("{}", String::from_utf8_lossy(&r.body)));
         assert_eq!(parts.uri.path(), "/v1/messages");
@@ -722,29 +731,21 @@ mod tests {
         assert_eq!(parts.headers["anthropic-beta"], "a-1,b-2");
     }
 
+    /// How the mock, at `NOW`, refuses `BODY` to `MODEL_PATH` signed with
+    /// these credentials at `at`.
+    fn refusal_signed_with(access_key_id: &str, secret: &str, at: u64) -> (u16, String, String) {
+        let (mut parts, body) = signed(MODEL_PATH, BODY, access_key_id, secret, None, at);
+        refusal(accept(&mut parts, body, NOW))
+    }
+
     #[test]
     fn a_bad_missing_or_stale_signature_is_refused_as_bedrock_refuses_it() {
-        let wrong = signed(
-            MODEL_PATH,
-            BODY,
-            TEST_ACCESS_KEY_ID,
-            "not-the-secret",
-            None,
-            NOW,
-        );
-        let (mut parts, body) = wrong;
-        let (status, name, message) = refusal(accept(&mut parts, body, NOW));
+        let (status, name, message) =
+            refusal_signed_with(TEST_ACCESS_KEY_ID, "not-the-secret", NOW);
         assert_eq!((status, name.as_str()), (403, "InvalidSignatureException"));
         assert!(message.starts_with("The request signature we calculated"));
 
-        let (mut parts, body) = signed(
-            MODEL_PATH,
-            BODY,
-            TEST_ACCESS_KEY_ID,
-            TEST_SECRET_ACCESS_KEY,
-            None,
-            NOW,
-        );
+        let (mut parts, body) = signed_by_test_key(MODEL_PATH, BODY, NOW);
         let tampered = Bytes::from_static(
             br#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":9999,"messages":[]}"#,
         );
@@ -757,45 +758,24 @@ mod tests {
             (403, "MissingAuthenticationTokenException")
         );
 
-        let (mut parts, body) = signed(
-            MODEL_PATH,
-            BODY,
-            TEST_ACCESS_KEY_ID,
-            TEST_SECRET_ACCESS_KEY,
-            None,
-            NOW - 16 * 60,
-        );
-        let (status, name, message) = refusal(accept(&mut parts, body, NOW));
+        let (status, name, message) =
+            refusal_signed_with(TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY, NOW - 16 * 60);
         assert_eq!((status, name.as_str()), (403, "InvalidSignatureException"));
         assert_eq!(
             message,
             "Signature expired: 20240102T024805Z is now earlier than 20240102T024905Z (20240102T030405Z - 15 min.)"
         );
 
-        let (mut parts, body) = signed(
-            MODEL_PATH,
-            BODY,
-            "AKIAUNKNOWNKEY000000",
-            TEST_SECRET_ACCESS_KEY,
-            None,
-            NOW,
-        );
-        let (status, name, _) = refusal(accept(&mut parts, body, NOW));
+        let (status, name, _) =
+            refusal_signed_with("AKIAUNKNOWNKEY000000", TEST_SECRET_ACCESS_KEY, NOW);
         assert_eq!(
             (status, name.as_str()),
             (403, "UnrecognizedClientException")
         );
 
         // Temporary credentials without their token.
-        let (mut parts, body) = signed(
-            MODEL_PATH,
-            BODY,
-            TEST_SESSION_ACCESS_KEY_ID,
-            TEST_SECRET_ACCESS_KEY,
-            None,
-            NOW,
-        );
-        let (status, name, _) = refusal(accept(&mut parts, body, NOW));
+        let (status, name, _) =
+            refusal_signed_with(TEST_SESSION_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY, NOW);
         assert_eq!(
             (status, name.as_str()),
             (403, "UnrecognizedClientException")
@@ -804,16 +784,7 @@ mod tests {
 
     #[test]
     fn paths_and_bodies_bedrock_would_not_take_are_refused() {
-        let sign_at = |path: &str, body: &'static str| {
-            signed(
-                path,
-                body,
-                TEST_ACCESS_KEY_ID,
-                TEST_SECRET_ACCESS_KEY,
-                None,
-                NOW,
-            )
-        };
+        let sign_at = |path: &str, body: &'static str| signed_by_test_key(path, body, NOW);
         let (mut p, b) = sign_at("/v1/messages", BODY);
         assert_eq!(refusal(accept(&mut p, b, NOW)).0, 404);
         let (mut p, b) = sign_at("/model/meta.llama3-8b/invoke", BODY);
