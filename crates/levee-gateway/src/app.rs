@@ -1,7 +1,8 @@
 //! The gateway as a service value: a request in, a response out, with no
-//! listener in between. The public listener serves it per connection
-//! (`server`), and tests call it in-process, with in-memory bodies and
-//! in-process providers, under tokio's paused time.
+//! listener in between. The in-process tests call it, with in-memory bodies
+//! and in-process providers, under tokio's paused time. It runs the same
+//! `handler::handle` the public listener calls from each connection's task
+//! (`server`, `front`), which does not go through this value.
 
 use crate::error::BoxError;
 use crate::handler::handle;
