@@ -1,6 +1,7 @@
 //! The bodies of an upstream exchange: the attempt's request body, which
 //! times how long the attempt waited for a connection, and the provider's
-//! answer body in whichever protocol the attempt used.
+//! answer body in whichever protocol the attempt used, or as a platform
+//! re-frames it ([`Reframe`]).
 
 use crate::clock::Clock;
 use crate::error::BoxError;
@@ -107,9 +108,22 @@ impl HttpBody for ConnTimed {
 pub enum UpstreamBody {
     H1(H1Body),
     H2(Incoming),
-    /// A body a platform re-framed (Bedrock's event stream as SSE, an
-    /// error in the dialect's shape).
+    /// An answer a platform re-frames as it is read (Bedrock's event
+    /// stream as SSE, an error in the dialect's shape).
+    Reframed(Box<Reframed>),
+    /// A body of any other kind.
     Mapped(Pin<Box<dyn HttpBody<Data = Bytes, Error = BoxError> + Send>>),
+}
+
+impl UpstreamBody {
+    /// This body's data as `by` rewrites it.
+    pub(crate) fn reframed(self, by: impl Reframe + 'static) -> UpstreamBody {
+        UpstreamBody::Reframed(Box::new(Reframed {
+            inner: Some(self),
+            by: Box::new(by),
+            passing: false,
+        }))
+    }
 }
 
 impl HttpBody for UpstreamBody {
@@ -123,6 +137,7 @@ impl HttpBody for UpstreamBody {
         match self.get_mut() {
             UpstreamBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             UpstreamBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            UpstreamBody::Reframed(r) => r.poll_frame(cx),
             UpstreamBody::Mapped(b) => b.as_mut().poll_frame(cx),
         }
     }
@@ -131,6 +146,7 @@ impl HttpBody for UpstreamBody {
         match self {
             UpstreamBody::H1(b) => b.is_end_stream(),
             UpstreamBody::H2(b) => b.is_end_stream(),
+            UpstreamBody::Reframed(r) => r.inner.is_none(),
             UpstreamBody::Mapped(b) => b.is_end_stream(),
         }
     }
@@ -139,7 +155,88 @@ impl HttpBody for UpstreamBody {
         match self {
             UpstreamBody::H1(b) => b.size_hint(),
             UpstreamBody::H2(b) => b.size_hint(),
+            UpstreamBody::Reframed(_) => SizeHint::default(),
             UpstreamBody::Mapped(b) => b.size_hint(),
+        }
+    }
+}
+
+/// What a [`Reframe`] makes of what the body under it gave.
+pub(crate) enum Step {
+    /// Nothing to give yet: read on.
+    More,
+    /// A frame to give; then read on.
+    Give(Bytes),
+    /// The last frame, if any: the body ends with it.
+    Last(Option<Bytes>),
+    /// An error: the body ends with it.
+    Fail(BoxError),
+    /// A frame to give, then the rest of the body under it as it comes.
+    Pass(Bytes),
+}
+
+/// A rewriting of an answer body's data as it is read, one step for each
+/// data frame of the body under it (other frames are dropped) and one at
+/// its end.
+pub(crate) trait Reframe: Send {
+    /// The body under it gave `data`.
+    fn data(&mut self, data: Bytes) -> Step;
+
+    /// The body under it ended.
+    fn end(&mut self) -> Step;
+
+    /// The body under it failed with `e`; by default this body fails with
+    /// it.
+    fn failed(&mut self, e: BoxError) -> Step {
+        Step::Fail(e)
+    }
+}
+
+/// An answer body read through a [`Reframe`] ([`UpstreamBody::reframed`]).
+pub struct Reframed {
+    /// `None` once the body is over: the body under it is dropped then.
+    inner: Option<UpstreamBody>,
+    by: Box<dyn Reframe>,
+    /// The reframing gave [`Step::Pass`]: the body under it is relayed as
+    /// it comes.
+    passing: bool,
+}
+
+impl Reframed {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            let Some(inner) = self.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let polled = Pin::new(inner).poll_frame(cx);
+            if self.passing {
+                return polled;
+            }
+            let step = match polled {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => self.by.data(data),
+                    Err(_) => continue,
+                },
+                Poll::Ready(Some(Err(e))) => self.by.failed(e),
+                Poll::Ready(None) => self.by.end(),
+            };
+            return Poll::Ready(match step {
+                Step::More => continue,
+                Step::Give(data) => Some(Ok(Frame::data(data))),
+                Step::Pass(data) => {
+                    self.passing = true;
+                    Some(Ok(Frame::data(data)))
+                }
+                Step::Last(data) => {
+                    self.inner = None;
+                    data.map(|d| Ok(Frame::data(d)))
+                }
+                Step::Fail(e) => {
+                    self.inner = None;
+                    Some(Err(e))
+                }
+            });
         }
     }
 }

@@ -37,9 +37,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_credential_types::Credentials;
@@ -51,12 +49,11 @@ use base64::Engine as _;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Response, StatusCode, Uri};
-use http_body::{Body, Frame, SizeHint};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 
 use super::PlatformError;
-use crate::body::UpstreamBody;
+use crate::body::{Reframe, Step, UpstreamBody};
 use crate::error::BoxError;
 use crate::outbound::Outbound;
 use crate::redact::Secrets;
@@ -336,8 +333,8 @@ impl Bedrock {
                 HeaderValue::from_static("text/event-stream; charset=utf-8"),
             );
             parts.headers.remove(CONTENT_LENGTH);
-            let sse = EventStreamSse::new(body).redacting(self.redactor());
-            return Response::from_parts(parts, UpstreamBody::Mapped(Box::pin(sse)));
+            let sse = body.reframed(EventStreamSse::new(self.redactor()));
+            return Response::from_parts(parts, sse);
         }
         let name = error_name(&parts.headers);
         // Bedrock's model timeout is a 408; its Anthropic equivalent,
@@ -350,12 +347,12 @@ impl Bedrock {
         {
             parts.status = StatusCode::GATEWAY_TIMEOUT;
         }
-        let mapped = ErrorBody::new(body, parts.status, name).redacting(self.redactor());
+        let mapped = body.reframed(ErrorAnswer::new(parts.status, name, self.redactor()));
         parts
             .headers
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         parts.headers.remove(CONTENT_LENGTH);
-        Response::from_parts(parts, UpstreamBody::Mapped(Box::pin(mapped)))
+        Response::from_parts(parts, mapped)
     }
 
     /// The credentials' values, to redact from everything Levee passes on.
@@ -692,29 +689,22 @@ fn error_message(body: &[u8], status: StatusCode) -> String {
 
 /// An error answer's body rewritten as an Anthropic error: read whole (up to
 /// [`MAX_ERROR_BODY`]), then given as one frame.
-struct ErrorBody<B> {
-    inner: Option<B>,
+struct ErrorAnswer {
     read: Vec<u8>,
     status: StatusCode,
     name: Option<String>,
+    /// Taken out of the message.
     redact: Secrets,
 }
 
-impl<B> ErrorBody<B> {
-    fn new(inner: B, status: StatusCode, name: Option<String>) -> Self {
-        ErrorBody {
-            inner: Some(inner),
+impl ErrorAnswer {
+    fn new(status: StatusCode, name: Option<String>, redact: Secrets) -> Self {
+        ErrorAnswer {
             read: Vec::new(),
             status,
             name,
-            redact: Secrets::default(),
+            redact,
         }
-    }
-
-    /// The same body with `redact`'s secrets taken out of the message.
-    fn redacting(mut self, redact: Secrets) -> Self {
-        self.redact = redact;
-        self
     }
 
     fn mapped(&mut self) -> Bytes {
@@ -732,46 +722,25 @@ impl<B> ErrorBody<B> {
     }
 }
 
-impl<B> Body for ErrorBody<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        loop {
-            let Some(inner) = this.inner.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match Pin::new(inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        let room = MAX_ERROR_BODY.saturating_sub(this.read.len());
-                        this.read.extend_from_slice(&data[..data.len().min(room)]);
-                        if room > data.len() {
-                            continue;
-                        }
-                    } else {
-                        continue;
-                    }
-                }
-                // A body cut short still names its status: what arrived is
-                // the message.
-                Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {}
-            }
-            this.inner = None;
-            return Poll::Ready(Some(Ok(Frame::data(this.mapped()))));
+impl Reframe for ErrorAnswer {
+    fn data(&mut self, data: Bytes) -> Step {
+        let room = MAX_ERROR_BODY.saturating_sub(self.read.len());
+        self.read.extend_from_slice(&data[..data.len().min(room)]);
+        if room > data.len() {
+            Step::More
+        } else {
+            Step::Last(Some(self.mapped()))
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        false
+    fn end(&mut self) -> Step {
+        Step::Last(Some(self.mapped()))
+    }
+
+    /// A body cut short still names its status: what arrived is the
+    /// message.
+    fn failed(&mut self, _: BoxError) -> Step {
+        self.end()
     }
 }
 
@@ -788,8 +757,7 @@ enum StreamError {
 
 /// Bedrock's event stream read as the Messages API's SSE: each whole
 /// frame (CRCs checked) becomes one event; an exception ends the stream.
-pub(crate) struct EventStreamSse<B> {
-    inner: B,
+pub(crate) struct EventStreamSse {
     buf: BytesMut,
     /// An exception was relayed: nothing more is read.
     done: bool,
@@ -797,20 +765,13 @@ pub(crate) struct EventStreamSse<B> {
     redact: Secrets,
 }
 
-impl<B> EventStreamSse<B> {
-    pub(crate) fn new(inner: B) -> Self {
+impl EventStreamSse {
+    pub(crate) fn new(redact: Secrets) -> Self {
         EventStreamSse {
-            inner,
             buf: BytesMut::new(),
             done: false,
-            redact: Secrets::default(),
+            redact,
         }
-    }
-
-    /// The same body with `redact`'s secrets taken out of exception messages.
-    fn redacting(mut self, redact: Secrets) -> Self {
-        self.redact = redact;
-        self
     }
 
     /// The SSE text of every whole frame in the buffer (empty when none is
@@ -836,58 +797,28 @@ impl<B> EventStreamSse<B> {
     }
 }
 
-impl<B> Body for EventStreamSse<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        loop {
-            if this.done {
-                return Poll::Ready(None);
-            }
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
-                Poll::Ready(None) => {
-                    this.done = true;
-                    if !this.buf.is_empty() {
-                        let left = this.buf.len();
-                        return Poll::Ready(Some(Err(StreamError::Truncated(left).into())));
-                    }
-                    return Poll::Ready(None);
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    this.buf.extend_from_slice(&data);
-                    match this.drain() {
-                        Err(e) => {
-                            this.done = true;
-                            return Poll::Ready(Some(Err(e.into())));
-                        }
-                        Ok(sse) if sse.is_empty() => continue,
-                        Ok(sse) => return Poll::Ready(Some(Ok(Frame::data(Bytes::from(sse))))),
-                    }
+impl Reframe for EventStreamSse {
+    fn data(&mut self, data: Bytes) -> Step {
+        self.buf.extend_from_slice(&data);
+        match self.drain() {
+            Err(e) => Step::Fail(e.into()),
+            Ok(sse) => {
+                let sse = (!sse.is_empty()).then(|| Bytes::from(sse));
+                if self.done {
+                    Step::Last(sse)
+                } else {
+                    sse.map_or(Step::More, Step::Give)
                 }
             }
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    fn end(&mut self) -> Step {
+        if self.buf.is_empty() {
+            Step::Last(None)
+        } else {
+            Step::Fail(StreamError::Truncated(self.buf.len()).into())
+        }
     }
 }
 
@@ -984,6 +915,7 @@ fn event_type(json: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
     use aws_smithy_types::event_stream::Header;
+    use http_body::{Body, Frame};
     use http_body_util::{BodyExt, StreamBody};
     use std::collections::HashMap;
 
@@ -1364,14 +1296,18 @@ mod tests {
         )
     }
 
-    type Chunks = Vec<Result<Frame<Bytes>, std::io::Error>>;
-    type TestBody = StreamBody<
-        futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>,
-    >;
+    type Chunks = Vec<Result<Frame<Bytes>, BoxError>>;
 
-    fn body_of(parts: Vec<Bytes>) -> TestBody {
+    fn body_of(parts: Vec<Bytes>) -> UpstreamBody {
         let frames: Chunks = parts.into_iter().map(|b| Ok(Frame::data(b))).collect();
-        StreamBody::new(futures_util::stream::iter(frames))
+        UpstreamBody::Mapped(Box::pin(StreamBody::new(futures_util::stream::iter(
+            frames,
+        ))))
+    }
+
+    /// The SSE events of Bedrock's event stream in `parts`.
+    fn sse(parts: Vec<Bytes>) -> UpstreamBody {
+        body_of(parts).reframed(EventStreamSse::new(Secrets::default()))
     }
 
     fn read_all<B>(body: B) -> Result<String, BoxError>
@@ -1402,7 +1338,7 @@ mod tests {
         );
         for split in [1, 7, 64, wire.len()] {
             let parts: Vec<Bytes> = wire.chunks(split).map(Bytes::copy_from_slice).collect();
-            let text = read_all(EventStreamSse::new(body_of(parts))).unwrap();
+            let text = read_all(sse(parts)).unwrap();
             assert_eq!(text, expected, "read {split} bytes at a time");
         }
     }
@@ -1422,7 +1358,7 @@ mod tests {
                 exception(aws, "stop"),
                 chunk(r#"{"type":"ping"}"#),
             ];
-            let text = read_all(EventStreamSse::new(body_of(parts))).unwrap();
+            let text = read_all(sse(parts)).unwrap();
             let events = levee_wire::sse::events(&text);
             assert_eq!(events.len(), 2, "{text}");
             assert_eq!(events[1].0, "error");
@@ -1438,15 +1374,15 @@ mod tests {
         let mut bad = chunk(r#"{"type":"ping"}"#).to_vec();
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
-        let e = read_all(EventStreamSse::new(body_of(vec![Bytes::from(bad)]))).unwrap_err();
+        let e = read_all(sse(vec![Bytes::from(bad)])).unwrap_err();
         assert!(e.to_string().contains("event stream is broken"), "{e}");
         let whole = chunk(r#"{"type":"ping"}"#);
         let cut = whole.slice(..whole.len() - 3);
-        let e = read_all(EventStreamSse::new(body_of(vec![cut]))).unwrap_err();
+        let e = read_all(sse(vec![cut])).unwrap_err();
         assert!(e.to_string().contains("ended inside a frame"), "{e}");
         let mut huge = vec![0u8; 16];
         huge[..4].copy_from_slice(&(64u32 << 20).to_be_bytes());
-        let e = read_all(EventStreamSse::new(body_of(vec![Bytes::from(huge)]))).unwrap_err();
+        let e = read_all(sse(vec![Bytes::from(huge)])).unwrap_err();
         assert!(e.to_string().contains("16 MiB"), "{e}");
     }
 
@@ -1458,7 +1394,8 @@ mod tests {
         let name = error_name(&headers);
         let status = StatusCode::from_u16(status).unwrap();
         let parts = vec![Bytes::from_static(body.as_bytes())];
-        let text = read_all(ErrorBody::new(body_of(parts), status, name)).unwrap();
+        let answer = ErrorAnswer::new(status, name, Secrets::default());
+        let text = read_all(body_of(parts).reframed(answer)).unwrap();
         serde_json::from_str(&text).unwrap()
     }
 

@@ -32,16 +32,13 @@
 //! classifier and the caller's SDK read them.
 
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Response, StatusCode};
-use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -51,9 +48,8 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use serde_json::Value;
 
 use super::PlatformError;
-use crate::body::UpstreamBody;
+use crate::body::{Reframe, Step, UpstreamBody};
 use crate::clock::Clock;
-use crate::error::BoxError;
 use crate::outbound::Outbound;
 use crate::transport::Connector;
 
@@ -706,14 +702,12 @@ pub(crate) fn google_errors(
     }
     let (mut parts, body) = resp.into_parts();
     parts.headers.remove(CONTENT_LENGTH);
-    let mapped = ErrorBody {
-        inner: body,
+    let mapped = body.reframed(ErrorAnswer {
         buf: Vec::new(),
         dialect,
         status: status.as_u16(),
-        state: State::Collecting,
-    };
-    Response::from_parts(parts, UpstreamBody::Mapped(Box::pin(mapped)))
+    });
+    Response::from_parts(parts, mapped)
 }
 
 /// A Google error body (`{"error":{"code","message","status"}}` or an
@@ -746,72 +740,28 @@ pub(crate) fn dialect_error(body: &[u8], dialect: Dialect, status: u16) -> Optio
     ))
 }
 
-/// An error answer's body, read whole and turned into the dialect's shape.
-struct ErrorBody {
-    inner: UpstreamBody,
+/// An error answer's body, read whole and turned into the dialect's shape;
+/// one over [`MAX_ERROR_BODY`] passes as it is.
+struct ErrorAnswer {
     buf: Vec<u8>,
     dialect: Dialect,
     status: u16,
-    state: State,
 }
 
-enum State {
-    Collecting,
-    /// Over [`MAX_ERROR_BODY`]: the rest as it comes.
-    Passing,
-    Done,
-}
-
-impl HttpBody for ErrorBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        loop {
-            match this.state {
-                State::Done => return Poll::Ready(None),
-                State::Passing => return Pin::new(&mut this.inner).poll_frame(cx),
-                State::Collecting => match Pin::new(&mut this.inner).poll_frame(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Some(Err(e))) => {
-                        this.state = State::Done;
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                    Poll::Ready(Some(Ok(frame))) => {
-                        if let Ok(data) = frame.into_data() {
-                            this.buf.extend_from_slice(&data);
-                            if this.buf.len() > MAX_ERROR_BODY {
-                                this.state = State::Passing;
-                                let held = Bytes::from(std::mem::take(&mut this.buf));
-                                return Poll::Ready(Some(Ok(Frame::data(held))));
-                            }
-                        }
-                    }
-                    Poll::Ready(None) => {
-                        this.state = State::Done;
-                        let held = std::mem::take(&mut this.buf);
-                        let out = dialect_error(&held, this.dialect, this.status)
-                            .unwrap_or_else(|| Bytes::from(held));
-                        if out.is_empty() {
-                            return Poll::Ready(None);
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(out))));
-                    }
-                },
-            }
+impl Reframe for ErrorAnswer {
+    fn data(&mut self, data: Bytes) -> Step {
+        self.buf.extend_from_slice(&data);
+        if self.buf.len() > MAX_ERROR_BODY {
+            return Step::Pass(Bytes::from(std::mem::take(&mut self.buf)));
         }
+        Step::More
     }
 
-    fn is_end_stream(&self) -> bool {
-        matches!(self.state, State::Done)
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    fn end(&mut self) -> Step {
+        let held = std::mem::take(&mut self.buf);
+        let out =
+            dialect_error(&held, self.dialect, self.status).unwrap_or_else(|| Bytes::from(held));
+        Step::Last((!out.is_empty()).then_some(out))
     }
 }
 
