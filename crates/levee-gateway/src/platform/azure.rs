@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, AUTHORIZATION};
+use http::header::HeaderValue;
 
 use super::PlatformError;
 use crate::outbound::Outbound;
@@ -112,14 +112,7 @@ impl Azure {
         let Some(file) = &self.token else {
             return Ok(());
         };
-        let value = file
-            .current()
-            .map_err(|detail| PlatformError::Credentials {
-                provider: self.provider.clone(),
-                detail,
-            })?;
-        req.fields.insert(AUTHORIZATION, value);
-        Ok(())
+        super::set_bearer(req, &self.provider, file.current())
     }
 
     /// The token file can be read and holds a token.
@@ -179,6 +172,7 @@ fn encode(s: &str) -> percent_encoding::PercentEncode<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::AUTHORIZATION;
 
     fn body(model: &str) -> Bytes {
         Bytes::from(format!(r#"{{"model":"{model}","messages":[]}}"#))

@@ -13,6 +13,7 @@
 //!    classification, the commit point and translation work unchanged.
 
 use bytes::Bytes;
+use http::header::{HeaderValue, AUTHORIZATION};
 use http::Response;
 use levee_config::{Platform, Provider};
 
@@ -51,6 +52,21 @@ pub enum PlatformError {
     /// `levee check --allow-missing-env` warns instead of refusing.
     #[error("provider `{provider}`: {detail}")]
     MissingCredentials { provider: String, detail: String },
+}
+
+/// Sets the attempt's `authorization` to `bearer`, the field `provider`'s
+/// credentials gave, or fails with why they gave none.
+fn set_bearer(
+    req: &mut Outbound<Bytes>,
+    provider: &str,
+    bearer: Result<HeaderValue, String>,
+) -> Result<(), PlatformError> {
+    let value = bearer.map_err(|detail| PlatformError::Credentials {
+        provider: provider.to_string(),
+        detail,
+    })?;
+    req.fields.insert(AUTHORIZATION, value);
+    Ok(())
 }
 
 /// A provider's platform at run time.

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
@@ -267,15 +267,7 @@ impl Vertex {
         let Some(tokens) = &self.tokens else {
             return Ok(());
         };
-        let value = tokens
-            .bearer(unix_ms)
-            .await
-            .map_err(|detail| PlatformError::Credentials {
-                provider: self.provider.clone(),
-                detail,
-            })?;
-        req.fields.insert(AUTHORIZATION, value);
-        Ok(())
+        super::set_bearer(req, &self.provider, tokens.bearer(unix_ms).await)
     }
 
     /// Google's error bodies in the dialect's shape. A 401 also drops the
