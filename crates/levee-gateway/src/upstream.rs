@@ -1230,15 +1230,7 @@ mod tests {
             let p =
                 ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
                     .unwrap();
-            let uri = p.uri_for("/v1/chat/completions").unwrap();
-            let out = build_request(
-                &p,
-                &HeaderMap::new(),
-                uri,
-                Bytes::new(),
-                Duration::from_secs(1),
-                &HeaderValue::from_static("k"),
-            );
+            let out = bare_request(&p);
             let (name, value) = want.unwrap_or(("", ""));
             assert_eq!(
                 out.fields
@@ -1270,15 +1262,7 @@ mod tests {
         .unwrap();
         let p = ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
             .unwrap();
-        let uri = p.uri_for("/v1/chat/completions").unwrap();
-        let out = build_request(
-            &p,
-            &HeaderMap::new(),
-            uri,
-            Bytes::new(),
-            Duration::from_secs(1),
-            &HeaderValue::from_static("k"),
-        );
+        let out = bare_request(&p);
         assert!(out
             .fields
             .get(&HeaderName::from_static("authorization"))
@@ -1293,6 +1277,20 @@ mod tests {
             let text = format!("providers:\n  p: {{ api: openai, base_url: \"http://h.test\", {bad} }}\nroutes:\n  - targets: [p]\n");
             assert!(levee_config::Config::parse(&text).is_err(), "{bad}");
         }
+    }
+
+    /// A chat-completions attempt of `p`'s with no caller fields and an
+    /// empty body.
+    fn bare_request(p: &ProviderRuntime) -> Outbound<Bytes> {
+        let uri = p.uri_for("/v1/chat/completions").unwrap();
+        build_request(
+            p,
+            &HeaderMap::new(),
+            uri,
+            Bytes::new(),
+            Duration::from_secs(1),
+            &HeaderValue::from_static("k"),
+        )
     }
 
     #[tokio::test(start_paused = true)]
