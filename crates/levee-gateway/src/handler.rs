@@ -7,7 +7,7 @@ use crate::crossing;
 use crate::drive::Ctx;
 use crate::error::BoxError;
 use crate::event::RequestEvent;
-use crate::idempotency::{Claimed, Follow, Lease, Scope, Stored};
+use crate::idempotency::{Claim, Claimed, Follow, Lease, Scope, Stored};
 use crate::inspect::{self, inspect, rewrite_model};
 use crate::observe::{self, Observer};
 use crate::outcome::{Rejection, SkipReason};
@@ -879,10 +879,14 @@ async fn claim_key(
     let mut waited = false;
     let until = shared.clock.to_tokio(deadline);
     loop {
-        let (claimed, scope) = shared
-            .idempotency
-            .claim(k.caller, k.key, k.body_hash, shared.clock.now(), waited)
-            .await;
+        let claim = Claim {
+            caller: k.caller,
+            key: k.key,
+            body_hash: k.body_hash,
+            now: shared.clock.now(),
+            following: waited,
+        };
+        let (claimed, scope) = shared.idempotency.claim(claim).await;
         if scope == Scope::Local {
             *note = Some(IdemNote::Local);
         } else if waited && matches!(claimed, Claimed::Lead(_)) {

@@ -1,7 +1,7 @@
 //! The in-process store: keys, in-flight markers and stored answers in one
 //! map, bounded in count and bytes and shared fairly among callers.
 
-use super::{Claimed, Follow, IdempotencyBackend, Scope, Stored};
+use super::{Claim, Claimed, Follow, IdempotencyBackend, Scope, Stored};
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -383,15 +383,10 @@ impl Drop for Lease {
 pub struct MemoryBackend(pub Arc<IdempotencyStore>);
 
 impl IdempotencyBackend for MemoryBackend {
-    fn claim<'a>(
-        &'a self,
-        caller: [u8; 32],
-        key: &'a str,
-        body_hash: [u8; 32],
-        now: Instant,
-        _following: bool,
-    ) -> BoxFuture<'a, (Claimed, Scope)> {
-        let claimed = self.0.claim(caller, key, body_hash, now);
+    fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, (Claimed, Scope)> {
+        let claimed = self
+            .0
+            .claim(claim.caller, claim.key, claim.body_hash, claim.now);
         Box::pin(std::future::ready((claimed, Scope::Shared)))
     }
 }

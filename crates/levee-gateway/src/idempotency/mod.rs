@@ -62,19 +62,23 @@ pub struct Stored {
     pub body: Bytes,
 }
 
+/// A request's claim on a key: `key` for a request from `caller` whose
+/// body hashes to `body_hash`, at `now`.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim<'a> {
+    pub caller: [u8; 32],
+    pub key: &'a str,
+    pub body_hash: [u8; 32],
+    pub now: Instant,
+    /// This request was told to follow and is looking again, so the leader
+    /// may be writing its answer right now.
+    pub following: bool,
+}
+
 /// Where idempotency keys live.
 pub trait IdempotencyBackend: Send + Sync {
-    /// Claims `key` for a request from `caller` whose body hashes to
-    /// `body_hash`. `following`: this request was told to follow and is
-    /// looking again, so the leader may be writing its answer right now.
-    fn claim<'a>(
-        &'a self,
-        caller: [u8; 32],
-        key: &'a str,
-        body_hash: [u8; 32],
-        now: Instant,
-        following: bool,
-    ) -> BoxFuture<'a, (Claimed, Scope)>;
+    /// Claims the key `claim` names.
+    fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, (Claimed, Scope)>;
 }
 
 /// Where a claim was decided.

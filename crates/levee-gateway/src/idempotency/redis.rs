@@ -5,12 +5,11 @@
 //! replica's local store decides (or, with `state.on_unavailable: refuse`,
 //! the request is refused).
 
-use super::{Claimed, Follow, IdempotencyBackend, IdempotencyStore, Scope, Stored};
+use super::{Claim, Claimed, Follow, IdempotencyBackend, IdempotencyStore, Scope, Stored};
 use crate::state::RedisState;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use levee_policy::Instant;
 use redis::Script;
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -145,14 +144,14 @@ pub struct RedisBackend {
 }
 
 impl IdempotencyBackend for RedisBackend {
-    fn claim<'a>(
-        &'a self,
-        caller: [u8; 32],
-        key: &'a str,
-        body_hash: [u8; 32],
-        now: Instant,
-        following: bool,
-    ) -> BoxFuture<'a, (Claimed, Scope)> {
+    fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, (Claimed, Scope)> {
+        let Claim {
+            caller,
+            key,
+            body_hash,
+            now,
+            following,
+        } = claim;
         Box::pin(async move {
             match self.claim_shared(caller, key, &body_hash, following).await {
                 Some(claimed) => (claimed, Scope::Shared),
