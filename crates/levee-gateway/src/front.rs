@@ -28,11 +28,12 @@
 //! (it can no longer read the answer); so does a failed write.
 
 use crate::h1wire::{
-    decode_chunked, Chunked, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS,
+    decode_chunked, header_map, BadField, Chunked, Framing, InBuf, Kind, Span, Spans, Step,
+    MAX_HEADERS,
 };
 use crate::respond::Body;
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use std::collections::VecDeque;
@@ -844,20 +845,12 @@ pub(crate) fn parse_head(buf: &mut BytesMut, limit: usize) -> Result<Option<Head
         None => Uri::from_maybe_shared(head.slice(target))
             .map_err(|_| bad("the request target is not a valid URI"))?,
     };
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for span in spans.iter() {
-        let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
-        let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
-        let name_bytes = &head[n..n + nl];
-        if crate::h1wire::is_listed(&head, &listed, name_bytes) {
-            continue;
-        }
-        let name = crate::fieldname::field_name(&head[n..n + nl])
-            .map_err(|_| bad("invalid header field name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
-            .map_err(|_| bad("invalid header field value"))?;
-        headers.append(name, value);
-    }
+    let headers = header_map(&head, &spans, &listed, spans.len()).map_err(|e| {
+        bad(match e {
+            BadField::Name => "invalid header field name",
+            BadField::Value => "invalid header field value",
+        })
+    })?;
     let mut req = Request::new(());
     *req.method_mut() = method;
     *req.uri_mut() = uri;
@@ -1122,6 +1115,7 @@ mod date {
 mod tests {
     use super::*;
     use crate::respond::full;
+    use http::header::HeaderValue;
     use http_body_util::BodyExt;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};

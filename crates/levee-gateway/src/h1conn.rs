@@ -25,7 +25,9 @@
 //! read here and left out of the answer's header map: they describe this
 //! connection, and a proxy never passes them on.
 
-use crate::h1wire::{decode_chunked, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS};
+use crate::h1wire::{
+    decode_chunked, header_map, BadField, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS,
+};
 use crate::outbound::Outbound;
 use crate::respond::is_hop_by_hop;
 use crate::transport::Conn;
@@ -387,20 +389,12 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
         StatusCode::from_u16(code).map_err(|_| H1Error::Framing("status code out of range"))?;
     // Room for the two `x-levee-*` fields a relayed answer gains: a map
     // that grows moves every field (~1,000 instructions).
-    let mut headers = HeaderMap::with_capacity(spans.len() + 2);
-    for span in spans.iter() {
-        let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
-        let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
-        let name_bytes = &head[n..n + nl];
-        if crate::h1wire::is_listed(&head, &listed, name_bytes) {
-            continue;
-        }
-        let name = crate::fieldname::field_name(name_bytes)
-            .map_err(|_| H1Error::Framing("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
-            .map_err(|_| H1Error::Framing("invalid header value"))?;
-        headers.append(name, value);
-    }
+    let headers = header_map(&head, &spans, &listed, spans.len() + 2).map_err(|e| {
+        H1Error::Framing(match e {
+            BadField::Name => "invalid header name",
+            BadField::Value => "invalid header value",
+        })
+    })?;
     let informational = (100..200).contains(&code);
     let (kind, keep_alive) = framing.decide(version, no_body || code == 204 || code == 304);
     Ok(Some(Head {

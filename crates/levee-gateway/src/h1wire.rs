@@ -1,10 +1,12 @@
 //! HTTP/1.1 framing shared by both directions: the caller's requests
 //! (`front`) and the providers' answers (`h1conn`). Reading the framing
-//! fields (`content-length`, `transfer-encoding`, `connection`), decimal
-//! lengths, and the chunked decoder. Errors are short static phrases; each
-//! side wraps them in its own error type.
+//! fields (`content-length`, `transfer-encoding`, `connection`), a head's
+//! header map, decimal lengths, and the chunked decoder. Errors are short
+//! static phrases or [`BadField`]; each side wraps them in its own error
+//! type.
 
 use bytes::{Buf, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderValue};
 use http::Version;
 use std::future::Future;
 use std::io;
@@ -211,9 +213,41 @@ pub(crate) fn listed_names(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         })
 }
 
+/// Which part of a header field is invalid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BadField {
+    Name,
+    Value,
+}
+
+/// The header map of the fields `spans` locates in `head`, but for those
+/// named in `listed` (the names a `connection` field lists), with room for
+/// `room` fields.
+pub(crate) fn header_map(
+    head: &Bytes,
+    spans: &Spans,
+    listed: &[(u32, u32)],
+    room: usize,
+) -> Result<HeaderMap, BadField> {
+    let mut headers = HeaderMap::with_capacity(room);
+    for span in spans.iter() {
+        let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
+        let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
+        let name_bytes = &head[n..n + nl];
+        if is_listed(head, listed, name_bytes) {
+            continue;
+        }
+        let name = crate::fieldname::field_name(name_bytes).map_err(|_| BadField::Name)?;
+        let value =
+            HeaderValue::from_maybe_shared(head.slice(v..v + vl)).map_err(|_| BadField::Value)?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
 /// Whether `name` is one of the names `listed` spans (offset, length) in
 /// `head`.
-pub(crate) fn is_listed(head: &[u8], listed: &[(u32, u32)], name: &[u8]) -> bool {
+fn is_listed(head: &[u8], listed: &[(u32, u32)], name: &[u8]) -> bool {
     listed
         .iter()
         .any(|&(t, tl)| head[t as usize..(t + tl) as usize].eq_ignore_ascii_case(name))
