@@ -22,7 +22,9 @@
 use http::header::{HeaderName, InvalidHeaderName};
 use std::sync::LazyLock;
 
-/// The names, lowercase. Order does not matter; the table sorts them.
+/// The names, lowercase, besides the rate-limit fields providers send
+/// ([`levee_wire::ratelimit::NAMES`], in the table too). Order does not
+/// matter; the table sorts them.
 const NAMES: &[&str] = &[
     // Standard names (no allocation either way; the table's match is
     // cheaper than `from_bytes`' lowercasing copy and lookup).
@@ -75,28 +77,10 @@ const NAMES: &[&str] = &[
     "openai-version",
     "retry-after-ms",
     "x-envoy-upstream-service-time",
-    "x-ratelimit-limit-requests",
-    "x-ratelimit-limit-tokens",
-    "x-ratelimit-remaining-requests",
-    "x-ratelimit-remaining-tokens",
-    "x-ratelimit-reset-requests",
-    "x-ratelimit-reset-tokens",
     "x-request-id",
     "x-should-retry",
     // Sent back by Anthropic.
     "anthropic-organization-id",
-    "anthropic-ratelimit-input-tokens-limit",
-    "anthropic-ratelimit-input-tokens-remaining",
-    "anthropic-ratelimit-input-tokens-reset",
-    "anthropic-ratelimit-output-tokens-limit",
-    "anthropic-ratelimit-output-tokens-remaining",
-    "anthropic-ratelimit-output-tokens-reset",
-    "anthropic-ratelimit-requests-limit",
-    "anthropic-ratelimit-requests-remaining",
-    "anthropic-ratelimit-requests-reset",
-    "anthropic-ratelimit-tokens-limit",
-    "anthropic-ratelimit-tokens-remaining",
-    "anthropic-ratelimit-tokens-reset",
     "request-id",
 ];
 
@@ -113,15 +97,19 @@ struct Table {
     by_len: [(u16, u16); LONGEST + 1],
 }
 
+/// Every name of the table.
+fn all_names() -> impl Iterator<Item = &'static &'static str> {
+    NAMES.iter().chain(levee_wire::ratelimit::NAMES.iter())
+}
+
 static TABLE: LazyLock<Table> = LazyLock::new(|| {
-    let mut names: Vec<(&'static [u8], u64, HeaderName)> = NAMES
-        .iter()
+    let mut names: Vec<(&'static [u8], u64, HeaderName)> = all_names()
         .map(|n| (n.as_bytes(), tail(n.as_bytes()), HeaderName::from_static(n)))
         .collect();
     names.sort_by_key(|(n, _, _)| n.len());
     let mut by_len = [(0u16, 0u16); LONGEST + 1];
     for (i, (n, _, _)) in names.iter().enumerate() {
-        // `NAMES` is a constant of fewer than 2^16 names, each at most
+        // The names are constants, fewer than 2^16, each at most
         // `LONGEST` long (the tests check both).
         let slot = &mut by_len[n.len()];
         if slot.1 == 0 {
@@ -209,7 +197,7 @@ mod tests {
     #[test]
     fn the_table_is_lowercase_short_and_unique() {
         let mut seen = std::collections::HashSet::new();
-        for n in NAMES {
+        for n in all_names() {
             assert!(
                 n.bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
@@ -218,7 +206,7 @@ mod tests {
             assert!(n.len() <= LONGEST, "{n} is longer than LONGEST");
             assert!(seen.insert(*n), "{n} twice");
         }
-        assert!(NAMES.len() < usize::from(u16::MAX));
+        assert!(all_names().count() < usize::from(u16::MAX));
     }
 
     /// Every name of the table is found there, in any case, and what comes
@@ -226,7 +214,7 @@ mod tests {
     /// `from_bytes` would give equal names and fail here).
     #[test]
     fn every_name_is_found_in_the_table_in_any_case() {
-        for n in NAMES {
+        for n in all_names() {
             let upper = n.to_ascii_uppercase();
             let title: String = n
                 .split('-')
@@ -279,12 +267,13 @@ mod tests {
     /// Spellings near the table's names: each byte may be changed case,
     /// swapped for another byte, or a byte dropped or added.
     fn spelling() -> impl Strategy<Value = Vec<u8>> {
+        let names: Vec<&str> = all_names().copied().collect();
         (
-            0..NAMES.len(),
+            0..names.len(),
             proptest::collection::vec((0usize..64, 0u8..5, any::<u8>()), 0..3),
         )
-            .prop_map(|(i, edits)| {
-                let mut v = NAMES[i].as_bytes().to_vec();
+            .prop_map(move |(i, edits)| {
+                let mut v = names[i].as_bytes().to_vec();
                 for (at, how, byte) in edits {
                     if v.is_empty() {
                         break;

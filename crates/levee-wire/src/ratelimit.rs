@@ -65,6 +65,28 @@ impl RateHeaders {
     }
 }
 
+/// Every field name [`read`] reads, lowercase.
+pub const NAMES: [&str; 18] = [
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-limit",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-input-tokens-limit",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-limit",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+];
+
 const OPENAI_PREFIX: &[u8] = b"x-ratelimit-";
 const ANTHROPIC_PREFIX: &[u8] = b"anthropic-ratelimit-";
 
@@ -679,23 +701,11 @@ mod tests {
             now in any::<u64>(),
             which in 0usize..20,
         ) {
-            const NAMES: [&str; 20] = [
-                "x-ratelimit-limit-requests", "x-ratelimit-limit-tokens",
-                "x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens",
-                "x-ratelimit-reset-requests", "x-ratelimit-reset-tokens",
-                "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining",
-                "anthropic-ratelimit-requests-reset", "anthropic-ratelimit-tokens-limit",
-                "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset",
-                "anthropic-ratelimit-input-tokens-limit",
-                "anthropic-ratelimit-input-tokens-remaining",
-                "anthropic-ratelimit-input-tokens-reset",
-                "anthropic-ratelimit-output-tokens-limit",
-                "anthropic-ratelimit-output-tokens-remaining",
-                "anthropic-ratelimit-output-tokens-reset",
-                "x-ratelimit-", "anthropic-ratelimit-",
-            ];
+            // Every name `read` reads, and its two bare prefixes.
+            let names: Vec<&str> =
+                NAMES.iter().copied().chain(["x-ratelimit-", "anthropic-ratelimit-"]).collect();
             let mut map = HeaderMap::new();
-            let name = HeaderName::from_static(NAMES[which]);
+            let name = HeaderName::from_static(names[which]);
             if let Ok(v) = HeaderValue::from_bytes(&value) {
                 map.append(name.clone(), v);
             }
