@@ -290,25 +290,26 @@ impl Engine<'_> {
         });
     }
 
-    /// Runs `f` on call `r`'s route policy, request state and dependencies
-    /// (when `attempt` is given, only while that attempt is still out).
-    /// No model is given: what runs here names its domain by its permit.
-    fn on_levee_call(
+    /// Runs `f` on call `r`'s route policy, request state and dependencies,
+    /// and returns what it returns (`None` when `r` is no Levee call, or,
+    /// when `attempt` is given, that attempt is no longer out). No model is
+    /// given: what runs here names its domain by its permit.
+    fn on_levee_call<T>(
         &mut self,
         r: Ref,
         attempt: Option<u32>,
-        f: impl FnOnce(&levee_policy::RoutePolicy, &mut RequestState, &mut SimDeps<'_>, Instant),
-    ) {
+        f: impl FnOnce(&levee_policy::RoutePolicy, &mut RequestState, &mut SimDeps<'_>, Instant) -> T,
+    ) -> Option<T> {
         let now = self.policy_now();
         let Engine { calls, levee, .. } = self;
         let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
-            return;
+            return None;
         };
         if attempt.is_some_and(|a| c.child.is_none() || c.attempt != a) {
-            return;
+            return None;
         }
         let Kind::Levee { route, st, .. } = &mut c.kind else {
-            return;
+            return None;
         };
         let route = *route as usize;
         // As the gateway's finisher: no model, no ask (the permit names both).
@@ -321,32 +322,15 @@ impl Engine<'_> {
             },
             ask: Ask::default(),
         };
-        f(&lv.gw.config.routes[route].policy, st, &mut deps, now);
+        Some(f(&lv.gw.config.routes[route].policy, st, &mut deps, now))
     }
 
     /// An attempt came back (or timed out): record it, then go on.
     pub(crate) fn levee_reply(&mut self, r: Ref, reply: Reply) {
-        let now = self.policy_now();
-        let Engine { calls, levee, .. } = self;
-        let (Some(lv), Some(c)) = (levee.as_mut(), calls.get_mut(r)) else {
+        let Some(c) = self.calls.get_mut(r) else {
             return;
         };
         c.child = None;
-        let Kind::Levee { route, st, .. } = &mut c.kind else {
-            return;
-        };
-        let route = *route as usize;
-        let policy = &lv.gw.config.routes[route].policy;
-        // Finishing and abandoning need no model: the permit names its domain.
-        let mut deps = SimDeps {
-            deps: Deps {
-                providers: &mut lv.states,
-                target_provider: &lv.target_provider[route],
-                target_model: &[],
-                budgets: &mut lv.budgets[route],
-            },
-            ask: Ask::default(),
-        };
         let outcome = match reply {
             Reply::Status {
                 status,
@@ -358,7 +342,11 @@ impl Engine<'_> {
             },
             Reply::TimedOut => Outcome::Timeout,
         };
-        let class = policy.record(st, &mut deps, now, outcome);
+        let Some(class) = self.on_levee_call(r, None, |policy, st, deps, now| {
+            policy.record(st, deps, now, outcome)
+        }) else {
+            return;
+        };
         if class == levee_policy::classify::Class::Success {
             self.finish(r, reply);
         } else {
