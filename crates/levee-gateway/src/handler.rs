@@ -53,7 +53,10 @@ where
     // one would keep the request (264 bytes) in its future beside the
     // answer that took it.
     let answer = Box::pin(answer(shared, req, dialect));
-    async move { guard.grace_over.guard(dialect, &guard, answer).await }
+    async move {
+        let over = || observe::report(&guard, RequestEvent::ShuttingDown);
+        guard.grace_over.guard(dialect, over, answer).await
+    }
 }
 
 /// The request's answer: a provider's, Levee's, or the one place a

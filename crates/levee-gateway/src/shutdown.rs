@@ -83,11 +83,12 @@ impl GraceOver {
     }
 
     /// Runs `answer` until it yields a response, or answers 503 in `dialect`
-    /// when the grace period ends first; a streaming response keeps watching.
+    /// when the grace period ends first (after calling `over`, which books
+    /// it); a streaming response keeps watching.
     pub async fn guard(
         self: &Arc<Self>,
         dialect: Dialect,
-        shared: &crate::shared::Shared,
+        over: impl FnOnce(),
         answer: impl Future<Output = Response<Body>>,
     ) -> Response<Body> {
         // Waited on in place (not `self.wait()`): no allocation per request.
@@ -105,7 +106,7 @@ impl GraceOver {
         })
         .await;
         let Some(resp) = answered else {
-            crate::observe::report(shared, crate::event::RequestEvent::ShuttingDown);
+            over();
             let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
             let sent = answer.as_mut().take_value().map_or(0, Cell::into_inner);
             return LeveeError::shutting_down(msg)
