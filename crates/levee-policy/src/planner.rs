@@ -590,7 +590,7 @@ impl RoutePolicy {
         }
         let remaining = req.deadline.saturating_since(now);
         if let Some(t) = req.refused.take() {
-            return self.fall_back(req, deps, now, rng, t + 1);
+            return self.fall_back(Inputs(req, deps, now, rng), t + 1);
         }
         if let Some(p) = req.pending {
             if now < p.at {
@@ -599,7 +599,7 @@ impl RoutePolicy {
             req.pending = None;
             if p.kind == AttemptKind::First {
                 // It waited for a throttled or ramping model's slot.
-                return self.first(req, deps, now, rng);
+                return self.first(Inputs(req, deps, now, rng));
             }
             let needed = self.expected_now(deps, p.target, now)
                 + self.reserve_for(deps, p.target, p.kind, now);
@@ -618,10 +618,10 @@ impl RoutePolicy {
             } else {
                 req.blocked = Some((Reason::DeadlineExceeded, None));
             }
-            return self.fall_back(req, deps, now, rng, p.target + 1);
+            return self.fall_back(Inputs(req, deps, now, rng), p.target + 1);
         }
         let Some(last) = req.last else {
-            return self.first(req, deps, now, rng);
+            return self.first(Inputs(req, deps, now, rng));
         };
         let t = req.target;
         if !req.committed && last.outcome == Outcome::SkippedNoDeadline {
@@ -629,7 +629,7 @@ impl RoutePolicy {
             // reserve, or because it was all that was left): no retry here,
             // but the next target may still fit.
             req.blocked = Some((Reason::DeadlineExceeded, None));
-            return self.fall_back(req, deps, now, rng, t + 1);
+            return self.fall_back(Inputs(req, deps, now, rng), t + 1);
         }
         if req.committed || !last.class.is_retryable() {
             return self.fail(req, now, non_retry_reason(last.class));
@@ -640,14 +640,14 @@ impl RoutePolicy {
             self.max_attempts.min(LOSING_ATTEMPTS)
         };
         if req.attempts_on_target < cap {
-            match self.plan_retry(req, deps, now, rng, t, remaining, last) {
+            match self.plan_retry(Inputs(req, deps, now, rng), t, remaining, last) {
                 Ok(d) => return d,
                 Err(blocked) => req.blocked = Some(blocked),
             }
         } else {
             req.blocked = Some((Reason::UpstreamError, None));
         }
-        self.fall_back(req, deps, now, rng, t + 1)
+        self.fall_back(Inputs(req, deps, now, rng), t + 1)
     }
 
     fn reserve_for<D: Dependencies>(
@@ -690,13 +690,8 @@ impl RoutePolicy {
     /// expected attempt is the slow end of a call, not its usual time, and
     /// a caller whose deadline is shorter than a backup's slow end still
     /// gets most of its answers from it.
-    fn first<D: Dependencies, R: Rng + ?Sized>(
-        &self,
-        req: &mut RequestState,
-        deps: &mut D,
-        now: Instant,
-        rng: &mut R,
-    ) -> Decision {
+    fn first<D: Dependencies, R: Rng + ?Sized>(&self, inputs: Inputs<'_, D, R>) -> Decision {
+        let Inputs(req, deps, now, rng) = inputs;
         let remaining = req.deadline.saturating_since(now);
         if remaining <= self.margin {
             return self.fail(req, now, (Reason::DeadlineExceeded, None));
@@ -789,17 +784,14 @@ impl RoutePolicy {
         wait_for(req, first, rng)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn plan_retry<D: Dependencies, R: Rng + ?Sized>(
         &self,
-        req: &mut RequestState,
-        deps: &mut D,
-        now: Instant,
-        rng: &mut R,
+        inputs: Inputs<'_, D, R>,
         t: usize,
         remaining: Duration,
         last: Last,
     ) -> Result<Decision, (Reason, Option<Duration>)> {
+        let Inputs(req, deps, now, rng) = inputs;
         // While retries on this target win, a transient fault (no
         // Retry-After, not an overload status) is retried after the first
         // step's jitter, not an exponential one: a second attempt is as good
@@ -882,12 +874,10 @@ impl RoutePolicy {
 
     fn fall_back<D: Dependencies, R: Rng + ?Sized>(
         &self,
-        req: &mut RequestState,
-        deps: &mut D,
-        now: Instant,
-        _rng: &mut R,
+        inputs: Inputs<'_, D, R>,
         from: usize,
     ) -> Decision {
+        let Inputs(req, deps, now, _) = inputs;
         let remaining = req.deadline.saturating_since(now);
         // A failure that came back fast (an overload answer in 50 ms) left
         // the caller nine tenths of its patience or more: the backup is then
@@ -1236,6 +1226,11 @@ impl RoutePolicy {
         }
     }
 }
+
+/// What one [`RoutePolicy::decide`] decides with, as it hands it on to each
+/// step of the plan: the request, its dependencies, the time of the
+/// decision and the randomness its waits are spread with, in that order.
+struct Inputs<'a, D: ?Sized, R: ?Sized>(&'a mut RequestState, &'a mut D, Instant, &'a mut R);
 
 /// Waits for `p`'s slot, spread over [`RETRY_AFTER_SPREAD`] so that waiters
 /// told the same slot do not all wake at once.
