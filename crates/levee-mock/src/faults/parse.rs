@@ -720,7 +720,8 @@ impl FromMap for Capacity {
 mod tests {
     use super::*;
 
-    fn err(text: &str) -> FaultError {
+    /// The error a document that must not parse gives.
+    pub(super) fn err(text: &str) -> FaultError {
         match parse_faults(text) {
             Ok(set) => panic!("expected an error, parsed {set:?}"),
             Err(e) => e,

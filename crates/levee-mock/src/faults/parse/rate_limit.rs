@@ -58,14 +58,8 @@ impl FromMap for RateLimit {
 
 #[cfg(test)]
 mod tests {
-    use crate::faults::{parse_faults, FaultError};
-
-    fn err(text: &str) -> FaultError {
-        match parse_faults(text) {
-            Ok(set) => panic!("expected an error, parsed {set:?}"),
-            Err(e) => e,
-        }
-    }
+    use super::super::tests::err;
+    use crate::faults::parse_faults;
 
     #[test]
     fn limits_parse_in_yaml_and_json() {
