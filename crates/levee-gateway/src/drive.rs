@@ -495,7 +495,8 @@ impl Driver {
         };
         let (books, observer) = tokio::sync::oneshot::channel();
         self.stream_books = Some(books);
-        let relay = RelayBody::new(start, body, finisher, recording, holds, observer);
+        let grace = crate::shutdown::GraceWatch::new(&shared.grace_over);
+        let relay = RelayBody::new(start, body, finisher, recording, holds, observer, grace);
         let provider = &shared.providers[route.targets[target].provider];
         let mut headers = parts.headers;
         // A provider may echo the key in a successful answer's head too.

@@ -2,6 +2,7 @@
 //! metrics, the summary log line, trace spans, the census and the tape.
 
 use crate::outcome::{AttemptResult, Rejection, RequestOutcome, SkipReason};
+use crate::respond::Why;
 use bytes::Bytes;
 use http::HeaderMap;
 use levee_policy::planner::Dispatch;
@@ -43,17 +44,21 @@ pub(crate) enum StreamOutcome {
     DeadlineExceeded,
     /// The caller stopped reading (it disconnected) before the end.
     CallerLeft,
+    /// The gateway's shutdown grace period ended mid-stream.
+    ShuttingDown,
 }
 
 impl StreamOutcome {
-    /// The request's outcome: `success`, the `upstream_error` or
-    /// `deadline_exceeded` its error event names, or `client_closed`.
+    /// The request's outcome: `success`, the `upstream_error`,
+    /// `deadline_exceeded` or `shutting_down` its error event names, or
+    /// `client_closed`.
     pub(crate) fn outcome(self) -> RequestOutcome {
         match self {
             StreamOutcome::Completed => RequestOutcome::Success,
             StreamOutcome::BrokeOff | StreamOutcome::Stalled => Reason::UpstreamError.into(),
             StreamOutcome::DeadlineExceeded => Reason::DeadlineExceeded.into(),
             StreamOutcome::CallerLeft => RequestOutcome::ClientClosed,
+            StreamOutcome::ShuttingDown => RequestOutcome::Failed(Why::ShuttingDown),
         }
     }
 

@@ -6,13 +6,9 @@
 //! `x-levee-attempts` how many attempts the request had sent.
 
 use crate::respond::{Body, LeveeError};
-use bytes::Bytes;
 use http::Response;
-use http_body::{Body as HttpBody, Frame, SizeHint};
-use http_body_util::BodyExt;
 use levee_wire::Dialect;
 use std::cell::Cell;
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,69 +109,34 @@ impl GraceOver {
                 .attempts(sent)
                 .into_response(dialect);
         };
-        let is_stream = resp
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if !is_stream {
-            return resp;
-        }
-        let (parts, body) = resp.into_parts();
-        let body = GraceBody {
-            inner: body,
-            grace: Arc::clone(self),
-            over: self.wait(),
-            seen: None,
-            dialect,
-            done: false,
-        };
-        Response::from_parts(parts, body.boxed_unsync())
+        // A stream past this point watches the grace period itself
+        // (`GraceWatch`, held by its relay).
+        resp
     }
 }
 
-/// A stream body that ends with an error event when the grace period ends.
-/// The inner body yields whole SSE events per frame, so the event never
-/// lands inside another.
-struct GraceBody {
-    inner: Body,
+/// A committed stream's watch on the grace period: its relay ends the
+/// stream with an error event when the period ends. The relay yields whole
+/// SSE events per frame, so the event never lands inside another.
+pub(crate) struct GraceWatch {
     grace: Arc<GraceOver>,
     over: Wait,
     /// The waker `over` was last polled with.
     seen: Option<Waker>,
-    dialect: Dialect,
-    done: bool,
 }
 
-impl HttpBody for GraceBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if self.done {
-            return Poll::Ready(None);
+impl GraceWatch {
+    pub(crate) fn new(grace: &Arc<GraceOver>) -> Self {
+        GraceWatch {
+            grace: Arc::clone(grace),
+            over: grace.wait(),
+            seen: None,
         }
-        let this = &mut *self;
-        if this.grace.poll_over(this.over.as_mut(), &mut this.seen, cx) {
-            this.done = true;
-            let msg = "levee: shutting_down: the gateway is shutting down and its grace period is over; the stream ends here (the partial answer above is all there is)";
-            return Poll::Ready(Some(Ok(Frame::data(this.dialect.stream_error_event(msg)))));
-        }
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
-            self.done = true;
-        }
-        polled
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    /// Whether the grace period is over, registering `cx`'s task to be
+    /// woken when it ends.
+    pub(crate) fn over(&mut self, cx: &mut Context<'_>) -> bool {
+        self.grace.poll_over(self.over.as_mut(), &mut self.seen, cx)
     }
 }

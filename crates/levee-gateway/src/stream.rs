@@ -59,6 +59,8 @@ pub struct RelayBody {
     /// The request's observer, handed over once the answer's head is
     /// made; told how the stream ended.
     observer: Option<tokio::sync::oneshot::Receiver<Observer>>,
+    /// The shutdown grace period, which ends the stream when it is over.
+    grace: crate::shutdown::GraceWatch,
     /// The tokens the stream's usage settled, reported with its end.
     tokens: Option<crate::event::TokensUsed>,
     /// Bytes relayed to the caller so far.
@@ -86,6 +88,7 @@ impl RelayBody {
         tape: Option<TapeLine>,
         holds: Holds,
         observer: tokio::sync::oneshot::Receiver<Observer>,
+        grace: crate::shutdown::GraceWatch,
     ) -> Self {
         let RelayStart {
             first,
@@ -122,6 +125,7 @@ impl RelayBody {
             tape,
             usage,
             observer: Some(observer),
+            grace,
             tokens: None,
             bytes: 0,
             end: None,
@@ -157,6 +161,19 @@ impl RelayBody {
                 r.record(&line);
             }
         }
+    }
+
+    /// The shutdown grace period ended mid-stream: end it (dropping the
+    /// upstream request) with an error event. Not the provider's fault.
+    fn cut_at_grace(&mut self) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.done = true;
+        self.write_tape(true);
+        if let Some(f) = self.finisher.take() {
+            f.finish(Outcome::SkippedNoDeadline, true);
+        }
+        self.end = Some(StreamOutcome::ShuttingDown);
+        let msg = "levee: shutting_down: the gateway is shutting down and its grace period is over; the stream ends here (the partial answer above is all there is)";
+        Poll::Ready(Some(Ok(Frame::data(self.dialect.stream_error_event(msg)))))
     }
 
     fn fail(&mut self, outcome: StreamOutcome) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
@@ -236,6 +253,9 @@ impl RelayBody {
         }
         if this.done {
             return Poll::Ready(None);
+        }
+        if this.grace.over(cx) {
+            return this.cut_at_grace();
         }
         if this.deadline.as_mut().poll(cx).is_ready() {
             return this.cut_at_deadline();

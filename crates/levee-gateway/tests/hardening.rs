@@ -532,6 +532,7 @@ async fn at_the_end_of_the_grace_period_waiting_requests_get_a_503_and_streams_a
         u = m.url()
     );
     let gw = spawn_text(&text, 1).await;
+    let metrics = std::sync::Arc::clone(gw.shared.metrics());
     let client = http_client();
     let send = |path: &str, body: &'static str| {
         let req = http::Request::post(format!("http://{}{path}", gw.addr))
@@ -589,5 +590,19 @@ async fn at_the_end_of_the_grace_period_waiting_requests_get_a_503_and_streams_a
         );
     }
     watchdog(WATCHDOG, shutdown).await.unwrap();
+    // The two streams the grace period cut are counted as such, not as
+    // callers that stopped reading.
+    let exposition = metrics.encode();
+    let count = |route: &str, outcome: &str| {
+        let series = format!("levee_requests_total{{route=\"{route}\",outcome=\"{outcome}\"}}");
+        exposition
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .map_or(0.0, |v| v.trim().parse().unwrap_or(0.0))
+    };
+    let routes = ["/v1/messages", "default"];
+    let shutting_down: f64 = routes.iter().map(|r| count(r, "shutting_down")).sum();
+    let closed: f64 = routes.iter().map(|r| count(r, "client_closed")).sum();
+    assert_eq!((shutting_down, closed), (2.0, 0.0), "{exposition}");
     m.shutdown().await;
 }
