@@ -224,11 +224,10 @@ impl Answers {
         }
         a.latencies.sort_by(f64::total_cmp);
         let h = &a.attempts.histogram;
-        let counted: u64 = h.values().sum();
-        let sum: u64 = h.iter().map(|(n, c)| u64::from(*n) * c).sum();
-        if counted > 0 {
-            a.attempts.mean = round(sum as f64 / counted as f64, 4);
-        }
+        a.attempts.mean = round(
+            incident::mean_attempts(h.iter().map(|(n, c)| (u64::from(*n), *c))),
+            4,
+        );
         a.attempts.max = h.keys().next_back().copied().unwrap_or(0);
         a
     }
@@ -309,21 +308,16 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         .fault_window
         .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
     let numbers = curves.numbers(d, window, plan.rate);
-    let (baseline, peak) = (numbers.baseline, numbers.peak);
     Report {
         logical_requests: m.records.len() as u64,
         outcomes: a.outcomes,
         upstream_requests: m.samples.last().map_or(0, |s| s.upstream),
         attempts_per_request: a.attempts,
-        baseline_upstream_rps: round(baseline, 1),
-        peak_upstream_rps: round(peak, 1),
+        baseline_upstream_rps: round(numbers.baseline, 1),
+        peak_upstream_rps: round(numbers.peak, 1),
         recovery_seconds_after_fault: numbers.recovery,
         unanswered: a.unanswered,
-        amplification_peak: if baseline > 0.0 {
-            round(peak / baseline, 3)
-        } else {
-            0.0
-        },
+        amplification_peak: round(numbers.amplification(), 3),
         rate: plan.rate,
         duration_seconds: round(d, 3),
         fault_window_seconds: window.map(|(a, b)| [round(a, 3), round(b, 3)]),
@@ -426,11 +420,6 @@ fn replica_stop(plan: &Plan, m: &Measured) -> Option<ReplicaStopReport> {
     })
 }
 
-fn kinds(m: &BTreeMap<String, u64>) -> String {
-    let v: Vec<String> = m.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    v.join(", ")
-}
-
 impl Report {
     /// The human summary printed without `--json`.
     pub fn human(&self) -> String {
@@ -491,7 +480,7 @@ impl Report {
                 "  keyed requests      {}, {} ran unshared (x-levee-idempotency: local); during the pause: {}",
                 p.keyed_requests,
                 p.ran_unshared,
-                kinds(&p.outcomes_during)
+                listing(&p.outcomes_during, " ", ", ")
             );
             let _ = writeln!(
                 s,
@@ -517,7 +506,7 @@ impl Report {
                 "  after the stop      {} failed calls, {} failovers; {}",
                 r.failed_calls,
                 r.failovers,
-                kinds(&r.outcomes_after_stop)
+                listing(&r.outcomes_after_stop, " ", ", ")
             );
             let _ = writeln!(
                 s,

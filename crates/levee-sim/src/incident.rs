@@ -13,6 +13,10 @@
 //!   healthy — upstream within max(10 %, 4 √n, 2) of the baseline and the
 //!   share answered successfully within 5 points of the baseline's. `None`
 //!   when the last window is still unhealthy, or no fault window ends.
+//!
+//! Beside them, both reports give the peak's amplification
+//! ([`Numbers::amplification`]) and the mean upstream attempts per request
+//! ([`mean_attempts`]).
 
 /// `x` rounded to `places` decimals, as both reports print their numbers.
 pub fn round(x: f64, places: i32) -> f64 {
@@ -32,6 +36,20 @@ pub fn listing<K: std::fmt::Display, V: std::fmt::Display>(
         .map(|(k, v)| format!("{k}{kv}{v}"))
         .collect::<Vec<_>>()
         .join(sep)
+}
+
+/// Upstream attempts per request on average, from how many requests made
+/// each number of attempts (`(attempts, requests)` pairs); 0 when no
+/// request was counted.
+pub fn mean_attempts(histogram: impl IntoIterator<Item = (u64, u64)>) -> f64 {
+    let (requests, attempts) = histogram
+        .into_iter()
+        .fold((0u64, 0u64), |(n, t), (a, c)| (n + c, t + a * c));
+    if requests == 0 {
+        0.0
+    } else {
+        attempts as f64 / requests as f64
+    }
 }
 
 /// One run, in equal steps from time 0.
@@ -54,6 +72,17 @@ pub struct Numbers {
     pub baseline: f64,
     pub peak: f64,
     pub recovery: Option<f64>,
+}
+
+impl Numbers {
+    /// The peak over the baseline, unrounded; 0 without a baseline.
+    pub fn amplification(&self) -> f64 {
+        if self.baseline > 0.0 {
+            self.peak / self.baseline
+        } else {
+            0.0
+        }
+    }
 }
 
 impl Steps<'_> {

@@ -127,11 +127,7 @@ pub(crate) fn summarise(
         succeeded: &succeeded,
         end: sc.duration.as_secs_f64(),
     };
-    let incident::Numbers {
-        baseline,
-        peak,
-        recovery,
-    } = incident::numbers(&steps, fault, 0.0);
+    let numbers = incident::numbers(&steps, fault, 0.0);
 
     let mut latencies = std::mem::take(&mut m.latencies);
     latencies.sort_unstable();
@@ -142,11 +138,8 @@ pub(crate) fn summarise(
     let requests: u64 = m.streams.iter().map(|s| s.requests).sum();
     let successes: u64 = m.streams.iter().map(|s| s.successes).sum();
     let unfinished: u64 = m.streams.iter().map(|s| s.unfinished).sum();
-    let (n, total) = m
-        .hist
-        .iter()
-        .enumerate()
-        .fold((0u64, 0u64), |(n, t), (a, &c)| (n + c, t + a as u64 * c));
+    let attempts_mean =
+        incident::mean_attempts(m.hist.iter().enumerate().map(|(a, &c)| (a as u64, c)));
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let minutes = m.window_len().as_secs_f64() / 60.0;
     let endpoints = if sc.streams.len() > 1 {
@@ -178,13 +171,13 @@ pub(crate) fn summarise(
     };
     VariantReport {
         name: name.to_string(),
-        baseline_upstream_rps: round(baseline, 1),
-        peak_upstream_rps: round(peak, 1),
-        amplification_peak: round(if baseline > 0.0 { peak / baseline } else { 0.0 }, 2),
-        attempts_per_request_mean: round(ratio(total, n), 3),
+        baseline_upstream_rps: round(numbers.baseline, 1),
+        peak_upstream_rps: round(numbers.peak, 1),
+        amplification_peak: round(numbers.amplification(), 2),
+        attempts_per_request_mean: round(attempts_mean, 3),
         attempts_per_request_max: m.attempts_max,
         success_ratio: round(ratio(successes, requests), 4),
-        recovery_seconds_after_fault: recovery.map(|r| round(r, 1)),
+        recovery_seconds_after_fault: numbers.recovery.map(|r| round(r, 1)),
         endpoints,
         detail: Detail {
             resolution: sc.resolution,
