@@ -152,6 +152,7 @@ pub struct Plan {
     /// Where to write the SVG plot, if anywhere.
     pub plot: Option<PathBuf>,
     /// Logical requests started per second, for `duration`.
+    /// Calls a second (`--rate`) for the run's length (`--duration`).
     pub rate: f64,
     pub duration: Duration,
     /// From the earliest `from` to the latest `to` among faults that have
@@ -160,6 +161,7 @@ pub struct Plan {
     pub fault_window: Option<(Duration, Duration)>,
     /// Each request's deadline (`--timeout-ms`).
     pub timeout: Duration,
+    /// Seed for `--arrivals poisson` (same seed, same schedule).
     pub seed: u64,
     /// The `--fault` flags as given, for the human report.
     pub fault_text: Vec<String>,
@@ -169,10 +171,13 @@ pub struct Plan {
     pub failover: Option<Target>,
     /// `--stop-pid`: stop a replica mid-run.
     pub stop: Option<ReplicaStop>,
+    /// How calls arrive (`--arrivals`).
     pub arrivals: Arrivals,
+    /// The model every call asks for (`--model`).
     pub model: String,
     /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
     pub fault_doc: Value,
+    /// `--json`: one JSON report on stdout, no progress.
     pub json: bool,
 }
 

@@ -55,6 +55,7 @@ pub struct Window {
 pub struct StatePauseReport {
     /// When `CLIENT PAUSE` was sent (seconds since the start); `None` when it failed.
     pub paused_at_seconds: Option<f64>,
+    /// How long the pause was asked to last (seconds).
     pub pause_seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -65,6 +66,7 @@ pub struct StatePauseReport {
     pub ran_unshared: u64,
     /// Outcomes of the requests sent while the store was paused.
     pub outcomes_during: BTreeMap<String, u64>,
+    /// Latency of the requests sent before the pause, and during it.
     pub latency_ms_before: Window,
     pub latency_ms_during: Window,
 }

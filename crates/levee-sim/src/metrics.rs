@@ -26,16 +26,26 @@ pub(crate) struct StreamStats {
 
 #[derive(Debug)]
 pub(crate) struct Metrics {
+    /// A time bucket's width (the scenario's `resolution`), nanoseconds.
     pub res_ns: u64,
+    /// Upstream attempts sent, per bucket.
     pub upstream: Vec<u32>,
+    /// Logical requests answered per bucket, and how many of them successfully.
     pub completed: Vec<u32>,
     pub succeeded: Vec<u32>,
+    /// Per arrival stream, its totals inside the measurement window.
     pub streams: Vec<StreamStats>,
+    /// `hist[n]`: logical requests that made n upstream attempts (the last
+    /// slot holds every count from `HIST_CAP` on).
     pub hist: Vec<u64>,
+    /// The most attempts one logical request made.
     pub attempts_max: u32,
+    /// Events the engine processed (its cost).
     pub events: u64,
+    /// The longest queue the providers and the caller pool reached.
     pub provider_peak_queue: usize,
     pub pool_peak_queue: usize,
+    /// Whether a caller layer has a bounded worker pool.
     pub has_pool: bool,
     /// [from, to) in nanoseconds.
     pub window: (u64, u64),

@@ -60,14 +60,18 @@ pub struct Detail {
     /// Logical requests answered per bucket, and how many of them successfully.
     pub completed: Vec<u32>,
     pub succeeded: Vec<u32>,
+    /// Logical requests that arrived, and those still unanswered at the
+    /// end of the drain.
     pub requests: u64,
     pub unfinished: u64,
     /// `attempts_histogram[n]`: logical requests that made n upstream attempts.
     pub attempts_histogram: Vec<u64>,
+    /// The longest queue the providers and the caller pool reached.
     pub provider_peak_queue: usize,
     pub pool_peak_queue: usize,
     /// Levee's failures by `x-levee-reason`.
     pub levee_reasons: BTreeMap<String, u64>,
+    /// Events the engine processed (its cost).
     pub events: u64,
     /// Arrival to answer of every answered request, success or not: the
     /// median and the 99th percentile (zero when none was answered).
