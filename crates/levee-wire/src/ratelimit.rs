@@ -429,21 +429,15 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 }
 
 #[cfg(test)]
+#[path = "../tests/kit/headers.rs"]
+mod test_kit;
+
+#[cfg(test)]
 mod tests {
+    use super::test_kit::headers;
     use super::*;
     use http::header::{HeaderName, HeaderValue};
     use proptest::prelude::*;
-
-    fn headers(fields: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in fields {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
 
     fn meter(limit: u64, remaining: u64, reset_ms: u64) -> Option<Meter> {
         Some(Meter {

@@ -5,24 +5,15 @@
 #[path = "../../levee-policy/tests/kit/counting.rs"]
 mod counting;
 
+#[path = "kit/headers.rs"]
+mod kit;
+
 use counting::{allocations, Counting};
-use http::header::{HeaderName, HeaderValue};
-use http::HeaderMap;
+use kit::headers;
 use levee_wire::ratelimit::read;
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-fn headers(fields: &[(&str, &str)]) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    for (name, value) in fields {
-        map.append(
-            HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            HeaderValue::from_str(value).unwrap(),
-        );
-    }
-    map
-}
 
 #[test]
 fn reading_allocates_nothing() {
