@@ -20,6 +20,7 @@
 //! wrote the body.
 #![forbid(unsafe_code)]
 
+pub mod civil;
 pub mod conn;
 pub mod error;
 pub mod headers;
