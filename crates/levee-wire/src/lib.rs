@@ -7,9 +7,10 @@
 //! replays ([`tape::TapeEntry`]), the counters the mock reports at
 //! `GET /_mock/stats` ([`stats::Stats`]), the rate-limit fields
 //! providers send on their answers ([`ratelimit::read`]), the page of the
-//! model list a query asks for ([`models::Page`]), and the
-//! connection wrapper both servers observe their accepted sockets with
-//! ([`conn::Watched`]).
+//! model list a query asks for ([`models::Page`]), the day-count calendar
+//! their RFC 3339 times need ([`civil`]), the log-normal fit of a latency
+//! from its median and p99 ([`latency`]), and the connection wrapper both
+//! servers observe their accepted sockets with ([`conn::Watched`]).
 //!
 //! It does no I/O of its own and holds no state: types, tables, pure
 //! functions, and a wrapper that passes a stream's I/O through. The
