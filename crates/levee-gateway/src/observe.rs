@@ -188,6 +188,8 @@ pub(crate) struct Observer {
     committed: Option<Box<Committed>>,
     /// A delivered stream's tape line, until its relay takes it.
     stream_tape: Option<TapeLine>,
+    /// The request's outcome has been counted (once per request).
+    counted: bool,
 }
 
 impl Observer {
@@ -215,6 +217,7 @@ impl Observer {
             attempt_n: 0,
             committed: None,
             stream_tape: None,
+            counted: false,
         }
     }
 
@@ -296,7 +299,8 @@ impl Observer {
 
     /// The request was answered with `outcome`: counted in
     /// `levee_requests_total` and the route's recent window alike.
-    fn count_outcome(&self, outcome: RequestOutcome, at: Instant) {
+    fn count_outcome(&mut self, outcome: RequestOutcome, at: Instant) {
+        self.counted = true;
         self.shared.metrics.request(self.route_name(), outcome);
         self.shared.census.answered(self.route, outcome, at);
     }
@@ -514,7 +518,7 @@ impl Observer {
         last_error: Option<&LastError>,
         model: &str,
     ) {
-        let shared = &self.shared;
+        let shared = Arc::clone(&self.shared);
         let attempts = req.attempts();
         shared
             .metrics
@@ -778,6 +782,24 @@ impl Observer {
             self.fill_tape(target, &mut line);
             r.record(&line);
         }
+    }
+}
+
+impl Drop for Observer {
+    /// A request dropped before its outcome was counted still gets one: its
+    /// answer was cut off by the end of the shutdown grace period (the 503
+    /// the grace guard sends), or its caller went away before the answer.
+    fn drop(&mut self) {
+        if self.counted {
+            return;
+        }
+        let outcome = if self.shared.grace_over.is_over() {
+            RequestOutcome::Failed(Why::ShuttingDown)
+        } else {
+            RequestOutcome::ClientClosed
+        };
+        let at = self.shared.clock.now();
+        self.count_outcome(outcome, at);
     }
 }
 

@@ -52,6 +52,11 @@ impl GraceOver {
         self.notify.notify_waiters();
     }
 
+    /// Whether the grace period has ended.
+    pub fn is_over(&self) -> bool {
+        self.over.load(Ordering::Acquire)
+    }
+
     /// Resolves when the grace period ends.
     fn wait(self: &Arc<Self>) -> Wait {
         let grace = Arc::clone(self);

@@ -42,6 +42,12 @@ async fn a_caller_that_leaves_drops_the_upstream_request_at_once() {
     // The provider slot was given back.
     let m = env.metrics().await;
     assert_eq!(metric(&m, "levee_in_flight", &["provider=\"p\""]), 0.0);
+    // And the request has its outcome: the caller went away.
+    assert_eq!(
+        metric(&m, "levee_requests_total", &["outcome=\"client_closed\""]),
+        1.0,
+        "{m}"
+    );
     env.stop().await;
 }
 
