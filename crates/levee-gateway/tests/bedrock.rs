@@ -9,7 +9,6 @@
 mod support;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use levee_mock::bedrock_keys::{
@@ -293,46 +292,14 @@ async fn an_overloaded_anthropic_api_fails_over_to_claude_on_bedrock() {
     assert!(env.stats(0).by_status.get("529").is_some_and(|n| *n >= 2));
     assert_eq!(env.stats(1).requests_total, 2);
     let metrics = env.metrics();
-    let per = |p: &str, result: &str| {
-        metric(
-            &metrics,
-            "levee_upstream_attempts_total",
-            &[
-                &format!("provider=\"{p}\""),
-                &format!("result=\"{result}\""),
-            ],
-        )
-    };
+    let per = |p: &str, result: &str| attempts_of(&metrics, p, result);
     assert_eq!(per("bedrock", "success"), 2.0, "{metrics}");
     assert!(per("anthropic", "http_5xx") >= 2.0, "{metrics}");
 }
 
-/// Log lines written while the gateway runs, at every level.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn no_secret_reaches_the_logs_answers_or_metrics() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs(tracing::Level::TRACE);
 
     let file = CredentialsFile::new(
         "secrets",
@@ -359,8 +326,7 @@ async fn no_secret_reaches_the_logs_answers_or_metrics() {
     }
     assert_no_secret("the metrics", &env.metrics());
     let _ = std::io::stderr().flush();
-    let text =
-        String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let text = logs.text();
     assert!(text.contains("attempt not authorised"), "{text}");
     assert_no_secret("the logs", &text);
 }

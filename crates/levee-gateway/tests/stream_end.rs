@@ -5,36 +5,11 @@
 //! call sites from their threads at the same time.
 
 mod support;
-use std::sync::Arc;
 use support::*;
-
-/// Log lines written while the gateway runs.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_breaks_off_after_its_first_event_is_counted_and_logged_as_failed() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs(tracing::Level::INFO);
     let (env, r, _) = one_chat(
         "faults:\n  - { cut_stream_after: 1 }\n",
         "",
@@ -51,8 +26,7 @@ async fn a_stream_that_breaks_off_after_its_first_event_is_counted_and_logged_as
     assert_eq!(outcome("upstream_error"), 1.0, "{m}");
     assert_eq!(outcome("success"), 0.0, "{m}");
     assert_eq!(metric(&m, "levee_streams_failed_total", &[]), 1.0, "{m}");
-    let log =
-        String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let log = logs.text();
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("levee::request"))

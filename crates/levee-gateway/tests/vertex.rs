@@ -391,16 +391,7 @@ async fn anthropic_overloaded_then_bedrock_throttled_is_answered_by_claude_on_ve
     assert!(env.stats(1).by_status.get("429").is_some_and(|n| *n >= 2));
     assert_eq!(env.stats(2).by_model.get(MODEL), Some(&2));
     let metrics = env.metrics();
-    let per = |p: &str, result: &str| {
-        metric(
-            &metrics,
-            "levee_upstream_attempts_total",
-            &[
-                &format!("provider=\"{p}\""),
-                &format!("result=\"{result}\""),
-            ],
-        )
-    };
+    let per = |p: &str, result: &str| attempts_of(&metrics, p, result);
     assert!(per("anthropic", "http_5xx") >= 2.0, "{metrics}");
     assert!(per("bedrock", "throttled") >= 2.0, "{metrics}");
     assert_eq!(per("vertex", "success"), 2.0, "{metrics}");

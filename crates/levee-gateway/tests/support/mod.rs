@@ -344,6 +344,50 @@ pub fn attempts_labelled(text: &str, result: &str) -> f64 {
     metric(text, "levee_upstream_attempts_total", &[&label])
 }
 
+/// `levee_upstream_attempts_total` of `provider` with `result`.
+pub fn attempts_of(text: &str, provider: &str, result: &str) -> f64 {
+    let provider = format!("provider=\"{provider}\"");
+    let result = format!("result=\"{result}\"");
+    metric(text, "levee_upstream_attempts_total", &[&provider, &result])
+}
+
+/// The log lines written on this thread while its guard lives, at `level`
+/// and above, without colours ([`Logs::text`] reads them).
+pub fn capture_logs(level: tracing::Level) -> (Logs, tracing::subscriber::DefaultGuard) {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
+/// Log lines captured by [`capture_logs`].
+#[derive(Clone, Default)]
+pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Sum of a metric's samples whose line contains all `parts`.
 pub fn metric(text: &str, name: &str, parts: &[&str]) -> f64 {
     text.lines()
