@@ -242,13 +242,71 @@ def workdir():
         yield Path(d)
 
 
-@pytest.fixture
-def mock(workdir):
-    m = Mock(workdir)
+def running_mock(workdir: Path, api: str | None = None):
+    """A `levee mock` (of `api`'s face when given), stopped when the test
+    ends: the body of each mock fixture."""
+    m = Mock(workdir, api=api, name=f"mock-{api}") if api else Mock(workdir)
     try:
         yield m
     finally:
         m.process.stop()
+
+
+@pytest.fixture
+def mock(workdir):
+    yield from running_mock(workdir)
+
+
+# One question and one tool, in the Anthropic Messages shape, for the
+# exchanges the cloud tests run through the official SDK.
+WEATHER_MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER_TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    }
+]
+FORCE_WEATHER = {"type": "tool", "name": "get_weather"}
+
+
+def check_messages(client, model: str, stream_tool: bool = True) -> None:
+    """JSON, forced tool use and a stream through an Anthropic SDK
+    `client`, each checked for its shape; with `stream_tool`, a streamed
+    forced tool use too."""
+    r = client.messages.create(model=model, max_tokens=64, messages=WEATHER_MESSAGES)
+    assert r.type == "message" and r.content[0].type == "text" and r.content[0].text
+    assert r.usage.input_tokens > 0
+
+    r = client.messages.create(
+        model=model,
+        max_tokens=64,
+        messages=WEATHER_MESSAGES,
+        tools=WEATHER_TOOLS,
+        tool_choice=FORCE_WEATHER,
+    )
+    assert r.stop_reason == "tool_use"
+    assert r.content[0].type == "tool_use" and r.content[0].name == "get_weather"
+
+    with client.messages.stream(model=model, max_tokens=64, messages=WEATHER_MESSAGES) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text and final.stop_reason == "end_turn"
+
+    if stream_tool:
+        with client.messages.stream(
+            model=model,
+            max_tokens=64,
+            messages=WEATHER_MESSAGES,
+            tools=WEATHER_TOOLS,
+            tool_choice=FORCE_WEATHER,
+        ) as s:
+            final = s.get_final_message()
+        assert final.content[0].type == "tool_use"
 
 
 @pytest.fixture

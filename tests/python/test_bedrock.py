@@ -15,7 +15,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from conftest import Gateway, Mock
+from conftest import WEATHER_MESSAGES, Gateway, Mock, check_messages, running_mock
 
 # The mock's test key pairs (AWS's documentation example, not a secret).
 ACCESS_KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -24,28 +24,11 @@ SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 SESSION_TOKEN = "levee-mock-session-token"
 REGION = "us-east-1"
 MODEL = "anthropic.claude-3-5-sonnet-20241022-v2:0"
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
-TOOLS = [
-    {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    }
-]
-FORCE_TOOL = {"type": "tool", "name": "get_weather"}
 
 
 @pytest.fixture
 def bedrock_mock(workdir):
-    m = Mock(workdir, api="bedrock", name="mock-bedrock")
-    try:
-        yield m
-    finally:
-        m.process.stop()
+    yield from running_mock(workdir, "bedrock")
 
 
 def bedrock_client(mock: Mock, **kw) -> anthropic.AnthropicBedrock:
@@ -54,38 +37,13 @@ def bedrock_client(mock: Mock, **kw) -> anthropic.AnthropicBedrock:
     return anthropic.AnthropicBedrock(base_url=mock.url, **args)
 
 
-def check_exchange(client, model: str) -> None:
-    """JSON, forced tool use and a stream, each checked for its shape."""
-    r = client.messages.create(model=model, max_tokens=64, messages=MESSAGES)
-    assert r.type == "message"
-    assert r.content[0].type == "text" and r.content[0].text
-    assert r.usage.input_tokens > 0
-
-    r = client.messages.create(
-        model=model, max_tokens=64, messages=MESSAGES, tools=TOOLS, tool_choice=FORCE_TOOL
-    )
-    assert r.stop_reason == "tool_use"
-    assert r.content[0].type == "tool_use" and r.content[0].name == "get_weather"
-
-    with client.messages.stream(model=model, max_tokens=64, messages=MESSAGES) as s:
-        text = "".join(s.text_stream)
-        final = s.get_final_message()
-    assert text and final.stop_reason == "end_turn"
-
-    with client.messages.stream(
-        model=model, max_tokens=64, messages=MESSAGES, tools=TOOLS, tool_choice=FORCE_TOOL
-    ) as s:
-        final = s.get_final_message()
-    assert final.content[0].type == "tool_use"
-
-
 def test_the_sdks_bedrock_client_is_served_by_the_bedrock_mock(bedrock_mock):
-    check_exchange(bedrock_client(bedrock_mock), MODEL)
+    check_messages(bedrock_client(bedrock_mock), MODEL)
     # Temporary credentials: the session token travels signed.
     temporary = bedrock_client(
         bedrock_mock, aws_access_key=SESSION_ACCESS_KEY, aws_session_token=SESSION_TOKEN
     )
-    assert temporary.messages.create(model=MODEL, max_tokens=8, messages=MESSAGES).content
+    assert temporary.messages.create(model=MODEL, max_tokens=8, messages=WEATHER_MESSAGES).content
     stats = bedrock_mock.stats()
     assert stats["unauthorized"] == 0
     assert stats["by_model"].get(MODEL) == 5
@@ -93,7 +51,7 @@ def test_the_sdks_bedrock_client_is_served_by_the_bedrock_mock(bedrock_mock):
     # A wrong secret key: Bedrock's 403, which the SDK does not retry.
     wrong = bedrock_client(bedrock_mock, aws_secret_key="not-the-secret-key")
     with pytest.raises(anthropic.PermissionDeniedError) as refused:
-        wrong.messages.create(model=MODEL, max_tokens=8, messages=MESSAGES)
+        wrong.messages.create(model=MODEL, max_tokens=8, messages=WEATHER_MESSAGES)
     assert "signature" in str(refused.value).lower()
     assert bedrock_mock.stats()["unauthorized"] == 1
 
@@ -102,7 +60,7 @@ def test_a_mid_stream_exception_reaches_the_sdk_as_an_error(bedrock_mock):
     bedrock_mock.set_faults({"cut_stream_after": 2})
     client = bedrock_client(bedrock_mock, max_retries=0)
     with pytest.raises(anthropic.APIStatusError) as failed:
-        with client.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as s:
+        with client.messages.stream(model=MODEL, max_tokens=64, messages=WEATHER_MESSAGES) as s:
             for _ in s:
                 pass
     assert "modelStreamErrorException" in str(failed.value)
@@ -151,9 +109,9 @@ def test_the_plain_anthropic_client_through_levee_is_served_by_a_bedrock_target(
 
 def served_by_bedrock(gw, bedrock_mock):
     client = anthropic.Anthropic(base_url=gw.url, api_key="test")
-    check_exchange(client, "claude-sonnet")
+    check_messages(client, "claude-sonnet")
     raw = client.messages.with_raw_response.create(
-        model="claude-sonnet", max_tokens=8, messages=MESSAGES
+        model="claude-sonnet", max_tokens=8, messages=WEATHER_MESSAGES
     )
     assert raw.headers["x-levee-target"] == "bedrock"
     stats = bedrock_mock.stats()
@@ -164,7 +122,7 @@ def served_by_bedrock(gw, bedrock_mock):
     # A stream Bedrock breaks off mid-way ends with Anthropic's error event.
     bedrock_mock.set_faults({"cut_stream_after": 2})
     with pytest.raises(anthropic.APIStatusError) as failed:
-        with client.messages.stream(model="claude-sonnet", max_tokens=64, messages=MESSAGES) as s:
+        with client.messages.stream(model="claude-sonnet", max_tokens=64, messages=WEATHER_MESSAGES) as s:
             for _ in s:
                 pass
     assert "modelStreamErrorException" in str(failed.value)
@@ -178,11 +136,11 @@ def test_an_overloaded_anthropic_api_fails_over_to_claude_on_bedrock(workdir, be
         gw = bedrock_gateway(workdir, bedrock_mock, anthropic_mock=primary)
         client = anthropic.Anthropic(base_url=gw.url, api_key="test")
         raw = client.messages.with_raw_response.create(
-            model="claude-sonnet", max_tokens=8, messages=MESSAGES
+            model="claude-sonnet", max_tokens=8, messages=WEATHER_MESSAGES
         )
         assert raw.headers["x-levee-target"] == "bedrock"
         assert raw.parse().content[0].text
-        with client.messages.stream(model="claude-sonnet", max_tokens=64, messages=MESSAGES) as s:
+        with client.messages.stream(model="claude-sonnet", max_tokens=64, messages=WEATHER_MESSAGES) as s:
             assert "".join(s.text_stream)
         assert primary.stats()["by_status"].get("529", 0) >= 2
         assert bedrock_mock.stats()["by_model"].get(MODEL) == 2

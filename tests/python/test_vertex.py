@@ -23,7 +23,7 @@ import pytest
 from google.auth.transport.requests import Request
 from google.oauth2 import service_account
 
-from conftest import Gateway, Mock
+from conftest import WEATHER_MESSAGES, Gateway, Mock, check_messages, running_mock
 
 REPO = Path(__file__).resolve().parents[2]
 # A throwaway test key, committed on purpose: it grants nothing anywhere.
@@ -31,27 +31,11 @@ KEY = REPO / "crates" / "levee-mock" / "testdata" / "vertex-test-service-account
 PROJECT = "levee-test"
 REGION = "us-east5"
 MODEL = "claude-sonnet-4@20250514"
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
-TOOLS = [
-    {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    }
-]
 
 
 @pytest.fixture
 def vertex_mock(workdir):
-    m = Mock(workdir, api="vertex", name="mock-vertex")
-    try:
-        yield m
-    finally:
-        m.process.stop()
+    yield from running_mock(workdir, "vertex")
 
 
 def credentials(mock: Mock) -> service_account.Credentials:
@@ -62,25 +46,6 @@ def credentials(mock: Mock) -> service_account.Credentials:
     return service_account.Credentials.from_service_account_info(
         info, scopes=["https://www.googleapis.com/auth/cloud-platform"]
     )
-
-
-def exercise(client: anthropic.Anthropic | anthropic.AnthropicVertex) -> None:
-    """JSON, forced tool use and a stream through `client`."""
-    r = client.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES)
-    assert r.type == "message" and r.content[0].text
-    r = client.messages.create(
-        model=MODEL,
-        max_tokens=64,
-        messages=MESSAGES,
-        tools=TOOLS,
-        tool_choice={"type": "tool", "name": "get_weather"},
-    )
-    assert r.stop_reason == "tool_use"
-    assert any(b.type == "tool_use" and b.name == "get_weather" for b in r.content)
-    with client.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream:
-        text = "".join(stream.text_stream)
-        final = stream.get_final_message()
-    assert text and final.stop_reason
 
 
 def test_the_sdks_vertex_client_is_served_by_the_vertex_mock(vertex_mock):
@@ -95,8 +60,8 @@ def test_the_sdks_vertex_client_is_served_by_the_vertex_mock(vertex_mock):
         access_token=creds.token,
         base_url=f"{vertex_mock.url}/v1",
     )
-    exercise(client)
-    count = client.messages.count_tokens(model=MODEL, messages=MESSAGES)
+    check_messages(client, MODEL, stream_tool=False)
+    count = client.messages.count_tokens(model=MODEL, messages=WEATHER_MESSAGES)
     assert count.input_tokens > 0
     stats = vertex_mock.stats()
     assert stats["unauthorized"] == 0
@@ -107,7 +72,7 @@ def test_the_sdks_vertex_client_is_served_by_the_vertex_mock(vertex_mock):
     fresh = anthropic.AnthropicVertex(
         region=REGION, project_id=PROJECT, credentials=credentials(vertex_mock), base_url=f"{vertex_mock.url}/v1"
     )
-    assert fresh.messages.create(model=MODEL, max_tokens=8, messages=MESSAGES).content
+    assert fresh.messages.create(model=MODEL, max_tokens=8, messages=WEATHER_MESSAGES).content
     assert vertex_mock.stats()["tokens_issued"] == 2
 
     # A token the mock never issued is refused as Google refuses it.
@@ -115,7 +80,7 @@ def test_the_sdks_vertex_client_is_served_by_the_vertex_mock(vertex_mock):
         region=REGION, project_id=PROJECT, access_token="ya29.forged", base_url=f"{vertex_mock.url}/v1", max_retries=0
     )
     with pytest.raises(anthropic.AuthenticationError) as refused:
-        forged.messages.create(model=MODEL, max_tokens=8, messages=MESSAGES)
+        forged.messages.create(model=MODEL, max_tokens=8, messages=WEATHER_MESSAGES)
     assert refused.value.status_code == 401
     assert vertex_mock.stats()["unauthorized"] == 1
 
@@ -135,7 +100,7 @@ def test_the_plain_anthropic_client_through_levee_is_served_by_a_vertex_target(w
     gw = vertex_gateway(workdir, vertex_mock, "vertex")
     try:
         client = anthropic.Anthropic(api_key="unused-by-levee", base_url=gw.url)
-        exercise(client)
+        check_messages(client, MODEL, stream_tool=False)
         stats = vertex_mock.stats()
         # One token for every request: Levee caches it.
         assert stats["tokens_issued"] == 1, stats
@@ -151,9 +116,9 @@ def test_the_plain_openai_client_through_levee_is_served_by_gemini_on_vertex(wor
     try:
         client = openai.OpenAI(api_key="unused-by-levee", base_url=f"{gw.url}/v1")
         gemini = "google/gemini-2.0-flash"
-        r = client.chat.completions.create(model=gemini, messages=MESSAGES)
+        r = client.chat.completions.create(model=gemini, messages=WEATHER_MESSAGES)
         assert r.choices[0].message.content
-        chunks = list(client.chat.completions.create(model=gemini, messages=MESSAGES, stream=True))
+        chunks = list(client.chat.completions.create(model=gemini, messages=WEATHER_MESSAGES, stream=True))
         assert any(c.choices and c.choices[0].delta.content for c in chunks)
         stats = vertex_mock.stats()
         assert stats["by_model"].get(gemini) == 2, stats
