@@ -205,7 +205,11 @@ impl Driver {
         }
     }
 
-    /// Sends one attempt; `Some` when it produced the request's answer.
+    /// Sends one attempt; `Some` when it produced the request's answer. Its
+    /// head must come by the route's `first_byte_timeout` (a stream's first
+    /// event is waited for within it too): until then a failure can still
+    /// be retried, so a stalled provider is given up on while a retry or
+    /// the backup can still use the time.
     async fn attempt(
         &mut self,
         d: Dispatch,
@@ -214,17 +218,8 @@ impl Driver {
         let shared = Arc::clone(&self.ctx.shared);
         let route = &shared.config.routes[self.ctx.route];
         let provider = &shared.providers[route.targets[d.target].provider];
-        // A shared (cross-replica) allowance is checked here, outside the
-        // core: it needs a Redis round trip.
-        if let (Some(rate), Some(redis)) = (&provider.shared_rate, &shared.redis) {
-            if let Err(wait) = rate
-                .check(redis, &provider.name, now, self.ctx.ask.cost)
-                .await
-            {
-                self.fin
-                    .refuse(levee_policy::Refusal::RateLimited { until: now + wait });
-                return None;
-            }
+        if self.refused_by_shared_allowance(provider, now).await {
+            return None;
         }
         let ctx = &self.ctx;
         // `build_request_with` forwards an allow-list per provider API: the
@@ -238,15 +233,7 @@ impl Driver {
             d.timeout,
             Some(&ctx.idem),
         );
-        let (n, deadline) = (self.fin.req.attempts(), self.fin.req.deadline());
-        crate::shutdown::attempts_sent(n);
-        self.obs.report(RequestEvent::AttemptStarted {
-            dispatch: &d,
-            n,
-            deadline,
-            now,
-        });
-        self.obs.trace_attempt(&mut upstream_req.fields);
+        self.started(&d, now, &mut upstream_req.fields);
         // A cloud's signature or token goes on last: it covers the fields above.
         if provider.platform.authorizes() {
             if let Err(e) = provider
@@ -255,34 +242,24 @@ impl Driver {
                 .await
             {
                 tracing::warn!(provider = %provider.name, error = %e, "attempt not authorised");
-                let class = self.fin.record(Outcome::ConnectError);
-                self.obs.report(RequestEvent::AttemptFinished(Finished {
-                    target: d.target,
-                    started: now,
-                    outcome: Outcome::ConnectError,
-                    result: AttemptResult::Credentials,
-                    class,
-                    error: self.last_error.as_ref(),
-                }));
+                self.finished(&d, now, Outcome::ConnectError, AttemptResult::Credentials);
                 return None;
             }
         }
         let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
-        // A stream must show its first event within first_byte_timeout of
-        // dispatch; until then a failure can still be retried. A plain
-        // answer's head too: a stalled provider is given up on while a retry
-        // or the backup can still use the time.
         let head_deadline = match route.first_byte_timeout {
             Some(t) => attempt_deadline.min(shared.clock.to_tokio(now + t)),
             None => attempt_deadline,
         };
         let send = provider.send(upstream_req);
-        let result = match d.stall_after {
-            // Past the target's learned p99 with no head while the caller
-            // still waits: stall evidence for its breaker; the attempt goes on.
-            Some(after) if shared.clock.to_tokio(now + after) < head_deadline => {
+        // Past the target's learned p99 with no head while the caller still
+        // waits: stall evidence for its breaker; the attempt goes on.
+        let stall_at = d
+            .stall_after
+            .map(|after| shared.clock.to_tokio(now + after));
+        let result = match stall_at.filter(|at| *at < head_deadline) {
+            Some(stall_at) => {
                 let mut send = std::pin::pin!(send);
-                let stall_at = shared.clock.to_tokio(now + after);
                 match tokio::time::timeout_at(stall_at, send.as_mut()).await {
                     Ok(r) => Ok(r),
                     Err(_) => {
@@ -291,7 +268,7 @@ impl Driver {
                     }
                 }
             }
-            _ => tokio::time::timeout_at(head_deadline, send).await,
+            None => tokio::time::timeout_at(head_deadline, send).await,
         };
         let (outcome, result) = match result {
             Err(_) => (Outcome::Timeout, AttemptResult::Timeout),
@@ -302,17 +279,7 @@ impl Driver {
                 } else {
                     resp
                 };
-                // What the provider says is left of its allowance corrects
-                // Levee's view before the provider has to say 429.
-                let mut reported =
-                    crate::allowance::reported(resp.headers(), shared.clock.unix_ms()).peekable();
-                if reported.peek().is_some() {
-                    let now = shared.clock.now();
-                    let mut state = provider.lock();
-                    for (meter, r) in reported {
-                        state.reported(now, meter, r);
-                    }
-                }
+                note_reported(&shared, provider, resp.headers());
                 let status = resp.status().as_u16();
                 // The core's classifier says what is an answer (1xx–3xx
                 // included: a provider's redirect is passed on, never
@@ -335,16 +302,71 @@ impl Driver {
                 }
             }
         };
+        self.finished(&d, now, outcome, result);
+        None
+    }
+
+    /// A shared (cross-replica) allowance is checked here, outside the
+    /// core: it needs a Redis round trip. A refusal is the core's to book.
+    async fn refused_by_shared_allowance(
+        &mut self,
+        provider: &crate::upstream::ProviderRuntime,
+        now: levee_policy::Instant,
+    ) -> bool {
+        let shared = &self.ctx.shared;
+        let (Some(rate), Some(redis)) = (&provider.shared_rate, &shared.redis) else {
+            return false;
+        };
+        match rate
+            .check(redis, &provider.name, now, self.ctx.ask.cost)
+            .await
+        {
+            Ok(()) => false,
+            Err(wait) => {
+                self.fin
+                    .refuse(levee_policy::Refusal::RateLimited { until: now + wait });
+                true
+            }
+        }
+    }
+
+    /// The attempt `d` is about to be sent at `now`: counted for the grace
+    /// guard's 503, reported, and its trace fields set on `fields`.
+    fn started(
+        &mut self,
+        d: &Dispatch,
+        now: levee_policy::Instant,
+        fields: &mut crate::outbound::Fields,
+    ) {
+        let (n, deadline) = (self.fin.req.attempts(), self.fin.req.deadline());
+        crate::shutdown::attempts_sent(n);
+        self.obs.report(RequestEvent::AttemptStarted {
+            dispatch: d,
+            n,
+            deadline,
+            now,
+        });
+        self.obs.trace_attempt(fields);
+    }
+
+    /// The attempt `d`, sent at `started`, ended without an answer to
+    /// relay: recorded in the core and reported to the observer.
+    fn finished(
+        &mut self,
+        d: &Dispatch,
+        started: levee_policy::Instant,
+        outcome: Outcome,
+        result: AttemptResult,
+    ) {
         let class = self.fin.record(outcome);
         self.obs.report(RequestEvent::AttemptFinished(Finished {
             target: d.target,
-            started: now,
+            started,
             outcome,
             result,
             class,
             error: self.last_error.as_ref(),
         }));
-        None
     }
 
     /// A provider's error answer: read (capped, redacted) and kept as the
@@ -709,5 +731,22 @@ async fn read_limited(
         Ok(Err(CollectError::TooLarge)) => Err(BodyError::TooLarge),
         Ok(Err(CollectError::Broken)) => Err(BodyError::Broken),
         Ok(Ok(b)) => Ok(b),
+    }
+}
+
+/// What a provider's answer says is left of its allowance corrects Levee's
+/// view of it, before the provider has to say 429.
+fn note_reported(
+    shared: &Shared,
+    provider: &crate::upstream::ProviderRuntime,
+    headers: &http::HeaderMap,
+) {
+    let mut reported = crate::allowance::reported(headers, shared.clock.unix_ms()).peekable();
+    if reported.peek().is_some() {
+        let now = shared.clock.now();
+        let mut state = provider.lock();
+        for (meter, r) in reported {
+            state.reported(now, meter, r);
+        }
     }
 }
