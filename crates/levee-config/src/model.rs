@@ -236,6 +236,15 @@ pub enum CallerKey {
     Env { name: String, var: String },
 }
 
+impl CallerKey {
+    /// The caller's name: what logs, metrics and the allowance call it.
+    pub fn name(&self) -> &str {
+        match self {
+            CallerKey::Sha256 { name, .. } | CallerKey::Env { name, .. } => name,
+        }
+    }
+}
+
 /// Request limits against hostile or broken clients.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {

@@ -21,7 +21,7 @@
 
 use crate::clock::Clock;
 use crate::outcome::{FallbackReason, RequestOutcome};
-use levee_config::{CallerKey, Config};
+use levee_config::Config;
 use levee_policy::Instant;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -323,12 +323,7 @@ impl Census {
         let key_slots = config
             .keys
             .iter()
-            .map(|k| {
-                let name = match k {
-                    CallerKey::Sha256 { name, .. } | CallerKey::Env { name, .. } => name,
-                };
-                callers.slot(name, &caller_requests)
-            })
+            .map(|k| callers.slot(k.name(), &caller_requests))
             .collect();
         let labels: Vec<Vec<RouteTargetLabel>> = config
             .routes

@@ -17,7 +17,7 @@ use crate::shared::Shared;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
-use levee_config::Api;
+use levee_config::{Api, CallerKey};
 use levee_policy::deadline::DeadlineHeaders;
 use levee_wire::{headers, paths, Dialect};
 use sha2::{Digest, Sha256};
@@ -631,19 +631,7 @@ async fn admit(
     // Cross-layer accounting: is a caller layer still retrying?
     let (key_header, sdk_retry) = caller_layer(shared, &said)?;
     let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
-        let shed = levee_policy::Failure::shed();
-        observe::report(
-            shared,
-            RequestEvent::Shed {
-                route: &route.name,
-                reason: shed.reason,
-            },
-        );
-        let msg = format!(
-            "levee: route `{}` is at its max_in_flight; rejected at once rather than queued",
-            route.name
-        );
-        return Err(LeveeError::failure(&shed, msg));
+        return Err(shed(shared, route));
     };
     // Idempotency: the caller's key, or one Levee makes for this request.
     // The store keys it by endpoint too: an answer is replayed only to the
@@ -694,13 +682,10 @@ async fn admit(
     *admitted = true;
     // The caller's place in the providers' allowances: its key's name, or
     // without keys the name it gives; the tokens the request may cost.
-    let key_name = r.caller.key_index(&shared.keys).and_then(|i| {
-        shared.config.keys.get(i).map(|k| match k {
-            levee_config::CallerKey::Sha256 { name, .. }
-            | levee_config::CallerKey::Env { name, .. } => name.as_str(),
-        })
-    });
-    let named = key_name.or_else(|| said.caller.and_then(|v| v.to_str().ok()));
+    let key_name = r.caller.key_index(&shared.keys).and_then(|i| shared.config.keys.get(i));
+    let named = key_name
+        .map(CallerKey::name)
+        .or_else(|| said.caller.and_then(|v| v.to_str().ok()));
     let ask = crate::allowance::ask_for(&shared.config, named, crate::allowance::estimate(&r.body));
     let ctx = Ctx {
         shared: Arc::clone(shared),
@@ -719,6 +704,23 @@ async fn admit(
         ask,
     };
     crate::drive::run(ctx, deadline, lease, obs).await
+}
+
+/// The route's bulkhead is full: the request is shed at once, never queued.
+fn shed(shared: &Shared, route: &levee_config::Route) -> LeveeError {
+    let shed = levee_policy::Failure::shed();
+    observe::report(
+        shared,
+        RequestEvent::Shed {
+            route: &route.name,
+            reason: shed.reason,
+        },
+    );
+    let msg = format!(
+        "levee: route `{}` is at its max_in_flight; rejected at once rather than queued",
+        route.name
+    );
+    LeveeError::failure(&shed, msg)
 }
 
 /// What `x-levee-idempotency` says about a keyed request.

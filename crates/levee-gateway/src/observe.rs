@@ -253,12 +253,8 @@ impl Observer {
     /// Who the caller is, for the log line: its gateway key's name, else
     /// the name it gave in `x-levee-caller`, else `-`.
     fn caller_name(&self) -> &str {
-        if let Some(
-            levee_config::CallerKey::Sha256 { name, .. }
-            | levee_config::CallerKey::Env { name, .. },
-        ) = self.asked.key.and_then(|i| self.shared.config.keys.get(i))
-        {
-            return name;
+        if let Some(key) = self.asked.key.and_then(|i| self.shared.config.keys.get(i)) {
+            return key.name();
         }
         self.asked
             .caller
