@@ -682,7 +682,10 @@ async fn admit(
     *admitted = true;
     // The caller's place in the providers' allowances: its key's name, or
     // without keys the name it gives; the tokens the request may cost.
-    let key_name = r.caller.key_index(&shared.keys).and_then(|i| shared.config.keys.get(i));
+    let key_name = r
+        .caller
+        .key_index(&shared.keys)
+        .and_then(|i| shared.config.keys.get(i));
     let named = key_name
         .map(CallerKey::name)
         .or_else(|| said.caller.and_then(|v| v.to_str().ok()));

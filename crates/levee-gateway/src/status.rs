@@ -19,6 +19,7 @@
 use crate::census::{target_name, CensusReport, Recent, WINDOW_SECS};
 use crate::shared::Shared;
 use levee_policy::breaker::BreakerState;
+use levee_policy::{Instant, ProviderState};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -196,22 +197,7 @@ fn providers(shared: &Shared, out: &mut String) {
     for (pi, p) in shared.providers.iter().enumerate() {
         let (state, link, models, throttled, in_flight_now, allowance) = {
             let s = p.lock();
-            let allowance: Vec<String> = levee_policy::allowance::Meter::ALL
-                .iter()
-                .filter_map(|m| {
-                    let (level, capacity) = s.allowance().level(now, *m)?;
-                    let share = level / capacity.max(1.0);
-                    let class = match share {
-                        x if x < 0.1 => "bad",
-                        x if x < 0.25 => "warn",
-                        _ => "ok",
-                    };
-                    Some(format!(
-                        "<span data-meter=\"{m}\" class=\"{class}\">{m}: {level:.0} of {capacity:.0}</span>",
-                        m = m.label()
-                    ))
-                })
-                .collect();
+            let allowance = allowance_left(&s, now);
             let models: Vec<(String, BreakerState)> = s
                 .model_breakers(now)
                 .into_iter()
@@ -227,34 +213,7 @@ fn providers(shared: &Shared, out: &mut String) {
             )
         };
         let (state_word, class) = breaker(state);
-        // Each model's breaker, where the provider's one word hides a
-        // difference: several models, or a model not in the provider's state.
-        let mut detail = String::new();
-        if models.len() > 1 || models.iter().any(|(_, b)| *b != state) {
-            detail.push_str("<ul class=\"models\">");
-            if link != BreakerState::Closed {
-                let (w, c) = breaker(link);
-                let _ = write!(
-                    detail,
-                    "<li data-model-breaker=\"{w}\">provider-wide (connections, or two models open): \
-                     <span class=\"{c}\">{w}</span></li>"
-                );
-            }
-            for (m, b) in &models {
-                let (w, c) = breaker(*b);
-                let name = if m.is_empty() {
-                    "other models".to_string()
-                } else {
-                    esc(m)
-                };
-                let _ = write!(
-                    detail,
-                    "<li data-model=\"{name}\" data-model-breaker=\"{w}\">{name}: \
-                     <span class=\"{c}\">{w}</span></li>"
-                );
-            }
-            detail.push_str("</ul>");
-        }
+        let detail = model_breakers(state, link, &models);
         let throttled = match throttled {
             Some(until) => format!(
                 "<span class=\"warn\">for {}</span>",
@@ -291,6 +250,65 @@ fn providers(shared: &Shared, out: &mut String) {
         );
     }
     out.push_str("</table>");
+}
+
+/// Each meter of a provider's allowance: what is left of its capacity,
+/// red below a tenth, amber below a quarter.
+fn allowance_left(s: &ProviderState, now: Instant) -> Vec<String> {
+    levee_policy::allowance::Meter::ALL
+        .iter()
+        .filter_map(|m| {
+            let (level, capacity) = s.allowance().level(now, *m)?;
+            let share = level / capacity.max(1.0);
+            let class = match share {
+                x if x < 0.1 => "bad",
+                x if x < 0.25 => "warn",
+                _ => "ok",
+            };
+            Some(format!(
+                "<span data-meter=\"{m}\" class=\"{class}\">{m}: {level:.0} of {capacity:.0}</span>",
+                m = m.label()
+            ))
+        })
+        .collect()
+}
+
+/// Each model's breaker, where the provider's one word (`state`) hides a
+/// difference: several models, or a model not in the provider's state
+/// (empty when there is none).
+fn model_breakers(
+    state: BreakerState,
+    link: BreakerState,
+    models: &[(String, BreakerState)],
+) -> String {
+    let mut detail = String::new();
+    if models.len() <= 1 && models.iter().all(|(_, b)| *b == state) {
+        return detail;
+    }
+    detail.push_str("<ul class=\"models\">");
+    if link != BreakerState::Closed {
+        let (w, c) = breaker(link);
+        let _ = write!(
+            detail,
+            "<li data-model-breaker=\"{w}\">provider-wide (connections, or two models open): \
+             <span class=\"{c}\">{w}</span></li>"
+        );
+    }
+    for (m, b) in models {
+        let (w, c) = breaker(*b);
+        let name = if m.is_empty() {
+            "other models".to_string()
+        } else {
+            esc(m)
+        };
+        let _ = write!(
+            detail,
+            "<li data-model=\"{name}\" data-model-breaker=\"{w}\">{name}: \
+             <span class=\"{c}\">{w}</span></li>"
+        );
+    }
+    detail.push_str("</ul>");
+    detail
 }
 
 fn routes(shared: &Shared, out: &mut String) {
