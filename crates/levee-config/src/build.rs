@@ -6,11 +6,13 @@ use crate::defaults;
 use crate::error::{ConfigError, Problem, Source};
 use crate::locate::Seg::{self, Index, Key};
 use crate::model::{
-    derived_max_in_flight, CallerKey, IdempotencySettings, InFlightCap, Limits, Provider, Route,
-    StateBackend, Telemetry,
+    derived_max_in_flight, CallerKey, IdempotencySettings, InFlightCap, Limits, Platform, Provider,
+    Route, StateBackend, Telemetry,
 };
-use crate::raw::{RawConfig, RawIdempotency, RawKey, RawLimits, RawProvider, RawRoute, RawState};
-use crate::values::{Api, BackendKind, Http2};
+use crate::raw::{
+    RawConfig, RawIdempotency, RawKey, RawLimits, RawProvider, RawRateLimit, RawRoute, RawState,
+};
+use crate::values::{Api, ApiKind, BackendKind, Http2};
 use crate::{Caller, Config, BUILTIN_MOCK, BUILTIN_MOCK_ANTHROPIC};
 use levee_policy::admission::Gcra;
 use levee_policy::BreakerSettings;
@@ -142,7 +144,7 @@ fn builtin_mock_provider(name: &str, api: Api) -> Provider {
     Provider {
         name: name.to_string(),
         api,
-        platform: crate::model::Platform::Direct,
+        platform: Platform::Direct,
         base_url: http::Uri::from_static(defaults::mock::BASE_URL),
         api_key_env: None,
         max_in_flight: defaults::mock::MAX_IN_FLIGHT,
@@ -171,8 +173,7 @@ fn default_auth(api: Api) -> crate::values::Auth {
 
 /// How each kind's own SDK sends a key from `api_key_env`: Azure's
 /// `api-key`, Gemini's bearer, Vertex's bearer token.
-fn kind_auth(kind: crate::values::ApiKind) -> crate::values::Auth {
-    use crate::values::ApiKind;
+fn kind_auth(kind: ApiKind) -> crate::values::Auth {
     match kind {
         ApiKind::Azure => crate::values::Auth::Header("api-key".into()),
         ApiKind::Bedrock => crate::values::Auth::None,
@@ -204,131 +205,182 @@ fn providers(
     let mut providers = Vec::with_capacity(raw.providers.len());
     let mut declared = Vec::with_capacity(raw.providers.len());
     for (name, p) in &raw.providers {
-        let at =
-            |key, problem| ConfigError::at(src, &[Key("providers"), Key(name), Key(key)], problem);
-        let settings = p
-            .circuit_breaker
-            .as_ref()
-            .map_or_else(BreakerSettings::default, |b| {
-                b.merge(BreakerSettings::default())
-            });
-        let breaker = settings.build().map_err(|source| {
-            let provider = name.clone();
-            at(
-                "circuit_breaker",
-                Problem::ProviderBreaker { provider, source },
-            )
-        })?;
-        let rate_limit = p.rate_limit.as_ref().and_then(|r| {
-            let rpm = r.requests_per_minute?.0;
-            Some((
-                rpm,
-                r.burst.map_or_else(|| Gcra::default_burst(rpm), |b| b.0),
-            ))
-        });
-        if let Some(r) = &p.rate_limit {
-            let metered = r.requests_per_minute.is_some()
-                || r.tokens_per_minute.is_some()
-                || r.input_tokens_per_minute.is_some()
-                || r.output_tokens_per_minute.is_some();
-            if !metered {
-                let problem = Problem::ProviderField {
-                    provider: name.clone(),
-                    problem: "`rate_limit` names no meter: give `requests_per_minute`, `tokens_per_minute`, `input_tokens_per_minute` or `output_tokens_per_minute`".into(),
-                };
-                return Err(at("rate_limit", problem));
-            }
-            if r.burst.is_some() && r.requests_per_minute.is_none() {
-                let problem = Problem::ProviderField {
-                    provider: name.clone(),
-                    problem:
-                        "`rate_limit.burst` is a burst of requests: it needs `requests_per_minute`"
-                            .into(),
-                };
-                return Err(at("rate_limit", problem));
-            }
-        }
-        let limits = levee_policy::allowance::Limits {
-            requests_per_minute: rate_limit.map(|(rpm, _)| rpm),
-            request_burst: rate_limit.map_or(1, |(_, b)| b),
-            tokens_per_minute: p
-                .rate_limit
-                .as_ref()
-                .and_then(|r| r.tokens_per_minute)
-                .map(|t| t.0),
-            input_tokens_per_minute: p
-                .rate_limit
-                .as_ref()
-                .and_then(|r| r.input_tokens_per_minute)
-                .map(|t| t.0),
-            output_tokens_per_minute: p
-                .rate_limit
-                .as_ref()
-                .and_then(|r| r.output_tokens_per_minute)
-                .map(|t| t.0),
-        };
-        let allowance = rate_limit
-            .map(|(rpm, burst)| Gcra::per_minute(rpm, burst))
-            .transpose()
-            .map_err(|source| {
-                let provider = name.clone();
-                at("rate_limit", Problem::ProviderRate { provider, source })
-            })?;
-        // A cap on HTTP/2 streams for a provider never spoken to over
-        // HTTP/2 would be silently unused.
-        if p.http2 == Some(Http2::Never) && p.http2_max_streams.is_some() {
-            let problem = Problem::Http2MaxStreamsUnused(name.clone());
-            return Err(at("http2_max_streams", problem));
-        }
-        if p.auth == Some(crate::values::Auth::None) && p.api_key_env.is_some() {
-            let problem = Problem::ProviderField {
-                provider: name.clone(),
-                problem: "`auth: none` sends no key, so `api_key_env` would be unused: remove one of them".into(),
-            };
-            return Err(at("auth", problem));
-        }
-        for (field, _) in p.headers.iter().flatten() {
-            let lower = field.to_ascii_lowercase();
-            let valid = http::HeaderName::from_bytes(lower.as_bytes()).is_ok();
-            if !valid || RESERVED_FIELDS.contains(&lower.as_str()) {
-                let problem = Problem::ProviderField {
-                    provider: name.clone(),
-                    problem: format!("`headers`: `{field}` is not a field Levee can send (an invalid name, or one Levee writes itself)"),
-                };
-                return Err(at("headers", problem));
-            }
-        }
-        let (platform, base_url) = platform(p).map_err(|(key, problem)| {
-            at(
-                key,
-                Problem::ProviderField {
-                    provider: name.clone(),
-                    problem,
-                },
-            )
-        })?;
-        let mut built = provider(name, p, rate_limit, allowance, breaker);
-        built.limits = limits;
-        built.platform = platform;
-        built.base_url = base_url;
+        let (built, settings) = configured_provider(ProviderAt { src, name }, p)?;
         providers.push(built);
         declared.push(settings);
     }
     Ok((providers, declared))
 }
 
+/// Where a provider's refusals point: `providers.<name>.<key>`.
+#[derive(Clone, Copy)]
+struct ProviderAt<'a> {
+    src: Source<'a>,
+    name: &'a str,
+}
+
+impl ProviderAt<'_> {
+    /// `problem`, at the provider's `key`.
+    fn err(self, key: &str, problem: Problem) -> ConfigError {
+        let path = [Key("providers"), Key(self.name), Key(key)];
+        ConfigError::at(self.src, &path, problem)
+    }
+
+    /// A [`Problem::ProviderField`] saying `problem`, at the provider's `key`.
+    fn field(self, key: &str, problem: String) -> ConfigError {
+        let provider = self.name.to_string();
+        self.err(key, Problem::ProviderField { provider, problem })
+    }
+}
+
+/// One configured provider, checked and built, and the breaker settings it
+/// declares.
+fn configured_provider(
+    at: ProviderAt<'_>,
+    p: &RawProvider,
+) -> Result<(Provider, BreakerSettings), ConfigError> {
+    let (breaker, settings) = circuit_breaker(at, p)?;
+    let metering = metering(at, p.rate_limit.as_ref())?;
+    refuse_unused_keys(at, p)?;
+    check_headers(at, p)?;
+    let (platform, base_url) = platform(p).map_err(|(key, problem)| at.field(key, problem))?;
+    let built = provider(at.name, p, metering, breaker, platform, base_url);
+    Ok((built, settings))
+}
+
+/// The provider's circuit breaker, and the settings it declares (the
+/// defaults for what `circuit_breaker` leaves out).
+fn circuit_breaker(
+    at: ProviderAt<'_>,
+    p: &RawProvider,
+) -> Result<(levee_policy::CircuitBreaker, BreakerSettings), ConfigError> {
+    let settings = p
+        .circuit_breaker
+        .as_ref()
+        .map_or_else(BreakerSettings::default, |b| {
+            b.merge(BreakerSettings::default())
+        });
+    let breaker = settings.build().map_err(|source| {
+        let provider = at.name.to_string();
+        at.err(
+            "circuit_breaker",
+            Problem::ProviderBreaker { provider, source },
+        )
+    })?;
+    Ok((breaker, settings))
+}
+
+/// What a provider's `rate_limit` meters.
+struct Metering {
+    /// Requests per minute and their burst, when requests are metered.
+    rate_limit: Option<(u32, u32)>,
+    /// Every meter's limit.
+    limits: levee_policy::allowance::Limits,
+    /// The request meter.
+    allowance: Option<Gcra>,
+}
+
+/// The provider's `rate_limit` checked and turned into its meters.
+fn metering(at: ProviderAt<'_>, raw: Option<&RawRateLimit>) -> Result<Metering, ConfigError> {
+    if let Some(r) = raw {
+        let metered = r.requests_per_minute.is_some()
+            || r.tokens_per_minute.is_some()
+            || r.input_tokens_per_minute.is_some()
+            || r.output_tokens_per_minute.is_some();
+        if !metered {
+            return Err(at.field("rate_limit", "`rate_limit` names no meter: give `requests_per_minute`, `tokens_per_minute`, `input_tokens_per_minute` or `output_tokens_per_minute`".into()));
+        }
+        if r.burst.is_some() && r.requests_per_minute.is_none() {
+            return Err(at.field(
+                "rate_limit",
+                "`rate_limit.burst` is a burst of requests: it needs `requests_per_minute`".into(),
+            ));
+        }
+    }
+    let rate_limit = raw.and_then(|r| {
+        let rpm = r.requests_per_minute?.0;
+        Some((
+            rpm,
+            r.burst.map_or_else(|| Gcra::default_burst(rpm), |b| b.0),
+        ))
+    });
+    let limits = levee_policy::allowance::Limits {
+        requests_per_minute: rate_limit.map(|(rpm, _)| rpm),
+        request_burst: rate_limit.map_or(1, |(_, b)| b),
+        tokens_per_minute: raw.and_then(|r| r.tokens_per_minute).map(|t| t.0),
+        input_tokens_per_minute: raw.and_then(|r| r.input_tokens_per_minute).map(|t| t.0),
+        output_tokens_per_minute: raw.and_then(|r| r.output_tokens_per_minute).map(|t| t.0),
+    };
+    let allowance = rate_limit
+        .map(|(rpm, burst)| Gcra::per_minute(rpm, burst))
+        .transpose()
+        .map_err(|source| {
+            let provider = at.name.to_string();
+            at.err("rate_limit", Problem::ProviderRate { provider, source })
+        })?;
+    Ok(Metering {
+        rate_limit,
+        limits,
+        allowance,
+    })
+}
+
+/// Refuses a key another key of the provider makes unused.
+fn refuse_unused_keys(at: ProviderAt<'_>, p: &RawProvider) -> Result<(), ConfigError> {
+    // A cap on HTTP/2 streams for a provider never spoken to over
+    // HTTP/2 would be silently unused.
+    if p.http2 == Some(Http2::Never) && p.http2_max_streams.is_some() {
+        let problem = Problem::Http2MaxStreamsUnused(at.name.to_string());
+        return Err(at.err("http2_max_streams", problem));
+    }
+    if p.auth == Some(crate::values::Auth::None) && p.api_key_env.is_some() {
+        return Err(at.field(
+            "auth",
+            "`auth: none` sends no key, so `api_key_env` would be unused: remove one of them"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a `headers:` field that is no valid name or one of
+/// [`RESERVED_FIELDS`].
+fn check_headers(at: ProviderAt<'_>, p: &RawProvider) -> Result<(), ConfigError> {
+    for (field, _) in p.headers.iter().flatten() {
+        let lower = field.to_ascii_lowercase();
+        let valid = http::HeaderName::from_bytes(lower.as_bytes()).is_ok();
+        if !valid || RESERVED_FIELDS.contains(&lower.as_str()) {
+            return Err(at.field("headers", format!("`headers`: `{field}` is not a field Levee can send (an invalid name, or one Levee writes itself)")));
+        }
+    }
+    Ok(())
+}
+
 /// The default Gemini API base URL (its OpenAI-compatible endpoint).
 const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta/openai";
 
+/// A refusal of a provider's key: the key at fault and the problem.
+type KeyProblem = (&'static str, String);
+
 /// A provider's platform and base URL from its `api` and the keys that go
 /// with it; `Err` names the key at fault and the problem.
-fn platform(
-    p: &RawProvider,
-) -> Result<(crate::model::Platform, http::Uri), (&'static str, String)> {
-    use crate::model::Platform;
-    use crate::values::ApiKind;
-    let kind = p.api;
-    let word = kind.word();
+fn platform(p: &RawProvider) -> Result<(Platform, http::Uri), KeyProblem> {
+    check_cloud_keys(p)?;
+    Ok(match p.api {
+        ApiKind::OpenAi => (Platform::Direct, needs_url(p, "https://api.openai.com/v1")?),
+        ApiKind::Anthropic => (Platform::Direct, needs_url(p, "https://api.anthropic.com")?),
+        ApiKind::Azure => azure(p)?,
+        ApiKind::Gemini => (
+            Platform::Gemini,
+            written_url(p).unwrap_or_else(|| http::Uri::from_static(GEMINI_BASE_URL)),
+        ),
+        ApiKind::Bedrock => bedrock(p)?,
+        ApiKind::Vertex | ApiKind::VertexOpenAi => vertex(p)?,
+    })
+}
+
+/// Refuses a cloud key set for a kind it does not belong to.
+fn check_cloud_keys(p: &RawProvider) -> Result<(), KeyProblem> {
     // Each cloud key, with the kinds it belongs to.
     let keys: [(&'static str, bool, &[ApiKind]); 7] = [
         (
@@ -356,47 +408,87 @@ fn platform(
         ),
     ];
     for (key, set, kinds) in keys {
-        if set && !kinds.contains(&kind) {
+        if set && !kinds.contains(&p.api) {
             let belongs: Vec<&str> = kinds.iter().map(|k| k.word()).collect();
             return Err((
                 key,
                 format!(
-                    "`{key}` is for `api: {}` providers, not `api: {word}`",
-                    belongs.join("` or `api: ")
+                    "`{key}` is for `api: {}` providers, not `api: {}`",
+                    belongs.join("` or `api: "),
+                    p.api.word()
                 ),
             ));
         }
     }
-    let required = |key: &'static str, v: &Option<String>| match v.as_deref().map(str::trim) {
+    Ok(())
+}
+
+/// The provider's written `base_url`, if any.
+fn written_url(p: &RawProvider) -> Option<http::Uri> {
+    p.base_url.as_ref().map(|b| b.0.clone())
+}
+
+/// The written `base_url` of a kind with no default one; `example` is the
+/// one the refusal suggests.
+fn needs_url(p: &RawProvider, example: &str) -> Result<http::Uri, KeyProblem> {
+    written_url(p).ok_or_else(|| {
+        let word = p.api.word();
+        (
+            "base_url",
+            format!("`api: {word}` needs `base_url` (e.g. `{example}`)"),
+        )
+    })
+}
+
+/// The value of a cloud key the provider's kind cannot do without, trimmed;
+/// missing or blank is refused with an example value.
+fn required(p: &RawProvider, key: &'static str, v: &Option<String>) -> Result<String, KeyProblem> {
+    match v.as_deref().map(str::trim) {
         Some(v) if !v.is_empty() => Ok(v.to_string()),
         _ => Err((
             key,
             format!(
-                "`api: {word}` needs `{key}` (e.g. `{key}: {}`)",
+                "`api: {}` needs `{key}` (e.g. `{key}: {}`)",
+                p.api.word(),
                 match key {
-                    "region" if kind == ApiKind::Bedrock => "us-east-1",
+                    "region" if p.api == ApiKind::Bedrock => "us-east-1",
                     "region" => "us-east5",
                     _ => "my-project",
                 }
             ),
         )),
-    };
-    let written = p.base_url.as_ref().map(|b| b.0.clone());
-    let needs_url = |example: &str| {
-        written.clone().ok_or((
-            "base_url",
-            format!("`api: {word}` needs `base_url` (e.g. `{example}`)"),
-        ))
-    };
-    let url = |s: String| -> Result<http::Uri, (&'static str, String)> {
-        s.parse().map_err(|_| {
-            (
-                "region",
-                format!("`{s}` is not a URL: is the region a plain name like `us-east-1`?"),
-            )
-        })
-    };
-    if kind == ApiKind::Bedrock && (p.auth.is_some() || p.api_key_env.is_some()) {
+    }
+}
+
+/// A base URL built from the region; one that makes no URL is refused at
+/// `region`.
+fn region_url(s: String) -> Result<http::Uri, KeyProblem> {
+    s.parse().map_err(|_| {
+        (
+            "region",
+            format!("`{s}` is not a URL: is the region a plain name like `us-east-1`?"),
+        )
+    })
+}
+
+/// An `api: azure` provider's platform and base URL.
+fn azure(p: &RawProvider) -> Result<(Platform, http::Uri), KeyProblem> {
+    if p.token_file.is_some() && p.api_key_env.is_some() {
+        return Err(("token_file", "`token_file` (an Entra ID token) and `api_key_env` (an API key) both authenticate: keep one".into()));
+    }
+    Ok((
+        Platform::Azure {
+            api_version: p.api_version.clone(),
+            token_file: p.token_file.clone(),
+        },
+        needs_url(p, "https://my-resource.openai.azure.com")?,
+    ))
+}
+
+/// An `api: bedrock` provider's platform and base URL (from the region
+/// unless written).
+fn bedrock(p: &RawProvider) -> Result<(Platform, http::Uri), KeyProblem> {
+    if p.auth.is_some() || p.api_key_env.is_some() {
         let key = if p.auth.is_some() {
             "auth"
         } else {
@@ -404,77 +496,57 @@ fn platform(
         };
         return Err((key, format!("`api: bedrock` signs requests with AWS credentials (the AWS_* environment variables or the shared credentials file): remove `{key}`")));
     }
-    Ok(match kind {
-        ApiKind::OpenAi => (Platform::Direct, needs_url("https://api.openai.com/v1")?),
-        ApiKind::Anthropic => (Platform::Direct, needs_url("https://api.anthropic.com")?),
-        ApiKind::Azure => {
-            if p.token_file.is_some() && p.api_key_env.is_some() {
-                return Err(("token_file", "`token_file` (an Entra ID token) and `api_key_env` (an API key) both authenticate: keep one".into()));
-            }
-            (
-                Platform::Azure {
-                    api_version: p.api_version.clone(),
-                    token_file: p.token_file.clone(),
-                },
-                needs_url("https://my-resource.openai.azure.com")?,
-            )
-        }
-        ApiKind::Gemini => (
-            Platform::Gemini,
-            written.unwrap_or_else(|| http::Uri::from_static(GEMINI_BASE_URL)),
-        ),
-        ApiKind::Bedrock => {
-            let region = required("region", &p.region)?;
-            let base = match written {
-                Some(u) => u,
-                None => url(format!("https://bedrock-runtime.{region}.amazonaws.com"))?,
-            };
-            (
-                Platform::Bedrock {
-                    region,
-                    profile: p.profile.clone(),
-                    credentials_file: p.credentials_file.clone(),
-                },
-                base,
-            )
-        }
-        ApiKind::Vertex | ApiKind::VertexOpenAi => {
-            let region = required("region", &p.region)?;
-            let project = required("project", &p.project)?;
-            let base = match written {
-                Some(u) => u,
-                None if region == "global" => {
-                    http::Uri::from_static("https://aiplatform.googleapis.com")
-                }
-                None => url(format!("https://{region}-aiplatform.googleapis.com"))?,
-            };
-            (
-                Platform::Vertex {
-                    project,
-                    region,
-                    credentials_file: p.credentials_file.clone(),
-                    token_url: p.token_url.clone(),
-                    openai: kind == ApiKind::VertexOpenAi,
-                },
-                base,
-            )
-        }
-    })
+    let region = required(p, "region", &p.region)?;
+    let base = match written_url(p) {
+        Some(u) => u,
+        None => region_url(format!("https://bedrock-runtime.{region}.amazonaws.com"))?,
+    };
+    Ok((
+        Platform::Bedrock {
+            region,
+            profile: p.profile.clone(),
+            credentials_file: p.credentials_file.clone(),
+        },
+        base,
+    ))
+}
+
+/// An `api: vertex` or `api: vertex-openai` provider's platform and base URL
+/// (from the region unless written).
+fn vertex(p: &RawProvider) -> Result<(Platform, http::Uri), KeyProblem> {
+    let region = required(p, "region", &p.region)?;
+    let project = required(p, "project", &p.project)?;
+    let base = match written_url(p) {
+        Some(u) => u,
+        None if region == "global" => http::Uri::from_static("https://aiplatform.googleapis.com"),
+        None => region_url(format!("https://{region}-aiplatform.googleapis.com"))?,
+    };
+    Ok((
+        Platform::Vertex {
+            project,
+            region,
+            credentials_file: p.credentials_file.clone(),
+            token_url: p.token_url.clone(),
+            openai: p.api == ApiKind::VertexOpenAi,
+        },
+        base,
+    ))
 }
 
 /// A provider from its raw fields and the core objects built for it.
 fn provider(
     name: &str,
     p: &RawProvider,
-    rate_limit: Option<(u32, u32)>,
-    allowance: Option<Gcra>,
+    metering: Metering,
     breaker: levee_policy::CircuitBreaker,
+    platform: Platform,
+    base_url: http::Uri,
 ) -> Provider {
     Provider {
         name: name.to_string(),
         api: p.api.dialect(),
-        platform: crate::model::Platform::Direct,
-        base_url: http::Uri::from_static(defaults::mock::BASE_URL),
+        platform,
+        base_url,
         api_key_env: p.api_key_env.clone(),
         // Unset: sized from the allowance once the routes are known.
         max_in_flight: p.max_in_flight.map_or(u32::MAX, |m| m.0),
@@ -482,10 +554,10 @@ fn provider(
             Some(_) => InFlightCap::Configured,
             None => InFlightCap::None,
         },
-        rate_limit,
-        limits: levee_policy::allowance::Limits::default(),
+        rate_limit: metering.rate_limit,
+        limits: metering.limits,
         shares: Vec::new(),
-        allowance,
+        allowance: metering.allowance,
         breaker,
         connect_timeout: p.connect_timeout.map_or(defaults::CONNECT_TIMEOUT, |d| d.0),
         http2: p.http2.unwrap_or_default(),
