@@ -160,19 +160,12 @@ fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     b.enable_all().build()
 }
 
-/// Runs the gateway until a signal; returns the exit code.
-pub fn run(args: ServeArgs) -> i32 {
-    init_logging(args.log_format);
-    let loaded = match &args.config {
-        Some(path) => Config::load(path),
-        None => Config::parse(""),
-    };
-    let mut config = match loaded {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("levee: {e}");
-            return 1;
-        }
+/// The config file (none: the built-in mock's), with `--listen` and
+/// `--admin` over its addresses.
+fn config_of(args: &ServeArgs) -> Result<Config, levee_config::ConfigError> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::parse("")?,
     };
     if let Some(l) = args.listen {
         config.listen = l;
@@ -180,6 +173,35 @@ pub fn run(args: ServeArgs) -> i32 {
     if let Some(a) = args.admin {
         config.admin_listen = a;
     }
+    Ok(config)
+}
+
+/// Why serving would share an address a running process listens on
+/// (`--take-over` allows it), if it would.
+fn held_address(config: &Config) -> Option<String> {
+    [
+        (config.listen, "", "--listen or `listen:`"),
+        (
+            config.admin_listen,
+            "admin address ",
+            "--admin or `admin.listen:`",
+        ),
+    ]
+    .into_iter()
+    .find(|(addr, _, _)| crate::takeover::held(*addr))
+    .map(|(addr, what, flag)| crate::takeover::refusal(addr, what, flag))
+}
+
+/// Runs the gateway until a signal; returns the exit code.
+pub fn run(args: ServeArgs) -> i32 {
+    init_logging(args.log_format);
+    let mut config = match config_of(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("levee: {e}");
+            return 1;
+        }
+    };
     // Sized from the CPUs this process may use (its affinity mask, as
     // nginx's `worker_processes auto`).
     let workers = args.workers.unwrap_or_else(|| {
@@ -195,18 +217,9 @@ pub fn run(args: ServeArgs) -> i32 {
         }
     };
     if !args.take_over {
-        for (addr, what, flag) in [
-            (config.listen, "", "--listen or `listen:`"),
-            (
-                config.admin_listen,
-                "admin address ",
-                "--admin or `admin.listen:`",
-            ),
-        ] {
-            if crate::takeover::held(addr) {
-                eprintln!("levee: {}", crate::takeover::refusal(addr, what, flag));
-                return 1;
-            }
+        if let Some(refusal) = held_address(&config) {
+            eprintln!("levee: {refusal}");
+            return 1;
         }
     }
     let seed = args.seed.unwrap_or_else(default_seed);
