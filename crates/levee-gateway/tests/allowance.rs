@@ -35,25 +35,27 @@ async fn an_answer_gives_back_the_tokens_its_estimate_held_beyond_its_usage() {
     let env = local(&["faults: []"], CONFIG);
     // Each asks for 600 tokens of output: two would not fit in 1,000 at
     // once, but the mock's answers use a few dozen, and the rest comes back.
+    let output = |m: &str| {
+        metric(
+            m,
+            "levee_tokens_total",
+            &["provider=\"p\"", "kind=\"output\""],
+        )
+    };
     for i in 0..3 {
         let r = chat_now(&env, &chat_with_max(600, false)).await;
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
     }
-    // Streams settle from the usage in their last chunk.
+    let answers = output(&env.metrics());
+    // Streams settle from the usage in their last chunk, and count it.
     for i in 0..2 {
         let r = chat_now(&env, &chat_with_max(600, true)).await;
         assert_eq!(r.status, 200, "stream {i}: {}", r.text());
     }
     assert_eq!(env.stats(0).requests_total, 5);
     let m = env.metrics();
-    assert!(
-        metric(
-            &m,
-            "levee_tokens_total",
-            &["provider=\"p\"", "kind=\"output\""]
-        ) > 0.0,
-        "{m}"
-    );
+    assert!(answers > 0.0, "{m}");
+    assert!(output(&m) > answers, "the streams' tokens: {m}");
     assert!(
         metric(&m, "levee_allowance_limit", &["meter=\"output_tokens\""]) == 1000.0,
         "{m}"
