@@ -211,6 +211,17 @@ fn percentile(latencies: &[u64], q: f64) -> Duration {
 /// The human table.
 pub fn table(r: &Report) -> String {
     let mut out = String::new();
+    write_heading(&mut out, r);
+    write_variants(&mut out, r);
+    write_latencies(&mut out, &r.variants);
+    for v in &r.variants {
+        write_breakdown(&mut out, v);
+    }
+    out
+}
+
+/// The scenario's name and its fault window, then a blank line.
+fn write_heading(out: &mut String, r: &Report) {
     let _ = writeln!(out, "scenario: {}", r.scenario);
     match r.fault {
         Some((a, b)) => {
@@ -229,6 +240,10 @@ pub fn table(r: &Report) -> String {
         }
     }
     let _ = writeln!(out);
+}
+
+/// One row per variant, then a blank line.
+fn write_variants(out: &mut String, r: &Report) {
     let head = [
         "variant",
         "baseline/s",
@@ -259,9 +274,13 @@ pub fn table(r: &Report) -> String {
             ]
         })
         .collect();
-    write_table(&mut out, &head, &rows);
+    write_table(out, &head, &rows);
     let _ = writeln!(out);
-    for v in &r.variants {
+}
+
+/// Each variant's median and 99th-percentile answer time.
+fn write_latencies(out: &mut String, variants: &[VariantReport]) {
+    for v in variants {
         let _ = writeln!(
             out,
             "{}: answered in p50 {:.3}s, p99 {:.3}s",
@@ -270,50 +289,56 @@ pub fn table(r: &Report) -> String {
             v.detail.latency_p99.as_secs_f64()
         );
     }
-    for v in &r.variants {
-        if v.endpoints.is_empty() && v.detail.levee_reasons.is_empty() {
-            continue;
-        }
-        let _ = writeln!(out, "\n{}:", v.name);
-        if !v.endpoints.is_empty() {
-            let head = [
-                "  endpoint",
-                "requests",
-                "success",
-                "att/req",
-                "upstream/min",
-                "429/min",
-                "levee rate_limited/min",
-                "p99",
-                "workers",
-            ];
-            let rows: Vec<[String; 9]> = v
-                .endpoints
-                .iter()
-                .map(|e| {
-                    [
-                        format!("  {}", e.name),
-                        e.requests.to_string(),
-                        format!("{:.1}%", e.success_ratio * 100.0),
-                        format!("{:.2}", e.attempts_per_request_mean),
-                        format!("{:.0}", e.upstream_per_minute),
-                        format!("{:.0}", e.rate_limited_per_minute),
-                        format!("{:.1}", e.levee_rate_limited_per_minute),
-                        format!("{:.3}s", e.latency_p99_seconds),
-                        e.workers_busy_mean
-                            .map(|w| format!("{w:.1}"))
-                            .unwrap_or_else(|| "-".into()),
-                    ]
-                })
-                .collect();
-            write_table(&mut out, &head, &rows);
-        }
-        if !v.detail.levee_reasons.is_empty() {
-            let reasons = listing(&v.detail.levee_reasons, " ", ", ");
-            let _ = writeln!(out, "  levee failures by reason: {reasons}");
-        }
+}
+
+/// A variant's endpoints and Levee's failures by reason, under its name
+/// (nothing when it has neither).
+fn write_breakdown(out: &mut String, v: &VariantReport) {
+    if v.endpoints.is_empty() && v.detail.levee_reasons.is_empty() {
+        return;
     }
-    out
+    let _ = writeln!(out, "\n{}:", v.name);
+    if !v.endpoints.is_empty() {
+        write_endpoints(out, &v.endpoints);
+    }
+    if !v.detail.levee_reasons.is_empty() {
+        let reasons = listing(&v.detail.levee_reasons, " ", ", ");
+        let _ = writeln!(out, "  levee failures by reason: {reasons}");
+    }
+}
+
+/// One indented row per endpoint.
+fn write_endpoints(out: &mut String, endpoints: &[EndpointReport]) {
+    let head = [
+        "  endpoint",
+        "requests",
+        "success",
+        "att/req",
+        "upstream/min",
+        "429/min",
+        "levee rate_limited/min",
+        "p99",
+        "workers",
+    ];
+    let rows: Vec<[String; 9]> = endpoints
+        .iter()
+        .map(|e| {
+            [
+                format!("  {}", e.name),
+                e.requests.to_string(),
+                format!("{:.1}%", e.success_ratio * 100.0),
+                format!("{:.2}", e.attempts_per_request_mean),
+                format!("{:.0}", e.upstream_per_minute),
+                format!("{:.0}", e.rate_limited_per_minute),
+                format!("{:.1}", e.levee_rate_limited_per_minute),
+                format!("{:.3}s", e.latency_p99_seconds),
+                e.workers_busy_mean
+                    .map(|w| format!("{w:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    write_table(out, &head, &rows);
 }
 
 fn write_table<const N: usize>(out: &mut String, head: &[&str; N], rows: &[[String; N]]) {
