@@ -293,3 +293,35 @@ async fn a_body_that_never_arrives_is_timed_out() {
     assert_eq!(env.stats(0).requests_total, 1);
     env.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn added_latency_leaves_out_the_attempts_and_the_wait_between_them() {
+    // A 503 with `retry-after: 1`, then an answer after 200 ms: the request
+    // takes over 1.2 s, all of it the provider's or the wait it asked for.
+    let env = local_one(
+        "faults:\n  - { status: 503, retry_after: 1, to: 100ms }\n  - { latency: 200ms, from: 100ms }\n",
+        "",
+    );
+    let start = paused_now();
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "20000")]),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.header("x-levee-attempts")),
+        (200, "2"),
+        "{}",
+        r.text()
+    );
+    assert!(start.elapsed() >= Duration::from_millis(1_200));
+    let m = env.metrics();
+    let added = metric(&m, "levee_added_latency_seconds_sum", &[]);
+    let count = metric(&m, "levee_added_latency_seconds_count", &[]);
+    assert_eq!(count, 1.0, "{m}");
+    // Under paused time the gateway's own work takes no time at all.
+    assert!(
+        added < 0.01,
+        "added latency {added} s counts the provider's time: {m}"
+    );
+}
