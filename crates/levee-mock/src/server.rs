@@ -99,6 +99,18 @@ impl Shared {
     }
 }
 
+impl Active {
+    /// What the fault set does to one request, on the set's clock (nothing
+    /// without faults).
+    fn decide(&self, model: Option<&str>, streaming: bool, rng: &Mutex<SmallRng>) -> Decision {
+        if !self.set.has_faults() {
+            return Decision::default();
+        }
+        let elapsed = clock::now().saturating_duration_since(self.epoch);
+        self.set.decide(elapsed, model, streaming, rng)
+    }
+}
+
 /// Accepts connections until `stop` fires (or its sender is dropped), then
 /// aborts every connection and waits for them to be gone.
 pub(crate) async fn accept_loop(
@@ -185,19 +197,18 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
     // A cloud's face: checked and rewritten into the dialect's own request,
     // answered like any other, and the answer put back into its shape.
     let (mut parts, body) = req.into_parts();
-    let bytes = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            let message = format!("Request body is larger than {MAX_BODY} bytes.");
+    let bytes = match read_body(body).await {
+        Ok(bytes) => bytes,
+        Err(Unread::TooLarge) => {
             let refused = platform::Refused::json(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 false,
-                serde_json::json!({ "message": message }),
+                serde_json::json!({ "message": too_large() }),
             );
             shared.stats.status(refused.status.as_u16());
             return Ok(refused.into_response());
         }
-        Err(_) => return Err(ResetConnection),
+        Err(Unread::Gone) => return Err(ResetConnection),
     };
     let accepted = match platform::accept(
         shared.api,
@@ -218,6 +229,32 @@ async fn handle(shared: Arc<Shared>, reset: Arc<AtomicBool>, req: Request<Incomi
     let req = Request::from_parts(parts, http_body_util::Full::new(accepted.body));
     let answer = handle_native(shared, reset, req, Some(accepted.native)).await?;
     Ok(platform::encode(&accepted.ctx, answer))
+}
+
+/// Why a request's body was not read.
+enum Unread {
+    /// Longer than [`MAX_BODY`]: answered with a 413.
+    TooLarge,
+    /// The client went away mid-body.
+    Gone,
+}
+
+/// The request's body, up to [`MAX_BODY`] bytes.
+async fn read_body<B>(body: B) -> Result<Bytes, Unread>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Unread::TooLarge),
+        Err(_) => Err(Unread::Gone),
+    }
+}
+
+/// The 413's message.
+fn too_large() -> String {
+    format!("Request body is larger than {MAX_BODY} bytes.")
 }
 
 /// Answers a request in a dialect's own wire format: `api` is the dialect
@@ -243,15 +280,14 @@ where
     if let Some(ms) = header_u64(&parts.headers, "x-timeout-ms") {
         shared.stats.timeout_ms(ms);
     }
-    let bytes = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            let message = format!("Request body is larger than {MAX_BODY} bytes.");
+    let bytes = match read_body(body).await {
+        Ok(bytes) => bytes,
+        Err(Unread::TooLarge) => {
             let status = StatusCode::PAYLOAD_TOO_LARGE;
-            return Ok(error_json(dialect, status, &message, None, guard));
+            return Ok(error_json(dialect, status, &too_large(), None, guard));
         }
         // The client went away mid-body; the guard counts it.
-        Err(_) => return Err(ResetConnection),
+        Err(Unread::Gone) => return Err(ResetConnection),
     };
     let ask = Ask {
         endpoint,
@@ -260,35 +296,13 @@ where
         bytes: &bytes,
     };
     let parsed = ask.parse(api);
-    let model = match &parsed {
-        Ok(body) => body.model.as_deref(),
-        Err((model, _)) => model.as_deref(),
-    };
-    let idempotency_key = parts
-        .headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok());
-    shared.stats.model_and_key(model, idempotency_key);
+    let model = model_of(&parsed);
+    count_model_and_key(&shared, model, &parts.headers);
 
     let active = shared.active();
-    if let Some(capacity) = active.set.capacity() {
-        if guard.in_flight_before >= capacity.max_in_flight {
-            shared.stats.fault(FaultKind::Capacity);
-            return Ok(error_answer(dialect, capacity.error, guard));
-        }
-    }
-    let body = parsed.as_ref().ok();
-    let metered = match active
-        .limiter
-        .admit(shared.api, dialect, &ask.endpoint, body, bytes.len())
-    {
-        Ok(metered) => metered,
-        Err(refused) => {
-            shared.stats.rate_limited();
-            let mut res = json_answer(StatusCode::TOO_MANY_REQUESTS, refused.body(), guard);
-            refused.stamp(res.headers_mut());
-            return Ok(res);
-        }
+    let (metered, guard) = match admit(&shared, &active, &ask, parsed.as_ref().ok(), guard) {
+        Admitted::Go { metered, guard } => (metered, guard),
+        Admitted::Refused(answer) => return Ok(answer),
     };
     if let Some(entry) = shared.tape.as_ref().and_then(Player::next) {
         shared.stats.replayed();
@@ -297,12 +311,7 @@ where
             .map(|r| metered.stamped(r));
     }
     let streaming = parsed.as_ref().is_ok_and(Body::streaming);
-    let decision = if active.set.has_faults() {
-        let elapsed = clock::now().saturating_duration_since(active.epoch);
-        active.set.decide(elapsed, model, streaming, &shared.rng)
-    } else {
-        Decision::default()
-    };
+    let decision = active.decide(model, streaming, &shared.rng);
     drop(active);
     let (guard, cut_after) =
         match misbehave(&shared, &decision, streaming, dialect, guard, &reset).await {
@@ -311,23 +320,86 @@ where
         };
     let body = match parsed {
         Ok(body) => body,
-        Err((_, invalid)) => {
-            let status = StatusCode::BAD_REQUEST;
-            let body = levee_wire::error::body(
-                dialect,
-                status.as_u16(),
-                &invalid.message,
-                invalid.param,
-                invalid.code,
-            );
-            return Ok(json_answer(status, body, guard));
-        }
+        Err((_, invalid)) => return Ok(invalid_answer(dialect, invalid, guard)),
     };
     let stream = Streamed {
         chunk_delay: decision.chunk_delay,
         cut_after,
     };
     Ok(metered.stamped(ask.answer(&shared, &body, stream, guard)))
+}
+
+/// The model a request names, whether or not its body is valid.
+fn model_of<'p>(parsed: &'p Parsed<'_>) -> Option<&'p str> {
+    match parsed {
+        Ok(body) => body.model.as_deref(),
+        Err((model, _)) => model.as_deref(),
+    }
+}
+
+/// Counts the request's model and its `idempotency-key`.
+fn count_model_and_key(shared: &Shared, model: Option<&str>, headers: &HeaderMap) {
+    let idempotency_key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
+    shared.stats.model_and_key(model, idempotency_key);
+}
+
+/// What the fault set's capacity and rate limit made of a request.
+enum Admitted {
+    /// Over either: the answer.
+    Refused(Response<MockBody>),
+    /// Let through, metered.
+    Go {
+        metered: ratelimit::Metered,
+        guard: RequestGuard,
+    },
+}
+
+/// Checks the fault set's capacity, then its rate limit.
+fn admit(
+    shared: &Shared,
+    active: &Active,
+    ask: &Ask<'_>,
+    body: Option<&Body<'_>>,
+    guard: RequestGuard,
+) -> Admitted {
+    if let Some(capacity) = active.set.capacity() {
+        if guard.in_flight_before >= capacity.max_in_flight {
+            shared.stats.fault(FaultKind::Capacity);
+            return Admitted::Refused(error_answer(ask.dialect, capacity.error, guard));
+        }
+    }
+    match active.limiter.admit(
+        shared.api,
+        ask.dialect,
+        &ask.endpoint,
+        body,
+        ask.bytes.len(),
+    ) {
+        Ok(metered) => Admitted::Go { metered, guard },
+        Err(refused) => {
+            shared.stats.rate_limited();
+            let mut res = json_answer(StatusCode::TOO_MANY_REQUESTS, refused.body(), guard);
+            refused.stamp(res.headers_mut());
+            Admitted::Refused(res)
+        }
+    }
+}
+
+/// The 400 of a body that did not pass the dialect's checks.
+fn invalid_answer(
+    dialect: Dialect,
+    invalid: request::Invalid,
+    guard: RequestGuard,
+) -> Response<MockBody> {
+    let status = StatusCode::BAD_REQUEST;
+    let body = levee_wire::error::body(
+        dialect,
+        status.as_u16(),
+        &invalid.message,
+        invalid.param,
+        invalid.code,
+    );
+    json_answer(status, body, guard)
 }
 
 /// One provider request, read: what the answer is built from.

@@ -169,49 +169,7 @@ pub(super) fn accept(
         // Not an API call: the token endpoint answers itself.
         return Err(token(parts, &body, now_unix_s, issuer));
     }
-    let rest = path
-        .strip_prefix("/v1/")
-        .or_else(|| path.strip_prefix("/v1beta1/"))
-        .and_then(|r| r.strip_prefix("projects/"))
-        .and_then(|r| r.split_once("/locations/"))
-        .and_then(|(project, r)| {
-            let (region, r) = r.split_once('/')?;
-            (!project.is_empty() && !region.is_empty() && !project.contains('/')).then_some(r)
-        });
-    let Some(rest) = rest else {
-        return Err(not_found(&path));
-    };
-    enum Call {
-        Messages { model: String, stream: bool },
-        CountTokens,
-        OpenAi(&'static str),
-    }
-    let call = if let Some(m) = rest.strip_prefix("publishers/anthropic/models/") {
-        let (model, verb) = m.rsplit_once(':').ok_or_else(|| not_found(&path))?;
-        let model = percent_decode_str(model)
-            .decode_utf8()
-            .map_err(|_| not_found(&path))?
-            .into_owned();
-        match verb {
-            _ if model.is_empty() || model.contains('/') => return Err(not_found(&path)),
-            "rawPredict" if model == "count-tokens" => Call::CountTokens,
-            "rawPredict" => Call::Messages {
-                model,
-                stream: false,
-            },
-            "streamRawPredict" => Call::Messages {
-                model,
-                stream: true,
-            },
-            _ => return Err(not_found(&path)),
-        }
-    } else {
-        match rest {
-            "endpoints/openapi/chat/completions" => Call::OpenAi("/v1/chat/completions"),
-            "endpoints/openapi/embeddings" => Call::OpenAi("/v1/embeddings"),
-            _ => return Err(not_found(&path)),
-        }
-    };
+    let call = route(&path)?;
     if parts.method != http::Method::POST {
         return Err(refused(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -228,50 +186,128 @@ pub(super) fn accept(
                 ctx: Ctx::Vertex,
             })
         }
-        Call::CountTokens => {
-            let mut map = anthropic_body(&body)?;
-            if !map.get("model").is_some_and(Value::is_string) {
-                return Err(refused(
-                    StatusCode::BAD_REQUEST,
-                    "count-tokens:rawPredict needs the `model` in the body.",
-                ));
-            }
-            map.remove("anthropic_version");
-            set_path(parts, "/v1/messages/count_tokens")?;
-            native_anthropic(parts);
-            Ok(Accepted {
-                body: Bytes::from(Value::Object(map).to_string()),
-                native: MockApi::Anthropic,
-                ctx: Ctx::Vertex,
-            })
-        }
-        Call::Messages { model, stream } => {
-            let mut map = anthropic_body(&body)?;
-            if map.contains_key("model") {
-                return Err(refused(
-                    StatusCode::BAD_REQUEST,
-                    "levee mock: the model is named in the URL (`…/models/{model}:rawPredict`); a `model` in the body is refused",
-                ));
-            }
-            let streams = map.get("stream") == Some(&Value::Bool(true));
-            if streams != stream {
-                let message = match stream {
-                    true => "levee mock: `:streamRawPredict` needs `stream: true` in the body, as Anthropic's Vertex client sends it",
-                    false => "levee mock: `stream: true` goes to `:streamRawPredict`, not `:rawPredict`",
-                };
-                return Err(refused(StatusCode::BAD_REQUEST, message));
-            }
-            map.remove("anthropic_version");
-            map.insert("model".into(), Value::String(model));
-            set_path(parts, "/v1/messages")?;
-            native_anthropic(parts);
-            Ok(Accepted {
-                body: Bytes::from(Value::Object(map).to_string()),
-                native: MockApi::Anthropic,
-                ctx: Ctx::Vertex,
-            })
-        }
+        Call::CountTokens => count_tokens(parts, &body),
+        Call::Messages { model, stream } => messages(parts, &body, model, stream),
     }
+}
+
+/// What a Vertex AI URL asks for.
+enum Call {
+    Messages {
+        model: String,
+        stream: bool,
+    },
+    CountTokens,
+    /// The OpenAI-compatible endpoint, and the native path it answers as.
+    OpenAi(&'static str),
+}
+
+/// The call a URL names under `/v1/projects/{p}/locations/{r}/` (or
+/// `/v1beta1/…`); any other URL is Google's 404.
+fn route(path: &str) -> Result<Call, Refused> {
+    let rest = path
+        .strip_prefix("/v1/")
+        .or_else(|| path.strip_prefix("/v1beta1/"))
+        .and_then(|r| r.strip_prefix("projects/"))
+        .and_then(|r| r.split_once("/locations/"))
+        .and_then(|(project, r)| {
+            let (region, r) = r.split_once('/')?;
+            (!project.is_empty() && !region.is_empty() && !project.contains('/')).then_some(r)
+        })
+        .ok_or_else(|| not_found(path))?;
+    if let Some(m) = rest.strip_prefix("publishers/anthropic/models/") {
+        return anthropic_call(m, path);
+    }
+    match rest {
+        "endpoints/openapi/chat/completions" => Ok(Call::OpenAi("/v1/chat/completions")),
+        "endpoints/openapi/embeddings" => Ok(Call::OpenAi("/v1/embeddings")),
+        _ => Err(not_found(path)),
+    }
+}
+
+/// `{model}:{verb}` under `publishers/anthropic/models/`: the model
+/// percent-decoded, the verb `rawPredict` or `streamRawPredict`.
+fn anthropic_call(m: &str, path: &str) -> Result<Call, Refused> {
+    let (model, verb) = m.rsplit_once(':').ok_or_else(|| not_found(path))?;
+    let model = percent_decode_str(model)
+        .decode_utf8()
+        .map_err(|_| not_found(path))?
+        .into_owned();
+    match verb {
+        _ if model.is_empty() || model.contains('/') => Err(not_found(path)),
+        "rawPredict" if model == "count-tokens" => Ok(Call::CountTokens),
+        "rawPredict" => Ok(Call::Messages {
+            model,
+            stream: false,
+        }),
+        "streamRawPredict" => Ok(Call::Messages {
+            model,
+            stream: true,
+        }),
+        _ => Err(not_found(path)),
+    }
+}
+
+/// `count-tokens:rawPredict`, answered as `POST /v1/messages/count_tokens`:
+/// the model is in the body.
+fn count_tokens(parts: &mut http::request::Parts, body: &Bytes) -> Result<Accepted, Refused> {
+    let map = anthropic_body(body)?;
+    if !map.get("model").is_some_and(Value::is_string) {
+        return Err(refused(
+            StatusCode::BAD_REQUEST,
+            "count-tokens:rawPredict needs the `model` in the body.",
+        ));
+    }
+    as_native_anthropic(parts, map, None, "/v1/messages/count_tokens")
+}
+
+/// `{model}:rawPredict` (`:streamRawPredict`), answered as
+/// `POST /v1/messages`: the model is in the URL, and `stream: true` is in
+/// the body exactly when the verb streams.
+fn messages(
+    parts: &mut http::request::Parts,
+    body: &Bytes,
+    model: String,
+    stream: bool,
+) -> Result<Accepted, Refused> {
+    let map = anthropic_body(body)?;
+    if map.contains_key("model") {
+        return Err(refused(
+            StatusCode::BAD_REQUEST,
+            "levee mock: the model is named in the URL (`…/models/{model}:rawPredict`); a `model` in the body is refused",
+        ));
+    }
+    let streams = map.get("stream") == Some(&Value::Bool(true));
+    if streams != stream {
+        let message = match stream {
+            true => "levee mock: `:streamRawPredict` needs `stream: true` in the body, as Anthropic's Vertex client sends it",
+            false => "levee mock: `stream: true` goes to `:streamRawPredict`, not `:rawPredict`",
+        };
+        return Err(refused(StatusCode::BAD_REQUEST, message));
+    }
+    as_native_anthropic(parts, map, Some(model), "/v1/messages")
+}
+
+/// A checked rawPredict body as the native Messages API's request to
+/// `native`: `anthropic_version` taken out, then `model` (when the URL
+/// named it) put in.
+fn as_native_anthropic(
+    parts: &mut http::request::Parts,
+    mut map: serde_json::Map<String, Value>,
+    model: Option<String>,
+    native: &'static str,
+) -> Result<Accepted, Refused> {
+    map.remove("anthropic_version");
+    if let Some(model) = model {
+        map.insert("model".into(), Value::String(model));
+    }
+    set_path(parts, native)?;
+    native_anthropic(parts);
+    Ok(Accepted {
+        body: Bytes::from(Value::Object(map).to_string()),
+        native: MockApi::Anthropic,
+        ctx: Ctx::Vertex,
+    })
 }
 
 /// Google answers an unknown URL with a 404.
