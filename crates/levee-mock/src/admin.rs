@@ -10,7 +10,7 @@ use levee_wire::paths;
 
 use crate::body::MockBody;
 use crate::faults::parse_faults;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// Fault documents larger than this are refused.
 const MAX_FAULTS_DOC: usize = 1024 * 1024;

@@ -43,6 +43,7 @@ mod platform;
 mod ratelimit;
 mod request;
 mod server;
+mod shared;
 mod stats;
 mod stored;
 mod tape;
@@ -167,7 +168,7 @@ pub fn load_tape(path: &Path) -> Result<Tape, MockError> {
 /// aborted in the background); [`MockHandle::shutdown`] also waits for that.
 pub struct MockHandle {
     addr: SocketAddr,
-    shared: Arc<server::Shared>,
+    shared: Arc<shared::Shared>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -239,14 +240,14 @@ impl std::fmt::Debug for MockHandle {
 /// jump to the next timer.
 #[derive(Clone)]
 pub struct InProcess {
-    shared: Arc<server::Shared>,
+    shared: Arc<shared::Shared>,
 }
 
 impl InProcess {
     /// A mock with `opts`, serving nothing until a connection is opened.
     pub fn new(opts: MockOptions) -> Self {
         InProcess {
-            shared: Arc::new(server::Shared::new(
+            shared: Arc::new(shared::Shared::new(
                 opts.faults,
                 opts.seed,
                 opts.replay,
@@ -293,7 +294,7 @@ pub async fn spawn(addr: SocketAddr, opts: MockOptions) -> Result<MockHandle, Mo
         .await
         .map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
-    let shared = Arc::new(server::Shared::new(
+    let shared = Arc::new(shared::Shared::new(
         opts.faults,
         opts.seed,
         opts.replay,
