@@ -5,7 +5,8 @@
 
 use serde::de::{self, MapAccess};
 
-use super::{scalar, FromMap, KeySeed};
+use super::scalars::scalar;
+use super::{FromMap, KeySeed};
 use crate::ratelimit::RateLimit;
 
 /// The keys, in `RateLimit`'s field order.
