@@ -17,7 +17,7 @@
 #![no_main]
 
 use bytes::Bytes;
-use levee_gateway::inspect::{inspect, rewrite_model, Inspected};
+use levee_gateway::fuzz::{inspect, rewrite_model, Inspected};
 use libfuzzer_sys::fuzz_target;
 
 const TO: &str = "levee-fuzz/rewritten";

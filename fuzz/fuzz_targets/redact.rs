@@ -12,8 +12,8 @@
 #![no_main]
 
 use levee_config::{check_redis_url, redact_url};
+use levee_gateway::fuzz::Secrets;
 use levee_gateway::record::tape_path;
-use levee_gateway::redact::Secrets;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

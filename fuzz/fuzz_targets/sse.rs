@@ -15,7 +15,7 @@
 //!   event whose last byte is a `\r` not yet known not to start a `\r\n`).
 #![no_main]
 
-use levee_gateway::sse::EventFramer;
+use levee_gateway::fuzz::EventFramer;
 use libfuzzer_sys::fuzz_target;
 
 /// A reference check, written independently of the framer: `prefix` ends

@@ -4,7 +4,7 @@
 //! gateway behind them. For differential fuzzing against a reference
 //! parser and for tests that compare framings; not a parser to build on.
 
-use crate::h1wire::{decode_chunked, Kind, Step};
+use crate::http::h1wire::{decode_chunked, Kind, Step};
 use bytes::BytesMut;
 
 /// One request as the caller side frames it.
@@ -42,7 +42,7 @@ pub fn requests(input: &[u8], max_header_bytes: usize) -> (Vec<SeenRequest>, End
         if buf.is_empty() {
             return (seen, End::Clean);
         }
-        let head = match crate::front::parse_head(&mut buf, max_header_bytes) {
+        let head = match crate::http::front::parse_head(&mut buf, max_header_bytes) {
             Ok(Some(head)) => head,
             Ok(None) if buf.len() > max_header_bytes => {
                 return (seen, End::Refused(431));
@@ -100,13 +100,13 @@ pub fn answer(input: &[u8], head_request: bool) -> Result<Option<SeenAnswer>, &'
     let mut buf = BytesMut::from(input);
     let mut interim = 0;
     loop {
-        let Some(head) = crate::h1conn::parse_head_view(&mut buf, head_request)? else {
+        let Some(head) = crate::upstream::h1conn::parse_head_view(&mut buf, head_request)? else {
             return Ok(None);
         };
         let (status, informational, kind, keep_alive) = head;
         if informational {
             interim += 1;
-            if interim > crate::h1conn::MAX_INTERIM {
+            if interim > crate::upstream::h1conn::MAX_INTERIM {
                 return Err("too many interim (1xx) answers");
             }
             continue;

@@ -13,56 +13,65 @@
 //! is not a cache or a load balancer across replicas.
 #![forbid(unsafe_code)]
 
-mod allowance;
-mod app;
-mod attempt;
-mod body;
-pub mod census;
-pub mod clock;
-mod collect;
-mod crossing;
-mod drive;
+mod clock;
 mod error;
-mod event;
-mod fieldname;
 #[doc(hidden)]
 pub mod framing_view;
-mod front;
-mod generation;
-mod h1conn;
-mod h1wire;
-mod h2conn;
-mod handler;
-pub mod idempotency;
-pub mod inspect;
-mod listed;
-pub mod metrics;
-pub mod models;
-mod observe;
-mod outbound;
-mod outcome;
-mod plan;
-pub mod platform;
-mod quickjson;
-pub mod record;
-pub mod redact;
-pub mod reload;
-mod respond;
-mod server;
-pub mod shared;
-mod shutdown;
-pub mod sse;
-mod state;
-pub mod status;
-mod stream;
-mod telemetry;
-pub mod transport;
-mod unread;
-pub mod upstream;
 
-pub use app::App;
+/// The live caller census as `levee check --census-from` reads it from a
+/// running gateway.
+pub mod census {
+    pub use crate::observe::census::{fetch, CensusReport};
+}
+
+/// What `levee check` verifies of a config before a gateway runs it: each
+/// provider's credentials, platform and extra request fields, each caller
+/// key.
+pub mod preflight {
+    pub use crate::runtime::shared::caller_key;
+    pub use crate::upstream::platform::{PlatformError, PlatformRuntime};
+    pub use crate::upstream::{provider_auth, provider_extras, UpstreamError};
+}
+
+/// Swapping in a new config while serving, and the config's version.
+pub mod reload {
+    pub use crate::runtime::reload::{hash_of, Reloader};
+}
+
+/// The `--record` tape.
+pub mod record {
+    pub use crate::observe::record::{tape_path, DEFAULT_MAX_BYTES};
+}
+
+/// How the gateway reaches providers: over the network, or through an
+/// in-memory pipe (`Connector::Memory`, for tests and benchmarks).
+pub mod transport {
+    pub use crate::upstream::transport::{Connector, Dial};
+}
+
+/// The in-process idempotency store, bounded by the bytes it holds.
+pub mod idempotency {
+    pub use crate::state::idempotency::{Claimed, IdempotencyStore, Lease, Stored};
+}
+
+/// The parsers the fuzz targets drive with arbitrary bytes.
+#[doc(hidden)]
+pub mod fuzz {
+    pub use crate::http::inspect::{inspect, rewrite_model, Inspected};
+    pub use crate::http::sse::EventFramer;
+    pub use crate::observe::redact::Secrets;
+}
+mod http;
+mod observe;
+mod request;
+mod runtime;
+mod server;
+mod state;
+mod upstream;
+
 use levee_config::Config;
-use shared::{SetupError, Shared};
+use runtime::shared::{SetupError, Shared};
+pub use server::app::App;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -98,8 +107,8 @@ pub struct Running {
     /// The first config generation (metrics, stores and signals are shared
     /// by all generations; [`Running::current`] is the one serving now).
     pub shared: Arc<Shared>,
-    /// Swaps in a new config ([`reload::Reloader::reload`]).
-    pub reloader: Arc<reload::Reloader>,
+    /// Swaps in a new config ([`runtime::reload::Reloader::reload`]).
+    pub reloader: Arc<runtime::reload::Reloader>,
     stop: watch::Sender<bool>,
     public: tokio::task::JoinHandle<()>,
     admin: tokio::task::JoinHandle<()>,
@@ -154,10 +163,10 @@ pub struct Options {
     pub seed: u64,
     /// Write every upstream exchange to this tape (`levee mock --replay` format).
     pub record: Option<std::path::PathBuf>,
-    /// The tape's bound in bytes (default [`record::DEFAULT_MAX_BYTES`]).
+    /// The tape's bound in bytes (default [`observe::record::DEFAULT_MAX_BYTES`]).
     pub record_max_bytes: Option<u64>,
     /// The config's version as shown on `/readyz` and the status page
-    /// ([`reload::hash_of`] the file); default: a hash of the validated config.
+    /// ([`runtime::reload::hash_of`] the file); default: a hash of the validated config.
     pub config_hash: Option<String>,
     /// Extra public listeners, each on its own thread with a single-threaded
     /// runtime, all on the listen port with `SO_REUSEPORT` (the kernel
@@ -174,7 +183,7 @@ pub struct Options {
 fn spawn_worker(
     worker: usize,
     listener: std::net::TcpListener,
-    generations: Arc<reload::Reloader>,
+    generations: Arc<runtime::reload::Reloader>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<tokio::sync::oneshot::Receiver<()>, GatewayError> {
     let (done, rx) = tokio::sync::oneshot::channel();
@@ -233,9 +242,10 @@ pub async fn spawn_with(
     let seed = opts.seed;
     let recorder = match &opts.record {
         Some(path) => Some(
-            record::Recorder::open(
+            observe::record::Recorder::open(
                 path,
-                opts.record_max_bytes.unwrap_or(record::DEFAULT_MAX_BYTES),
+                opts.record_max_bytes
+                    .unwrap_or(observe::record::DEFAULT_MAX_BYTES),
             )
             .map_err(|source| GatewayError::Record {
                 path: path.display().to_string(),
@@ -270,7 +280,7 @@ pub async fn spawn_with(
             .await;
     }
     let shared = Arc::new(shared);
-    let reloader = Arc::new(reload::Reloader::new(Arc::clone(&shared)));
+    let reloader = Arc::new(runtime::reload::Reloader::new(Arc::clone(&shared)));
     let (stop, rx) = watch::channel(false);
     let mut rx_public = rx.clone();
     let mut rx_admin = rx.clone();

@@ -190,7 +190,8 @@ async fn a_provider_that_does_not_answer_is_left_out_within_the_fetch_timeout() 
     let t = paused_now();
     let r = get(&env, "/v1/models", &[]).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(t.elapsed(), levee_gateway::models::FETCH_TIMEOUT);
+    // A provider that does not answer its model list is waited on 5 s.
+    assert_eq!(t.elapsed(), std::time::Duration::from_secs(5));
     let listed = ids(&r.json());
     assert!(listed.iter().any(|id| id == "gpt-4.1"), "{listed:?}");
     assert!(

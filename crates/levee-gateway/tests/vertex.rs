@@ -395,7 +395,7 @@ async fn anthropic_overloaded_then_bedrock_throttled_is_answered_by_claude_on_ve
     assert!(per("anthropic", "http_5xx") >= 2.0, "{metrics}");
     assert!(per("bedrock", "throttled") >= 2.0, "{metrics}");
     assert_eq!(per("vertex", "success"), 2.0, "{metrics}");
-    let page = levee_gateway::status::render(env.app.shared());
+    let page = env.app.status_page();
     for name in ["anthropic", "bedrock", "vertex"] {
         assert!(
             page.contains(&format!("data-provider=\"{name}\"")),

@@ -27,11 +27,11 @@
 //! that closes its side while its request is in flight cancels the request
 //! (it can no longer read the answer); so does a failed write.
 
-use crate::h1wire::{
+use crate::http::h1wire::{
     decode_chunked, header_map, BadField, Chunked, Framing, InBuf, Kind, Span, Spans, Step,
     MAX_HEADERS,
 };
-use crate::respond::Body;
+use crate::http::respond::Body;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -663,7 +663,7 @@ impl Out {
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)
-        .and_then(|v| crate::h1wire::parse_decimal(v.as_bytes()))
+        .and_then(|v| crate::http::h1wire::parse_decimal(v.as_bytes()))
 }
 
 impl Head {
@@ -820,7 +820,7 @@ pub(crate) fn parse_head(buf: &mut BytesMut, limit: usize) -> Result<Option<Head
             see_host(&mut hosts, h.value)?;
         }
         if h.name.eq_ignore_ascii_case("connection") {
-            listed.extend(crate::h1wire::listed_names(h.value).map(at));
+            listed.extend(crate::http::h1wire::listed_names(h.value).map(at));
         }
         if h.name.eq_ignore_ascii_case("expect") {
             expect_continue = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
@@ -1114,7 +1114,7 @@ mod date {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::respond::full;
+    use crate::http::respond::full;
     use http::header::HeaderValue;
     use http_body_util::BodyExt;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -237,7 +237,7 @@ pub(crate) fn header_map(
         if is_listed(head, listed, name_bytes) {
             continue;
         }
-        let name = crate::fieldname::field_name(name_bytes).map_err(|_| BadField::Name)?;
+        let name = crate::http::fieldname::field_name(name_bytes).map_err(|_| BadField::Name)?;
         let value =
             HeaderValue::from_maybe_shared(head.slice(v..v + vl)).map_err(|_| BadField::Value)?;
         headers.append(name, value);

@@ -43,7 +43,7 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
         InspectError::InvalidJson(format!("invalid UTF-8 at byte {}", e.valid_up_to()))
     })?;
     // Most bodies are read without serde; the rest get its verdict.
-    if let Some(top) = crate::quickjson::top(text) {
+    if let Some(top) = crate::http::quickjson::top(text) {
         return match top.model {
             Some(m) if !m.is_empty() => Ok(Inspected {
                 model: m.to_owned(),
@@ -496,7 +496,7 @@ mod tests {
             let body = strategy.new_tree(&mut runner).unwrap().current();
             match std::str::from_utf8(&body)
                 .ok()
-                .and_then(crate::quickjson::top)
+                .and_then(crate::http::quickjson::top)
             {
                 Some(_) => quick += 1,
                 None => serde += 1,

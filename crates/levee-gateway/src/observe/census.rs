@@ -20,7 +20,7 @@
 //! caller's first request.
 
 use crate::clock::Clock;
-use crate::outcome::{FallbackReason, RequestOutcome};
+use crate::observe::outcome::{FallbackReason, RequestOutcome};
 use levee_config::Config;
 use levee_policy::Instant;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -463,7 +463,7 @@ impl Census {
         route: usize,
         target: usize,
         took: Duration,
-        result: crate::outcome::AttemptResult,
+        result: crate::observe::outcome::AttemptResult,
         now: Instant,
     ) {
         if let Some(w) = self.windows.get(route) {
@@ -815,7 +815,7 @@ mod tests {
                 0,
                 1,
                 Duration::from_millis(700),
-                crate::outcome::AttemptResult::Success,
+                crate::observe::outcome::AttemptResult::Success,
                 now,
             );
         }

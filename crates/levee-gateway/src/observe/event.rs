@@ -1,8 +1,8 @@
 //! What happens to a request, as values the request's observer turns into
 //! metrics, the summary log line, trace spans, the census and the tape.
 
-use crate::outcome::{AttemptResult, Rejection, RequestOutcome, SkipReason};
-use crate::respond::Why;
+use crate::http::respond::Why;
+use crate::observe::outcome::{AttemptResult, Rejection, RequestOutcome, SkipReason};
 use bytes::Bytes;
 use http::HeaderMap;
 use levee_policy::planner::Dispatch;

@@ -5,7 +5,9 @@
 //! factor, as a histogram because a mean of 1.02 hides a tail of nines),
 //! deadline remaining at dispatch, and what was rejected and why.
 
-use crate::outcome::{AttemptResult, FallbackReason, Rejected, RequestOutcome, SkipReason};
+use crate::observe::outcome::{
+    AttemptResult, FallbackReason, Rejected, RequestOutcome, SkipReason,
+};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -495,7 +497,7 @@ mod tests {
         m.request("r", RequestOutcome::from(levee_policy::Reason::Shed));
         m.request("r2", RequestOutcome::Success);
         m.attempt("p", AttemptResult::Timeout);
-        m.reject(crate::outcome::Rejection::NoRoute);
+        m.reject(crate::observe::outcome::Rejection::NoRoute);
         // Counted before the first cached call, through the family itself.
         m.requests
             .get_or_create(&RouteOutcome {

@@ -4,7 +4,7 @@
 //! metrics take these values, not strings; the label strings are exported
 //! (dashboards, alerts and tests match them) and must not change.
 
-use crate::respond::Why;
+use crate::http::respond::Why;
 use levee_policy::planner::PrimaryRefusal;
 use levee_policy::Reason;
 

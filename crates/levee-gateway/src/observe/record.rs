@@ -46,7 +46,7 @@ pub struct Recorder {
     /// Set once the tape reached its bound: nothing more is recorded.
     full: Arc<AtomicBool>,
     /// Swapped when a config reload brings new provider keys.
-    secrets: arc_swap::ArcSwap<crate::redact::Secrets>,
+    secrets: arc_swap::ArcSwap<crate::observe::redact::Secrets>,
     /// The writer thread, joined on drop so that every line handed over is
     /// on disk when the recorder is gone.
     writer: Option<std::thread::JoinHandle<()>>,
@@ -97,13 +97,13 @@ impl Recorder {
     }
 
     /// Sets the provider keys to redact from every line.
-    pub fn set_secrets(&mut self, secrets: crate::redact::Secrets) {
+    pub fn set_secrets(&mut self, secrets: crate::observe::redact::Secrets) {
         self.secrets.store(Arc::new(secrets));
     }
 
     /// Adds the keys of a reloaded config; the earlier ones stay redacted
     /// (requests that started under the earlier config still record).
-    pub fn add_secrets(&self, more: &crate::redact::Secrets) {
+    pub fn add_secrets(&self, more: &crate::observe::redact::Secrets) {
         let merged = self.secrets.load().merged(more);
         self.secrets.store(Arc::new(merged));
     }
@@ -158,8 +158,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("tape.jsonl");
         let mut r = Recorder::open(&path, 1 << 20).unwrap();
-        r.set_secrets(crate::redact::Secrets::new(["sk-first-key-1111"]));
-        r.add_secrets(&crate::redact::Secrets::new(["sk-rotated-key-2222"]));
+        r.set_secrets(crate::observe::redact::Secrets::new(["sk-first-key-1111"]));
+        r.add_secrets(&crate::observe::redact::Secrets::new([
+            "sk-rotated-key-2222",
+        ]));
         let line = TapeLine {
             body: Some(serde_json::json!(
                 "sk-first-key-1111 and sk-rotated-key-2222"
@@ -176,7 +178,7 @@ mod tests {
             "{text}"
         );
         assert_eq!(
-            text.matches(crate::redact::REDACTED).count(),
+            text.matches(crate::observe::redact::REDACTED).count(),
             2,
             "both keys replaced, the text around them kept: {text}"
         );

@@ -312,7 +312,7 @@ pub struct AttemptTrace {
 
 impl AttemptTrace {
     /// Sets the attempt's `traceparent` on the upstream request.
-    pub fn inject(&self, fields: &mut crate::outbound::Fields) {
+    pub fn inject(&self, fields: &mut crate::http::outbound::Fields) {
         if let Some(span) = &self.span {
             let cx = Context::new().with_remote_span_context(span.span_context().clone());
             TraceContextPropagator::new().inject_context(&cx, fields);

@@ -3,8 +3,8 @@
 //! budgets, and a finisher that records an attempt's outcome exactly once —
 //! or gives its permit back if the request is dropped first.
 
-use crate::event::TokensUsed;
-use crate::shared::Shared;
+use crate::observe::event::TokensUsed;
+use crate::runtime::shared::Shared;
 use levee_policy::{
     Class, Dependencies, Instant, Outcome, Permit, Refusal, RequestState, RoutePolicy,
 };
@@ -20,7 +20,7 @@ pub struct GatewayDeps<'a> {
     /// What each target is sent; the targets this request skips (they
     /// cannot carry it across dialects) refuse as if full, so the planner
     /// moves on without spending their budget.
-    pub(crate) plans: &'a [crate::plan::Plan],
+    pub(crate) plans: &'a [crate::request::plan::Plan],
     /// The request's place in the providers' allowances: its estimated
     /// tokens, its caller's priority and share.
     pub ask: levee_policy::allowance::Ask,
@@ -105,9 +105,9 @@ impl Dependencies for GatewayDeps<'_> {
     fn withdraw(&mut self, t: usize, now: levee_policy::Instant) -> bool {
         let ok = self.shared.routes[self.route].budget(t).try_withdraw(now);
         if !ok {
-            crate::observe::report(
+            crate::request::observer::report(
                 self.shared,
-                crate::event::RequestEvent::BudgetExhausted {
+                crate::observe::event::RequestEvent::BudgetExhausted {
                     provider: &self.provider(t).name,
                 },
             );

@@ -6,17 +6,17 @@
 //! [`Observer`], which keeps the books (metrics, census, log line, traces,
 //! tape).
 
-use crate::attempt::{AttemptFinisher, GatewayDeps};
-use crate::collect::{collect_limited, CollectError};
-use crate::event::RequestEvent;
-use crate::event::{Finished, LastError};
-use crate::idempotency::{Lease, Stored};
-use crate::observe::{is_foreign, Observer};
-use crate::outcome::AttemptResult;
-use crate::plan::Plan;
-use crate::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict};
-use crate::shared::Shared;
-use crate::stream::RelayBody;
+use crate::http::collect::{collect_limited, CollectError};
+use crate::http::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict};
+use crate::observe::event::RequestEvent;
+use crate::observe::event::{Finished, LastError};
+use crate::observe::outcome::AttemptResult;
+use crate::request::attempt::{AttemptFinisher, GatewayDeps};
+use crate::request::observer::{is_foreign, Observer};
+use crate::request::plan::Plan;
+use crate::request::stream::RelayBody;
+use crate::runtime::shared::Shared;
+use crate::state::idempotency::{Lease, Stored};
 use crate::upstream::build_request_with;
 use crate::upstream::UpstreamBody;
 use bytes::Bytes;
@@ -336,10 +336,10 @@ impl Driver {
         &mut self,
         d: &Dispatch,
         now: levee_policy::Instant,
-        fields: &mut crate::outbound::Fields,
+        fields: &mut crate::http::outbound::Fields,
     ) {
         let (n, deadline) = (self.fin.req.attempts(), self.fin.req.deadline());
-        crate::shutdown::attempts_sent(n);
+        crate::runtime::shutdown::attempts_sent(n);
         self.obs.report(RequestEvent::AttemptStarted {
             dispatch: d,
             n,
@@ -446,7 +446,7 @@ impl Driver {
             Some(t) => attempt_deadline.min(shared.clock.to_tokio(started + t)),
             None => attempt_deadline,
         };
-        let mut framer = crate::sse::EventFramer::new();
+        let mut framer = crate::http::sse::EventFramer::new();
         let first = loop {
             match tokio::time::timeout_at(first_deadline, body.frame()).await {
                 Err(_) => return Delivered::Failed(Outcome::Timeout, AttemptResult::Timeout),
@@ -486,7 +486,7 @@ impl Driver {
         let recording = self.obs.stream_tape();
         // A stream is not stored for replay, but its key stays held (and its
         // bulkhead slot taken) until the stream ends.
-        let holds = crate::stream::Holds {
+        let holds = crate::request::stream::Holds {
             _bulkhead: self.ctx.bulkhead.take(),
             _lease: self.lease.take(),
         };
@@ -499,7 +499,7 @@ impl Driver {
                 levee_policy::RequestState::new(levee_policy::Instant::ZERO),
             ),
         };
-        let start = crate::stream::RelayStart {
+        let start = crate::request::stream::RelayStart {
             first,
             framer,
             idle: route.stream_idle_timeout,
@@ -517,7 +517,7 @@ impl Driver {
         };
         let (books, observer) = tokio::sync::oneshot::channel();
         self.stream_books = Some(books);
-        let grace = crate::shutdown::GraceWatch::new(&shared.grace_over);
+        let grace = crate::runtime::shutdown::GraceWatch::new(&shared.grace_over);
         let relay = RelayBody::new(start, body, finisher, recording, holds, observer, grace);
         let provider = &shared.providers[route.targets[target].provider];
         let mut headers = parts.headers;
@@ -571,7 +571,7 @@ impl Driver {
         };
         let status = parts.status.as_u16();
         // The tokens the answer used settle what its admission estimated.
-        if let Some(used) = crate::allowance::usage(&bytes) {
+        if let Some(used) = crate::upstream::allowance::usage(&bytes) {
             if let Some(tokens) = self.fin.settle(used) {
                 self.obs.report(RequestEvent::TokensUsed(tokens));
             }
@@ -741,7 +741,8 @@ fn note_reported(
     provider: &crate::upstream::ProviderRuntime,
     headers: &http::HeaderMap,
 ) {
-    let mut reported = crate::allowance::reported(headers, shared.clock.unix_ms()).peekable();
+    let mut reported =
+        crate::upstream::allowance::reported(headers, shared.clock.unix_ms()).peekable();
     if reported.peek().is_some() {
         let now = shared.clock.now();
         let mut state = provider.lock();

@@ -1,19 +1,19 @@
 //! The front of one request: admit, route, resolve the deadline, claim the
-//! idempotency key; then hand it to [`crate::drive`], which drives the
+//! idempotency key; then hand it to [`crate::request::drive`], which drives the
 //! policy core's planner until it dispatches a success or gives up.
 
-use crate::collect::{collect_limited, CollectError};
-use crate::crossing;
-use crate::drive::Ctx;
 use crate::error::BoxError;
-use crate::event::RequestEvent;
-use crate::idempotency::{Claim, Claimed, Follow, Lease, Scope, Stored};
-use crate::inspect::{self, inspect, rewrite_model};
-use crate::observe::{self, Observer};
-use crate::outcome::{Rejection, SkipReason};
-use crate::plan::Plan;
-use crate::respond::{full, Body, LeveeError};
-use crate::shared::Shared;
+use crate::http::collect::{collect_limited, CollectError};
+use crate::http::inspect::{self, inspect, rewrite_model};
+use crate::http::respond::{full, Body, LeveeError};
+use crate::observe::event::RequestEvent;
+use crate::observe::outcome::{Rejection, SkipReason};
+use crate::request::crossing;
+use crate::request::drive::Ctx;
+use crate::request::observer::{self, Observer};
+use crate::request::plan::Plan;
+use crate::runtime::shared::Shared;
+use crate::state::idempotency::{Claim, Claimed, Follow, Lease, Scope, Stored};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -54,7 +54,7 @@ where
     // answer that took it.
     let answer = Box::pin(answer(shared, req, dialect));
     async move {
-        let over = || observe::report(&guard, RequestEvent::ShuttingDown);
+        let over = || observer::report(&guard, RequestEvent::ShuttingDown);
         guard.grace_over.guard(dialect, over, answer).await
     }
 }
@@ -127,7 +127,7 @@ fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
 
 /// Counts a refusal in `levee_rejected` under `why`'s label and returns it.
 fn reject(shared: &Shared, why: Rejection, e: LeveeError) -> LeveeError {
-    observe::report(shared, RequestEvent::Rejected(why));
+    observer::report(shared, RequestEvent::Rejected(why));
     e
 }
 
@@ -152,7 +152,7 @@ where
         // The models are the deployment's map: as private as the routes.
         authenticate(shared, &Said::of(req.headers()))?;
         let query = req.uri().query();
-        return crate::models::answer(shared, dialect, asked, query).await;
+        return crate::request::models::answer(shared, dialect, asked, query).await;
     }
     let kind = match PATHS.iter().copied().find(|p| *p == asked) {
         Some(path) => Kind::Served(path),
@@ -497,7 +497,7 @@ impl<'a> Said<'a> {
                 }
                 n if n == headers::X_TIMEOUT_MS.as_str() => &mut said.timeout_ms,
                 n if n == headers::X_DEADLINE_MS.as_str() => &mut said.deadline_ms,
-                crate::census::CALLER_HEADER => &mut said.caller,
+                crate::observe::census::CALLER_HEADER => &mut said.caller,
                 _ => continue,
             };
             if slot.is_none() {
@@ -529,7 +529,7 @@ fn caller_layer(shared: &Shared, said: &Said) -> Result<(Option<String>, bool), 
         .and_then(|v| v.trim().parse::<u32>().ok())
         .is_some_and(|n| n > 0);
     if sdk_retry {
-        observe::report(shared, RequestEvent::CallerRetry);
+        observer::report(shared, RequestEvent::CallerRetry);
     }
     Ok((key, sdk_retry))
 }
@@ -638,7 +638,7 @@ async fn admit(
     // endpoint (and dialect) that produced it.
     let store_key = key_header
         .as_deref()
-        .map(|k| crate::idempotency::store_key(r.parts.uri.path(), k));
+        .map(|k| crate::state::idempotency::store_key(r.parts.uri.path(), k));
     let (lease, idem) = match store_key.as_deref() {
         None => (None, generated_key(shared)),
         Some(k) => {
@@ -658,7 +658,7 @@ async fn admit(
     };
     let trace = match &shared.telemetry {
         Some(t) => t.request(&r.parts.headers, &route.name),
-        None => crate::telemetry::RequestTrace::off(),
+        None => crate::observe::telemetry::RequestTrace::off(),
     };
     let obs = Observer::admitted(
         Arc::clone(shared),
@@ -670,7 +670,7 @@ async fn admit(
             .recorder
             .is_some()
             .then(|| (path_and_query.to_string(), r.model.clone())),
-        observe::Asked {
+        observer::Asked {
             id: id.clone(),
             key: r.caller.key_index(&shared.keys),
             caller: said.caller.cloned(),
@@ -689,7 +689,11 @@ async fn admit(
     let named = key_name
         .map(CallerKey::name)
         .or_else(|| said.caller.and_then(|v| v.to_str().ok()));
-    let ask = crate::allowance::ask_for(&shared.config, named, crate::allowance::estimate(&r.body));
+    let ask = crate::upstream::allowance::ask_for(
+        &shared.config,
+        named,
+        crate::upstream::allowance::estimate(&r.body),
+    );
     let ctx = Ctx {
         shared: Arc::clone(shared),
         bulkhead: Some(bulkhead),
@@ -706,13 +710,13 @@ async fn admit(
         stream_deadline,
         ask,
     };
-    crate::drive::run(ctx, deadline, lease, obs).await
+    crate::request::drive::run(ctx, deadline, lease, obs).await
 }
 
 /// The route's bulkhead is full: the request is shed at once, never queued.
 fn shed(shared: &Shared, route: &levee_config::Route) -> LeveeError {
     let shed = levee_policy::Failure::shed();
-    observe::report(
+    observer::report(
         shared,
         RequestEvent::Shed {
             route: &route.name,
@@ -741,7 +745,7 @@ fn noted(shared: &Shared, mut answer: Response<Body>, note: Option<IdemNote>) ->
     let value = match note {
         None => return answer,
         Some(IdemNote::Local) => {
-            observe::report(shared, RequestEvent::IdempotencyLocal);
+            observer::report(shared, RequestEvent::IdempotencyLocal);
             "local"
         }
         Some(IdemNote::Rerun) => "rerun",
@@ -839,7 +843,7 @@ fn prepare_targets(
         for (t, plan) in plans.iter().enumerate() {
             let provider = &shared.providers[route.targets[t].provider];
             if let Some(label) = plan.skip {
-                observe::report(
+                observer::report(
                     shared,
                     RequestEvent::TranslationRefused {
                         route: &route.name,
@@ -907,7 +911,7 @@ async fn claim_key(
             )
         {
             // A repeated key: a caller layer is still retrying.
-            observe::report(shared, RequestEvent::CallerRetry);
+            observer::report(shared, RequestEvent::CallerRetry);
             counted = true;
         }
         let follow = match claimed {
@@ -915,7 +919,7 @@ async fn claim_key(
             Claimed::Untracked => return Ok(Led::Lead(None)),
             Claimed::Unavailable => {
                 *note = None;
-                observe::report(shared, RequestEvent::StateUnavailable { route });
+                observer::report(shared, RequestEvent::StateUnavailable { route });
                 let msg = "levee: the shared idempotency store is unavailable and state.on_unavailable is `refuse`: this keyed request was not sent (it could run twice across replicas)";
                 return Err(LeveeError::state_unavailable(msg));
             }
@@ -951,7 +955,7 @@ async fn claim_key(
             }
         };
         if !in_time {
-            observe::report(shared, RequestEvent::FollowTimedOut { route });
+            observer::report(shared, RequestEvent::FollowTimedOut { route });
             let msg = "levee: deadline passed while waiting for an earlier request with the same idempotency-key";
             return Err(LeveeError::deadline_exceeded(msg));
         }
@@ -959,7 +963,7 @@ async fn claim_key(
 }
 
 fn replay(shared: &Shared, route: &str, stored: &Stored) -> Response<Body> {
-    observe::report(shared, RequestEvent::Replayed { route });
+    observer::report(shared, RequestEvent::Replayed { route });
     let mut out = Response::new(full(stored.body.clone()));
     *out.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     *out.headers_mut() = stored.headers.clone();
@@ -991,7 +995,9 @@ fn authenticate(shared: &Shared, said: &Said) -> Result<Caller, LeveeError> {
         .as_ref()
         .map(|(v, bearer)| credential_digest(v, *bearer));
     match digest {
-        Some(d) if crate::census::key_index(&shared.keys, &d).is_some() => Ok(Caller::Checked(d)),
+        Some(d) if crate::observe::census::key_index(&shared.keys, &d).is_some() => {
+            Ok(Caller::Checked(d))
+        }
         _ => {
             let msg = "levee: missing or invalid API key for this gateway";
             Err(reject(
@@ -1052,7 +1058,7 @@ impl Caller {
     /// Which of the gateway's keys the caller used.
     fn key_index(&self, keys: &[[u8; 32]]) -> Option<usize> {
         match self {
-            Caller::Checked(d) => crate::census::key_index(keys, d),
+            Caller::Checked(d) => crate::observe::census::key_index(keys, d),
             Caller::Presented(_) => None,
         }
     }
@@ -1123,7 +1129,7 @@ mod tests {
             (headers::X_TIMEOUT_MS, "5000"),
             (headers::X_DEADLINE_MS, "1700000000000"),
             (
-                HeaderName::from_static(crate::census::CALLER_HEADER),
+                HeaderName::from_static(crate::observe::census::CALLER_HEADER),
                 "billing",
             ),
         ];

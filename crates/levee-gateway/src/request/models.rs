@@ -15,11 +15,11 @@
 //! call); a provider that fails is left out of the answer and logged, never
 //! failing the whole list.
 
-use crate::collect::collect_limited;
-use crate::listed::Fetched;
-pub use crate::listed::Listed;
-use crate::respond::{full, Body, LeveeError, Verdict};
-use crate::shared::Shared;
+use crate::http::collect::collect_limited;
+use crate::http::respond::{full, Body, LeveeError, Verdict};
+use crate::runtime::shared::Shared;
+use crate::upstream::listed::Fetched;
+pub use crate::upstream::listed::Listed;
 use crate::upstream::{build_request_with, ProviderRuntime};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};

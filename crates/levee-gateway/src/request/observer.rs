@@ -15,12 +15,12 @@
 //! ([`Observer::trace_attempt`]) and a stream's tape line
 //! ([`Observer::stream_tape`]).
 
-use crate::event::{Finished, LastError, RequestEvent, StreamOutcome, TokensUsed};
-use crate::outcome::{AttemptResult, FallbackReason, RequestOutcome, SkipReason};
-use crate::record::TapeLine;
-use crate::respond::{Body, LeveeError, Why};
-use crate::shared::Shared;
-use crate::telemetry::{AttemptTrace, RequestTrace};
+use crate::http::respond::{Body, LeveeError, Why};
+use crate::observe::event::{Finished, LastError, RequestEvent, StreamOutcome, TokensUsed};
+use crate::observe::outcome::{AttemptResult, FallbackReason, RequestOutcome, SkipReason};
+use crate::observe::record::TapeLine;
+use crate::observe::telemetry::{AttemptTrace, RequestTrace};
+use crate::runtime::shared::Shared;
 use bytes::Bytes;
 use http::{HeaderName, Response};
 use levee_policy::planner::{AttemptKind, Dispatch};
@@ -77,7 +77,7 @@ pub(crate) fn report(shared: &Shared, event: RequestEvent<'_>) {
         RequestEvent::ShuttingDown => m.reject(Why::ShuttingDown),
         RequestEvent::BudgetExhausted { provider } => {
             m.budget_exhausted
-                .get_or_create(&crate::metrics::ProviderLabel {
+                .get_or_create(&crate::observe::metrics::ProviderLabel {
                     provider: provider.to_string(),
                 })
                 .inc();
@@ -349,7 +349,7 @@ impl Observer {
     }
 
     /// Sets the attempt in flight's trace fields on its upstream request.
-    pub fn trace_attempt(&self, fields: &mut crate::outbound::Fields) {
+    pub fn trace_attempt(&self, fields: &mut crate::http::outbound::Fields) {
         if let Some(span) = &self.span {
             span.inject(fields);
         }
@@ -603,7 +603,7 @@ impl Observer {
                     "" => "other".to_string(),
                     m => m.to_string(),
                 };
-                crate::metrics::TokensLabel {
+                crate::observe::metrics::TokensLabel {
                     route: route.name.clone(),
                     provider: provider.name.clone(),
                     model,
@@ -629,7 +629,7 @@ impl Observer {
             shared
                 .metrics
                 .streams_failed
-                .get_or_create(&crate::metrics::ProviderLabel {
+                .get_or_create(&crate::observe::metrics::ProviderLabel {
                     provider: self.provider_name(c.req.target).to_string(),
                 })
                 .inc();
@@ -766,7 +766,7 @@ impl Observer {
     fn fill_tape(&self, target: usize, line: &mut TapeLine) {
         if let Some((path_and_query, model)) = &self.tape_origin {
             let model = self.shared.config.routes[self.route].rewrite_model(target, model);
-            line.path = Some(crate::record::tape_path(path_and_query));
+            line.path = Some(crate::observe::record::tape_path(path_and_query));
             line.model = Some(model.to_string());
         }
         line.at_ms = Some(ms(self.shared.clock.now().since_origin()));

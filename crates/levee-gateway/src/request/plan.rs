@@ -10,10 +10,10 @@ pub(crate) struct Plan {
     pub(crate) body: Bytes,
     pub(crate) uri: http::Uri,
     /// How the exchange crosses dialects (`None`: the same dialect).
-    pub(crate) crossing: Option<crate::crossing::Crossing>,
+    pub(crate) crossing: Option<crate::request::crossing::Crossing>,
     /// Skipped for this request: the target cannot carry it, for this
     /// reason.
-    pub(crate) skip: Option<crate::outcome::SkipReason>,
+    pub(crate) skip: Option<crate::observe::outcome::SkipReason>,
     /// Never sent: the request may be sent only once, and an earlier target
     /// takes it.
     pub(crate) held: bool,

@@ -3,12 +3,12 @@
 //! the first byte, or the caller's deadline comes — never a restart (a
 //! retried stream duplicates text).
 
-use crate::attempt::AttemptFinisher;
 use crate::clock::Clock;
-use crate::event::{RequestEvent, StreamOutcome};
-use crate::observe::Observer;
-use crate::record::TapeLine;
-use crate::sse::EventFramer;
+use crate::http::sse::EventFramer;
+use crate::observe::event::{RequestEvent, StreamOutcome};
+use crate::observe::record::TapeLine;
+use crate::request::attempt::AttemptFinisher;
+use crate::request::observer::Observer;
 use crate::upstream::UpstreamBody;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
@@ -55,14 +55,14 @@ pub struct RelayBody {
     /// `--record`: the exchange so far, chunks appended as relayed.
     tape: Option<Box<TapeLine>>,
     /// The tokens the provider's events reported, to settle the allowance.
-    usage: crate::allowance::StreamUsage,
+    usage: crate::upstream::allowance::StreamUsage,
     /// The request's observer, handed over once the answer's head is
     /// made; told how the stream ended.
     observer: Option<tokio::sync::oneshot::Receiver<Observer>>,
     /// The shutdown grace period, which ends the stream when it is over.
-    grace: crate::shutdown::GraceWatch,
+    grace: crate::runtime::shutdown::GraceWatch,
     /// The tokens the stream's usage settled, reported with its end.
-    tokens: Option<crate::event::TokensUsed>,
+    tokens: Option<crate::observe::event::TokensUsed>,
     /// Bytes relayed to the caller so far.
     bytes: u64,
     /// How the stream ended, reported once its last frame is counted.
@@ -76,7 +76,7 @@ pub struct RelayBody {
 /// its idempotency key.
 pub struct Holds {
     pub _bulkhead: Option<levee_policy::ConcurrencyGuard>,
-    pub _lease: Option<crate::idempotency::Lease>,
+    pub _lease: Option<crate::state::idempotency::Lease>,
 }
 
 impl RelayBody {
@@ -88,7 +88,7 @@ impl RelayBody {
         tape: Option<TapeLine>,
         holds: Holds,
         observer: tokio::sync::oneshot::Receiver<Observer>,
-        grace: crate::shutdown::GraceWatch,
+        grace: crate::runtime::shutdown::GraceWatch,
     ) -> Self {
         let RelayStart {
             first,
@@ -103,7 +103,7 @@ impl RelayBody {
             t.chunks = Some(vec![String::from_utf8_lossy(&first).into_owned()]);
             Box::new(t)
         });
-        let mut usage = crate::allowance::StreamUsage::default();
+        let mut usage = crate::upstream::allowance::StreamUsage::default();
         usage.push(&first);
         // The tape keeps what the provider sent; the caller gets it translated.
         let first = match translate.as_mut() {

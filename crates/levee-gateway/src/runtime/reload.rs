@@ -25,8 +25,8 @@
 //! reference count, where an `RwLock<Arc<_>>` would put every request behind
 //! the writer. The crate is already in the build (the Redis client uses it).
 
-pub use crate::generation::{hash_of, Generation, ResultLabel};
-use crate::shared::{caller_keys, RouteRuntime, SetupError, Shared};
+pub use crate::runtime::generation::hash_of;
+use crate::runtime::shared::{caller_keys, RouteRuntime, SetupError, Shared};
 use crate::upstream::ProviderRuntime;
 use arc_swap::ArcSwap;
 use levee_config::Config;
@@ -183,7 +183,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
         })
         .collect();
     let keys = caller_keys(&config)?;
-    let secrets = crate::redact::Secrets::new(providers.iter().flat_map(|p| p.secrets()));
+    let secrets = crate::observe::redact::Secrets::new(providers.iter().flat_map(|p| p.secrets()));
     let census = old.census.next(&config);
     let generation = old.generation.next(hash, old.clock.unix_ms());
     let shared = Shared {

@@ -2,14 +2,16 @@
 //! per-provider runtime (client + policy state), per-route budgets and
 //! bulkheads, metrics, the clock.
 //!
-//! One `Shared` is one config generation: a reload (`crate::reload`) builds
+//! One `Shared` is one config generation: a reload (`crate::runtime::reload`) builds
 //! the next one, carrying over by `Arc` what outlives a config (metrics,
 //! stores, unchanged providers and routes), and each request keeps the
 //! generation it started under.
 
 use crate::clock::Clock;
-use crate::idempotency::{IdempotencyBackend, IdempotencyStore, MemoryBackend, RedisBackend};
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
+use crate::state::idempotency::{
+    IdempotencyBackend, IdempotencyStore, MemoryBackend, RedisBackend,
+};
 use crate::state::{RedisSetupError, RedisState};
 use crate::upstream::{ProviderRuntime, UpstreamError};
 use levee_config::StateBackend;
@@ -70,17 +72,17 @@ pub struct Shared {
     pub(crate) redis: Option<Arc<RedisState>>,
     pub(crate) shutting_down: Arc<AtomicBool>,
     /// Set when the shutdown grace period is over.
-    pub(crate) grace_over: Arc<crate::shutdown::GraceOver>,
+    pub(crate) grace_over: Arc<crate::runtime::shutdown::GraceOver>,
     /// `--record`: where upstream exchanges are written.
-    pub(crate) recorder: Option<Arc<crate::record::Recorder>>,
+    pub(crate) recorder: Option<Arc<crate::observe::record::Recorder>>,
     /// The provider keys, redacted from error bodies, logs and tapes.
-    pub(crate) secrets: crate::redact::Secrets,
+    pub(crate) secrets: crate::observe::redact::Secrets,
     /// Callers and deadlines seen in traffic, targets' observed latency.
-    pub(crate) census: crate::census::Census,
+    pub(crate) census: crate::observe::census::Census,
     /// Set with `telemetry.otlp_endpoint`: spans exported over OTLP/HTTP.
-    pub(crate) telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    pub(crate) telemetry: Option<Arc<crate::observe::telemetry::Telemetry>>,
     /// Which config this is (content hash, load time, generation number).
-    pub(crate) generation: crate::generation::Generation,
+    pub(crate) generation: crate::runtime::generation::Generation,
     pub(crate) seed: u64,
     pub(crate) counter: Arc<AtomicU64>,
     /// This process's id, read once: `std::process::id()` is a `getpid`
@@ -98,7 +100,7 @@ pub enum SetupError {
     #[error("caller key `{name}`: environment variable `{var}` is not set; export it, or list the key by its `sha256` instead of `env`")]
     MissingCallerKey { name: String, var: String },
     #[error(transparent)]
-    Telemetry(#[from] crate::telemetry::TelemetryError),
+    Telemetry(#[from] crate::observe::telemetry::TelemetryError),
 }
 
 impl Shared {
@@ -108,22 +110,22 @@ impl Shared {
     }
 
     /// Callers and deadlines seen in traffic, targets' observed latency.
-    pub fn census(&self) -> &crate::census::Census {
+    pub fn census(&self) -> &crate::observe::census::Census {
         &self.census
     }
 
     /// The tape upstream exchanges are written to (`--record`), if any.
-    pub fn recorder(&self) -> Option<&crate::record::Recorder> {
+    pub fn recorder(&self) -> Option<&crate::observe::record::Recorder> {
         self.recorder.as_deref()
     }
 
     /// Fired when the shutdown grace period is over.
-    pub fn grace_over(&self) -> &crate::shutdown::GraceOver {
+    pub fn grace_over(&self) -> &crate::runtime::shutdown::GraceOver {
         &self.grace_over
     }
 
     /// Which config this is (content hash, load time, generation number).
-    pub fn generation(&self) -> &crate::generation::Generation {
+    pub fn generation(&self) -> &crate::runtime::generation::Generation {
         &self.generation
     }
 
@@ -137,15 +139,15 @@ impl Shared {
     pub fn with_dial(
         config: Config,
         seed: u64,
-        dial: Option<crate::transport::Dial>,
+        dial: Option<crate::upstream::transport::Dial>,
     ) -> Result<Self, SetupError> {
         let clock = Clock::new();
         let mut metrics = Metrics::new();
-        let census = crate::census::Census::new(&config, &mut metrics.registry);
+        let census = crate::observe::census::Census::new(&config, &mut metrics.registry);
         let generation =
-            crate::generation::Generation::first(&config, &mut metrics.registry, &clock);
+            crate::runtime::generation::Generation::first(&config, &mut metrics.registry, &clock);
         let telemetry = match &config.telemetry.otlp_endpoint {
-            Some(e) => Some(Arc::new(crate::telemetry::Telemetry::start(
+            Some(e) => Some(Arc::new(crate::observe::telemetry::Telemetry::start(
                 e,
                 &mut metrics.registry,
             )?)),
@@ -178,7 +180,7 @@ impl Shared {
             })
             .collect::<Result<Vec<_>, _>>()?;
         // A cloud platform's credentials (keys, tokens) as loaded now, too.
-        let secrets = crate::redact::Secrets::new(
+        let secrets = crate::observe::redact::Secrets::new(
             providers
                 .iter()
                 .flat_map(|p| p.secrets().map(str::to_owned).chain(p.platform.secrets())),
@@ -239,7 +241,7 @@ impl Shared {
                 let s = p.lock();
                 (s.breaker_state(now) as i64, i64::from(s.in_flight()))
             };
-            let label = crate::metrics::ProviderLabel {
+            let label = crate::observe::metrics::ProviderLabel {
                 provider: p.name.clone(),
             };
             self.metrics.circuit_state.get_or_create(&label).set(state);
@@ -250,7 +252,7 @@ impl Shared {
                 let Some((level, capacity)) = a.level(now, meter) else {
                     continue;
                 };
-                let label = crate::metrics::ProviderMeter {
+                let label = crate::observe::metrics::ProviderMeter {
                     provider: p.name.clone(),
                     meter: meter.label(),
                 };
@@ -272,7 +274,7 @@ impl Shared {
                     else {
                         continue;
                     };
-                    let label = crate::metrics::ProviderCallerMeter {
+                    let label = crate::observe::metrics::ProviderCallerMeter {
                         provider: p.name.clone(),
                         caller: caller.name.clone(),
                         meter: meter.label(),

@@ -5,7 +5,7 @@
 //! terminating chunk, so every caller can tell what happened. The 503 says in
 //! `x-levee-attempts` how many attempts the request had sent.
 
-use crate::respond::{Body, LeveeError};
+use crate::http::respond::{Body, LeveeError};
 use http::Response;
 use levee_wire::Dialect;
 use std::cell::Cell;

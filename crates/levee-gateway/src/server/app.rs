@@ -5,10 +5,10 @@
 //! (`server`, `front`), which does not go through this value.
 
 use crate::error::BoxError;
-use crate::handler::handle;
-use crate::respond::Body;
-use crate::shared::{SetupError, Shared};
-use crate::transport::Dial;
+use crate::http::respond::Body;
+use crate::request::handler::handle;
+use crate::runtime::shared::{SetupError, Shared};
+use crate::upstream::transport::Dial;
 use bytes::Bytes;
 use http::{Request, Response};
 use levee_config::Config;
@@ -39,6 +39,11 @@ impl App {
     /// The state every request shares (metrics, providers, config).
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// The status page as the admin listener serves it (`GET /`).
+    pub fn status_page(&self) -> String {
+        crate::server::status::render(&self.shared)
     }
 
     /// Answers one request.

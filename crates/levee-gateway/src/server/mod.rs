@@ -1,5 +1,5 @@
 //! Accepting connections: the public listener (one task per client
-//! connection, served by [`crate::front`] under the header-size and
+//! connection, served by [`crate::http::front`] under the header-size and
 //! header-read-time limits) and the admin listener (`/metrics`, `/healthz`,
 //! `/readyz`, on hyper), with graceful shutdown.
 //!
@@ -8,11 +8,14 @@
 //! address (DNS rebinding) cannot read it from a browser; and it sends a
 //! `Content-Security-Policy` that lets its pages load nothing.
 
-use crate::front;
-use crate::reload::Reloader;
-use crate::respond::{full, Body};
-use crate::shared::Shared;
-use crate::unread::Unread;
+pub(crate) mod app;
+pub(crate) mod status;
+
+use crate::http::front;
+use crate::http::respond::{full, Body};
+use crate::http::unread::Unread;
+use crate::runtime::reload::Reloader;
+use crate::runtime::shared::Shared;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -72,7 +75,7 @@ pub async fn serve_connections(
         let generations = Arc::clone(&generations);
         // Each request runs under the generation current when it arrives.
         let svc = move |req: Request<front::FrontBody>| {
-            crate::handler::handle(generations.current(), req)
+            crate::request::handler::handle(generations.current(), req)
         };
         tokio::spawn(front::serve(stream, settings, svc, watching.clone()));
     };
@@ -296,7 +299,7 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
         "/" => (
             StatusCode::OK,
             "text/html; charset=utf-8",
-            crate::status::render(shared),
+            crate::server::status::render(shared),
         ),
         "/census" => (
             StatusCode::OK,

@@ -16,8 +16,8 @@
 //!
 //! Caller names come from a request header: everything shown is HTML-escaped.
 
-use crate::census::{target_name, CensusReport, Recent, WINDOW_SECS};
-use crate::shared::Shared;
+use crate::observe::census::{target_name, CensusReport, Recent, WINDOW_SECS};
+use crate::runtime::shared::Shared;
 use levee_policy::breaker::BreakerState;
 use levee_policy::{Instant, ProviderState};
 use std::fmt::Write as _;
@@ -506,7 +506,7 @@ mod tests {
 
     #[test]
     fn fallback_reasons_are_said_in_words_beside_their_labels() {
-        use crate::outcome::{AttemptResult, FallbackReason};
+        use crate::observe::outcome::{AttemptResult, FallbackReason};
         use levee_policy::planner::PrimaryRefusal as R;
         let r = FallbackReason::PrimaryRefused(R::CircuitOpen);
         assert_eq!(r.label(), "primary_circuit_open");

@@ -72,22 +72,6 @@ impl SharedMeter {
 }
 
 impl RedisState {
-    /// One request of `provider`'s shared allowance: `Some(Ok)` allowed,
-    /// `Some(Err(wait))` refused until then, `None` Redis unavailable.
-    pub async fn allowance(
-        &self,
-        provider: &str,
-        rpm: u32,
-        burst: u32,
-    ) -> Option<Result<(), Duration>> {
-        let requests = SharedMeter {
-            suffix: "",
-            per_minute: u64::from(rpm),
-            capacity: u64::from(burst),
-        };
-        self.allowance_of(provider, &[(requests, 1)]).await
-    }
-
     /// Spends `cost` of each meter of `provider`'s shared allowance, all or
     /// none: `Some(Ok)` allowed, `Some(Err(wait))` refused until the
     /// slowest conforms, `None` Redis unavailable.

@@ -1,7 +1,7 @@
 //! Shared state across replicas on Redis (`state: { backend: redis }`): the
 //! connection with its time budget and fallback accounting, used by two
 //! jobs — the providers' per-minute allowance (`allowance`, here) and the
-//! idempotency keys (`crate::idempotency::redis`).
+//! idempotency keys (`crate::state::idempotency::redis`).
 //!
 //! Retry budgets stay per process (funded by local successes, no
 //! coordination needed); what must be shared is what the provider meters per
@@ -18,6 +18,7 @@
 //! when it returns. A single slow call falls back for that call only.
 
 mod allowance;
+pub(crate) mod idempotency;
 pub use allowance::SharedMeter;
 
 use crate::clock::Clock;
@@ -60,7 +61,7 @@ pub struct RedisState {
     skip_until_ns: AtomicU64,
     failures_in_a_row: AtomicU64,
     last_warn_ns: AtomicU64,
-    fallbacks: Family<crate::metrics::WhatLabel, Counter>,
+    fallbacks: Family<crate::observe::metrics::WhatLabel, Counter>,
     /// Idempotency leases this replica holds in Redis (lease id → Redis
     /// key), released at shutdown.
     held: Mutex<HashMap<String, String>>,
@@ -90,7 +91,7 @@ impl RedisState {
         replicas: u32,
         timeout: Duration,
         clock: Clock,
-        fallbacks: Family<crate::metrics::WhatLabel, Counter>,
+        fallbacks: Family<crate::observe::metrics::WhatLabel, Counter>,
     ) -> Result<Self, RedisSetupError> {
         let err = |source| RedisSetupError {
             url: levee_config::redact_url(url),
@@ -148,7 +149,7 @@ impl RedisState {
                 .store(now + 1_000_000_000, Ordering::Relaxed);
         }
         self.fallbacks
-            .get_or_create(&crate::metrics::WhatLabel {
+            .get_or_create(&crate::observe::metrics::WhatLabel {
                 what: what.label().to_string(),
             })
             .inc();
@@ -166,7 +167,7 @@ impl RedisState {
     /// Counts a fallback taken without trying Redis (it is being skipped).
     fn skipped(&self, what: StateUse) {
         self.fallbacks
-            .get_or_create(&crate::metrics::WhatLabel {
+            .get_or_create(&crate::observe::metrics::WhatLabel {
                 what: what.label().to_string(),
             })
             .inc();

@@ -5,7 +5,7 @@
 
 use crate::clock::Clock;
 use crate::error::BoxError;
-use crate::h1conn::H1Body;
+use crate::upstream::h1conn::H1Body;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;

@@ -25,12 +25,12 @@
 //! read here and left out of the answer's header map: they describe this
 //! connection, and a proxy never passes them on.
 
-use crate::h1wire::{
+use crate::http::h1wire::{
     decode_chunked, header_map, BadField, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS,
 };
-use crate::outbound::Outbound;
-use crate::respond::is_hop_by_hop;
-use crate::transport::Conn;
+use crate::http::outbound::Outbound;
+use crate::http::respond::is_hop_by_hop;
+use crate::upstream::transport::Conn;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode, Version};
@@ -370,7 +370,7 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     // about this connection are read here and left out of it.
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
-            listed.extend(crate::h1wire::listed_names(h.value).map(at));
+            listed.extend(crate::http::h1wire::listed_names(h.value).map(at));
         }
         if !framing.see(h.name, h.value).map_err(H1Error::Framing)? {
             spans.push(Span {

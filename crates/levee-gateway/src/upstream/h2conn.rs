@@ -22,8 +22,8 @@
 //! request silently. It happens only when h2 holds requests back, i.e. at
 //! the server's own stream limit, which the pool keeps below.
 
-use crate::body::ConnTimed;
-use crate::transport::Conn;
+use crate::upstream::body::ConnTimed;
+use crate::upstream::transport::Conn;
 use hyper::client::conn::http2;
 use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 use std::future::Future;

@@ -1,5 +1,5 @@
 //! One provider's model list as last fetched (`GET /v1/models` reads and
-//! refreshes it in [`crate::models`]; each provider's runtime holds one).
+//! refreshes it in [`crate::request::models`]; each provider's runtime holds one).
 
 use std::sync::Arc;
 

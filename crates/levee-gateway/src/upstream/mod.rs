@@ -7,17 +7,25 @@
 //! The pool is Levee's own rather than hyper-util's legacy `Client`: that
 //! client spawns a task per request to watch the connection become idle again
 //! before it returns it to its pool. HTTP/1.1 connections are driven inside
-//! the attempt's own task ([`crate::h1conn`]) and go back to the pool from
+//! the attempt's own task ([`crate::upstream::h1conn`]) and go back to the pool from
 //! the poll that reads an answer's last byte; HTTP/2 connections are shared
-//! by many streams at once ([`crate::h2conn`]).
+//! by many streams at once ([`crate::upstream::h2conn`]).
 
-use crate::body::ConnTimed;
-pub use crate::body::UpstreamBody;
+pub(crate) mod allowance;
+pub(crate) mod body;
+pub(crate) mod h1conn;
+pub(crate) mod h2conn;
+pub(crate) mod listed;
+pub(crate) mod platform;
+pub(crate) mod transport;
+
 use crate::clock::Clock;
 use crate::error::BoxError;
-use crate::h1conn::{Failed, H1Conn, Home};
-use crate::h2conn::{self, H2Conn, H2Pool, Streams, Watched};
-use crate::outbound::Outbound;
+use crate::http::outbound::Outbound;
+use crate::upstream::body::ConnTimed;
+pub use crate::upstream::body::UpstreamBody;
+use crate::upstream::h1conn::{Failed, H1Conn, Home};
+use crate::upstream::h2conn::{H2Conn, H2Pool, Streams, Watched};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, Uri};
@@ -36,7 +44,7 @@ use tower_service::Service;
 
 /// How every provider connects: TCP, then TLS for `https` base URLs (or an
 /// in-memory pipe to an in-process provider, in tests).
-use crate::transport::Connector;
+use crate::upstream::transport::Connector;
 
 /// Longest an idle upstream connection is kept for reuse.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -272,7 +280,10 @@ impl Pool {
 
     /// The HTTP/2 handshake on a new connection, its task, and its place in
     /// the pool (one stream reserved for the caller).
-    async fn connect_h2(&self, io: crate::transport::Conn) -> Result<Arc<H2Conn>, SendError> {
+    async fn connect_h2(
+        &self,
+        io: crate::upstream::transport::Conn,
+    ) -> Result<Arc<H2Conn>, SendError> {
         let streams = Arc::new(Streams::default());
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(hyper_util::rt::TokioTimer::new())
@@ -468,7 +479,7 @@ pub enum UpstreamError {
     #[error("provider `{provider}`: the key in `{var}` is not a valid header value")]
     BadKey { provider: String, var: String },
     #[error(transparent)]
-    Platform(#[from] crate::platform::PlatformError),
+    Platform(#[from] crate::upstream::platform::PlatformError),
 }
 
 /// What a query parameter's name or value keeps unescaped: RFC 3986's
@@ -769,9 +780,9 @@ pub struct ProviderRuntime {
     clock: Clock,
     /// The provider's own model list, fetched for `GET /v1/models` and kept
     /// a short while.
-    pub(crate) models: crate::listed::ModelCache,
+    pub(crate) models: crate::upstream::listed::ModelCache,
     /// Where the provider runs: the cloud's URLs, auth and framing.
-    pub(crate) platform: crate::platform::PlatformRuntime,
+    pub(crate) platform: crate::upstream::platform::PlatformRuntime,
 }
 
 impl ProviderRuntime {
@@ -792,7 +803,7 @@ impl ProviderRuntime {
         connect_hist: Histogram,
         clock: Clock,
         replicas: Option<u32>,
-        dial: Option<&crate::transport::Dial>,
+        dial: Option<&crate::upstream::transport::Dial>,
     ) -> Result<Self, UpstreamError> {
         let (auth, secret) = match provider_auth(p)? {
             Some((name, value, key)) => (Some((name, value)), Some(key)),
@@ -803,8 +814,8 @@ impl ProviderRuntime {
             query,
             env_values,
         } = provider_extras(p).map_err(|mut problems| problems.swap_remove(0).error)?;
-        let connector = crate::transport::connector(p, dial);
-        let platform = crate::platform::PlatformRuntime::with_connector(p, &connector)?;
+        let connector = crate::upstream::transport::connector(p, dial);
+        let platform = crate::upstream::platform::PlatformRuntime::with_connector(p, &connector)?;
         let scheme = p.base_url.scheme_str().unwrap_or("http");
         let authority = p
             .base_url
@@ -850,7 +861,7 @@ impl ProviderRuntime {
             state: Mutex::new(state),
             connect_hist,
             clock,
-            models: crate::listed::ModelCache::default(),
+            models: crate::upstream::listed::ModelCache::default(),
             platform,
         };
         runtime.endpoints = levee_wire::paths::POST
@@ -904,7 +915,7 @@ impl ProviderRuntime {
         uri.parse().ok()
     }
 
-    /// The URI for a path a platform chose ([`crate::platform::PlatformRuntime::target`]):
+    /// The URI for a path a platform chose ([`crate::upstream::platform::PlatformRuntime::target`]):
     /// appended verbatim to the base URL's path, with `query:` added.
     pub fn platform_uri(&self, path_and_query: &str) -> Option<Uri> {
         let mut uri = format!(
@@ -978,6 +989,7 @@ pub fn is_forwarded(api: Api, name: &HeaderName) -> bool {
 }
 
 /// Builds one attempt's request (a `POST`).
+#[cfg(test)]
 pub fn build_request(
     provider: &ProviderRuntime,
     inbound: &HeaderMap,
@@ -1065,7 +1077,7 @@ fn request_fields(
 /// `connect_error` (refused, unreachable, DNS, reset before a response).
 /// Either way the core sees a connection fault (`Outcome::ConnectError`):
 /// the provider cannot be reached, and its breaker counts it.
-pub fn failure_result(e: &SendError) -> crate::outcome::AttemptResult {
+pub fn failure_result(e: &SendError) -> crate::observe::outcome::AttemptResult {
     let inner: &(dyn std::error::Error + 'static) = match e {
         SendError::Connect(e) => e.as_ref(),
         SendError::Handshake(e) => e,
@@ -1074,11 +1086,11 @@ pub fn failure_result(e: &SendError) -> crate::outcome::AttemptResult {
     let mut cause = Some(inner);
     while let Some(c) = cause {
         if is_tls(c) {
-            return crate::outcome::AttemptResult::Tls;
+            return crate::observe::outcome::AttemptResult::Tls;
         }
         cause = c.source();
     }
-    crate::outcome::AttemptResult::ConnectError
+    crate::observe::outcome::AttemptResult::ConnectError
 }
 
 /// rustls reports a failed handshake as an `io::Error` wrapping its own
@@ -1329,7 +1341,7 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dialed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let count = Arc::clone(&dialed);
-        let dial: crate::transport::Dial = Arc::new(move |_: &Uri| {
+        let dial: crate::upstream::transport::Dial = Arc::new(move |_: &Uri| {
             count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
             tokio::spawn(async move {
@@ -1387,7 +1399,8 @@ mod tests {
         set_workers(workers);
         let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
         let served = mock.clone();
-        let dial: crate::transport::Dial = Arc::new(move |_: &Uri| Some(served.connect()));
+        let dial: crate::upstream::transport::Dial =
+            Arc::new(move |_: &Uri| Some(served.connect()));
         let cfg = levee_config::Config::parse(
             "providers:\n  p: { api: openai, base_url: \"http://mock.test\", http2: always }\nroutes:\n  - targets: [p]\n",
         )

@@ -34,7 +34,7 @@ mod local;
 mod redis;
 
 pub use local::{IdempotencyStore, MemoryBackend};
-pub use redis::{RedisBackend, LEASE};
+pub use redis::RedisBackend;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;

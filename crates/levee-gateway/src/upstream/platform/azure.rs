@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 
 use super::PlatformError;
-use crate::outbound::Outbound;
+use crate::http::outbound::Outbound;
 
 /// An Azure OpenAI resource.
 #[derive(Debug)]

@@ -53,10 +53,10 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 
 use super::PlatformError;
-use crate::body::{Reframe, Step, UpstreamBody};
 use crate::error::BoxError;
-use crate::outbound::Outbound;
-use crate::redact::Secrets;
+use crate::http::outbound::Outbound;
+use crate::observe::redact::Secrets;
+use crate::upstream::body::{Reframe, Step, UpstreamBody};
 
 /// The `anthropic_version` Bedrock requires in the body.
 pub(crate) const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
@@ -302,7 +302,7 @@ impl Bedrock {
         }
         // Bedrock reads the version and betas from the body only.
         if req.fields.iter().any(|(n, _)| is_anthropic_field(n)) {
-            let mut kept = crate::outbound::Fields::with_capacity(req.fields.len());
+            let mut kept = crate::http::outbound::Fields::with_capacity(req.fields.len());
             for (n, v) in req.fields.iter().filter(|(n, _)| !is_anthropic_field(n)) {
                 kept.append(n.clone(), v.clone());
             }

@@ -17,8 +17,8 @@ use http::header::{HeaderValue, AUTHORIZATION};
 use http::Response;
 use levee_config::{Platform, Provider};
 
-use crate::body::UpstreamBody;
-use crate::outbound::Outbound;
+use crate::http::outbound::Outbound;
+use crate::upstream::body::UpstreamBody;
 
 mod azure;
 mod bedrock;
@@ -29,7 +29,7 @@ mod vertex;
 /// that is not a JSON object with a string `model`.
 pub(crate) fn model_and_stream(body: &Bytes) -> Option<(String, bool)> {
     let text = std::str::from_utf8(body).ok()?;
-    if let Some(top) = crate::quickjson::top(text) {
+    if let Some(top) = crate::http::quickjson::top(text) {
         return Some((top.model?.to_string(), top.stream));
     }
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
@@ -114,7 +114,7 @@ impl PlatformRuntime {
             // connections go (`levee check --probe`).
             Platform::Vertex { .. } => PlatformRuntime::Vertex(vertex::Vertex::new(
                 p,
-                &crate::transport::connector(p, None),
+                &crate::upstream::transport::connector(p, None),
             )?),
         })
     }
@@ -124,7 +124,7 @@ impl PlatformRuntime {
     /// a test's in-memory pipes).
     pub(crate) fn with_connector(
         p: &Provider,
-        connector: &crate::transport::Connector,
+        connector: &crate::upstream::transport::Connector,
     ) -> Result<Self, PlatformError> {
         match &p.platform {
             Platform::Vertex { .. } => {

@@ -48,10 +48,10 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use serde_json::Value;
 
 use super::PlatformError;
-use crate::body::{Reframe, Step, UpstreamBody};
 use crate::clock::Clock;
-use crate::outbound::Outbound;
-use crate::transport::Connector;
+use crate::http::outbound::Outbound;
+use crate::upstream::body::{Reframe, Step, UpstreamBody};
+use crate::upstream::transport::Connector;
 
 /// The `anthropic_version` Vertex AI's Anthropic models take in the body.
 pub(crate) const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
@@ -776,7 +776,7 @@ mod tests {
 
     fn vertex(yaml_extra: &str, api: &str) -> Vertex {
         let p = provider(yaml_extra, api);
-        let dial: crate::transport::Dial = Arc::new(|_: &http::Uri| None);
+        let dial: crate::upstream::transport::Dial = Arc::new(|_: &http::Uri| None);
         Vertex::new(&p, &Connector::Memory(dial)).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -880,7 +880,7 @@ mod tests {
             "providers:\n  v: {{ api: vertex, region: global, project: p, base_url: \"https://aiplatform.googleapis.com/v1\", credentials_file: \"{KEY}\" }}\nroutes:\n  - targets: [v]\n"
         );
         let config = levee_config::Config::parse(&text).unwrap();
-        let dial: crate::transport::Dial = Arc::new(|_: &http::Uri| None);
+        let dial: crate::upstream::transport::Dial = Arc::new(|_: &http::Uri| None);
         let v = Vertex::new(&config.providers[0], &Connector::Memory(dial)).unwrap();
         let body = Bytes::from_static(br#"{"model":"m","messages":[]}"#);
         let (path, _) = v.target("/v1/messages", &body).unwrap().unwrap();
@@ -914,7 +914,7 @@ mod tests {
     #[test]
     fn credentials_are_required_and_a_bad_key_file_is_named_without_its_contents() {
         let p = provider("", "vertex");
-        let dial: crate::transport::Dial = Arc::new(|_: &http::Uri| None);
+        let dial: crate::upstream::transport::Dial = Arc::new(|_: &http::Uri| None);
         let c = Connector::Memory(dial);
         // The variable may be set on a developer's machine: this test only
         // runs the check when it is not.

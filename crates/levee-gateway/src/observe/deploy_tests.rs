@@ -18,14 +18,14 @@ fn read(file: &str) -> String {
 
 /// Every series name the admin `/metrics` can show.
 fn exported() -> BTreeSet<String> {
-    let mut metrics = levee_gateway::metrics::Metrics::new();
+    let mut metrics = crate::observe::metrics::Metrics::new();
     let config = levee_config::Config::parse("").expect("empty config");
-    let census = levee_gateway::census::Census::new(&config, &mut metrics.registry);
+    let census = crate::observe::census::Census::new(&config, &mut metrics.registry);
     // Registered with the first config generation (ok and error series at 0).
-    let _ = levee_gateway::reload::Generation::first(
+    let _ = crate::runtime::generation::Generation::first(
         &config,
         &mut metrics.registry,
-        &levee_gateway::clock::Clock::new(),
+        &crate::clock::Clock::new(),
     );
     // A family shows in the exposition once it has a series: give each one.
     census.admitted(
@@ -35,41 +35,41 @@ fn exported() -> BTreeSet<String> {
         Default::default(),
         Default::default(),
     );
-    let requests = levee_gateway::metrics::RouteOutcome {
+    let requests = crate::observe::metrics::RouteOutcome {
         route: "r".into(),
         outcome: "success".into(),
     };
     metrics.requests.get_or_create(&requests).inc();
-    let attempts = levee_gateway::metrics::ProviderResult {
+    let attempts = crate::observe::metrics::ProviderResult {
         provider: "p".into(),
         result: "success".into(),
     };
     metrics.upstream_attempts.get_or_create(&attempts).inc();
-    let rejected = levee_gateway::metrics::ReasonLabel {
+    let rejected = crate::observe::metrics::ReasonLabel {
         reason: "shed".into(),
     };
     metrics.rejected.get_or_create(&rejected).inc();
-    let p = levee_gateway::metrics::ProviderLabel {
+    let p = crate::observe::metrics::ProviderLabel {
         provider: "p".into(),
     };
     metrics.budget_exhausted.get_or_create(&p).inc();
     metrics.circuit_state.get_or_create(&p).set(0);
     metrics.in_flight.get_or_create(&p).set(0);
     metrics.streams_failed.get_or_create(&p).inc();
-    let fallback = levee_gateway::metrics::RouteReason {
+    let fallback = crate::observe::metrics::RouteReason {
         route: "r".into(),
         reason: "x".into(),
     };
     metrics.fallbacks.get_or_create(&fallback).inc();
-    let what = levee_gateway::metrics::WhatLabel { what: "x".into() };
+    let what = crate::observe::metrics::WhatLabel { what: "x".into() };
     metrics.state_fallbacks.get_or_create(&what).inc();
-    let meter = levee_gateway::metrics::ProviderMeter {
+    let meter = crate::observe::metrics::ProviderMeter {
         provider: "p".into(),
         meter: "tokens",
     };
     metrics.allowance_remaining.get_or_create(&meter).set(1.0);
     metrics.allowance_limit.get_or_create(&meter).set(1.0);
-    let share = levee_gateway::metrics::ProviderCallerMeter {
+    let share = crate::observe::metrics::ProviderCallerMeter {
         provider: "p".into(),
         caller: "c".into(),
         meter: "tokens",
