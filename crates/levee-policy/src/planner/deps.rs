@@ -1,0 +1,95 @@
+//! What the planner asks of the world — provider admission and per-target
+//! retry budgets — and [`Deps`], that interface over plain state.
+
+use super::AttemptKind;
+use crate::budget::RetryBudget;
+use crate::classify::Class;
+use crate::provider::{Permit, ProviderState, Refusal};
+use crate::time::Instant;
+use std::time::Duration;
+
+/// What the planner needs from the world: provider admission and per-target
+/// retry budgets. [`Deps`] implements it over plain structs (simulator, tests);
+/// the gateway implements it over its shared, locked state.
+pub trait Dependencies {
+    /// Whether target `t`'s provider would admit an attempt now (takes nothing).
+    fn check(&self, t: usize, now: Instant) -> Result<(), Refusal>;
+    /// Admits an attempt to target `t`'s provider.
+    fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal>;
+    /// [`Dependencies::check`] for an attempt of `kind`: its place in the
+    /// provider's allowance (retries and fallback traffic leave a floor for
+    /// first attempts).
+    fn check_kind(&self, t: usize, now: Instant, kind: AttemptKind) -> Result<(), Refusal> {
+        let _ = kind;
+        self.check(t, now)
+    }
+    /// [`Dependencies::admit`] for an attempt of `kind`.
+    fn admit_kind(&mut self, t: usize, now: Instant, kind: AttemptKind) -> Result<Permit, Refusal> {
+        let _ = kind;
+        self.admit(t, now)
+    }
+    /// Records an admitted attempt's result on target `t`'s provider;
+    /// returns whether retries on its model were winning before it (see
+    /// [`crate::learn::Retries`]; `None`: too few to tell).
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool>;
+    /// Withdraws one retry from target `t`'s budget.
+    fn withdraw(&mut self, t: usize, now: Instant) -> bool;
+    /// Deposits a success into target `t`'s budget.
+    fn deposit(&mut self, t: usize, now: Instant);
+    /// Refunds `tokens` retries that worked into target `t`'s budget.
+    fn refund(&mut self, t: usize, now: Instant, tokens: u32);
+    /// Target `t`'s learned attempt time (a recent p99), if known.
+    fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
+        let _ = (t, now);
+        None
+    }
+    /// The attempt on target `t` behind `permit` is past its learned p99
+    /// with no first byte: count the stall against its model's breaker.
+    fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
+        let _ = (t, now, permit);
+    }
+}
+
+/// [`Dependencies`] over plain mutable state: `providers[target_provider[t]]`
+/// for model `target_model[t]` (`""` where the slice is short), and `budgets[t]`.
+#[derive(Debug)]
+pub struct Deps<'a> {
+    pub providers: &'a mut [ProviderState],
+    pub target_provider: &'a [usize],
+    pub target_model: &'a [&'a str],
+    pub budgets: &'a mut [RetryBudget],
+}
+
+impl Deps<'_> {
+    fn model(&self, t: usize) -> &str {
+        self.target_model.get(t).copied().unwrap_or("")
+    }
+}
+
+impl Dependencies for Deps<'_> {
+    fn check(&self, t: usize, now: Instant) -> Result<(), Refusal> {
+        self.providers[self.target_provider[t]].check(now, self.model(t))
+    }
+    fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal> {
+        let model = self.target_model.get(t).copied().unwrap_or("");
+        self.providers[self.target_provider[t]].admit(now, model)
+    }
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool> {
+        self.providers[self.target_provider[t]].finish(now, permit, class)
+    }
+    fn withdraw(&mut self, t: usize, now: Instant) -> bool {
+        self.budgets[t].try_withdraw(now)
+    }
+    fn deposit(&mut self, t: usize, now: Instant) {
+        self.budgets[t].deposit(now)
+    }
+    fn refund(&mut self, t: usize, now: Instant, tokens: u32) {
+        self.budgets[t].refund(now, tokens)
+    }
+    fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
+        self.providers[self.target_provider[t]].expected(now, self.model(t))
+    }
+    fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
+        self.providers[self.target_provider[t]].stalled(now, permit)
+    }
+}

@@ -1,0 +1,155 @@
+//! Retrying on the same target: how long to wait (backoff, Retry-After, the
+//! target's own pace), whether the deadline holds it, and what it spends.
+
+use super::failure::{non_retry_reason, refusal_reason};
+use super::request::{Last, Pending, RequestState};
+use super::{AttemptKind, Decision, Dependencies, Inputs, Reason, RoutePolicy, RETRY_AFTER_SPREAD};
+use crate::backoff::Jitter;
+use crate::classify::Class;
+use crate::provider::Refusal;
+use crate::time::Instant;
+use rand::Rng;
+use std::time::Duration;
+
+/// Attempts on one target while its retries are not winning, when
+/// `max_attempts` allows more: the official SDKs' own count (1 + 2
+/// retries). Retries that lose at a 60 % rate cost 1.96 requests a call at
+/// three attempts and 2.34 at five, for answers the provider was refusing.
+pub const LOSING_ATTEMPTS: u32 = 3;
+
+impl RoutePolicy {
+    /// A retry on target `t` after `last`, with `remaining` left before the
+    /// deadline: sent now, or pending until its wait is over; or why it
+    /// cannot start.
+    pub(super) fn plan_retry<D: Dependencies, R: Rng + ?Sized>(
+        &self,
+        inputs: Inputs<'_, D, R>,
+        t: usize,
+        remaining: Duration,
+        last: Last,
+    ) -> Result<Decision, (Reason, Option<Duration>)> {
+        let Inputs(req, deps, now, rng) = inputs;
+        // While retries on this target win, a transient fault (no
+        // Retry-After, not an overload status) is retried after the first
+        // step's jitter, not an exponential one: a second attempt is as good
+        // now as later, and waiting only delays the answer (a 30 % brownout's
+        // p99 went from 0.53 s to under 0.3 s). Retries that lose back off
+        // exponentially, and pay for themselves from the budget.
+        let winning_transient = last.winning == Some(true) && transient(last);
+        let n = if winning_transient {
+            0
+        } else {
+            req.attempts_on_target.saturating_sub(1)
+        };
+        let wait = self.retry_wait(deps, now, t, last, n, rng)?;
+        let needed = wait
+            + self.expected_now(deps, t, now)
+            + self.reserve_after_now(deps, t, now)
+            + self.margin;
+        if remaining < needed {
+            let ra = last.class.wait();
+            return Err((Reason::DeadlineExceeded, ra));
+        }
+        spend_retry(req, deps, now, t, last, winning_transient)?;
+        if wait.is_zero() {
+            return self
+                .dispatch(req, deps, now, t, AttemptKind::Retry)
+                .map(Decision::Dispatch)
+                .map_err(|r| refusal_reason(r, now));
+        }
+        let at = now + wait;
+        req.pending = Some(Pending {
+            target: t,
+            at,
+            kind: AttemptKind::Retry,
+        });
+        Ok(Decision::Wait { until: at })
+    }
+
+    /// How long a retry on `t` after `last` waits: backoff step `n`, and no
+    /// less than the Retry-After `last` asked for or the time until the
+    /// target's pace, breaker or ramp lets it through, each spread. A
+    /// Retry-After longer than the cap is not waited on: the retry fails.
+    fn retry_wait<D: Dependencies, R: Rng + ?Sized>(
+        &self,
+        deps: &D,
+        now: Instant,
+        t: usize,
+        last: Last,
+        n: u32,
+        rng: &mut R,
+    ) -> Result<Duration, (Reason, Option<Duration>)> {
+        let mut wait = self.backoff.delay(n, rng);
+        if self.respect_retry_after {
+            if let Some(ra) = last.class.wait() {
+                if ra > self.retry_after_cap {
+                    // Longer than we hold a request: not waited on here.
+                    return Err((non_retry_reason(last.class).0, Some(self.retry_after_cap)));
+                }
+                // Not before the server asked, and spread so that 24 workers
+                // told "2 s" do not all come back in the same millisecond.
+                wait = wait.max(ra + self.spread(rng));
+            }
+        }
+        match deps.check_kind(t, now, AttemptKind::Retry) {
+            Ok(()) => {}
+            Err(Refusal::Throttled { until })
+            | Err(Refusal::CircuitOpen { until })
+            | Err(Refusal::Recovering { until }) => {
+                wait = wait.max(until.saturating_since(now) + self.spread(rng));
+            }
+            // Shed / rate limit may clear by the time the wait is over.
+            Err(_) => {}
+        }
+        Ok(wait)
+    }
+
+    /// The spread added to a wait someone else set (a Retry-After, a pace):
+    /// up to the first backoff cap or [`RETRY_AFTER_SPREAD`], whichever is
+    /// larger; none when the route's backoff has no jitter.
+    fn spread<R: Rng + ?Sized>(&self, rng: &mut R) -> Duration {
+        match self.backoff.jitter() {
+            Jitter::None => Duration::ZERO,
+            _ => {
+                let width = self.backoff.cap(0).max(RETRY_AFTER_SPREAD);
+                let cap = u64::try_from(width.as_nanos()).unwrap_or(u64::MAX);
+                Duration::from_nanos(rng.gen_range(0..=cap))
+            }
+        }
+    }
+}
+
+/// Spends what a retry on `t` after `last` costs: a token from the target's
+/// retry budget, unless it is paced or its retries are winning; one spent
+/// after a transient fault may be refunded.
+fn spend_retry<D: Dependencies>(
+    req: &mut RequestState,
+    deps: &mut D,
+    now: Instant,
+    t: usize,
+    last: Last,
+    winning_transient: bool,
+) -> Result<(), (Reason, Option<Duration>)> {
+    // A retry after a 429 spends no retry budget: the model's pace
+    // (what the provider accepts) bounds it, with `max_attempts`. Nor
+    // does a retry after a transient fault while retries win: it would
+    // be refunded when it works, and the budget held 11 of 800 calls of
+    // a 30 % brownout from attempts that would have worked. An outage
+    // (nothing wins) is the breaker's: 20 faults in a row open it.
+    let paced = matches!(last.class, Class::Throttled { wait: Some(_), .. });
+    if !paced && !winning_transient {
+        if !deps.withdraw(t, now) {
+            return Err((Reason::BudgetExhausted, None));
+        }
+        if transient(last) {
+            req.refundable += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a retry after `last` may be refunded when it works: a transient
+/// fault, not an overload signal (429, 529, or any Retry-After).
+fn transient(last: Last) -> bool {
+    matches!(last.class, Class::Fault { wait: None, .. }) && last.status != Some(529)
+}
