@@ -235,34 +235,81 @@ impl Limiter {
         let (Some(buckets), Some(body)) = (&self.buckets, body) else {
             return Ok(Metered::default());
         };
-        let produced = match endpoint {
-            Endpoint::Embeddings => 0,
-            Endpoint::Responses => Reply::pieces_for(body.max_tokens()) as u64,
-            Endpoint::Chat | Endpoint::Messages => match body.forced_tool(dialect) {
-                Some(_) => TOOL_CALL_TOKENS,
-                None => Reply::pieces_for(body.max_tokens()) as u64,
-            },
-            _ => return Ok(Metered::default()),
+        let Some(produced) = produced_tokens(endpoint, dialect, body) else {
+            return Ok(Metered::default());
         };
-        let input = request::prompt_tokens(body_len);
-        let max_output = body.max_tokens().unwrap_or(0);
-        let cost = Cost {
-            tokens: input.saturating_add(max_output),
-            input,
-        };
+        let cost = Cost::of(body, body_len);
         let fields = Fields::of(api, dialect);
         let mut guard = lock(buckets);
         let b: &mut Buckets = &mut guard;
         b.refill(clock::now());
+        if let Some(short) = b.shortfall(&cost) {
+            let refused = Refused {
+                dialect,
+                kind: short.kind,
+                per_minute: short.bucket.per_minute,
+                used: short
+                    .bucket
+                    .per_minute
+                    .saturating_sub(short.bucket.remaining()),
+                requested: short.need,
+                model: body.model.as_deref().unwrap_or("mock-model").to_owned(),
+                retry_after_secs: short.wait.map(|ns| {
+                    u64::try_from(ceil_div(ns, 1_000_000_000).max(1)).unwrap_or(u64::MAX)
+                }),
+                fields: fields.with(|| Snapshot::of(b)),
+            };
+            return Err(Box::new(refused));
+        }
+        b.charge(&cost);
+        drop(guard);
+        Ok(Metered {
+            buckets: Some(Arc::clone(buckets)),
+            produced,
+            fields,
+        })
+    }
+}
+
+/// The output tokens a metered endpoint's answer reports (a forced tool
+/// call's, or the pieces `max_tokens` allows); `None` for an endpoint that
+/// is not metered.
+fn produced_tokens(endpoint: &Endpoint, dialect: Dialect, body: &Body<'_>) -> Option<u64> {
+    let produced = match endpoint {
+        Endpoint::Embeddings => 0,
+        Endpoint::Responses => Reply::pieces_for(body.max_tokens()) as u64,
+        Endpoint::Chat | Endpoint::Messages => match body.forced_tool(dialect) {
+            Some(_) => TOOL_CALL_TOKENS,
+            None => Reply::pieces_for(body.max_tokens()) as u64,
+        },
+        _ => return None,
+    };
+    Some(produced)
+}
+
+/// The limit that refuses a request, and by how much.
+struct Shortfall {
+    kind: Kind,
+    /// The limit's bucket as the request found it.
+    bucket: Bucket,
+    /// What the request needs of it.
+    need: u64,
+    /// Nanoseconds until the bucket holds `need`: `None` when it never can.
+    wait: Option<i128>,
+}
+
+impl Buckets {
+    /// The limit a request of `cost` is refused by, if any: one the request
+    /// can never fit first, else the one it waits longest for. The output
+    /// bucket needs only one token.
+    fn shortfall(&self, cost: &Cost) -> Option<Shortfall> {
         let needs = [
-            (Kind::Requests, b.requests, 1),
-            (Kind::Tokens, b.tokens, cost.tokens),
-            (Kind::Input, b.input, cost.input),
-            (Kind::Output, b.output, 1),
+            (Kind::Requests, self.requests, 1),
+            (Kind::Tokens, self.tokens, cost.tokens),
+            (Kind::Input, self.input, cost.input),
+            (Kind::Output, self.output, 1),
         ];
-        // The limit that refuses: one the request can never fit first, else
-        // the one it waits longest for.
-        let mut worst: Option<(Kind, Bucket, u64, Option<i128>)> = None;
+        let mut worst: Option<Shortfall> = None;
         for (kind, bucket, need) in needs {
             let Some(bucket) = bucket else { continue };
             let wait = bucket.wait_for(need);
@@ -271,44 +318,39 @@ impl Limiter {
             }
             let worse = match (&worst, wait) {
                 (None, _) => true,
-                (Some((.., None)), _) => false,
+                (Some(Shortfall { wait: None, .. }), _) => false,
                 (Some(_), None) => true,
-                (Some((.., Some(prev))), Some(w)) => w > *prev,
+                (
+                    Some(Shortfall {
+                        wait: Some(prev), ..
+                    }),
+                    Some(w),
+                ) => w > *prev,
             };
             if worse {
-                worst = Some((kind, bucket, need, wait));
+                worst = Some(Shortfall {
+                    kind,
+                    bucket,
+                    need,
+                    wait,
+                });
             }
         }
-        if let Some((kind, bucket, need, wait)) = worst {
-            let refused = Refused {
-                dialect,
-                kind,
-                per_minute: bucket.per_minute,
-                used: bucket.per_minute.saturating_sub(bucket.remaining()),
-                requested: need,
-                model: body.model.as_deref().unwrap_or("mock-model").to_owned(),
-                retry_after_secs: wait.map(|ns| {
-                    u64::try_from(ceil_div(ns, 1_000_000_000).max(1)).unwrap_or(u64::MAX)
-                }),
-                fields: fields.with(|| Snapshot::of(b)),
-            };
-            return Err(Box::new(refused));
-        }
+        worst
+    }
+
+    /// Takes an admitted request's cost from the request and token buckets
+    /// (its output is taken when its answer is made).
+    fn charge(&mut self, cost: &Cost) {
         for (bucket, n) in [
-            (&mut b.requests, 1),
-            (&mut b.tokens, cost.tokens),
-            (&mut b.input, cost.input),
+            (&mut self.requests, 1),
+            (&mut self.tokens, cost.tokens),
+            (&mut self.input, cost.input),
         ] {
             if let Some(bucket) = bucket {
                 bucket.take(n);
             }
         }
-        drop(guard);
-        Ok(Metered {
-            buckets: Some(Arc::clone(buckets)),
-            produced,
-            fields,
-        })
     }
 }
 
@@ -322,6 +364,19 @@ struct Cost {
     tokens: u64,
     /// Input alone: what `input_tokens_per_minute` is charged.
     input: u64,
+}
+
+impl Cost {
+    /// A request's cost: the input estimate from its body's length, and
+    /// its `max_tokens`-style limit (0 when none is given).
+    fn of(body: &Body<'_>, body_len: usize) -> Cost {
+        let input = request::prompt_tokens(body_len);
+        let max_output = body.max_tokens().unwrap_or(0);
+        Cost {
+            tokens: input.saturating_add(max_output),
+            input,
+        }
+    }
 }
 
 /// Whether an answer carries fields, and whose.

@@ -213,7 +213,29 @@ fn amz_date(secs: u64) -> String {
 /// Checks the request's SigV4 signature as Bedrock does.
 fn verify(parts: &http::request::Parts, body: &[u8], now: u64) -> Result<(), Refused> {
     let field = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let Some(auth) = field("authorization") else {
+    let auth = authorization(field("authorization"))?;
+    let token = session_token(&auth, field("x-amz-security-token"))?;
+    let signed_at = signing_time(&auth, field("x-amz-date"), now)?;
+    let signs = |name: &str| auth.signed_headers.contains(&name);
+    if !signs("host") || !signs("x-amz-date") || (token.is_some() && !signs("x-amz-security-token"))
+    {
+        return Err(forbidden(
+            "InvalidSignatureException",
+            "'Host', 'X-Amz-Date' (and with temporary credentials 'X-Amz-Security-Token') must be SignedHeaders in the AWS Authorization.",
+        ));
+    }
+    let expected = signature(parts, body, &auth, token, signed_at)
+        .ok_or_else(|| forbidden("InvalidSignatureException", SIGNATURE_MISMATCH))?;
+    if expected != auth.signature {
+        return Err(forbidden("InvalidSignatureException", SIGNATURE_MISMATCH));
+    }
+    Ok(())
+}
+
+/// The `Authorization` field's parts: present, complete, and scoped to
+/// the `bedrock` service.
+fn authorization(field: Option<&str>) -> Result<Authorization<'_>, Refused> {
+    let Some(auth) = field else {
         return Err(forbidden(
             "MissingAuthenticationTokenException",
             "Missing Authentication Token",
@@ -234,23 +256,38 @@ fn verify(parts: &http::request::Parts, body: &[u8], now: u64) -> Result<(), Ref
             ),
         ));
     }
+    Ok(auth)
+}
+
+/// The session token the access key id requires (`None` for long-term
+/// credentials), checked against the request's `x-amz-security-token`: an
+/// unknown key id, or a token missing, extra or wrong, is refused.
+fn session_token(
+    auth: &Authorization<'_>,
+    given: Option<&str>,
+) -> Result<Option<&'static str>, Refused> {
+    let unrecognized = || {
+        forbidden(
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.",
+        )
+    };
     let token = match auth.access_key_id {
         TEST_ACCESS_KEY_ID => None,
         TEST_SESSION_ACCESS_KEY_ID => Some(TEST_SESSION_TOKEN),
-        _ => {
-            return Err(forbidden(
-                "UnrecognizedClientException",
-                "The security token included in the request is invalid.",
-            ))
-        }
+        _ => return Err(unrecognized()),
     };
-    if field("x-amz-security-token") != token {
-        return Err(forbidden(
-            "UnrecognizedClientException",
-            "The security token included in the request is invalid.",
-        ));
+    if given != token {
+        return Err(unrecognized());
     }
-    let Some(date) = field("x-amz-date") else {
+    Ok(token)
+}
+
+/// Unix seconds of the request's `x-amz-date`: present, in ISO 8601 basic
+/// format, on the credential scope's date, and within [`MAX_SKEW_S`] of
+/// `now`.
+fn signing_time(auth: &Authorization<'_>, date: Option<&str>, now: u64) -> Result<u64, Refused> {
+    let Some(date) = date else {
         return Err(forbidden(
             "IncompleteSignatureException",
             "Authorization header requires existence of a 'X-Amz-Date' header.",
@@ -291,20 +328,7 @@ fn verify(parts: &http::request::Parts, body: &[u8], now: u64) -> Result<(), Ref
             ),
         ));
     }
-    let signs = |name: &str| auth.signed_headers.contains(&name);
-    if !signs("host") || !signs("x-amz-date") || (token.is_some() && !signs("x-amz-security-token"))
-    {
-        return Err(forbidden(
-            "InvalidSignatureException",
-            "'Host', 'X-Amz-Date' (and with temporary credentials 'X-Amz-Security-Token') must be SignedHeaders in the AWS Authorization.",
-        ));
-    }
-    let expected = signature(parts, body, &auth, token, signed_at)
-        .ok_or_else(|| forbidden("InvalidSignatureException", SIGNATURE_MISMATCH))?;
-    if expected != auth.signature {
-        return Err(forbidden("InvalidSignatureException", SIGNATURE_MISMATCH));
-    }
-    Ok(())
+    Ok(signed_at)
 }
 
 /// The signature the AWS SDK's signer gives this request over the fields
