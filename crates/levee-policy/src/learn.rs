@@ -391,24 +391,45 @@ impl Pace {
                 }
             });
         };
-        // The answers at this rate in its full seconds: the current one,
-        // begun, is left out.
+        let (accepted, throttled) = self.trial_answers(e);
+        if accepted + throttled < PACE_EVIDENCE {
+            // Too few to tell: neither cut nor grown.
+            self.rate = Some((rate, e, grew));
+            return Some(rate);
+        }
+        Some(self.next_rate(e, rate, grew, reference, accepted, throttled))
+    }
+
+    /// The answers at the rate in force in its full seconds, as
+    /// (accepted, throttled): the current second `e`, begun, is left out.
+    fn trial_answers(&self, e: u64) -> (u32, u32) {
         let current = self
             .seconds
             .iter()
             .find(|s| s.epoch == e)
             .copied()
             .unwrap_or_default();
-        let (accepted, throttled) = (
+        (
             self.trial.accepted.saturating_sub(current.accepted),
             self.trial.throttled.saturating_sub(current.throttled),
-        );
+        )
+    }
+
+    /// The rate set from second `e` on, after the trial at `rate` (`grew`:
+    /// set by growing past rates the 429s did not follow) drew `accepted`
+    /// and `throttled` answers: its share of 429s against the `reference`
+    /// share says whether the 429s follow our rate, and so whether to grow,
+    /// hold to what was accepted, or keep growing past them.
+    fn next_rate(
+        &mut self,
+        e: u64,
+        rate: f64,
+        grew: bool,
+        reference: Reference,
+        accepted: u32,
+        throttled: u32,
+    ) -> f64 {
         let answered = accepted + throttled;
-        if answered < PACE_EVIDENCE {
-            // Too few to tell: neither cut nor grown.
-            self.rate = Some((rate, e, grew));
-            return Some(rate);
-        }
         let full_seconds = e.saturating_sub(self.trial.since + 1).max(1) as f64;
         let accepted_rate = f64::from(accepted) / full_seconds;
         let (now_share, then) = (
@@ -437,7 +458,7 @@ impl Pace {
                 rate,
             });
         }
-        let next = if now_share < 0.1 {
+        if now_share < 0.1 {
             self.set(rate * 1.25, e, false)
         } else if then < 0.1 {
             // Faster than a rate the provider was content with: a limit.
@@ -449,8 +470,7 @@ impl Pace {
         } else {
             // Slower and refused less, or faster and refused more.
             self.set(accepted_rate, e, false)
-        };
-        Some(next)
+        }
     }
 
     /// Whether a pace is in force.

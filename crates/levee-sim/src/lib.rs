@@ -33,6 +33,7 @@ mod provider;
 mod report;
 mod scenario;
 mod slab;
+mod virtual_time;
 
 pub use arrivals::{Process, Shape, Stream};
 pub use dist::Dist;

@@ -2,9 +2,9 @@
 //! per time bucket, per-stream totals inside the measurement window (the fault
 //! window, or the whole run), and each logical request's attempt count.
 
-use crate::engine::ns;
 use crate::provider::Admission;
 use crate::scenario::{Scenario, Variant};
+use crate::virtual_time::ns;
 use std::time::Duration;
 
 const HIST_CAP: usize = 1024;

@@ -15,7 +15,7 @@
 //! ("every term feeds the term that caused it").
 
 use crate::arrivals::Tokens;
-use crate::Dist;
+use crate::dist::Dist;
 use levee_policy::allowance::{Meter, Reported};
 use rand::Rng;
 use std::collections::VecDeque;

@@ -9,10 +9,10 @@
 //! the simulated gateway runs the policy a real config would.
 
 use crate::arrivals::{Process, Shape, Stream, Tokens};
+use crate::dist::Dist;
 use crate::error::SimError;
 use crate::layers::{Layer, RetryRule};
 use crate::provider::{Fault, ProviderModel, RateLimit, TokenLimits};
-use crate::Dist;
 use levee_config::duration::Dur;
 use levee_config::locate::{locate, Seg};
 use levee_config::raw::{RawBackoff, RawConfig, RawOn};
