@@ -203,9 +203,46 @@ async fn a_listed_path_passes_through_and_an_unlisted_one_is_404() {
     ] {
         let r = send(&env, method, path, "", &[]).await;
         assert_eq!(r.status, 404, "{method} {path}: {}", r.text());
-        assert_eq!(r.header("x-levee-reason"), "bad_request");
+        assert_eq!(r.header("x-levee-reason"), "not_found");
+        assert_eq!(r.json()["error"]["code"], "not_found", "{}", r.text());
     }
+    let m = env.metrics();
+    assert_eq!(
+        metric(&m, "levee_rejected_total", &["reason=\"not_found\""]),
+        3.0
+    );
     assert_eq!(env.stats(0).requests_total + env.stats(1).requests_total, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wrong_method_is_method_not_allowed_in_the_header_the_body_and_the_metric() {
+    let env = local(&["faults: []", "faults: []"], BOTH);
+    for path in ["/v1/chat/completions", "/v1/messages", "/v1/models"] {
+        let method = if path == "/v1/models" { "POST" } else { "GET" };
+        let r = send(&env, method, path, "", &[]).await;
+        assert_eq!(r.status, 405, "{method} {path}: {}", r.text());
+        assert_eq!(r.header("x-levee-reason"), "method_not_allowed");
+        assert_eq!(r.header("x-should-retry"), "false");
+        if path != "/v1/messages" {
+            assert_eq!(
+                r.json()["error"]["code"],
+                "method_not_allowed",
+                "{}",
+                r.text()
+            );
+        }
+    }
+    let m = env.metrics();
+    let counted = |reason: &str| {
+        metric(
+            &m,
+            "levee_rejected_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    assert_eq!(counted("method_not_allowed"), 3.0, "{m}");
+    assert_eq!(counted("bad_request"), 0.0, "{m}");
+    assert_eq!(env.stats(0).requests_total + env.stats(1).requests_total, 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -31,7 +31,7 @@ use crate::http::h1wire::{
     decode_chunked, header_map, BadField, Chunked, Framing, InBuf, Kind, Span, Spans, Step,
     MAX_HEADERS,
 };
-use crate::http::respond::Body;
+use crate::http::respond::{should_retry, Body, Why};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -528,7 +528,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         } else {
             format!("levee: {why}")
         };
-        let body = dialect.error_body(status.as_u16(), "bad_request", &message);
+        let row = Why::of_head(status).row();
+        let body = dialect.error_body(status.as_u16(), row.label, &message);
         self.out.clear();
         self.queue.clear();
         self.out.extend_from_slice(b"HTTP/1.1 ");
@@ -539,8 +540,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         self.out.extend_from_slice(b"\r\n");
         date::put(&mut self.out);
         line(&mut self.out, b"content-type", b"application/json");
-        line(&mut self.out, b"x-should-retry", b"false");
-        line(&mut self.out, b"x-levee-reason", b"bad_request");
+        line(
+            &mut self.out,
+            b"x-should-retry",
+            should_retry(row).as_bytes(),
+        );
+        line(&mut self.out, b"x-levee-reason", row.label.as_bytes());
         line(&mut self.out, b"x-levee-attempts", b"0");
         line(
             &mut self.out,

@@ -23,11 +23,39 @@ pub fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into()).boxed_unsync()
 }
 
-/// Why Levee answered a request itself: the `x-levee-reason` value.
+/// Why Levee answered a request itself. Each value's row of
+/// [`Why::row`] is the one table of Levee's own answers: the status, the
+/// label that is at once `x-levee-reason`, the error body's `code` (OpenAI
+/// dialect; Anthropic's body has no code field, its `type` follows the
+/// status) and the `levee_rejected` / `levee_requests_total` label, and
+/// what `x-should-retry` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Why {
-    /// The planner's verdict, or the same reason reached at admission.
+    /// The planner's verdict, or the same reason reached at admission
+    /// (`bad_request`: the request itself, or a provider's deterministic
+    /// 4xx passed on).
     Policy(Reason),
+    /// No such endpoint, or no such model in the model list.
+    NotFound,
+    /// An endpoint asked with a method it does not serve.
+    MethodNotAllowed,
+    /// No route for the model asked for.
+    NoRoute,
+    /// A missing or invalid gateway key.
+    Unauthorized,
+    /// A request body that did not arrive in time.
+    RequestTimeout,
+    /// A request body over `limits.max_body_bytes`.
+    PayloadTooLarge,
+    /// A request URI too long to forward.
+    UriTooLong,
+    /// An idempotency key reused with a different request body.
+    KeyReused,
+    /// A request head over `limits.max_header_bytes` or its field count.
+    HeadersTooLarge,
+    /// A request framed in a way Levee does not take (an unknown
+    /// transfer coding).
+    NotImplemented,
     /// The shared idempotency store is unavailable and
     /// `state.on_unavailable` is `refuse`.
     StateUnavailable,
@@ -35,13 +63,99 @@ pub enum Why {
     ShuttingDown,
 }
 
+impl From<Reason> for Why {
+    fn from(r: Reason) -> Self {
+        Why::Policy(r)
+    }
+}
+
+/// One row of the table of Levee's own answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// The status Levee chooses (a policy verdict after attempts may pass
+    /// the provider's last status on instead).
+    pub status: StatusCode,
+    /// `x-levee-reason`, the body's `code` and the metric label.
+    pub label: &'static str,
+    /// What `x-should-retry` says. Levee has settled retries for its
+    /// callers in every case, so that the layers above it do not multiply
+    /// them: always `false`.
+    pub should_retry: bool,
+}
+
+const fn row(status: StatusCode, label: &'static str) -> Row {
+    Row {
+        status,
+        label,
+        should_retry: false,
+    }
+}
+
 impl Why {
-    /// The header and metric label value.
-    pub fn as_str(self) -> &'static str {
+    /// Every value, for the test that checks each row against what a caller
+    /// receives.
+    #[cfg(test)]
+    pub const ALL: [Why; 20] = [
+        Why::Policy(Reason::DeadlineExceeded),
+        Why::Policy(Reason::Shed),
+        Why::Policy(Reason::CircuitOpen),
+        Why::Policy(Reason::BudgetExhausted),
+        Why::Policy(Reason::RateLimited),
+        Why::Policy(Reason::UpstreamError),
+        Why::Policy(Reason::BadRequest),
+        Why::Policy(Reason::CircuitRecovering),
+        Why::NotFound,
+        Why::MethodNotAllowed,
+        Why::NoRoute,
+        Why::Unauthorized,
+        Why::RequestTimeout,
+        Why::PayloadTooLarge,
+        Why::UriTooLong,
+        Why::KeyReused,
+        Why::HeadersTooLarge,
+        Why::NotImplemented,
+        Why::StateUnavailable,
+        Why::ShuttingDown,
+    ];
+
+    /// The table: this answer's status, label and `x-should-retry`.
+    pub fn row(self) -> Row {
         match self {
-            Why::Policy(r) => r.as_str(),
-            Why::StateUnavailable => "state_unavailable",
-            Why::ShuttingDown => "shutting_down",
+            Why::Policy(r) => row(
+                StatusCode::from_u16(r.status()).unwrap_or(StatusCode::BAD_GATEWAY),
+                r.as_str(),
+            ),
+            Why::NotFound => row(StatusCode::NOT_FOUND, "not_found"),
+            Why::MethodNotAllowed => row(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Why::NoRoute => row(StatusCode::NOT_FOUND, "no_route"),
+            Why::Unauthorized => row(StatusCode::UNAUTHORIZED, "unauthorized"),
+            Why::RequestTimeout => row(StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            Why::PayloadTooLarge => row(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Why::UriTooLong => row(StatusCode::URI_TOO_LONG, "uri_too_long"),
+            Why::KeyReused => row(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
+            Why::HeadersTooLarge => row(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers_too_large",
+            ),
+            Why::NotImplemented => row(StatusCode::NOT_IMPLEMENTED, "not_implemented"),
+            Why::StateUnavailable => row(StatusCode::SERVICE_UNAVAILABLE, "state_unavailable"),
+            Why::ShuttingDown => row(StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+        }
+    }
+
+    /// The header, body code and metric label.
+    pub fn as_str(self) -> &'static str {
+        self.row().label
+    }
+
+    /// The answer's refusal for a request head refused with `status`.
+    pub fn of_head(status: StatusCode) -> Why {
+        match status {
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => Why::HeadersTooLarge,
+            StatusCode::NOT_IMPLEMENTED => Why::NotImplemented,
+            StatusCode::PAYLOAD_TOO_LARGE => Why::PayloadTooLarge,
+            StatusCode::URI_TOO_LONG => Why::UriTooLong,
+            _ => Why::Policy(Reason::BadRequest),
         }
     }
 }
@@ -73,11 +187,12 @@ pub struct LeveeError {
 }
 
 impl LeveeError {
-    /// An error with no attempts made and no `retry-after`.
-    fn new(why: Why, status: StatusCode, message: impl Into<String>) -> Self {
+    /// Levee's answer for `why`, with the table's status, no attempts made
+    /// and no `retry-after`.
+    pub fn of(why: Why, message: impl Into<String>) -> Self {
         LeveeError {
             why,
-            status,
+            status: why.row().status,
             message: message.into(),
             attempts: 0,
             retry_after: None,
@@ -86,86 +201,29 @@ impl LeveeError {
         }
     }
 
-    /// Something about the request itself (`x-levee-reason: bad_request`),
-    /// answered with `status`.
-    fn of_request(status: StatusCode, message: impl Into<String>) -> Self {
-        LeveeError::new(Why::Policy(Reason::BadRequest), status, message)
-    }
-
     /// A request that cannot be served as sent: 400.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        LeveeError::of_request(StatusCode::BAD_REQUEST, message)
-    }
-
-    /// A missing or invalid gateway key: 401.
-    pub fn unauthorized(message: impl Into<String>) -> Self {
-        LeveeError::of_request(StatusCode::UNAUTHORIZED, message)
-    }
-
-    /// No such endpoint, route or model: 404.
-    pub fn not_found(message: impl Into<String>) -> Self {
-        LeveeError::of_request(StatusCode::NOT_FOUND, message)
-    }
-
-    /// An endpoint asked with the wrong method: 405.
-    pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        LeveeError::of_request(StatusCode::METHOD_NOT_ALLOWED, message)
-    }
-
-    /// A request body that did not arrive in time: 408.
-    pub fn request_timeout(message: impl Into<String>) -> Self {
-        LeveeError::of_request(StatusCode::REQUEST_TIMEOUT, message)
-    }
-
-    /// A request body over the limit: 413.
-    pub fn payload_too_large(message: impl Into<String>) -> Self {
-        LeveeError::of_request(StatusCode::PAYLOAD_TOO_LARGE, message)
-    }
-
-    /// A request URI too long to forward: 414.
-    pub fn uri_too_long(message: impl Into<String>) -> Self {
-        LeveeError::of_request(StatusCode::URI_TOO_LONG, message)
-    }
-
-    /// An idempotency key reused with a different request body: 422.
-    pub fn key_reused(message: impl Into<String>) -> Self {
-        LeveeError::of_request(StatusCode::UNPROCESSABLE_ENTITY, message)
+        LeveeError::of(Why::Policy(Reason::BadRequest), message)
     }
 
     /// A provider's answer that cannot be given in the caller's dialect: 502
     /// (`upstream_error`).
     pub fn upstream_error(message: impl Into<String>) -> Self {
-        let why = Why::Policy(Reason::UpstreamError);
-        LeveeError::new(why, StatusCode::BAD_GATEWAY, message)
+        LeveeError::of(Why::Policy(Reason::UpstreamError), message)
     }
 
     /// The caller's deadline passed before an answer: 504
     /// (`deadline_exceeded`).
     pub fn deadline_exceeded(message: impl Into<String>) -> Self {
-        let why = Why::Policy(Reason::DeadlineExceeded);
-        LeveeError::new(why, StatusCode::GATEWAY_TIMEOUT, message)
-    }
-
-    /// The shared idempotency store is unavailable: 503 (`state_unavailable`).
-    pub fn state_unavailable(message: impl Into<String>) -> Self {
-        LeveeError::new(
-            Why::StateUnavailable,
-            StatusCode::SERVICE_UNAVAILABLE,
-            message,
-        )
-    }
-
-    /// The shutdown grace period ended before the answer: 503
-    /// (`shutting_down`).
-    pub fn shutting_down(message: impl Into<String>) -> Self {
-        LeveeError::new(Why::ShuttingDown, StatusCode::SERVICE_UNAVAILABLE, message)
+        LeveeError::of(Why::Policy(Reason::DeadlineExceeded), message)
     }
 
     /// The planner (or admission) gave up for `f`, answered with the
     /// failure's status (502 if the core ever gave one that is not a status).
     pub fn failure(f: &levee_policy::Failure, message: impl Into<String>) -> Self {
-        let status = StatusCode::from_u16(f.status).unwrap_or(StatusCode::BAD_GATEWAY);
-        LeveeError::new(Why::Policy(f.reason), status, message).retry_after(f.retry_after)
+        let mut e = LeveeError::of(Why::Policy(f.reason), message).retry_after(f.retry_after);
+        e.status = StatusCode::from_u16(f.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        e
     }
 
     /// After `n` upstream attempts.
@@ -209,7 +267,12 @@ impl LeveeError {
                 out
             }
         };
-        error_headers(resp.headers_mut(), reason, self.attempts, self.retry_after);
+        error_headers(
+            resp.headers_mut(),
+            self.why,
+            self.attempts,
+            self.retry_after,
+        );
         if let Some(v) = self.skipped {
             resp.headers_mut().insert(headers::X_LEVEE_SKIPPED, v);
         }
@@ -217,12 +280,12 @@ impl LeveeError {
     }
 }
 
-/// Sets `x-should-retry: false`, `x-levee-reason`, `x-levee-attempts` and `retry-after`.
-fn error_headers(h: &mut HeaderMap, reason: &str, attempts: u32, retry_after: Option<Duration>) {
-    h.insert(headers::X_SHOULD_RETRY, HeaderValue::from_static("false"));
-    if let Ok(v) = HeaderValue::from_str(reason) {
-        h.insert(headers::X_LEVEE_REASON, v);
-    }
+/// Sets `x-should-retry`, `x-levee-reason`, `x-levee-attempts` and
+/// `retry-after`, the first two from `why`'s row.
+fn error_headers(h: &mut HeaderMap, why: Why, attempts: u32, retry_after: Option<Duration>) {
+    let row = why.row();
+    h.insert(headers::X_SHOULD_RETRY, should_retry(row));
+    h.insert(headers::X_LEVEE_REASON, HeaderValue::from_static(row.label));
     h.insert(headers::X_LEVEE_ATTEMPTS, HeaderValue::from(attempts));
     if let Some(ra) = retry_after {
         // Whole seconds, rounded up, so a caller that honours it is never early.
@@ -232,6 +295,11 @@ fn error_headers(h: &mut HeaderMap, reason: &str, attempts: u32, retry_after: Op
             HeaderValue::from(u64::try_from(secs).unwrap_or(u64::MAX)),
         );
     }
+}
+
+/// `x-should-retry` as `row` says it.
+pub fn should_retry(row: Row) -> HeaderValue {
+    HeaderValue::from_static(if row.should_retry { "true" } else { "false" })
 }
 
 /// `x-levee-attempts` values for the usual counts, built once (a value
@@ -322,9 +390,68 @@ pub fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
 mod tests {
     use super::*;
 
+    /// Every row of the table, as a caller receives it in both dialects and
+    /// as the metric counts it: the status, `x-levee-reason`, the body's
+    /// `code`, `x-should-retry` and the `levee_rejected` label all agree.
+    #[test]
+    fn every_refusal_is_labelled_alike_in_its_status_header_body_and_metric() {
+        let mut seen = std::collections::BTreeSet::new();
+        for why in Why::ALL {
+            let row = why.row();
+            assert!(seen.insert(row.label), "{why:?}: label {} twice", row.label);
+            for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+                let r = LeveeError::of(why, "levee: m").into_response(dialect);
+                assert_eq!(r.status(), row.status, "{why:?} {dialect:?}");
+                let h = r.headers();
+                assert_eq!(h["x-levee-reason"], row.label, "{why:?}");
+                let retry = if row.should_retry { "true" } else { "false" };
+                assert_eq!(h["x-should-retry"], retry, "{why:?}");
+                if dialect == Dialect::OpenAi {
+                    let body = futures_util::FutureExt::now_or_never(r.into_body().collect())
+                        .and_then(Result::ok)
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                    assert_eq!(v["error"]["code"], row.label, "{why:?}: {v}");
+                }
+            }
+            let m = crate::observe::metrics::Metrics::new();
+            m.reject(why);
+            let line = format!("levee_rejected_total{{reason=\"{}\"}} 1", row.label);
+            assert!(m.encode().contains(&line), "{why:?}: {line} missing");
+        }
+    }
+
+    #[test]
+    fn a_405_and_an_unknown_endpoint_have_labels_of_their_own() {
+        assert_eq!(Why::MethodNotAllowed.row().status, 405);
+        assert_eq!(Why::MethodNotAllowed.as_str(), "method_not_allowed");
+        assert_eq!(Why::NotFound.row().status, 404);
+        assert_eq!(Why::NotFound.as_str(), "not_found");
+    }
+
+    #[test]
+    fn a_refused_head_is_answered_with_the_row_of_its_status() {
+        for why in Why::ALL {
+            let status = why.row().status;
+            let head = Why::of_head(status);
+            if head != Why::Policy(Reason::BadRequest) {
+                assert_eq!(head.row().status, status, "{why:?}");
+            }
+        }
+        assert_eq!(
+            Why::of_head(StatusCode::BAD_REQUEST).as_str(),
+            "bad_request"
+        );
+        assert_eq!(
+            Why::of_head(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE).as_str(),
+            "headers_too_large"
+        );
+    }
+
     #[test]
     fn an_error_carries_the_reason_attempts_and_a_rounded_up_retry_after() {
-        let e = LeveeError::state_unavailable("levee: down")
+        let e = LeveeError::of(Why::StateUnavailable, "levee: down")
             .attempts(2)
             .retry_after(Some(Duration::from_millis(1200)));
         let r = e.into_response(Dialect::Anthropic);

@@ -248,8 +248,7 @@ fn promtool_parses_every_dashboard_query() {
             ));
         }
     }
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dashboard-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("levee-dashboard-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("dashboard.rules.yml");
     std::fs::write(&file, rules).expect("rules file");

@@ -2,7 +2,7 @@
 //! metrics, the summary log line, trace spans, the census and the tape.
 
 use crate::http::respond::Why;
-use crate::observe::outcome::{AttemptResult, Rejection, RequestOutcome, SkipReason};
+use crate::observe::outcome::{AttemptResult, RequestOutcome, SkipReason};
 use bytes::Bytes;
 use http::HeaderMap;
 use levee_policy::planner::Dispatch;
@@ -133,7 +133,7 @@ pub(crate) enum RequestEvent<'a> {
         duration: Duration,
     },
     /// The handler refused the request before admitting it.
-    Rejected(Rejection),
+    Rejected(Why),
     /// The route's bulkhead was full: shed at once, with `reason`.
     Shed { route: &'a str, reason: Reason },
     /// A keyed request could not be deduplicated across replicas and was

@@ -5,9 +5,8 @@
 //! factor, as a histogram because a mean of 1.02 hides a tail of nines),
 //! deadline remaining at dispatch, and what was rejected and why.
 
-use crate::observe::outcome::{
-    AttemptResult, FallbackReason, Rejected, RequestOutcome, SkipReason,
-};
+use crate::http::respond::Why;
+use crate::observe::outcome::{AttemptResult, FallbackReason, RequestOutcome, SkipReason};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -365,8 +364,8 @@ impl Metrics {
     }
 
     /// Counts a rejection.
-    pub(crate) fn reject(&self, reason: impl Into<Rejected>) {
-        let reason = reason.into().label();
+    pub(crate) fn reject(&self, reason: impl Into<Why>) {
+        let reason = reason.into().as_str();
         self.reject_handles.inc(reason, "", || {
             self.rejected
                 .get_or_create(&ReasonLabel {
@@ -497,7 +496,7 @@ mod tests {
         m.request("r", RequestOutcome::from(levee_policy::Reason::Shed));
         m.request("r2", RequestOutcome::Success);
         m.attempt("p", AttemptResult::Timeout);
-        m.reject(crate::observe::outcome::Rejection::NoRoute);
+        m.reject(Why::NoRoute);
         // Counted before the first cached call, through the family itself.
         m.requests
             .get_or_create(&RouteOutcome {

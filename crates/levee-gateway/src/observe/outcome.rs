@@ -99,35 +99,6 @@ impl AttemptResult {
     }
 }
 
-/// Why the handler refused a request before admitting it: the
-/// `levee_rejected{reason}` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rejection {
-    /// No such endpoint.
-    NotFound,
-    /// No route for the model asked for.
-    NoRoute,
-    /// A missing or invalid gateway key.
-    Unauthorized,
-    /// A request body over `limits.max_body_bytes`.
-    PayloadTooLarge,
-    /// Anything else about the request itself.
-    BadRequest,
-}
-
-impl Rejection {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Rejection::NotFound => "not_found",
-            Rejection::NoRoute => "no_route",
-            Rejection::Unauthorized => "unauthorized",
-            Rejection::PayloadTooLarge => "payload_too_large",
-            Rejection::BadRequest => "bad_request",
-        }
-    }
-}
-
 /// How a logical request ended: the `levee_requests_total{outcome}` label,
 /// the route's recent success window and the log line's `outcome`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,44 +219,6 @@ impl FallbackReason {
                 }
             },
         }
-    }
-}
-
-/// A `levee_rejected{reason}` label: a request refused before admission,
-/// or answered by Levee without an upstream status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Rejected {
-    /// The request itself was refused (no route, no key, too large...).
-    Request(Rejection),
-    /// Levee refused or gave up, for this reason.
-    Refused(Why),
-}
-
-impl Rejected {
-    /// The metric label.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Rejected::Request(r) => r.label(),
-            Rejected::Refused(why) => why.as_str(),
-        }
-    }
-}
-
-impl From<Rejection> for Rejected {
-    fn from(r: Rejection) -> Self {
-        Rejected::Request(r)
-    }
-}
-
-impl From<Why> for Rejected {
-    fn from(w: Why) -> Self {
-        Rejected::Refused(w)
-    }
-}
-
-impl From<Reason> for Rejected {
-    fn from(r: Reason) -> Self {
-        Rejected::Refused(Why::Policy(r))
     }
 }
 

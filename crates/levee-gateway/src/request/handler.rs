@@ -5,9 +5,9 @@
 use crate::error::BoxError;
 use crate::http::collect::{collect_limited, CollectError};
 use crate::http::inspect::{self, inspect, rewrite_model};
-use crate::http::respond::{full, Body, LeveeError};
+use crate::http::respond::{full, Body, LeveeError, Why};
 use crate::observe::event::RequestEvent;
-use crate::observe::outcome::{Rejection, SkipReason};
+use crate::observe::outcome::SkipReason;
 use crate::request::crossing;
 use crate::request::drive::Ctx;
 use crate::request::observer::{self, Observer};
@@ -78,7 +78,10 @@ where
         Err(e) => {
             if !admitted {
                 // Refused before admission (an unknown path, a refused key,
-                // a body that cannot be read): no observer logs it.
+                // a body that cannot be read, a full bulkhead): counted
+                // here, under the answer's own label, and logged; no
+                // observer has it.
+                observer::report(&shared, RequestEvent::Rejected(e.why));
                 let elapsed = shared.clock.since(arrived);
                 tracing::warn!(
                     target: "levee::request",
@@ -125,12 +128,6 @@ fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
     }
 }
 
-/// Counts a refusal in `levee_rejected` under `why`'s label and returns it.
-fn reject(shared: &Shared, why: Rejection, e: LeveeError) -> LeveeError {
-    observer::report(shared, RequestEvent::Rejected(why));
-    e
-}
-
 async fn serve<B>(
     shared: &Arc<Shared>,
     req: Request<B>,
@@ -146,8 +143,7 @@ where
     let asked = req.uri().path();
     if asked == paths::MODELS || asked.starts_with("/v1/models/") {
         if req.method() != Method::GET {
-            let e = LeveeError::method_not_allowed("levee: use GET");
-            return Err(reject(shared, Rejection::BadRequest, e));
+            return Err(LeveeError::of(Why::MethodNotAllowed, "levee: use GET"));
         }
         // The models are the deployment's map: as private as the routes.
         authenticate(shared, &Said::of(req.headers()))?;
@@ -165,31 +161,21 @@ where
                     PATHS.join(", "),
                     PASSED_THROUGH,
                 );
-                return Err(reject(
-                    shared,
-                    Rejection::NotFound,
-                    LeveeError::not_found(msg),
-                ));
+                return Err(LeveeError::of(Why::NotFound, msg));
             }
         },
     };
     let post_only = matches!(kind, Kind::Served(_) | Kind::CountTokens);
     if post_only && req.method() != Method::POST {
-        let e = LeveeError::method_not_allowed("levee: use POST");
-        return Err(reject(shared, Rejection::BadRequest, e));
+        return Err(LeveeError::of(Why::MethodNotAllowed, "levee: use POST"));
     }
     let caller = authenticate(shared, &Said::of(req.headers()))?;
     let (parts, body) = read_body(shared, req).await?;
     let once = !post_only && !idempotent(&parts.method);
     let (route, path, model, stream, rewrite) = match kind {
         Kind::Served(_) | Kind::CountTokens => {
-            let inspected = inspect(&body).map_err(|e| {
-                reject(
-                    shared,
-                    Rejection::BadRequest,
-                    LeveeError::bad_request(format!("levee: {e}")),
-                )
-            })?;
+            let inspected =
+                inspect(&body).map_err(|e| LeveeError::bad_request(format!("levee: {e}")))?;
             // A token count is routed as the Messages request it counts.
             let (routed_as, path) = match kind {
                 Kind::Served(path) => (path, path),
@@ -200,11 +186,7 @@ where
                     "levee: no route for model `{}`",
                     printable(&inspected.model)
                 );
-                return Err(reject(
-                    shared,
-                    Rejection::NoRoute,
-                    LeveeError::not_found(msg),
-                ));
+                return Err(LeveeError::of(Why::NoRoute, msg));
             };
             let stream = inspected.stream && kind != Kind::CountTokens;
             (route, path, inspected.model, stream, true)
@@ -394,13 +376,7 @@ where
     B::Error: Into<BoxError>,
 {
     let max_body = shared.config.limits.max_body_bytes;
-    let too_large = |msg: String| {
-        reject(
-            shared,
-            Rejection::PayloadTooLarge,
-            LeveeError::payload_too_large(msg),
-        )
-    };
+    let too_large = |msg: String| LeveeError::of(Why::PayloadTooLarge, msg);
     if let Some(len) = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -419,21 +395,16 @@ where
         collect_limited(incoming, limit),
     );
     match read.await {
-        Err(_) => Err(reject(
-            shared,
-            Rejection::BadRequest,
-            LeveeError::request_timeout(
-                "levee: the request body did not arrive within limits.body_read_timeout",
-            ),
+        Err(_) => Err(LeveeError::of(
+            Why::RequestTimeout,
+            "levee: the request body did not arrive within limits.body_read_timeout",
         )),
         Ok(Ok(body)) => Ok((parts, body)),
         Ok(Err(CollectError::TooLarge)) => Err(too_large(format!(
             "levee: request body exceeds the limit of {max_body} bytes"
         ))),
-        Ok(Err(CollectError::Broken)) => Err(reject(
-            shared,
-            Rejection::BadRequest,
-            LeveeError::bad_request("levee: could not read the request body"),
+        Ok(Err(CollectError::Broken)) => Err(LeveeError::bad_request(
+            "levee: could not read the request body",
         )),
     }
 }
@@ -516,11 +487,7 @@ fn caller_layer(shared: &Shared, said: &Said) -> Result<(Option<String>, bool), 
         Some(Ok(k)) if !k.trim().is_empty() && k.len() <= 256 => Some(k.to_string()),
         Some(_) => {
             let msg = "levee: header `idempotency-key` must be 1 to 256 visible ASCII characters";
-            return Err(reject(
-                shared,
-                Rejection::BadRequest,
-                LeveeError::bad_request(msg),
-            ));
+            return Err(LeveeError::bad_request(msg));
         }
     };
     let sdk_retry = said
@@ -552,10 +519,8 @@ fn resolve_deadline(
     };
     // The wall clock matters only to an absolute deadline (`x-deadline-ms`).
     let unix_ms = said.deadline_ms.map_or(0, |_| shared.clock.unix_ms());
-    let wants = levee_policy::DeadlinePolicy::caller_wants(headers, unix_ms).map_err(|e| {
-        let e = LeveeError::bad_request(format!("levee: {e}"));
-        reject(shared, Rejection::BadRequest, e)
-    })?;
+    let wants = levee_policy::DeadlinePolicy::caller_wants(headers, unix_ms)
+        .map_err(|e| LeveeError::bad_request(format!("levee: {e}")))?;
     let deadline = route.deadline.resolve_remaining(wants, arrived);
     let own = if r.stream {
         wants.map(|w| arrived + w)
@@ -626,8 +591,7 @@ async fn admit(
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.
     let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
-    let plans = prepare_targets(shared, route, &r, path_and_query)
-        .map_err(|e| reject(shared, Rejection::BadRequest, e))?;
+    let plans = prepare_targets(shared, route, &r, path_and_query)?;
     // Cross-layer accounting: is a caller layer still retrying?
     let (key_header, sdk_retry) = caller_layer(shared, &said)?;
     let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
@@ -817,7 +781,7 @@ fn prepare_targets(
         };
         let Some(uri) = uri else {
             let msg = "levee: the request URI is too long to forward";
-            return Err(LeveeError::uri_too_long(msg));
+            return Err(LeveeError::of(Why::UriTooLong, msg));
         };
         // A request sent at most once has one target: the first that can
         // carry it; the others are held back (not a retry, not a fallback).
@@ -921,16 +885,12 @@ async fn claim_key(
                 *note = None;
                 observer::report(shared, RequestEvent::StateUnavailable { route });
                 let msg = "levee: the shared idempotency store is unavailable and state.on_unavailable is `refuse`: this keyed request was not sent (it could run twice across replicas)";
-                return Err(LeveeError::state_unavailable(msg));
+                return Err(LeveeError::of(Why::StateUnavailable, msg));
             }
             Claimed::Replay(stored) => return Ok(Led::Replayed(replay(shared, route, &stored))),
             Claimed::Conflict => {
                 let msg = "levee: this idempotency-key was used with a different request body";
-                return Err(reject(
-                    shared,
-                    Rejection::BadRequest,
-                    LeveeError::key_reused(msg),
-                ));
+                return Err(LeveeError::of(Why::KeyReused, msg));
             }
             Claimed::Follow(f) => f,
         };
@@ -1000,11 +960,7 @@ fn authenticate(shared: &Shared, said: &Said) -> Result<Caller, LeveeError> {
         }
         _ => {
             let msg = "levee: missing or invalid API key for this gateway";
-            Err(reject(
-                shared,
-                Rejection::Unauthorized,
-                LeveeError::unauthorized(msg),
-            ))
+            Err(LeveeError::of(Why::Unauthorized, msg))
         }
     }
 }

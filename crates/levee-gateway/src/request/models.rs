@@ -16,7 +16,7 @@
 //! failing the whole list.
 
 use crate::http::collect::collect_limited;
-use crate::http::respond::{full, Body, LeveeError, Verdict};
+use crate::http::respond::{full, Body, LeveeError, Verdict, Why};
 use crate::runtime::shared::Shared;
 use crate::upstream::listed::Fetched;
 pub use crate::upstream::listed::Listed;
@@ -293,7 +293,7 @@ pub async fn answer(
                 };
                 // The providers' own 404 for a model (OpenAI's code
                 // `model_not_found`), which the SDKs raise as `NotFoundError`.
-                let mut e = LeveeError::not_found(msg.clone());
+                let mut e = LeveeError::of(Why::NotFound, msg.clone());
                 e.verdict = Some(Box::new(Verdict {
                     status: 404,
                     headers: HeaderMap::new(),

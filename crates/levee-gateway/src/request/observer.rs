@@ -48,12 +48,10 @@ pub(crate) fn report(shared: &Shared, event: RequestEvent<'_>) {
         | RequestEvent::TokensUsed(_) => {}
         RequestEvent::Rejected(why) => m.reject(why),
         RequestEvent::Shed { route, reason } => {
-            m.reject(reason);
             answered_by_name(shared, route, reason.into());
             m.attempts_per_request.observe(0.0);
         }
         RequestEvent::StateUnavailable { route } => {
-            m.reject(Why::StateUnavailable);
             answered_by_name(shared, route, RequestOutcome::Failed(Why::StateUnavailable));
         }
         RequestEvent::FollowTimedOut { route } => {

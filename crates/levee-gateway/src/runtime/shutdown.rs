@@ -5,7 +5,7 @@
 //! terminating chunk, so every caller can tell what happened. The 503 says in
 //! `x-levee-attempts` how many attempts the request had sent.
 
-use crate::http::respond::{Body, LeveeError};
+use crate::http::respond::{Body, LeveeError, Why};
 use http::Response;
 use levee_wire::Dialect;
 use std::cell::Cell;
@@ -110,7 +110,7 @@ impl GraceOver {
             over();
             let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
             let sent = answer.as_mut().take_value().map_or(0, Cell::into_inner);
-            return LeveeError::shutting_down(msg)
+            return LeveeError::of(Why::ShuttingDown, msg)
                 .attempts(sent)
                 .into_response(dialect);
         };
