@@ -1,0 +1,263 @@
+//! Stage two: the raw configuration checked as a whole and turned into
+//! [`Config`] — defaults filled in (the core's own, or [`crate::defaults`]),
+//! the core's objects built, provider caps derived from the routes.
+
+mod platform;
+mod provider;
+
+use crate::defaults;
+use crate::error::{ConfigError, Problem, Source};
+use crate::locate::Seg::{self, Index, Key};
+use crate::model::{
+    derived_max_in_flight, CallerKey, IdempotencySettings, InFlightCap, Limits, Provider, Route,
+    StateBackend, Telemetry,
+};
+use crate::raw::{
+    RawCaller, RawConfig, RawIdempotency, RawKey, RawLimits, RawMatch, RawRoute, RawState,
+    RawTarget,
+};
+use crate::values::{Api, BackendKind};
+use crate::{Caller, Config, BUILTIN_MOCK, BUILTIN_MOCK_ANTHROPIC};
+use levee_policy::BreakerSettings;
+use provider::{builtin_mock_provider, providers};
+use std::net::SocketAddr;
+
+impl Config {
+    /// Stage two: checks what spans several keys, fills in defaults and
+    /// builds the core's objects. `text` is the YAML `raw` was read from: it
+    /// gives the line of what is refused.
+    pub fn from_raw(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
+        Config::from_raw_in(raw, text, &[])
+    }
+
+    /// [`Config::from_raw`] for a configuration embedded in a larger YAML
+    /// document (a simulator scenario's gateway block): `raw` was read from
+    /// the node at `at` in `text`, and errors give lines of `text`.
+    pub fn from_raw_in(raw: RawConfig, text: &str, at: &[Seg<'_>]) -> Result<Config, ConfigError> {
+        let src = Source { text, prefix: at };
+        let builtin_mock = raw.providers.is_empty();
+        let (mut providers, declared) = if builtin_mock {
+            builtin_mock_providers()
+        } else {
+            providers(src, &raw)?
+        };
+        let routes = routes(src, &raw.routes, &mut providers, declared, builtin_mock)?;
+        derive_in_flight_caps(&mut providers, &routes);
+        weigh_shares(&raw.callers, &mut providers);
+        Ok(Config {
+            listen: addr(raw.listen.map(|a| a.0), defaults::LISTEN),
+            admin_listen: addr(
+                raw.admin.and_then(|a| a.listen).map(|a| a.0),
+                defaults::ADMIN_LISTEN,
+            ),
+            shutdown_grace: raw.shutdown_grace.map_or(defaults::SHUTDOWN_GRACE, |d| d.0),
+            limits: limits(src, raw.limits.as_ref())?,
+            providers,
+            routes,
+            callers: callers(&raw.callers),
+            keys: keys(src, &raw.keys)?,
+            idempotency: idempotency(src, raw.idempotency.as_ref())?,
+            state: state(src, raw.state.as_ref())?,
+            builtin_mock,
+            telemetry: Telemetry {
+                otlp_endpoint: raw.telemetry.and_then(|t| t.otlp_endpoint).map(|e| e.0),
+            },
+        })
+    }
+}
+
+/// The providers when none is configured, and the breaker settings each
+/// declares. The built-in mock answers both dialects natively: one provider
+/// for each, both pointed at it, so an Anthropic caller's `thinking` or
+/// server tools reach it untranslated.
+fn builtin_mock_providers() -> (Vec<Provider>, Vec<BreakerSettings>) {
+    (
+        vec![
+            builtin_mock_provider(BUILTIN_MOCK, Api::OpenAi),
+            builtin_mock_provider(BUILTIN_MOCK_ANTHROPIC, Api::Anthropic),
+        ],
+        vec![BreakerSettings::default(), BreakerSettings::default()],
+    )
+}
+
+/// The `written` routes resolved against the providers; with none written,
+/// the routes every model and path takes by default.
+fn routes(
+    src: Source<'_>,
+    written: &[RawRoute],
+    providers: &mut [Provider],
+    declared: Vec<BreakerSettings>,
+    builtin_mock: bool,
+) -> Result<Vec<Route>, ConfigError> {
+    let default_route = [RawRoute::default()];
+    // With the built-in mock and no routes: Anthropic's path to its
+    // Anthropic face, everything else to the first provider.
+    let builtin_routes = [
+        RawRoute {
+            matcher: Some(RawMatch {
+                model_prefix: None,
+                path: Some("/v1/messages".to_string()),
+            }),
+            targets: Some(vec![RawTarget::Name(BUILTIN_MOCK_ANTHROPIC.to_string())]),
+            ..RawRoute::default()
+        },
+        RawRoute::default(),
+    ];
+    // No routes: every model, every path, to the first provider.
+    let raw_routes = if !written.is_empty() {
+        written
+    } else if builtin_mock {
+        &builtin_routes[..]
+    } else {
+        &default_route[..]
+    };
+    crate::route::resolve_routes(src, raw_routes, providers, declared, builtin_mock)
+}
+
+/// Gives every provider the callers' shares: once any caller has one, they
+/// weigh every caller (1 by default).
+fn weigh_shares(callers: &[RawCaller], providers: &mut [Provider]) {
+    if callers.iter().any(|c| c.share.is_some()) {
+        let weights: Vec<f64> = callers
+            .iter()
+            .map(|c| c.share.map_or(1.0, |s| s.0))
+            .collect();
+        for p in providers {
+            p.shares = weights.clone();
+        }
+    }
+}
+
+/// The configured callers.
+fn callers(raw: &[RawCaller]) -> Vec<Caller> {
+    raw.iter()
+        .map(|c| Caller {
+            name: c.name.clone(),
+            deadline: c.deadline.0,
+            share: c.share.map(|s| s.0),
+            priority: c.priority.map(|p| p.0).unwrap_or_default(),
+        })
+        .collect()
+}
+
+fn addr(v: Option<SocketAddr>, default: ([u8; 4], u16)) -> SocketAddr {
+    v.unwrap_or_else(|| SocketAddr::from(default))
+}
+
+fn limits(src: Source<'_>, raw: Option<&RawLimits>) -> Result<Limits, ConfigError> {
+    let d = Limits::default();
+    let Some(l) = raw else { return Ok(d) };
+    if l.max_header_bytes.is_some_and(|n| n < MIN_HEADER_BYTES) {
+        let path = [Key("limits"), Key("max_header_bytes")];
+        return Err(ConfigError::at(src, &path, Problem::HeaderLimitTooSmall));
+    }
+    Ok(Limits {
+        max_body_bytes: l.max_body_bytes.unwrap_or(d.max_body_bytes),
+        max_header_bytes: l.max_header_bytes.unwrap_or(d.max_header_bytes),
+        header_read_timeout: l.header_read_timeout.map_or(d.header_read_timeout, |t| t.0),
+        body_read_timeout: l.body_read_timeout.map_or(d.body_read_timeout, |t| t.0),
+    })
+}
+
+/// The smallest `limits.max_header_bytes`: the official SDKs' own fields
+/// come to ~700 bytes, so a smaller limit refuses every SDK request.
+const MIN_HEADER_BYTES: usize = 1024;
+
+/// Sizes each provider without a written `max_in_flight` from its allowance
+/// and the longest attempt any route expects of it (see [`InFlightCap`]).
+fn derive_in_flight_caps(providers: &mut [Provider], routes: &[Route]) {
+    for (ix, p) in providers.iter_mut().enumerate() {
+        if p.max_in_flight_from != InFlightCap::None {
+            continue;
+        }
+        let longest = routes
+            .iter()
+            .flat_map(|r| &r.targets)
+            .filter(|t| t.provider == ix)
+            .map(|t| t.expected_attempt)
+            .max();
+        if let (Some((rpm, burst)), Some(expected)) = (p.rate_limit, longest) {
+            p.max_in_flight = derived_max_in_flight(rpm, burst, expected);
+            p.max_in_flight_from = InFlightCap::Derived {
+                requests_per_minute: rpm,
+                burst,
+                expected_attempt: expected,
+            };
+        }
+    }
+}
+
+fn keys(src: Source<'_>, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> {
+    let mut keys = Vec::with_capacity(raw.len());
+    for (i, k) in raw.iter().enumerate() {
+        let name = k.name.clone().unwrap_or_else(|| format!("key{}", i + 1));
+        keys.push(match (&k.sha256, &k.env) {
+            (Some(d), None) => CallerKey::Sha256 { name, digest: d.0 },
+            (None, Some(var)) => CallerKey::Env {
+                name,
+                var: var.clone(),
+            },
+            _ => {
+                let path = [Key("keys"), Index(i)];
+                return Err(ConfigError::at(src, &path, Problem::KeySource));
+            }
+        });
+    }
+    Ok(keys)
+}
+
+fn idempotency(
+    src: Source<'_>,
+    raw: Option<&RawIdempotency>,
+) -> Result<IdempotencySettings, ConfigError> {
+    let d = IdempotencySettings::default();
+    let Some(i) = raw else { return Ok(d) };
+    let s = IdempotencySettings {
+        ttl: i.ttl.map_or(d.ttl, |t| t.0),
+        max_entries: i.max_entries.unwrap_or(d.max_entries),
+        max_bytes: i.max_bytes.unwrap_or(d.max_bytes),
+    };
+    if s.max_entries == 0 || s.max_bytes < 1024 {
+        let path = [Key("idempotency")];
+        return Err(ConfigError::at(src, &path, Problem::IdempotencyTooSmall));
+    }
+    Ok(s)
+}
+
+fn state(src: Source<'_>, raw: Option<&RawState>) -> Result<StateBackend, ConfigError> {
+    let Some(s) = raw else {
+        return Ok(StateBackend::Memory);
+    };
+    if s.backend.unwrap_or_default() == BackendKind::Memory {
+        // Redis settings under the memory backend would be silently unused.
+        let set = [
+            ("url", s.url.is_some()),
+            ("key_prefix", s.key_prefix.is_some()),
+            ("replicas", s.replicas.is_some()),
+            ("timeout", s.timeout.is_some()),
+            ("on_unavailable", s.on_unavailable.is_some()),
+            ("max_bytes", s.max_bytes.is_some()),
+        ];
+        return match set.iter().find(|(_, is_set)| *is_set) {
+            Some((key, _)) => {
+                let path = [Key("state"), Key(key)];
+                Err(ConfigError::at(src, &path, Problem::RedisOnly(key)))
+            }
+            None => Ok(StateBackend::Memory),
+        };
+    }
+    Ok(StateBackend::Redis {
+        url: s
+            .url
+            .as_ref()
+            .map_or_else(|| defaults::REDIS_URL.to_string(), |u| u.0.clone()),
+        key_prefix: s
+            .key_prefix
+            .clone()
+            .unwrap_or_else(|| defaults::REDIS_KEY_PREFIX.to_string()),
+        replicas: s.replicas.map_or(defaults::REDIS_REPLICAS, |r| r.0),
+        timeout: s.timeout.map_or(defaults::REDIS_TIMEOUT, |t| t.0),
+        on_unavailable: s.on_unavailable.unwrap_or_default(),
+        max_bytes: s.max_bytes.unwrap_or(defaults::REDIS_MAX_BYTES),
+    })
+}
