@@ -136,40 +136,13 @@ pub(crate) fn summarise(
     let mut latencies = std::mem::take(&mut m.latencies);
     latencies.sort_unstable();
     let (latency_p50, latency_p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
-    for st in &mut m.streams {
-        st.latencies.sort_unstable();
-    }
     let requests: u64 = m.streams.iter().map(|s| s.requests).sum();
     let successes: u64 = m.streams.iter().map(|s| s.successes).sum();
     let unfinished: u64 = m.streams.iter().map(|s| s.unfinished).sum();
     let attempts_mean =
         incident::mean_attempts(m.hist.iter().enumerate().map(|(a, &c)| (a as u64, c)));
-    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-    let minutes = m.window_len().as_secs_f64() / 60.0;
     let endpoints = if sc.streams.len() > 1 {
-        sc.streams
-            .iter()
-            .zip(&m.streams)
-            .map(|(s, st)| EndpointReport {
-                name: s.name.clone(),
-                requests: st.requests,
-                success_ratio: round(ratio(st.successes, st.requests), 4),
-                attempts_per_request_mean: round(ratio(st.upstream_total, st.requests), 3),
-                upstream_per_minute: round(st.upstream_window as f64 / minutes, 1),
-                rate_limited_per_minute: round(st.rate_limited_window as f64 / minutes, 1),
-                levee_rate_limited_per_minute: round(
-                    st.levee_rate_limited_window as f64 / minutes,
-                    1,
-                ),
-                latency_p99_seconds: round(percentile(&st.latencies, 0.99).as_secs_f64(), 3),
-                workers_busy_mean: m.has_pool.then(|| {
-                    round(
-                        st.held_ns_window as f64 / m.window_len().as_nanos() as f64,
-                        2,
-                    )
-                }),
-            })
-            .collect()
+        endpoint_reports(sc, &mut m)
     } else {
         Vec::new()
     };
@@ -198,6 +171,43 @@ pub(crate) fn summarise(
             latency_p50,
             latency_p99,
         },
+    }
+}
+
+/// Per stream, its numbers over the measurement window.
+fn endpoint_reports(sc: &Scenario, m: &mut Metrics) -> Vec<EndpointReport> {
+    for st in &mut m.streams {
+        st.latencies.sort_unstable();
+    }
+    let minutes = m.window_len().as_secs_f64() / 60.0;
+    sc.streams
+        .iter()
+        .zip(&m.streams)
+        .map(|(s, st)| EndpointReport {
+            name: s.name.clone(),
+            requests: st.requests,
+            success_ratio: round(ratio(st.successes, st.requests), 4),
+            attempts_per_request_mean: round(ratio(st.upstream_total, st.requests), 3),
+            upstream_per_minute: round(st.upstream_window as f64 / minutes, 1),
+            rate_limited_per_minute: round(st.rate_limited_window as f64 / minutes, 1),
+            levee_rate_limited_per_minute: round(st.levee_rate_limited_window as f64 / minutes, 1),
+            latency_p99_seconds: round(percentile(&st.latencies, 0.99).as_secs_f64(), 3),
+            workers_busy_mean: m.has_pool.then(|| {
+                round(
+                    st.held_ns_window as f64 / m.window_len().as_nanos() as f64,
+                    2,
+                )
+            }),
+        })
+        .collect()
+}
+
+/// `a / b`, zero when `b` is.
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
     }
 }
 
