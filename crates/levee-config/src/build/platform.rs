@@ -1,9 +1,10 @@
-//! A provider's platform and base URL from its `api` (direct, Azure,
-//! Gemini, Bedrock, Vertex) and the cloud keys that go with it.
+//! What a provider's `api` (direct, Azure, Gemini, Bedrock, Vertex) decides:
+//! its platform and base URL, from the cloud keys that go with it, and how
+//! its key is sent.
 
 use crate::model::Platform;
 use crate::raw::RawProvider;
-use crate::values::ApiKind;
+use crate::values::{Api, ApiKind};
 
 /// The default Gemini API base URL (its OpenAI-compatible endpoint).
 const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta/openai";
@@ -180,4 +181,24 @@ fn vertex(p: &RawProvider) -> Result<(Platform, http::Uri), KeyProblem> {
         },
         base,
     ))
+}
+
+/// How each dialect's own SDK sends its key.
+pub(super) fn default_auth(api: Api) -> crate::values::Auth {
+    match api {
+        Api::OpenAi => crate::values::Auth::Bearer,
+        Api::Anthropic => crate::values::Auth::Header("x-api-key".into()),
+    }
+}
+
+/// How each kind's own SDK sends a key from `api_key_env`: Azure's
+/// `api-key`, Gemini's bearer, Vertex's bearer token.
+pub(super) fn kind_auth(kind: ApiKind) -> crate::values::Auth {
+    match kind {
+        ApiKind::Azure => crate::values::Auth::Header("api-key".into()),
+        ApiKind::Bedrock => crate::values::Auth::None,
+        // An OAuth2 access token, whichever dialect the endpoint speaks.
+        ApiKind::Vertex | ApiKind::VertexOpenAi => crate::values::Auth::Bearer,
+        other => default_auth(other.dialect()),
+    }
 }

@@ -1,13 +1,13 @@
 //! Providers: each configured one checked (its breaker, `rate_limit`,
 //! keys that would go unused, `headers`) and built, and the built-in mock's.
 
-use super::platform::platform;
+use super::platform::{default_auth, kind_auth, platform};
 use crate::defaults;
 use crate::error::{ConfigError, Problem, Source};
 use crate::locate::Seg::Key;
 use crate::model::{InFlightCap, Platform, Provider};
 use crate::raw::{RawConfig, RawProvider, RawRateLimit};
-use crate::values::{Api, ApiKind, Http2};
+use crate::values::{Api, Http2};
 use levee_policy::admission::Gcra;
 use levee_policy::BreakerSettings;
 
@@ -34,26 +34,6 @@ pub(super) fn builtin_mock_provider(name: &str, api: Api) -> Provider {
         auth: default_auth(api),
         headers: Vec::new(),
         query: Vec::new(),
-    }
-}
-
-/// How each dialect's own SDK sends its key.
-fn default_auth(api: Api) -> crate::values::Auth {
-    match api {
-        Api::OpenAi => crate::values::Auth::Bearer,
-        Api::Anthropic => crate::values::Auth::Header("x-api-key".into()),
-    }
-}
-
-/// How each kind's own SDK sends a key from `api_key_env`: Azure's
-/// `api-key`, Gemini's bearer, Vertex's bearer token.
-fn kind_auth(kind: ApiKind) -> crate::values::Auth {
-    match kind {
-        ApiKind::Azure => crate::values::Auth::Header("api-key".into()),
-        ApiKind::Bedrock => crate::values::Auth::None,
-        // An OAuth2 access token, whichever dialect the endpoint speaks.
-        ApiKind::Vertex | ApiKind::VertexOpenAi => crate::values::Auth::Bearer,
-        other => default_auth(other.dialect()),
     }
 }
 
