@@ -275,15 +275,15 @@ fn past_block(t: &[(String, usize)], open: usize) -> usize {
     t.len()
 }
 
-/// If `t[i]` starts `#[cfg(test)] … mod name {`, the index of that `{`.
-fn test_module(t: &[(String, usize)], i: usize) -> Option<usize> {
+/// If `t[i]` starts `#[cfg(test)]`, the index of the `mod` after it and any
+/// further attributes and visibility (or of whatever item follows).
+fn after_test_attribute(t: &[(String, usize)], i: usize) -> Option<usize> {
     let is = |j: usize, s: &str| t.get(j).is_some_and(|x| x.0 == s);
     let attr = ["#", "[", "cfg", "(", "test", ")", "]"];
     if !attr.iter().enumerate().all(|(k, s)| is(i + k, s)) {
         return None;
     }
     let mut j = i + attr.len();
-    // Further attributes and a visibility, then `mod name {`.
     loop {
         if is(j, "#") && is(j + 1, "[") {
             let mut depth = 0;
@@ -305,10 +305,24 @@ fn test_module(t: &[(String, usize)], i: usize) -> Option<usize> {
         } else if is(j, "pub") {
             j += 1;
         } else {
-            break;
+            return Some(j);
         }
     }
+}
+
+/// If `t[i]` starts `#[cfg(test)] … mod name {`, the index of that `{`.
+fn test_module(t: &[(String, usize)], i: usize) -> Option<usize> {
+    let j = after_test_attribute(t, i)?;
+    let is = |j: usize, s: &str| t.get(j).is_some_and(|x| x.0 == s);
     (is(j, "mod") && is(j + 2, "{")).then_some(j + 2)
+}
+
+/// If `t[i]` starts `#[cfg(test)] … mod name;`, that name: a module in a
+/// file of its own that only tests build.
+fn test_file_module(t: &[(String, usize)], i: usize) -> Option<String> {
+    let j = after_test_attribute(t, i)?;
+    let is = |j: usize, s: &str| t.get(j).is_some_and(|x| x.0 == s);
+    (is(j, "mod") && is(j + 2, ";")).then(|| t[j + 1].0.clone())
 }
 
 /// The tokens of `src` outside `#[cfg(test)] mod … { … }` blocks.
@@ -574,7 +588,8 @@ fn crates_depend_only_on_what_their_walls_allow() {
 // inline), `super::b` or `super::super::b` wherever the `super`s climb to
 // the crate root, and `crate::Name` where the root imports `Name` from `b`.
 //
-// Test code: a `#[cfg(test)] mod … { … }` block is skipped, so edges only
+// Test code: a `#[cfg(test)] mod … { … }` block is skipped, and so is a file
+// declared `#[cfg(test)] mod name;` (with the files under it), so edges only
 // unit tests make do not count. Every other item counts, a `#[cfg(test)]`
 // function included: the graph may hold an edge too many, never one too few
 // for the code that ships.
@@ -618,11 +633,33 @@ fn module_path(rel: &str) -> Vec<String> {
     path
 }
 
+/// The module paths of the files only tests build: each declared
+/// `#[cfg(test)] mod name;`, with everything under it.
+fn test_only_files(krate: &CrateSrc) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for (rel, text) in &krate.files {
+        let t = tokens(text);
+        let base = if *rel == krate.root {
+            Vec::new()
+        } else {
+            module_path(rel)
+        };
+        for i in 0..t.len() {
+            if let Some(name) = test_file_module(&t, i) {
+                out.push([base.clone(), vec![name]].concat());
+            }
+        }
+    }
+    out
+}
+
 fn read_graph(krate: &CrateSrc) -> Graph {
     let mut modules: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let test_only = test_only_files(krate);
     for (rel, _) in &krate.files {
         let other_root = krate.root == "lib.rs" && (rel == "main.rs" || rel.starts_with("bin/"));
-        if *rel == krate.root || other_root {
+        let tests = test_only.iter().any(|p| module_path(rel).starts_with(p));
+        if *rel == krate.root || other_root || tests {
             continue;
         }
         modules
@@ -1440,6 +1477,30 @@ fn the_module_graph_finds_a_cycle_and_names_its_lines() {
     let c = "// crate::a\n#[cfg(test)]\nmod tests {\n    use crate::a;\n}\n";
     let found = fixture_cycles(&[("lib.rs", lib), ("a.rs", a), ("b.rs", b), ("c/mod.rs", c)]);
     assert_eq!(found, Vec::<String>::new());
+    // A file only tests build makes no edge; declared without the
+    // `#[cfg(test)]`, it closes the cycle.
+    let c_tests = "fn h() {\n    super::super::a::run();\n}\n";
+    for (c, cycle) in [
+        ("#[cfg(test)]\nmod c_tests;\n", false),
+        ("mod c_tests;\n", true),
+    ] {
+        let files = [
+            ("lib.rs", lib),
+            ("a.rs", a),
+            ("b.rs", b),
+            ("c/mod.rs", c),
+            ("c/c_tests.rs", c_tests),
+        ];
+        assert_eq!(fixture_cycles(&files).len(), usize::from(cycle), "{c}");
+    }
+    let lib_tests = "mod a;\n#[cfg(test)]\n#[allow(unused)]\nmod d;\n";
+    let krate = fixture_crate(&[
+        ("lib.rs", lib_tests),
+        ("a.rs", ""),
+        ("d.rs", ""),
+        ("d/e.rs", ""),
+    ]);
+    assert_eq!(read_graph(&krate).modules.keys().collect::<Vec<_>>(), ["a"]);
     // A name the root re-exports, or an inline module of the root, stands
     // for the module it comes from.
     let lib = "mod a;\nmod b;\npub use crate::b::Thing;\npub mod facade {\n    pub use crate::a::Other;\n}\n";
