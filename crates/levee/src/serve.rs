@@ -202,13 +202,7 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    // Sized from the CPUs this process may use (its affinity mask, as
-    // nginx's `worker_processes auto`).
-    let workers = args.workers.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
+    let workers = worker_count(&args);
     let rt = match runtime(workers) {
         Ok(rt) => rt,
         Err(e) => {
@@ -224,36 +218,14 @@ pub fn run(args: ServeArgs) -> i32 {
     }
     let seed = args.seed.unwrap_or_else(default_seed);
     rt.block_on(async move {
-        let mut mock = None;
-        if config.builtin_mock {
-            match levee_mock::spawn(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), levee_mock::MockOptions::default()).await {
-                Ok(m) => {
-                    tracing::warn!(
-                        target: "levee",
-                        mock = %m.local_addr(),
-                        "no providers configured: routing every model to the built-in mock provider (try `curl -s {}/v1/chat/completions -d '{{\"model\":\"demo\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'`)",
-                        config.listen
-                    );
-                    config.set_builtin_mock_addr(m.local_addr());
-                    mock = Some(m);
-                }
-                Err(e) => {
-                    eprintln!("levee: cannot start the built-in mock provider: {e}");
-                    return 1;
-                }
+        let mock = match builtin_mock(&mut config).await {
+            Ok(mock) => mock,
+            Err(e) => {
+                eprintln!("levee: {e}");
+                return 1;
             }
-        }
-        let opts = levee_gateway::Options {
-            seed,
-            record: args.record.clone(),
-            record_max_bytes: Some(args.record_max_bytes),
-            config_hash: args
-                .config
-                .as_ref()
-                .and_then(|p| std::fs::read(p).ok())
-                .map(|b| levee_gateway::reload::hash_of(&b)),
-            extra_workers: workers.saturating_sub(1),
         };
+        let opts = gateway_options(&args, seed, workers);
         let running = match levee_gateway::spawn_with(config, opts, signal()).await {
             Ok(r) => r,
             Err(e) => {
@@ -278,4 +250,56 @@ pub fn run(args: ServeArgs) -> i32 {
         tracing::info!(target: "levee", "stopped");
         0
     })
+}
+
+/// The worker threads: `--workers`, or one per CPU this process may use
+/// (its affinity mask, as nginx's `worker_processes auto`).
+fn worker_count(args: &ServeArgs) -> usize {
+    args.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
+}
+
+/// When the config names no provider, the built-in mock provider, started
+/// on a loopback port with every model routed to it; `None` otherwise.
+async fn builtin_mock(config: &mut Config) -> Result<Option<levee_mock::MockHandle>, String> {
+    if !config.builtin_mock {
+        return Ok(None);
+    }
+    match levee_mock::spawn(
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        levee_mock::MockOptions::default(),
+    )
+    .await
+    {
+        Ok(m) => {
+            tracing::warn!(
+                target: "levee",
+                mock = %m.local_addr(),
+                "no providers configured: routing every model to the built-in mock provider (try `curl -s {}/v1/chat/completions -d '{{\"model\":\"demo\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'`)",
+                config.listen
+            );
+            config.set_builtin_mock_addr(m.local_addr());
+            Ok(Some(m))
+        }
+        Err(e) => Err(format!("cannot start the built-in mock provider: {e}")),
+    }
+}
+
+/// The gateway's options from the flags: the jitter seed, the tape, the
+/// config file's hash and the worker threads besides the first.
+fn gateway_options(args: &ServeArgs, seed: u64, workers: usize) -> levee_gateway::Options {
+    levee_gateway::Options {
+        seed,
+        record: args.record.clone(),
+        record_max_bytes: Some(args.record_max_bytes),
+        config_hash: args
+            .config
+            .as_ref()
+            .and_then(|p| std::fs::read(p).ok())
+            .map(|b| levee_gateway::reload::hash_of(&b)),
+        extra_workers: workers.saturating_sub(1),
+    }
 }

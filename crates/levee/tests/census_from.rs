@@ -5,7 +5,7 @@ mod kit;
 use kit::CENSUS_ROUTES;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 /// The two providers of the census route, both the mock at `{mock}`.
@@ -61,36 +61,7 @@ async fn census_from_a_running_gateway() {
             assert_eq!(post(&addr, "interactive", 100_000), 200);
             assert_eq!(post(&addr, "batch-job", 22_000), 200);
         }
-        let live = Command::new(env!("CARGO_BIN_EXE_levee"))
-            .args(["check", "--census-from", &format!("http://{admin}")])
-            .output()
-            .expect("run levee");
-        let strict = Command::new(env!("CARGO_BIN_EXE_levee"))
-            .args([
-                "check",
-                "--strict",
-                "--census-from",
-                &format!("http://{admin}/"),
-            ])
-            .output()
-            .expect("run levee");
-        // A list that names only `interactive`: the other two are new.
-        let list =
-            std::env::temp_dir().join(format!("levee-census-list-{}.yaml", std::process::id()));
-        std::fs::write(&list, "- { name: interactive, deadline: 100s }\n").expect("list");
-        let listed = Command::new(env!("CARGO_BIN_EXE_levee"))
-            .args([
-                "check",
-                "--strict",
-                "--census-from",
-                &format!("http://{admin}"),
-            ])
-            .arg("--callers")
-            .arg(&list)
-            .output()
-            .expect("run levee");
-        let _ = std::fs::remove_file(&list);
-        (live, strict, listed)
+        check_census_from(&admin)
     });
     let (live, strict, listed) = tokio::time::timeout(Duration::from_secs(60), out)
         .await
@@ -99,6 +70,49 @@ async fn census_from_a_running_gateway() {
     gw.shutdown().await;
     mock.shutdown().await;
 
+    assert_live_census(&live);
+    assert_strict_fails_the_stranded_callers(&strict);
+    assert_a_callers_list_fails_the_callers_it_does_not_name(&listed);
+}
+
+/// `levee check --census-from` the admin address `admin`: plain, with
+/// `--strict`, and with `--strict` and a callers list that names only
+/// `interactive`.
+fn check_census_from(admin: &str) -> (Output, Output, Output) {
+    let live = Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args(["check", "--census-from", &format!("http://{admin}")])
+        .output()
+        .expect("run levee");
+    let strict = Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args([
+            "check",
+            "--strict",
+            "--census-from",
+            &format!("http://{admin}/"),
+        ])
+        .output()
+        .expect("run levee");
+    // A list that names only `interactive`: the other two are new.
+    let list = std::env::temp_dir().join(format!("levee-census-list-{}.yaml", std::process::id()));
+    std::fs::write(&list, "- { name: interactive, deadline: 100s }\n").expect("list");
+    let listed = Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args([
+            "check",
+            "--strict",
+            "--census-from",
+            &format!("http://{admin}"),
+        ])
+        .arg("--callers")
+        .arg(&list)
+        .output()
+        .expect("run levee");
+    let _ = std::fs::remove_file(&list);
+    (live, strict, listed)
+}
+
+/// The live census: each caller's requests, observed deadlines and what
+/// its route can start, and the targets with their observed p99.
+fn assert_live_census(live: &Output) {
     let text = String::from_utf8_lossy(&live.stdout).into_owned();
     assert!(
         live.status.success(),
@@ -135,9 +149,11 @@ async fn census_from_a_running_gateway() {
         backup_row.contains("30s") && backup_row.trim_end().ends_with('-'),
         "{text}"
     );
+}
 
-    // --strict: batch-job can neither retry nor fall back, and
-    // queue-worker cannot retry though its fallback can: both fail it.
+/// --strict: batch-job can neither retry nor fall back, and queue-worker
+/// cannot retry though its fallback can: both fail it.
+fn assert_strict_fails_the_stranded_callers(strict: &Output) {
     assert_eq!(strict.status.code(), Some(1));
     let err = String::from_utf8_lossy(&strict.stderr);
     assert!(
@@ -149,7 +165,10 @@ async fn census_from_a_running_gateway() {
         "{err}"
     );
     assert!(!err.contains("`interactive`"), "{err}");
-    // With a callers list, live callers it does not name fail it too.
+}
+
+/// With a callers list, live callers it does not name fail it too.
+fn assert_a_callers_list_fails_the_callers_it_does_not_name(listed: &Output) {
     assert_eq!(listed.status.code(), Some(1));
     let err = String::from_utf8_lossy(&listed.stderr);
     for name in ["queue-worker", "batch-job"] {

@@ -267,40 +267,12 @@ const UNSET_HEADER: &str = "LEVEE_CHECK_TEST_HEADER";
 
 #[test]
 fn an_unset_key_variable_fails_check_as_it_fails_serve_unless_allowed_missing() {
-    let cfg = file(
-        "unset-env.yaml",
-        &format!(
-            "providers:\n  plain: {{ api: openai, base_url: \"http://127.0.0.1:9\" }}\n  keyed:\n    api: anthropic\n    base_url: \"http://127.0.0.1:9\"\n    api_key_env: {UNSET_PROVIDER_KEY}\n    headers:\n      x-tenant: {{ env: {UNSET_HEADER} }}\nkeys:\n  - {{ name: app, env: {UNSET_CALLER_KEY} }}\nroutes:\n  - targets: [keyed, plain]\n"
-        ),
-    );
+    let cfg = unset_env_config();
     let cfg = cfg.to_str().unwrap();
-    let text = |o: &Output| {
-        format!(
-            "{}{}",
-            stdout(o),
-            String::from_utf8_lossy(&o.stderr).into_owned()
-        )
-    };
     // Default, and with --probe: an error naming the provider, the variable
     // and its line, and what to do; no "valid".
     for extra in [&[][..], &["--probe", "--probe-timeout-ms", "500"][..]] {
-        let mut args = vec!["--config", cfg];
-        args.extend_from_slice(extra);
-        let o = check_env(&args, &[]);
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", text(&o));
-        assert!(!stdout(&o).contains("valid"), "{extra:?}: {}", text(&o));
-        assert!(
-            err.contains(&format!(
-                "config line 6: provider `keyed`: environment variable `{UNSET_PROVIDER_KEY}` (api_key_env) is not set"
-            )) && err.contains(&format!(
-                "config line 8: provider `keyed`: environment variable `{UNSET_HEADER}` (named in `headers`) is not set"
-            )) && err.contains(&format!(
-                "config line 10: caller key `app`: environment variable `{UNSET_CALLER_KEY}` is not set"
-            )) && err.contains("`levee serve` and a SIGHUP reload refuse this config")
-                && err.contains("pass --allow-missing-env"),
-            "{extra:?}: {err}"
-        );
+        assert_check_names_each_unset_variable(cfg, extra);
     }
     // serve refuses the same file for the same reason.
     let serve = Command::new(BIN)
@@ -317,18 +289,7 @@ fn an_unset_key_variable_fails_check_as_it_fails_serve_unless_allowed_missing() 
         "{}",
         text(&serve)
     );
-    // --allow-missing-env: valid, with a warning per variable.
-    let o = check_env(&["--config", cfg, "--allow-missing-env"], &[]);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(stdout(&o).contains("valid"), "{}", text(&o));
-    assert_eq!(err.matches("levee check: warning:").count(), 3, "{err}");
-    assert!(
-        err.contains(UNSET_PROVIDER_KEY)
-            && err.contains(UNSET_HEADER)
-            && err.contains(UNSET_CALLER_KEY),
-        "{err}"
-    );
+    assert_allow_missing_env_warns_of_each_variable(cfg);
     // All set: valid, no warning.
     let all = [
         (UNSET_PROVIDER_KEY, "sk-test"),
@@ -351,5 +312,63 @@ fn an_unset_key_variable_fails_check_as_it_fails_serve_unless_allowed_missing() 
         String::from_utf8_lossy(&o.stderr).contains("is not a valid header value"),
         "{}",
         text(&o)
+    );
+}
+
+/// A config whose provider key, provider header and caller key each come
+/// from an environment variable the tests leave unset.
+fn unset_env_config() -> PathBuf {
+    file(
+        "unset-env.yaml",
+        &format!(
+            "providers:\n  plain: {{ api: openai, base_url: \"http://127.0.0.1:9\" }}\n  keyed:\n    api: anthropic\n    base_url: \"http://127.0.0.1:9\"\n    api_key_env: {UNSET_PROVIDER_KEY}\n    headers:\n      x-tenant: {{ env: {UNSET_HEADER} }}\nkeys:\n  - {{ name: app, env: {UNSET_CALLER_KEY} }}\nroutes:\n  - targets: [keyed, plain]\n"
+        ),
+    )
+}
+
+/// A run's stdout then stderr.
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        stdout(o),
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    )
+}
+
+/// `levee check` of `cfg` (with `extra` flags) with the variables unset
+/// fails with an error naming the provider, each variable and its line,
+/// and what to do; no "valid".
+fn assert_check_names_each_unset_variable(cfg: &str, extra: &[&str]) {
+    let mut args = vec!["--config", cfg];
+    args.extend_from_slice(extra);
+    let o = check_env(&args, &[]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", text(&o));
+    assert!(!stdout(&o).contains("valid"), "{extra:?}: {}", text(&o));
+    assert!(
+        err.contains(&format!(
+            "config line 6: provider `keyed`: environment variable `{UNSET_PROVIDER_KEY}` (api_key_env) is not set"
+        )) && err.contains(&format!(
+            "config line 8: provider `keyed`: environment variable `{UNSET_HEADER}` (named in `headers`) is not set"
+        )) && err.contains(&format!(
+            "config line 10: caller key `app`: environment variable `{UNSET_CALLER_KEY}` is not set"
+        )) && err.contains("`levee serve` and a SIGHUP reload refuse this config")
+            && err.contains("pass --allow-missing-env"),
+        "{extra:?}: {err}"
+    );
+}
+
+/// --allow-missing-env: valid, with a warning per variable.
+fn assert_allow_missing_env_warns_of_each_variable(cfg: &str) {
+    let o = check_env(&["--config", cfg, "--allow-missing-env"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stdout(&o).contains("valid"), "{}", text(&o));
+    assert_eq!(err.matches("levee check: warning:").count(), 3, "{err}");
+    assert!(
+        err.contains(UNSET_PROVIDER_KEY)
+            && err.contains(UNSET_HEADER)
+            && err.contains(UNSET_CALLER_KEY),
+        "{err}"
     );
 }

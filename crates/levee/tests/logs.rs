@@ -8,6 +8,7 @@
 mod kit;
 use kit::{free_port, start_mock, test_dir, wait_until, Proc, BIN};
 use serde_json::Value;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -49,6 +50,46 @@ fn field<'a>(line: &'a Value, name: &str) -> &'a Value {
 fn every_request_has_one_line_with_its_id_caller_attempts_and_outcome() {
     let dir = test_dir("levee-logs-test");
     let (mock, mock_addr) = start_mock(&[]);
+    let (gw, addr, log_path) = serve_with_json_log(&dir, &mock_addr);
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let (id, failed_id) = send_each_kind_of_request(&addr, &mock_addr);
+
+    wait_until(Duration::from_secs(10), || {
+        lines(&read(), "request").len() >= 3 && !lines(&read(), "request refused").is_empty()
+    });
+    drop(gw);
+    drop(mock);
+    let text = read();
+    for raw in text.lines().filter(|l| l.contains("\"request")) {
+        assert_eq!(
+            raw.matches("\"target\":").count(),
+            1,
+            "two target keys: {raw}"
+        );
+    }
+    let requests = lines(&text, "request");
+    assert_answered_line(&requests, &id, &text);
+    assert!(requests
+        .iter()
+        .any(|l| field(l, "request_id") == "trace-42"));
+    assert_failed_and_refused_lines(&requests, &failed_id, &text);
+    assert!(
+        !text.contains("sk-wrong-key-123456"),
+        "the refused key is in the log"
+    );
+    assert!(
+        !text.contains("key-of-search"),
+        "a caller's key is in the log"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `levee serve --log-format json` in `dir`, its log in `levee.log`, with
+/// two caller keys (`billing`, and `search` from an environment variable)
+/// and one provider `p`, the mock at `mock_addr`, whose answers name model
+/// `gpt-answered`, two attempts each; returns once it is listening, with
+/// its address and the log's path.
+fn serve_with_json_log(dir: &Path, mock_addr: &str) -> (Proc, String, PathBuf) {
     let config = dir.join("levee.yaml");
     let sha = "a9f3c7e4d3b7a6d1f4c1a5d2b6e6e0f8c9a3e1b7d5f2c4a6e8b0d2f4a6c8e0b2";
     std::fs::write(
@@ -74,46 +115,43 @@ fn every_request_has_one_line_with_its_id_caller_attempts_and_outcome() {
     let gw = Proc(gw);
     let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
     wait_until(Duration::from_secs(20), || read().contains("listening"));
+    (gw, addr, log_path)
+}
 
+/// One request answered (its id made by the gateway), one with the
+/// caller's own id, one refused for its key, and one that fails after two
+/// attempts; returns the first's and the last's ids.
+fn send_each_kind_of_request(addr: &str, mock_addr: &str) -> (String, String) {
     let chat = r#"{"model":"asked-model","messages":[{"role":"user","content":"hi"}]}"#;
     let auth = "authorization: Bearer key-of-search\r\nx-levee-caller: search-api\r\n";
-    let (status, ok) = post(&addr, "/v1/chat/completions", auth, chat);
+    let (status, ok) = post(addr, "/v1/chat/completions", auth, chat);
     assert_eq!(status, 200, "{ok}");
     let id = header(&ok, "x-request-id").to_string();
     assert_eq!(id.len(), 36, "a UUID: {ok}");
     // The caller's own id is echoed.
     let mine = format!("{auth}x-request-id: trace-42\r\n");
-    let (_, echoed) = post(&addr, "/v1/chat/completions", &mine, chat);
+    let (_, echoed) = post(addr, "/v1/chat/completions", &mine, chat);
     assert_eq!(header(&echoed, "x-request-id"), "trace-42");
     // A refused key, logged without the key.
     let wrong = "authorization: Bearer sk-wrong-key-123456\r\n";
-    let (status, _) = post(&addr, "/v1/chat/completions", wrong, chat);
+    let (status, _) = post(addr, "/v1/chat/completions", wrong, chat);
     assert_eq!(status, 401);
     // A failure after attempts: the provider answers 503 twice.
     let faults = r#"{"faults":[{"status":503}]}"#;
-    let (s, _) = post(&mock_addr, "/_mock/faults", "", faults);
+    let (s, _) = post(mock_addr, "/_mock/faults", "", faults);
     assert_eq!(s, 200);
-    let (status, failed) = post(&addr, "/v1/chat/completions", auth, chat);
+    let (status, failed) = post(addr, "/v1/chat/completions", auth, chat);
     assert_eq!(status, 503, "{failed}");
     let failed_id = header(&failed, "x-request-id").to_string();
+    (id, failed_id)
+}
 
-    wait_until(Duration::from_secs(10), || {
-        lines(&read(), "request").len() >= 3 && !lines(&read(), "request refused").is_empty()
-    });
-    drop(gw);
-    drop(mock);
-    let text = read();
-    for raw in text.lines().filter(|l| l.contains("\"request")) {
-        assert_eq!(
-            raw.matches("\"target\":").count(),
-            1,
-            "two target keys: {raw}"
-        );
-    }
-    let requests = lines(&text, "request");
+/// The answered request's line, at INFO: who called (the key's name),
+/// where it went, what was asked and answered, and its one attempt.
+fn assert_answered_line(requests: &[Value], id: &str, text: &str) {
     let first = requests
         .iter()
-        .find(|l| field(l, "request_id") == id.as_str())
+        .find(|l| field(l, "request_id") == id)
         .unwrap_or_else(|| panic!("no line for {id}: {text}"));
     assert_eq!(first["level"], "INFO", "{first}");
     assert_eq!(field(first, "caller"), "search", "the key's name: {first}");
@@ -131,12 +169,14 @@ fn every_request_has_one_line_with_its_id_caller_attempts_and_outcome() {
             .is_some_and(|a| a.starts_with("p 200 ")),
         "{first}"
     );
-    assert!(requests
-        .iter()
-        .any(|l| field(l, "request_id") == "trace-42"));
+}
+
+/// The failed request's line and the refused one's, both at WARN: the
+/// failure with its two attempts, the refusal with its status.
+fn assert_failed_and_refused_lines(requests: &[Value], failed_id: &str, text: &str) {
     let bad = requests
         .iter()
-        .find(|l| field(l, "request_id") == failed_id.as_str())
+        .find(|l| field(l, "request_id") == failed_id)
         .unwrap_or_else(|| panic!("no line for {failed_id}: {text}"));
     assert_eq!(bad["level"], "WARN", "{bad}");
     assert_eq!(field(bad, "attempts"), 2, "{bad}");
@@ -146,16 +186,7 @@ fn every_request_has_one_line_with_its_id_caller_attempts_and_outcome() {
             .is_some_and(|a| a.starts_with("p 503 ") && a.contains(", p 503 ")),
         "{bad}"
     );
-    let refused = lines(&text, "request refused");
+    let refused = lines(text, "request refused");
     assert_eq!(refused[0]["level"], "WARN");
     assert_eq!(field(&refused[0], "status"), 401);
-    assert!(
-        !text.contains("sk-wrong-key-123456"),
-        "the refused key is in the log"
-    );
-    assert!(
-        !text.contains("key-of-search"),
-        "a caller's key is in the log"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
 }
