@@ -296,26 +296,7 @@ fn render_live(
         report.callers.len(),
         report.targets.len()
     );
-    let ms = |v: Option<u64>| v.map_or("-".to_string(), |m| secs(Duration::from_millis(m)));
-    let mut stranded = Vec::new();
-    let mut rows = Vec::new();
-    for c in &report.callers {
-        for r in &c.routes {
-            if !r.retry_can_start {
-                let fallback = r.fallback_can_start == Some(true);
-                stranded.push((c.name.clone(), r.route.clone(), fallback));
-            }
-            rows.push(vec![
-                c.name.clone(),
-                c.requests.to_string(),
-                ms(c.deadline_ms.p5),
-                ms(c.deadline_ms.p50),
-                r.route.clone(),
-                yes_no(Some(r.retry_can_start)).to_string(),
-                yes_no(r.fallback_can_start).to_string(),
-            ]);
-        }
-    }
+    let (rows, stranded) = live_caller_rows(report);
     let _ = writeln!(
         out,
         "\ncaller census (observed; judged at each caller's p50 deadline)"
@@ -337,24 +318,6 @@ fn render_live(
             &rows,
         );
     }
-    let rows: Vec<Vec<String>> = report
-        .targets
-        .iter()
-        .map(|t| {
-            let over = t.observed_p99_ms.is_some_and(|p| p > t.expected_attempt_ms);
-            vec![
-                t.route.clone(),
-                t.provider.clone(),
-                secs(Duration::from_millis(t.expected_attempt_ms)),
-                ms(t.observed_p99_ms),
-                if over {
-                    "p99 above expected_attempt_ms: the census rests on it; raise it".to_string()
-                } else {
-                    String::new()
-                },
-            ]
-        })
-        .collect();
     let _ = writeln!(out, "\ntargets");
     table(
         &mut out,
@@ -365,9 +328,68 @@ fn render_live(
             "observed p99",
             "warning",
         ],
-        &rows,
+        &live_target_rows(report),
     );
     (out, stranded)
+}
+
+/// A duration in milliseconds as seconds, or `-` when none was observed.
+fn observed_ms(v: Option<u64>) -> String {
+    v.map_or("-".to_string(), |m| secs(Duration::from_millis(m)))
+}
+
+/// A (caller, route) pair whose retry cannot start at the caller's
+/// observed p50 deadline, and whether its fallback can.
+type Stranded = (String, String, bool);
+
+/// One census row per (caller, route) pair, and the pairs whose retry
+/// cannot start at the caller's observed p50 deadline.
+fn live_caller_rows(
+    report: &levee_gateway::census::CensusReport,
+) -> (Vec<Vec<String>>, Vec<Stranded>) {
+    let mut stranded = Vec::new();
+    let mut rows = Vec::new();
+    for c in &report.callers {
+        for r in &c.routes {
+            if !r.retry_can_start {
+                let fallback = r.fallback_can_start == Some(true);
+                stranded.push((c.name.clone(), r.route.clone(), fallback));
+            }
+            rows.push(vec![
+                c.name.clone(),
+                c.requests.to_string(),
+                observed_ms(c.deadline_ms.p5),
+                observed_ms(c.deadline_ms.p50),
+                r.route.clone(),
+                yes_no(Some(r.retry_can_start)).to_string(),
+                yes_no(r.fallback_can_start).to_string(),
+            ]);
+        }
+    }
+    (rows, stranded)
+}
+
+/// One row per route target: its expected attempt time, its observed p99,
+/// and a warning when the p99 is above what the census assumes.
+fn live_target_rows(report: &levee_gateway::census::CensusReport) -> Vec<Vec<String>> {
+    report
+        .targets
+        .iter()
+        .map(|t| {
+            let over = t.observed_p99_ms.is_some_and(|p| p > t.expected_attempt_ms);
+            vec![
+                t.route.clone(),
+                t.provider.clone(),
+                secs(Duration::from_millis(t.expected_attempt_ms)),
+                observed_ms(t.observed_p99_ms),
+                if over {
+                    "p99 above expected_attempt_ms: the census rests on it; raise it".to_string()
+                } else {
+                    String::new()
+                },
+            ]
+        })
+        .collect()
 }
 
 fn secs(d: Duration) -> String {
