@@ -28,6 +28,7 @@ use levee_policy::{Class, Failure, Outcome, Reason};
 use levee_wire::{headers, Dialect};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Most of an upstream error body we keep to pass on or log.
@@ -69,8 +70,12 @@ const NO_DEADLINE: std::time::Duration = std::time::Duration::from_secs(86_400);
 /// The driver's state for one request: the request's policy state (inside
 /// the finisher), its books, the last upstream error and the idempotency
 /// lease, which a delivered answer completes.
-struct Driver {
+struct Driver<'a> {
     ctx: Ctx,
+    /// How many attempts the request has sent, for the 503 its answer
+    /// becomes if the shutdown grace period ends first (a count the
+    /// request's answer owns; the driver writes it at each dispatch).
+    sent: &'a AtomicU32,
     fin: AttemptFinisher,
     obs: Observer,
     last_error: Option<LastError>,
@@ -91,12 +96,13 @@ struct Driver {
 /// into (~850 bytes more per request); and the driver is borrowed by the
 /// loop, not moved into it, which would keep it twice (an `async fn`'s
 /// arguments keep their slot after they are moved).
-pub(crate) fn run(
+pub(crate) fn run<'a>(
     ctx: Ctx,
     deadline: levee_policy::Instant,
     lease: Option<Lease>,
     obs: Observer,
-) -> Pin<Box<impl Future<Output = Result<Response<Body>, LeveeError>>>> {
+    sent: &'a AtomicU32,
+) -> Pin<Box<impl Future<Output = Result<Response<Body>, LeveeError>> + 'a>> {
     let fin = AttemptFinisher {
         shared: Arc::clone(&ctx.shared),
         route: ctx.route,
@@ -105,6 +111,7 @@ pub(crate) fn run(
     };
     let mut driver = Driver {
         ctx,
+        sent,
         fin,
         obs,
         last_error: None,
@@ -137,7 +144,7 @@ pub(crate) fn run(
     })
 }
 
-impl Driver {
+impl Driver<'_> {
     /// The planner loop: wait, dispatch, or fail, until an answer.
     async fn drive(&mut self) -> Result<Response<Body>, LeveeError> {
         let shared = Arc::clone(&self.ctx.shared);
@@ -330,8 +337,8 @@ impl Driver {
         }
     }
 
-    /// The attempt `d` is about to be sent at `now`: counted for the grace
-    /// guard's 503, reported, and its trace fields set on `fields`.
+    /// The attempt `d` is about to be sent at `now`: counted for the 503
+    /// the answer becomes if the grace period ends first, reported, and its trace fields set on `fields`.
     fn started(
         &mut self,
         d: &Dispatch,
@@ -339,7 +346,7 @@ impl Driver {
         fields: &mut crate::http::outbound::Fields,
     ) {
         let (n, deadline) = (self.fin.req.attempts(), self.fin.req.deadline());
-        crate::runtime::shutdown::attempts_sent(n);
+        self.sent.store(n, Ordering::Relaxed);
         self.obs.report(RequestEvent::AttemptStarted {
             dispatch: d,
             n,

@@ -21,6 +21,7 @@ use levee_config::{Api, CallerKey};
 use levee_policy::deadline::DeadlineHeaders;
 use levee_wire::{headers, paths, Dialect};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +43,6 @@ where
     B::Error: Into<BoxError>,
 {
     let dialect = Dialect::of_request(req.uri().path(), req.headers());
-    let guard = Arc::clone(&shared);
     // The answer's future (every await on the request path, ~2.5 KiB) has
     // an allocation of its own, freed as soon as the response head is
     // ready. Held inline it would be part of the connection's service
@@ -51,12 +51,11 @@ where
     // of RSS per open stream with it inline, 30.5 KiB boxed, at 2,000
     // streams), for one more allocation per request. Not an `async fn`:
     // one would keep the request (264 bytes) in its future beside the
-    // answer that took it.
+    // answer that took it. The box is awaited inside a future of its own,
+    // so that it is freed when the answer is ready, even while the
+    // connection still holds the finished future through a stream's life.
     let answer = Box::pin(answer(shared, req, dialect));
-    async move {
-        let over = || observer::report(&guard, RequestEvent::ShuttingDown);
-        guard.grace_over.guard(dialect, over, answer).await
-    }
+    async move { answer.await }
 }
 
 /// The request's answer: a provider's, Levee's, or the one place a
@@ -73,7 +72,17 @@ where
     let method = req.method().clone();
     let arrived = shared.clock.now();
     let mut admitted = false;
-    let resp = match serve(&shared, req, dialect, &mut note, &id, &mut admitted).await {
+    let sent = AtomicU32::new(0);
+    let served = serve(&shared, req, dialect, &mut note, &id, &mut admitted, &sent);
+    let Some(served) = shared.grace_over.race(served).await else {
+        // The grace period ended first: a request still waiting for its
+        // answer (admitted or not) is answered 503 rather than cut.
+        observer::report(&shared, RequestEvent::ShuttingDown);
+        let mut resp = crate::runtime::shutdown::cut_short(dialect, sent.into_inner());
+        with_request_id(resp.headers_mut(), id);
+        return resp;
+    };
+    let resp = match served {
         Ok(r) => r,
         Err(e) => {
             if !admitted {
@@ -135,6 +144,7 @@ async fn serve<B>(
     note: &mut Option<IdemNote>,
     id: &HeaderValue,
     admitted: &mut bool,
+    sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -208,7 +218,7 @@ where
         rewrite,
         once,
     };
-    admit(shared, request, note, id, admitted).await
+    admit(shared, request, note, id, admitted, sent).await
 }
 
 /// The pass-through endpoints Levee knows, for a 404's message.
@@ -576,6 +586,7 @@ async fn admit(
     note: &mut Option<IdemNote>,
     id: &HeaderValue,
     admitted: &mut bool,
+    sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError> {
     let route = &shared.config.routes[r.route];
     let arrived = shared.clock.now();
@@ -674,7 +685,7 @@ async fn admit(
         stream_deadline,
         ask,
     };
-    crate::request::drive::run(ctx, deadline, lease, obs).await
+    crate::request::drive::run(ctx, deadline, lease, obs, sent).await
 }
 
 /// The route's bulkhead is full: the request is shed at once, never queued.

@@ -8,26 +8,12 @@
 use crate::http::respond::{Body, LeveeError, Why};
 use http::Response;
 use levee_wire::Dialect;
-use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use tokio::sync::Notify;
-
-tokio::task_local! {
-    /// The attempts the request being answered has sent: set by the driver
-    /// at each dispatch, read by [`GraceOver::guard`] when it answers 503.
-    /// It lives inside the guarded future (no allocation per request).
-    static SENT: Cell<u32>;
-}
-
-/// Notes that the request being answered (inside [`GraceOver::guard`]) has
-/// sent `n` attempts; outside a guard, does nothing.
-pub(crate) fn attempts_sent(n: u32) {
-    let _ = SENT.try_with(|sent| sent.set(n));
-}
 
 /// The grace-over signal: set once, when the shutdown grace period ends.
 ///
@@ -83,20 +69,15 @@ impl GraceOver {
         self.over.load(Ordering::Acquire)
     }
 
-    /// Runs `answer` until it yields a response, or answers 503 in `dialect`
-    /// when the grace period ends first (after calling `over`, which books
-    /// it); a streaming response keeps watching.
-    pub async fn guard(
-        self: &Arc<Self>,
-        dialect: Dialect,
-        over: impl FnOnce(),
-        answer: impl Future<Output = Response<Body>>,
-    ) -> Response<Body> {
+    /// Runs `answer` to its end, or until the grace period ends first
+    /// (`None`: `answer` is dropped there). A streaming response's relay
+    /// watches the period itself ([`GraceWatch`]).
+    pub async fn race<T>(&self, answer: impl Future<Output = T>) -> Option<T> {
         // Waited on in place (not `self.wait()`): no allocation per request.
         let mut wait = std::pin::pin!(self.notify.notified());
-        let mut answer = std::pin::pin!(SENT.scope(Cell::new(0), answer));
+        let mut answer = std::pin::pin!(answer);
         let mut seen = None;
-        let answered = std::future::poll_fn(|cx| {
+        std::future::poll_fn(|cx| {
             if let Poll::Ready(r) = answer.as_mut().poll(cx) {
                 return Poll::Ready(Some(r));
             }
@@ -105,19 +86,17 @@ impl GraceOver {
             }
             Poll::Pending
         })
-        .await;
-        let Some(resp) = answered else {
-            over();
-            let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
-            let sent = answer.as_mut().take_value().map_or(0, Cell::into_inner);
-            return LeveeError::of(Why::ShuttingDown, msg)
-                .attempts(sent)
-                .into_response(dialect);
-        };
-        // A stream past this point watches the grace period itself
-        // (`GraceWatch`, held by its relay).
-        resp
+        .await
     }
+}
+
+/// The 503 a request gets when the grace period ends before its answer:
+/// in its dialect, saying how many attempts it had sent.
+pub(crate) fn cut_short(dialect: Dialect, sent: u32) -> Response<Body> {
+    let msg = "levee: the gateway is shutting down and its grace period is over; this request was not answered in time";
+    LeveeError::of(Why::ShuttingDown, msg)
+        .attempts(sent)
+        .into_response(dialect)
 }
 
 /// A committed stream's watch on the grace period: its relay ends the
