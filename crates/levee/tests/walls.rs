@@ -1313,7 +1313,9 @@ fn spread_platforms(sources: &[Source], max: usize) -> Vec<String> {
         .filter(|(_, f)| f.len() <= max)
         .map(|(p, f)| format!("{p}: {} file(s)\n      {}", f.len(), f.join("\n      ")))
         .collect();
-    eprintln!("platforms within the limit:\n  {}", report.join("\n  "));
+    if !report.is_empty() {
+        eprintln!("platforms within the limit:\n  {}", report.join("\n  "));
+    }
     files
         .into_iter()
         .filter(|(_, f)| f.len() > max)
