@@ -271,13 +271,34 @@ fn window_edge(
 impl DrillArgs {
     /// Checks every flag; the error names the flag and says what is allowed.
     pub fn plan(&self) -> Result<Plan, DrillError> {
-        let flag = |flag: &'static str, value: String, reason: &str| DrillError::Flag {
-            flag,
-            value,
-            reason: reason.to_owned(),
-        };
         let gateway = target::parse("gateway", &self.gateway)?;
         let mock = target::parse("mock", &self.mock)?;
+        let duration = self.check_load()?;
+        let (faults, window) = self.check_faults(duration)?;
+        let (pause, failover, stop) = self.exercise.check(duration)?;
+        Ok(Plan {
+            gateway,
+            mock,
+            rate: self.rate,
+            duration,
+            fault_doc: serde_json::json!({ "faults": faults }),
+            fault_window: window,
+            timeout: Duration::from_millis(self.timeout_ms),
+            seed: self.seed,
+            arrivals: self.arrivals,
+            model: self.model.clone(),
+            json: self.json,
+            plot: self.plot.clone(),
+            fault_text: self.faults.clone(),
+            pause,
+            failover,
+            stop,
+        })
+    }
+
+    /// Checks the load's flags (`--rate`, `--duration`, their product, and
+    /// `--timeout-ms`); returns the run's duration.
+    fn check_load(&self) -> Result<Duration, DrillError> {
         if !(self.rate.is_finite() && self.rate > 0.0 && self.rate <= MAX_RATE) {
             return Err(flag(
                 "rate",
@@ -312,8 +333,14 @@ impl DrillArgs {
                 &format!("must be between 1 and {MAX_TIMEOUT_MS}"),
             ));
         }
+        Ok(duration)
+    }
+
+    /// Checks every `--fault` against the run's `duration`; returns the
+    /// faults' JSON objects and the fault window they span.
+    fn check_faults(&self, duration: Duration) -> Result<(Vec<Value>, FaultWindow), DrillError> {
         let mut faults = Vec::new();
-        let mut window: Option<(Duration, Duration)> = None;
+        let mut window: FaultWindow = None;
         for text in &self.faults {
             let fault = parse_fault(text)?;
             let from = window_edge(&fault, "from", text)?;
@@ -338,25 +365,19 @@ impl DrillArgs {
         if window.is_none() && !faults.is_empty() {
             window = Some((Duration::ZERO, duration));
         }
-        let (pause, failover, stop) = self.exercise.check(duration)?;
-        Ok(Plan {
-            gateway,
-            mock,
-            rate: self.rate,
-            duration,
-            fault_doc: serde_json::json!({ "faults": faults }),
-            fault_window: window,
-            timeout: Duration::from_millis(self.timeout_ms),
-            seed: self.seed,
-            arrivals: self.arrivals,
-            model: self.model.clone(),
-            json: self.json,
-            plot: self.plot.clone(),
-            fault_text: self.faults.clone(),
-            pause,
-            failover,
-            stop,
-        })
+        Ok((faults, window))
+    }
+}
+
+/// A fault window: from, to (since the start), when there is one.
+type FaultWindow = Option<(Duration, Duration)>;
+
+/// A bad `--flag`'s error: the flag, its value, and what is allowed.
+fn flag(flag: &'static str, value: String, reason: &str) -> DrillError {
+    DrillError::Flag {
+        flag,
+        value,
+        reason: reason.to_owned(),
     }
 }
 

@@ -472,52 +472,10 @@ impl Report {
             let _ = writeln!(s, "  client error        {n} × {e}");
         }
         if let Some(p) = &self.state_pause {
-            let when = match (p.paused_at_seconds, &p.error) {
-                (Some(at), _) => format!("paused at {at} s for {} s", p.pause_seconds),
-                (None, e) => format!("NOT paused: {}", e.as_deref().unwrap_or("")),
-            };
-            let _ = writeln!(s, "  state store         {when}");
-            let _ = writeln!(
-                s,
-                "  keyed requests      {}, {} ran unshared (x-levee-idempotency: local); during the pause: {}",
-                p.keyed_requests,
-                p.ran_unshared,
-                listing(&p.outcomes_during, " ", ", ")
-            );
-            let _ = writeln!(
-                s,
-                "  latency             before p50 {} / p99 {} ms; during p50 {} / p99 {} ms",
-                p.latency_ms_before.p50,
-                p.latency_ms_before.p99,
-                p.latency_ms_during.p50,
-                p.latency_ms_during.p99
-            );
+            p.write_human(&mut s);
         }
         if let Some(r) = &self.replica_stop {
-            let when = match (r.stopped_at_seconds, &r.error) {
-                (Some(at), _) => format!("stopped ({:?}) at {at} s", r.signal),
-                (None, e) => format!("NOT stopped: {}", e.as_deref().unwrap_or("")),
-            };
-            let _ = writeln!(
-                s,
-                "  replica             {when}; callers fail over: {}",
-                if r.callers_fail_over { "yes" } else { "no" }
-            );
-            let _ = writeln!(
-                s,
-                "  after the stop      {} failed calls, {} failovers; {}",
-                r.failed_calls,
-                r.failovers,
-                listing(&r.outcomes_after_stop, " ", ", ")
-            );
-            let _ = writeln!(
-                s,
-                "  latency             before p50 {} / p99 {} ms; after p50 {} / p99 {} ms",
-                r.latency_ms_before.p50,
-                r.latency_ms_before.p99,
-                r.latency_ms_after.p50,
-                r.latency_ms_after.p99
-            );
+            r.write_human(&mut s);
         }
         s
     }
@@ -525,6 +483,62 @@ impl Report {
     /// Whether the drill met its own promises: nothing unanswered, nothing late.
     pub fn ok(&self) -> bool {
         self.unanswered == 0 && self.answered_late == 0
+    }
+}
+
+impl StatePauseReport {
+    /// Its lines of the human summary.
+    fn write_human(&self, s: &mut String) {
+        let when = match (self.paused_at_seconds, &self.error) {
+            (Some(at), _) => format!("paused at {at} s for {} s", self.pause_seconds),
+            (None, e) => format!("NOT paused: {}", e.as_deref().unwrap_or("")),
+        };
+        let _ = writeln!(s, "  state store         {when}");
+        let _ = writeln!(
+            s,
+            "  keyed requests      {}, {} ran unshared (x-levee-idempotency: local); during the pause: {}",
+            self.keyed_requests,
+            self.ran_unshared,
+            listing(&self.outcomes_during, " ", ", ")
+        );
+        let _ = writeln!(
+            s,
+            "  latency             before p50 {} / p99 {} ms; during p50 {} / p99 {} ms",
+            self.latency_ms_before.p50,
+            self.latency_ms_before.p99,
+            self.latency_ms_during.p50,
+            self.latency_ms_during.p99
+        );
+    }
+}
+
+impl ReplicaStopReport {
+    /// Its lines of the human summary.
+    fn write_human(&self, s: &mut String) {
+        let when = match (self.stopped_at_seconds, &self.error) {
+            (Some(at), _) => format!("stopped ({:?}) at {at} s", self.signal),
+            (None, e) => format!("NOT stopped: {}", e.as_deref().unwrap_or("")),
+        };
+        let _ = writeln!(
+            s,
+            "  replica             {when}; callers fail over: {}",
+            if self.callers_fail_over { "yes" } else { "no" }
+        );
+        let _ = writeln!(
+            s,
+            "  after the stop      {} failed calls, {} failovers; {}",
+            self.failed_calls,
+            self.failovers,
+            listing(&self.outcomes_after_stop, " ", ", ")
+        );
+        let _ = writeln!(
+            s,
+            "  latency             before p50 {} / p99 {} ms; after p50 {} / p99 {} ms",
+            self.latency_ms_before.p50,
+            self.latency_ms_before.p99,
+            self.latency_ms_after.p50,
+            self.latency_ms_after.p99
+        );
     }
 }
 
