@@ -27,7 +27,7 @@ impl Clock {
     }
 
     /// The tokio instant of a policy instant (for sleeping until it).
-    pub fn to_tokio(&self, t: levee_policy::Instant) -> tokio::time::Instant {
+    pub fn to_tokio(self, t: levee_policy::Instant) -> tokio::time::Instant {
         self.origin + t.since_origin()
     }
 

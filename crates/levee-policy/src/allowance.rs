@@ -142,6 +142,45 @@ pub struct Ask {
     pub caller: Option<u16>,
 }
 
+impl Ask {
+    /// A request's ask before any attempt: `cost`, and the caller's place
+    /// among `callers` (the config's `callers:` names and priorities, in
+    /// order): its index, weighed by its share, and its priority. A caller
+    /// not among them (or none) is weighed with no one and asks at normal
+    /// priority.
+    pub fn of_caller<'a>(
+        callers: impl IntoIterator<Item = (&'a str, Priority)>,
+        caller: Option<&str>,
+        cost: Cost,
+    ) -> Ask {
+        let found = caller.and_then(|name| {
+            callers
+                .into_iter()
+                .enumerate()
+                .find(|(_, (n, _))| *n == name)
+        });
+        Ask {
+            cost,
+            priority: found.map_or(Priority::Normal, |(_, (_, p))| p),
+            retry: false,
+            fallback: false,
+            caller: found.and_then(|(i, _)| u16::try_from(i).ok()),
+        }
+    }
+
+    /// What one attempt asks: the request's ask, as a retry when the
+    /// attempt retries a failed one, and as fallback traffic on any target
+    /// but the route's primary (target 0). Both leave a floor for first
+    /// attempts on the primary.
+    pub fn for_attempt(self, target: usize, retry: bool) -> Ask {
+        Ask {
+            retry,
+            fallback: target > 0,
+            ..self
+        }
+    }
+}
+
 /// Floors, as fractions of a bucket each kind of attempt must leave.
 const FLOOR_HIGH: f64 = 0.0;
 const FLOOR_NORMAL: f64 = 0.0;

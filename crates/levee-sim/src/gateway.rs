@@ -17,7 +17,7 @@
 
 use crate::arrivals::Tokens;
 use crate::scenario::{LeveeGateway, Scenario};
-use levee_policy::allowance::{Ask, Cost, Meter, Priority, Reported};
+use levee_policy::allowance::{Ask, Cost, Meter, Reported};
 use levee_policy::{
     AttemptKind, Class, ConcurrencyGuard, ConcurrencyLimiter, Decision, Dependencies, Deps,
     Instant, Permit, ProviderState, Refusal, RequestState, RetryBudget, RoutePolicy,
@@ -169,17 +169,12 @@ impl<'a> LeveeRt<'a> {
 /// from a request's caller: its index in `callers[]` and its priority, and
 /// its estimated tokens.
 fn ask_for(config: &levee_config::Config, caller: Option<&str>, tokens: Tokens) -> Ask {
-    let found = caller.and_then(|name| config.callers.iter().position(|c| c.name == name));
-    Ask {
-        cost: Cost {
-            input: tokens.input,
-            output: tokens.max,
-        },
-        priority: found.map_or(Priority::Normal, |i| config.callers[i].priority),
-        retry: false,
-        fallback: false,
-        caller: found.and_then(|i| u16::try_from(i).ok()),
-    }
+    let callers = config.callers.iter().map(|c| (c.name.as_str(), c.priority));
+    let cost = Cost {
+        input: tokens.input,
+        output: tokens.max,
+    };
+    Ask::of_caller(callers, caller, cost)
 }
 
 /// [`Dependencies`] for one simulated request: the plain [`Deps`], asking
@@ -193,11 +188,7 @@ pub(crate) struct SimDeps<'a> {
 
 impl SimDeps<'_> {
     fn ask(&self, t: usize, kind: AttemptKind) -> Ask {
-        Ask {
-            retry: kind == AttemptKind::Retry,
-            fallback: t > 0,
-            ..self.ask
-        }
+        kind.ask(self.ask, t)
     }
 
     fn state(&self, t: usize) -> (usize, &str) {

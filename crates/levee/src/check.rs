@@ -171,14 +171,14 @@ pub fn run(args: CheckArgs) -> i32 {
 /// problem).
 fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
     use levee_config::locate::{locate, Seg};
-    use levee_gateway::upstream::UpstreamError;
+    use levee_gateway::preflight::UpstreamError;
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let at = |segs: &[Seg<'_>]| {
         locate(&text, segs).map_or(String::new(), |line| format!("config line {line}: "))
     };
     let mut out = Vec::new();
     for p in &config.providers {
-        if let Err(e) = levee_gateway::upstream::provider_auth(p) {
+        if let Err(e) = levee_gateway::preflight::provider_auth(p) {
             let missing = matches!(e, UpstreamError::MissingKey { .. });
             let line = at(&[
                 Seg::Key("providers"),
@@ -187,13 +187,13 @@ fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
             ]);
             out.push((missing, format!("{line}{e}")));
         }
-        if let Err(e) = levee_gateway::platform::PlatformRuntime::new(p) {
-            use levee_gateway::platform::PlatformError;
+        if let Err(e) = levee_gateway::preflight::PlatformRuntime::new(p) {
+            use levee_gateway::preflight::PlatformError;
             let missing = matches!(e, PlatformError::MissingCredentials { .. });
             let line = at(&[Seg::Key("providers"), Seg::Key(&p.name), Seg::Key("api")]);
             out.push((missing, format!("{line}{e}")));
         }
-        for problem in levee_gateway::upstream::provider_extras(p)
+        for problem in levee_gateway::preflight::provider_extras(p)
             .err()
             .unwrap_or_default()
         {
@@ -208,7 +208,7 @@ fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
         }
     }
     for (i, key) in config.keys.iter().enumerate() {
-        if let Err(e) = levee_gateway::shared::caller_key(key) {
+        if let Err(e) = levee_gateway::preflight::caller_key(key) {
             let line = at(&[Seg::Key("keys"), Seg::Index(i), Seg::Key("env")]);
             out.push((true, format!("{line}{e}")));
         }

@@ -116,7 +116,7 @@ async fn probe_one(p: Provider, tls: Arc<rustls::ClientConfig>, limit: Duration)
 /// A cloud provider's credentials load and (Vertex) a token is obtained.
 async fn credentials(p: &Provider, mut probe: Probe, limit: Duration) -> Probe {
     let t = now();
-    let platform = match levee_gateway::platform::PlatformRuntime::new(p) {
+    let platform = match levee_gateway::preflight::PlatformRuntime::new(p) {
         Ok(platform) => platform,
         Err(e) => return fail(probe, Step::Credentials, e.to_string()),
     };

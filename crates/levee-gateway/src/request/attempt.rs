@@ -40,11 +40,7 @@ impl GatewayDeps<'_> {
     /// or traffic on a target other than the route's primary, leaves a
     /// floor of the allowance for first attempts.
     fn ask(&self, t: usize, kind: levee_policy::AttemptKind) -> levee_policy::allowance::Ask {
-        levee_policy::allowance::Ask {
-            retry: kind == levee_policy::AttemptKind::Retry,
-            fallback: t > 0,
-            ..self.ask
-        }
+        kind.ask(self.ask, t)
     }
 }
 

@@ -55,7 +55,10 @@ where
     // so that it is freed when the answer is ready, even while the
     // connection still holds the finished future through a stream's life.
     let answer = Box::pin(answer(shared, req, dialect));
-    async move { answer.await }
+    #[allow(clippy::redundant_async_block)]
+    async move {
+        answer.await
+    }
 }
 
 /// The request's answer: a provider's, Levee's, or the one place a

@@ -17,6 +17,15 @@ pub enum AttemptKind {
     Fallback,
 }
 
+impl AttemptKind {
+    /// What an attempt of this kind on `target` asks of the provider's
+    /// allowance, for a request that asks `request`: the one admission
+    /// rule the gateway and the simulator both apply.
+    pub fn ask(self, request: crate::allowance::Ask, target: usize) -> crate::allowance::Ask {
+        request.for_attempt(target, self == AttemptKind::Retry)
+    }
+}
+
 /// Send an attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dispatch {
