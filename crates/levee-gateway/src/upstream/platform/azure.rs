@@ -16,8 +16,10 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::header::HeaderValue;
 
-use super::PlatformError;
+use super::{Pending, Platform, PlatformError};
 use crate::http::outbound::Outbound;
+use crate::upstream::body::UpstreamBody;
+use http::Response;
 
 /// An Azure OpenAI resource.
 #[derive(Debug)]
@@ -42,11 +44,18 @@ struct Cached {
 }
 
 impl Azure {
-    pub(super) fn new(
-        provider: &str,
-        api_version: Option<String>,
-        token_file: Option<PathBuf>,
-    ) -> Self {
+    /// The provider `p` (of `api: azure`).
+    pub(super) fn of(p: &levee_config::Provider) -> Self {
+        match &p.platform {
+            levee_config::Platform::Azure {
+                api_version,
+                token_file,
+            } => Self::new(&p.name, api_version.clone(), token_file.clone()),
+            _ => Self::new(&p.name, None, None),
+        }
+    }
+
+    fn new(provider: &str, api_version: Option<String>, token_file: Option<PathBuf>) -> Self {
         Azure {
             provider: provider.to_string(),
             api_version,
@@ -57,14 +66,35 @@ impl Azure {
         }
     }
 
+    /// Sets `authorization: Bearer <token>` from the token file, read again
+    /// when it changed.
+    fn send_token(&self, req: &mut Outbound<Bytes>) -> Result<(), PlatformError> {
+        let Some(file) = &self.token else {
+            return Ok(());
+        };
+        super::set_bearer(req, &self.provider, file.current())
+    }
+
+    /// The token file can be read and holds a token.
+    fn read_token(&self) -> Result<(), PlatformError> {
+        match &self.token {
+            None => Ok(()),
+            Some(file) => file
+                .current()
+                .map(|_| ())
+                .map_err(|detail| PlatformError::Credentials {
+                    provider: self.provider.clone(),
+                    detail,
+                }),
+        }
+    }
+}
+
+impl Platform for Azure {
     /// The deployments shape moves the model into the path; the v1 API
     /// under a bare endpoint gets `/openai/v1` (a `base_url` that already
     /// ends in `/openai/v1` is joined like any OpenAI base URL).
-    pub(super) fn target(
-        &self,
-        path: &str,
-        body: &Bytes,
-    ) -> Result<Option<(String, Bytes)>, String> {
+    fn target(&self, path: &str, body: &Bytes) -> Result<Option<(String, Bytes)>, String> {
         let Some(version) = &self.api_version else {
             return Ok(path
                 .strip_prefix("/v1/")
@@ -100,33 +130,28 @@ impl Azure {
         }
         Ok(Some((out, body.clone())))
     }
-
     /// Whether a token file is read at each attempt.
-    pub(super) fn authorizes(&self) -> bool {
+    fn authorizes(&self) -> bool {
         self.token.is_some()
     }
 
     /// Sets `authorization: Bearer <token>` from the token file, read again
     /// when it changed.
-    pub(super) fn authorize(&self, req: &mut Outbound<Bytes>) -> Result<(), PlatformError> {
-        let Some(file) = &self.token else {
-            return Ok(());
-        };
-        super::set_bearer(req, &self.provider, file.current())
+    fn authorize<'a>(&'a self, req: &'a mut Outbound<Bytes>, _unix_ms: u64) -> Pending<'a> {
+        Box::pin(std::future::ready(self.send_token(req)))
+    }
+
+    fn maps_answers(&self) -> bool {
+        false
+    }
+
+    fn answer(&self, resp: Response<UpstreamBody>, _stream: bool) -> Response<UpstreamBody> {
+        resp
     }
 
     /// The token file can be read and holds a token.
-    pub(super) fn probe(&self) -> Result<(), PlatformError> {
-        match &self.token {
-            None => Ok(()),
-            Some(file) => file
-                .current()
-                .map(|_| ())
-                .map_err(|detail| PlatformError::Credentials {
-                    provider: self.provider.clone(),
-                    detail,
-                }),
-        }
+    fn probe(&self, _unix_ms: u64) -> Pending<'_> {
+        Box::pin(std::future::ready(self.read_token()))
     }
 }
 
@@ -218,18 +243,18 @@ mod tests {
         std::fs::write(&path, "first\n").unwrap();
         let a = Azure::new("az", None, Some(path.clone()));
         let mut req = Outbound::post(http::Uri::from_static("http://x/"), Bytes::new());
-        a.authorize(&mut req).unwrap();
+        a.send_token(&mut req).unwrap();
         assert_eq!(req.fields.get(&AUTHORIZATION).unwrap(), "Bearer first");
         // A different length changes the stamp even within the file
         // system's timestamp granularity.
         std::fs::write(&path, "second-token\n").unwrap();
-        a.authorize(&mut req).unwrap();
+        a.send_token(&mut req).unwrap();
         assert_eq!(
             req.fields.get(&AUTHORIZATION).unwrap(),
             "Bearer second-token"
         );
         std::fs::write(&path, "  \n").unwrap();
-        let e = a.authorize(&mut req).unwrap_err().to_string();
+        let e = a.send_token(&mut req).unwrap_err().to_string();
         assert!(e.contains("empty"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

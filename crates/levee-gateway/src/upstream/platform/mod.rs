@@ -15,13 +15,18 @@
 use bytes::Bytes;
 use http::header::{HeaderValue, AUTHORIZATION};
 use http::Response;
-use levee_config::{Platform, Provider};
+use levee_config::Provider;
+use std::future::Future;
+use std::pin::Pin;
 
 use crate::http::outbound::Outbound;
 use crate::upstream::body::UpstreamBody;
+use crate::upstream::transport::Connector;
 
 mod azure;
 mod bedrock;
+mod gemini;
+mod google;
 mod vertex;
 
 /// The body's top-level `model` (Bedrock, Vertex and Azure deployments put
@@ -69,147 +74,139 @@ fn set_bearer(
     Ok(())
 }
 
-/// A provider's platform at run time.
-#[derive(Debug)]
-pub enum PlatformRuntime {
-    /// The dialect's own API: nothing to adapt.
-    Direct,
-    Azure(azure::Azure),
-    /// The Gemini API's OpenAI-compatible endpoint: OpenAI's wire format
-    /// under its own base URL and key.
-    Gemini,
-    /// Anthropic models on Amazon Bedrock: SigV4, the event stream.
-    Bedrock(bedrock::Bedrock),
-    /// Google Vertex AI: Anthropic models or its OpenAI-compatible
-    /// endpoint, OAuth2 tokens from a service-account key.
-    Vertex(vertex::Vertex),
+/// A future an adaptation step returns: the attempt's signature or token,
+/// or a probe of the credentials.
+pub(crate) type Pending<'a> = Pin<Box<dyn Future<Output = Result<(), PlatformError>> + Send + 'a>>;
+
+/// What a cloud that serves a dialect under its own URLs, auth and framing
+/// adapts, at three points of an attempt. One module per cloud implements
+/// it; nothing outside this folder names a cloud.
+pub(crate) trait Platform: std::fmt::Debug + Send + Sync {
+    /// The path (appended verbatim to `base_url`'s path) and body for one
+    /// target, given the native request's path and body (the target's
+    /// model already in `model`). `Ok(None)`: sent as it is. `Err`: the
+    /// request cannot go to this platform (a 400-class message).
+    fn target(&self, path: &str, body: &Bytes) -> Result<Option<(String, Bytes)>, String>;
+
+    /// Whether [`Platform::authorize`] adds anything (the request path
+    /// skips the call otherwise).
+    fn authorizes(&self) -> bool;
+
+    /// Adds the attempt's auth once every other field is set. `unix_ms`:
+    /// the wall clock now (SigV4 dates, token expiry).
+    fn authorize<'a>(&'a self, req: &'a mut Outbound<Bytes>, unix_ms: u64) -> Pending<'a>;
+
+    /// Whether answers need [`Platform::answer`].
+    fn maps_answers(&self) -> bool;
+
+    /// The answer in the dialect's own wire format.
+    fn answer(&self, resp: Response<UpstreamBody>, stream: bool) -> Response<UpstreamBody>;
+
+    /// Credentials this platform signs with now (keys, tokens), to redact
+    /// from everything Levee passes on.
+    fn secrets(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// `levee check --probe`: credentials load and a token can be obtained.
+    fn probe(&self, unix_ms: u64) -> Pending<'_>;
 }
+
+/// An adaptation step with nothing to do.
+fn done<'a>() -> Pending<'a> {
+    Box::pin(std::future::ready(Ok(())))
+}
+
+/// The platform `p` runs on, built by its module from the provider's
+/// settings (`None`: the dialect's own API, nothing to adapt). Adding a
+/// cloud is its module and one line here. `connector` makes the
+/// connections a platform's own token requests take (`None`: the
+/// provider's, over the network).
+fn adapt(
+    p: &Provider,
+    connector: Option<&Connector>,
+) -> Result<Option<Box<dyn Platform>>, PlatformError> {
+    Ok(match &p.platform {
+        levee_config::Platform::Direct => None,
+        levee_config::Platform::Azure { .. } => Some(Box::new(azure::Azure::of(p))),
+        levee_config::Platform::Gemini => Some(Box::new(gemini::Gemini)),
+        levee_config::Platform::Bedrock { .. } => Some(Box::new(bedrock::Bedrock::of(p)?)),
+        levee_config::Platform::Vertex { .. } => Some(Box::new(vertex::Vertex::of(p, connector)?)),
+    })
+}
+
+/// A provider's platform at run time: the adaptations of its cloud, or
+/// none for the dialect's own API.
+#[derive(Debug)]
+pub struct PlatformRuntime(Option<Box<dyn Platform>>);
 
 impl PlatformRuntime {
     /// The platform of `p`; `Err` when its settings cannot be used (a
     /// credentials file that cannot be read, a region that is not a name).
+    /// A platform's own token requests go over the network, as the
+    /// provider's connections go (`levee check --probe`).
     pub fn new(p: &Provider) -> Result<Self, PlatformError> {
-        Ok(match &p.platform {
-            Platform::Direct => PlatformRuntime::Direct,
-            Platform::Gemini => PlatformRuntime::Gemini,
-            Platform::Azure {
-                api_version,
-                token_file,
-            } => PlatformRuntime::Azure(azure::Azure::new(
-                &p.name,
-                api_version.clone(),
-                token_file.clone(),
-            )),
-            Platform::Bedrock {
-                region,
-                profile,
-                credentials_file,
-            } => PlatformRuntime::Bedrock(bedrock::Bedrock::new(
-                &p.name,
-                region,
-                profile.as_deref(),
-                credentials_file.as_deref(),
-            )?),
-            // Token requests over the network, as the provider's own
-            // connections go (`levee check --probe`).
-            Platform::Vertex { .. } => PlatformRuntime::Vertex(vertex::Vertex::new(
-                p,
-                &crate::upstream::transport::connector(p, None),
-            )?),
-        })
+        adapt(p, None).map(PlatformRuntime)
     }
 
     /// [`Self::new`] for a provider whose connections `connector` makes:
-    /// Vertex AI's token requests go the same way (the gateway's trust, or
-    /// a test's in-memory pipes).
+    /// a platform's token requests go the same way (the gateway's trust,
+    /// or a test's in-memory pipes).
     pub(crate) fn with_connector(
         p: &Provider,
-        connector: &crate::upstream::transport::Connector,
+        connector: &Connector,
     ) -> Result<Self, PlatformError> {
-        match &p.platform {
-            Platform::Vertex { .. } => {
-                Ok(PlatformRuntime::Vertex(vertex::Vertex::new(p, connector)?))
-            }
-            _ => Self::new(p),
-        }
+        adapt(p, Some(connector)).map(PlatformRuntime)
     }
 
-    /// The path (appended verbatim to `base_url`'s path) and body for one
-    /// target, given the native request's path and body (the target's model
-    /// already in `model`). `Ok(None)`: sent as it is. `Err`: the request
-    /// cannot go to this platform (a 400-class message).
+    /// See [`Platform::target`]; `Ok(None)` on the dialect's own API.
     pub fn target(&self, path: &str, body: &Bytes) -> Result<Option<(String, Bytes)>, String> {
-        match self {
-            PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(None),
-            PlatformRuntime::Azure(a) => a.target(path, body),
-            PlatformRuntime::Bedrock(b) => b.target(path, body),
-            PlatformRuntime::Vertex(v) => v.target(path, body),
+        match &self.0 {
+            None => Ok(None),
+            Some(p) => p.target(path, body),
         }
     }
 
-    /// Adds the attempt's auth once every other field is set. `unix_ms`:
-    /// the wall clock now (SigV4 dates, token expiry).
+    /// See [`Platform::authorize`].
     pub async fn authorize(
         &self,
         req: &mut Outbound<Bytes>,
         unix_ms: u64,
     ) -> Result<(), PlatformError> {
-        let _ = unix_ms;
-        match self {
-            PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(()),
-            PlatformRuntime::Azure(a) => a.authorize(req),
-            PlatformRuntime::Bedrock(b) => b.authorize(req, unix_ms).await,
-            PlatformRuntime::Vertex(v) => v.authorize(req, unix_ms).await,
+        match &self.0 {
+            None => Ok(()),
+            Some(p) => p.authorize(req, unix_ms).await,
         }
     }
 
-    /// The answer in the dialect's own wire format.
+    /// See [`Platform::answer`].
     pub fn answer(&self, resp: Response<UpstreamBody>, stream: bool) -> Response<UpstreamBody> {
-        match self {
-            PlatformRuntime::Direct | PlatformRuntime::Azure(_) => resp,
-            // The Gemini API answers errors in Google's shape, even on its
-            // OpenAI-compatible endpoint (often as a one-element array).
-            PlatformRuntime::Gemini => vertex::google_errors(resp, levee_wire::Dialect::OpenAi),
-            PlatformRuntime::Bedrock(b) => b.answer(resp, stream),
-            PlatformRuntime::Vertex(v) => v.answer(resp),
+        match &self.0 {
+            None => resp,
+            Some(p) => p.answer(resp, stream),
         }
     }
 
-    /// Whether this platform adds anything at [`Self::authorize`] (the
-    /// request path skips the call otherwise).
+    /// See [`Platform::authorizes`].
     pub fn authorizes(&self) -> bool {
-        match self {
-            PlatformRuntime::Direct | PlatformRuntime::Gemini => false,
-            PlatformRuntime::Azure(a) => a.authorizes(),
-            PlatformRuntime::Bedrock(_) => true,
-            PlatformRuntime::Vertex(v) => v.authorizes(),
-        }
+        self.0.as_ref().is_some_and(|p| p.authorizes())
     }
 
-    /// Whether answers need [`Self::answer`].
+    /// See [`Platform::maps_answers`].
     pub fn maps_answers(&self) -> bool {
-        matches!(
-            self,
-            PlatformRuntime::Gemini | PlatformRuntime::Bedrock(_) | PlatformRuntime::Vertex(_)
-        )
+        self.0.as_ref().is_some_and(|p| p.maps_answers())
     }
 
-    /// Credentials this platform signs with (keys, tokens), to redact from
-    /// everything Levee passes on.
+    /// See [`Platform::secrets`].
     pub fn secrets(&self) -> Vec<String> {
-        match self {
-            PlatformRuntime::Bedrock(b) => b.secrets(),
-            _ => Vec::new(),
-        }
+        self.0.as_ref().map(|p| p.secrets()).unwrap_or_default()
     }
 
-    /// `levee check --probe`: credentials load and a token can be obtained.
+    /// See [`Platform::probe`].
     pub async fn probe(&self) -> Result<(), PlatformError> {
-        match self {
-            PlatformRuntime::Direct | PlatformRuntime::Gemini => Ok(()),
-            PlatformRuntime::Azure(a) => a.probe(),
-            PlatformRuntime::Bedrock(b) => b.probe().await,
-            PlatformRuntime::Vertex(v) => v.probe(crate::clock::unix_ms()).await,
+        match &self.0 {
+            None => Ok(()),
+            Some(p) => p.probe(crate::clock::unix_ms()).await,
         }
     }
 }
@@ -229,7 +226,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_gemini_apis_google_shaped_errors_reach_callers_in_openais_shape() {
-        let g = PlatformRuntime::Gemini;
+        let g = PlatformRuntime(Some(Box::new(gemini::Gemini)));
         assert!(g.maps_answers());
         let google = r#"[{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}]"#;
         let r = g.answer(answer(429, google), false);
