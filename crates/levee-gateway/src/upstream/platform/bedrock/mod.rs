@@ -182,53 +182,22 @@ impl Bedrock {
             provider: provider.to_string(),
             detail,
         };
-        let region_ok = !region.is_empty()
-            && region
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !region_ok {
+        if !is_region(region) {
             return Err(fail(format!(
                 "`region: {region}` is not an AWS region name (like `us-east-1`)"
             )));
         }
-        let source = if profile.is_none() && credentials_file.is_none() {
-            match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-                (Some(id), Some(secret)) => Some(Source::Env(Arc::new(Keys::new(
-                    id,
-                    secret,
-                    env("AWS_SESSION_TOKEN"),
-                )))),
-                (Some(_), None) => {
-                    return Err(fail(
-                        "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not: set both, or neither to read the shared credentials file".into(),
-                    ))
-                }
-                (None, Some(_)) => {
-                    return Err(fail(
-                        "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not: set both, or neither to read the shared credentials file".into(),
-                    ))
-                }
-                (None, None) => None,
-            }
+        let ambient = profile.is_none() && credentials_file.is_none();
+        let from_env = if ambient {
+            env_keys(env).map_err(fail)?
         } else {
             None
         };
-        let source = match source {
+        let source = match from_env {
             Some(s) => s,
-            None => {
-                let path = credentials_path(credentials_file, env).ok_or_else(|| {
-                    missing("no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the provider's `credentials_file:`, or AWS_SHARED_CREDENTIALS_FILE or HOME so the shared credentials file can be found".into())
-                })?;
-                let profile = profile
-                    .map(str::to_string)
-                    .or_else(|| env("AWS_PROFILE"))
-                    .unwrap_or_else(|| "default".to_string());
-                Source::File(CredentialsFile {
-                    path,
-                    profile,
-                    state: Mutex::new(FileState::default()),
-                })
-            }
+            None => file_source(credentials_file, profile, env).ok_or_else(|| {
+                missing("no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the provider's `credentials_file:`, or AWS_SHARED_CREDENTIALS_FILE or HOME so the shared credentials file can be found".into())
+            })?,
         };
         let bedrock = Bedrock {
             provider: provider.to_string(),
@@ -241,7 +210,6 @@ impl Bedrock {
         // known to the redactor from the start.
         if let Source::File(file) = &bedrock.source {
             if let Err(detail) = file.keys() {
-                let ambient = profile.is_none() && credentials_file.is_none();
                 return Err(match (file.path.exists(), ambient) {
                     (true, _) => fail(detail),
                     (false, true) => missing(format!(
@@ -476,6 +444,49 @@ impl CredentialsFile {
             None => Err(format!("AWS shared credentials file {path}: not read")),
         }
     }
+}
+
+/// Whether `region` reads as an AWS region name (`us-east-1`).
+fn is_region(region: &str) -> bool {
+    !region.is_empty()
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The keys `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` hold (with
+/// `AWS_SESSION_TOKEN`): `Ok(None)` when neither is set, `Err` when only
+/// one is.
+fn env_keys(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Source>, String> {
+    match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+        (Some(id), Some(secret)) => Ok(Some(Source::Env(Arc::new(Keys::new(
+            id,
+            secret,
+            env("AWS_SESSION_TOKEN"),
+        ))))),
+        (Some(_), None) => Err("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not: set both, or neither to read the shared credentials file".into()),
+        (None, Some(_)) => Err("AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not: set both, or neither to read the shared credentials file".into()),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The shared credentials file's `profile` (else `AWS_PROFILE`, else
+/// `default`), not read yet; `None` when no file can be found.
+fn file_source(
+    credentials_file: Option<&Path>,
+    profile: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<Source> {
+    let path = credentials_path(credentials_file, env)?;
+    let profile = profile
+        .map(str::to_string)
+        .or_else(|| env("AWS_PROFILE"))
+        .unwrap_or_else(|| "default".to_string());
+    Some(Source::File(CredentialsFile {
+        path,
+        profile,
+        state: Mutex::new(FileState::default()),
+    }))
 }
 
 /// Where the shared credentials file is: the provider's `credentials_file`
