@@ -22,6 +22,7 @@ pub mod duration;
 mod error;
 pub mod locate;
 mod model;
+mod platform;
 pub mod raw;
 mod redis_url;
 mod route;
@@ -32,12 +33,13 @@ pub use duration::parse_duration;
 pub use error::{yaml_message, ConfigError, Problem, RouteProblem};
 pub use model::{
     derived_max_in_flight, Caller, CallerKey, IdempotencySettings, InFlightCap, Limits, Match,
-    Platform, Provider, Route, StateBackend, Target, Telemetry,
+    Provider, Route, StateBackend, Target, Telemetry,
 };
+pub use platform::{ApiKind, Platform};
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
 pub use values::{
-    Api, ApiKind, AtLeastOne, Auth, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable,
-    OtlpEndpoint, RedisUrl, Sha256Digest, ValueSource,
+    Api, AtLeastOne, Auth, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint,
+    RedisUrl, Sha256Digest, ValueSource,
 };
 
 use std::net::SocketAddr;

@@ -2,6 +2,7 @@
 //! objects, already built and checked, so the gateway and the simulator use
 //! them as they are: nothing downstream validates or defaults again.
 
+use crate::platform::Platform;
 use crate::values::{Api, Http2, OnUnavailable};
 use levee_policy::admission::Gcra;
 use levee_policy::deadline::DeadlinePolicy;
@@ -51,42 +52,6 @@ pub struct Provider {
     pub headers: Vec<(String, crate::values::ValueSource)>,
     /// Query parameters added to every request URI.
     pub query: Vec<(String, crate::values::ValueSource)>,
-}
-
-/// Where a provider runs, with each cloud's own settings.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum Platform {
-    /// The dialect's own API (or anything that speaks it at `base_url`).
-    #[default]
-    Direct,
-    /// Azure OpenAI. With `api_version`, the deployments URL shape
-    /// (`/openai/deployments/{model}/chat/completions?api-version=…`, a
-    /// target's model naming the deployment); without, the v1 API under
-    /// `base_url`. `token_file`: an Entra ID bearer token re-read when the
-    /// file changes.
-    Azure {
-        api_version: Option<String>,
-        token_file: Option<std::path::PathBuf>,
-    },
-    /// The Gemini API's OpenAI-compatible endpoint.
-    Gemini,
-    /// Anthropic models on Amazon Bedrock, SigV4-signed with credentials
-    /// from the environment or the shared credentials file.
-    Bedrock {
-        region: String,
-        profile: Option<String>,
-        credentials_file: Option<std::path::PathBuf>,
-    },
-    /// Google Vertex AI: Anthropic models (`openai: false`) or the
-    /// OpenAI-compatible endpoint, with OAuth2 tokens from a service-account
-    /// key (`credentials_file`) or a token in `api_key_env`.
-    Vertex {
-        project: String,
-        region: String,
-        credentials_file: Option<std::path::PathBuf>,
-        token_url: Option<String>,
-        openai: bool,
-    },
 }
 
 impl Provider {

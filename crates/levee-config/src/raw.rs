@@ -52,7 +52,7 @@ pub struct RawLimits {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProvider {
-    pub api: crate::values::ApiKind,
+    pub api: crate::platform::ApiKind,
     /// Required except for `bedrock` and `vertex`, whose URL follows from
     /// the region.
     pub base_url: Option<BaseUrl>,

@@ -32,7 +32,7 @@ where
 }
 
 /// Reads one of a few words, failing at the word's own position.
-fn one_of<'de, D, T>(
+pub(crate) fn one_of<'de, D, T>(
     d: D,
     key: &'static str,
     words: &'static [(&'static str, T)],
@@ -81,64 +81,6 @@ impl<'de> serde::Deserialize<'de> for ListenAddr {
 /// A provider's wire dialect: the paths and bodies it is sent, and how its
 /// key is sent by default. The wire crate's own [`levee_wire::Dialect`].
 pub use levee_wire::Dialect as Api;
-
-/// A provider's `api`: the dialect it speaks and where it runs. The cloud
-/// kinds speak one of the two dialects ([`ApiKind::dialect`]) with their own
-/// URLs, auth and (Bedrock) stream framing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApiKind {
-    Anthropic,
-    OpenAi,
-    /// Azure OpenAI: OpenAI's dialect, `api-key` or an Entra ID bearer token.
-    Azure,
-    /// The Gemini API's OpenAI-compatible endpoint.
-    Gemini,
-    /// Anthropic models on Amazon Bedrock (`InvokeModel`), SigV4-signed.
-    Bedrock,
-    /// Anthropic models on Google Vertex AI (`rawPredict`), OAuth2 tokens.
-    Vertex,
-    /// Vertex AI's OpenAI-compatible endpoint (Gemini and partner models).
-    VertexOpenAi,
-}
-
-impl ApiKind {
-    /// The wire dialect requests to this kind are written in.
-    pub fn dialect(self) -> Api {
-        match self {
-            ApiKind::Anthropic | ApiKind::Bedrock | ApiKind::Vertex => Api::Anthropic,
-            ApiKind::OpenAi | ApiKind::Azure | ApiKind::Gemini | ApiKind::VertexOpenAi => {
-                Api::OpenAi
-            }
-        }
-    }
-
-    /// The `api:` word.
-    pub fn word(self) -> &'static str {
-        match self {
-            ApiKind::Anthropic => "anthropic",
-            ApiKind::OpenAi => "openai",
-            ApiKind::Azure => "azure",
-            ApiKind::Gemini => "gemini",
-            ApiKind::Bedrock => "bedrock",
-            ApiKind::Vertex => "vertex",
-            ApiKind::VertexOpenAi => "vertex-openai",
-        }
-    }
-}
-
-from_words!(
-    ApiKind,
-    "api",
-    [
-        ("anthropic", ApiKind::Anthropic),
-        ("openai", ApiKind::OpenAi),
-        ("azure", ApiKind::Azure),
-        ("gemini", ApiKind::Gemini),
-        ("bedrock", ApiKind::Bedrock),
-        ("vertex", ApiKind::Vertex),
-        ("vertex-openai", ApiKind::VertexOpenAi),
-    ]
-);
 
 /// A caller's `share`: a positive weight.
 #[derive(Clone, Copy, Debug, PartialEq)]

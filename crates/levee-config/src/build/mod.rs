@@ -2,7 +2,6 @@
 //! [`Config`] — defaults filled in (the core's own, or [`crate::defaults`]),
 //! the core's objects built, provider caps derived from the routes.
 
-mod platform;
 mod provider;
 
 use crate::defaults;

@@ -1,11 +1,11 @@
 //! Providers: each configured one checked (its breaker, `rate_limit`,
 //! keys that would go unused, `headers`) and built, and the built-in mock's.
 
-use super::platform::{default_auth, kind_auth, platform};
 use crate::defaults;
 use crate::error::{ConfigError, Problem, Source};
 use crate::locate::Seg::Key;
-use crate::model::{InFlightCap, Platform, Provider};
+use crate::model::{InFlightCap, Provider};
+use crate::platform::{dialect_auth, Platform, PlatformKeys};
 use crate::raw::{RawConfig, RawProvider, RawRateLimit};
 use crate::values::{Api, Http2};
 use levee_policy::admission::Gcra;
@@ -31,7 +31,7 @@ pub(super) fn builtin_mock_provider(name: &str, api: Api) -> Provider {
         connect_timeout: defaults::mock::CONNECT_TIMEOUT,
         http2: Http2::Auto,
         http2_max_streams: defaults::HTTP2_MAX_STREAMS,
-        auth: default_auth(api),
+        auth: dialect_auth(api),
         headers: Vec::new(),
         query: Vec::new(),
     }
@@ -97,9 +97,28 @@ fn configured_provider(
     let metering = metering(at, p.rate_limit.as_ref())?;
     refuse_unused_keys(at, p)?;
     check_headers(at, p)?;
-    let (platform, base_url) = platform(p).map_err(|(key, problem)| at.field(key, problem))?;
+    let (platform, base_url) = platform_keys(p)
+        .platform()
+        .map_err(|(key, problem)| at.field(key, problem))?;
     let built = provider(at.name, p, metering, breaker, platform, base_url);
     Ok((built, settings))
+}
+
+/// The provider's keys that decide where it runs.
+fn platform_keys(p: &RawProvider) -> PlatformKeys<'_> {
+    PlatformKeys {
+        api: p.api,
+        base_url: p.base_url.as_ref().map(|b| &b.0),
+        auth: p.auth.is_some(),
+        api_key_env: p.api_key_env.is_some(),
+        region: p.region.as_deref(),
+        project: p.project.as_deref(),
+        api_version: p.api_version.as_deref(),
+        token_file: p.token_file.as_deref(),
+        credentials_file: p.credentials_file.as_deref(),
+        profile: p.profile.as_deref(),
+        token_url: p.token_url.as_deref(),
+    }
 }
 
 /// The provider's circuit breaker, and the settings it declares (the
@@ -241,7 +260,7 @@ fn provider(
         http2_max_streams: p
             .http2_max_streams
             .map_or(defaults::HTTP2_MAX_STREAMS, |m| m.0),
-        auth: p.auth.clone().unwrap_or_else(|| kind_auth(p.api)),
+        auth: p.auth.clone().unwrap_or_else(|| p.api.key_auth()),
         headers: p
             .headers
             .iter()
