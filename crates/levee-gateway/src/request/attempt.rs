@@ -10,6 +10,40 @@ use levee_policy::{
 };
 use std::sync::Arc;
 
+/// What the core's dependencies saw of one request while it decided: the
+/// skipped targets it chose (it would have sent the request there, so the
+/// skip changed where the request went) and the targets whose retry budget
+/// refused a retry. The request's driver owns it and, after each decision,
+/// reports what it holds through the request's observer. One bit per
+/// target; a route's 64th target and later share the last bit.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    chosen_skipped: std::cell::Cell<u64>,
+    budget_refused: std::cell::Cell<u64>,
+}
+
+impl Seen {
+    fn bit(t: usize) -> u64 {
+        1 << t.min(63)
+    }
+
+    /// Takes the targets noted in `cell` since it was last taken.
+    fn take(cell: &std::cell::Cell<u64>) -> impl Iterator<Item = usize> {
+        let bits = cell.replace(0);
+        (0..64).filter(move |t| bits & (1 << t) != 0)
+    }
+
+    /// The skipped targets the planner chose since the last call.
+    pub(crate) fn take_chosen_skipped(&self) -> impl Iterator<Item = usize> {
+        Seen::take(&self.chosen_skipped)
+    }
+
+    /// The targets whose retry budget refused a retry since the last call.
+    pub(crate) fn take_budget_refused(&self) -> impl Iterator<Item = usize> {
+        Seen::take(&self.budget_refused)
+    }
+}
+
 /// [`Dependencies`] for one request on one route of a running gateway.
 pub struct GatewayDeps<'a> {
     pub shared: &'a Shared,
@@ -24,6 +58,8 @@ pub struct GatewayDeps<'a> {
     /// The request's place in the providers' allowances: its estimated
     /// tokens, its caller's priority and share.
     pub ask: levee_policy::allowance::Ask,
+    /// What the request's driver reports after the decision.
+    pub(crate) seen: &'a Seen,
 }
 
 impl GatewayDeps<'_> {
@@ -46,12 +82,12 @@ impl GatewayDeps<'_> {
 
 impl Dependencies for GatewayDeps<'_> {
     fn check(&self, t: usize, now: levee_policy::Instant) -> Result<(), Refusal> {
-        if let Some(plan) = self.plans.get(t).filter(|p| p.skipped()) {
+        if self.plans.get(t).is_some_and(|p| p.skipped()) {
             // The planner asks before it falls back to a target, and about
             // the target it is on: asked about a skipped one, it was about
             // to send the request there.
-            plan.consulted
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            let chosen = &self.seen.chosen_skipped;
+            chosen.set(chosen.get() | Seen::bit(t));
             return Err(Refusal::Shed);
         }
         self.check_kind(t, now, levee_policy::AttemptKind::First)
@@ -79,10 +115,10 @@ impl Dependencies for GatewayDeps<'_> {
         now: levee_policy::Instant,
         kind: levee_policy::AttemptKind,
     ) -> Result<Permit, Refusal> {
-        if let Some(plan) = self.plans.get(t).filter(|p| p.skipped()) {
+        if self.plans.get(t).is_some_and(|p| p.skipped()) {
             // Chosen and passed over: the request goes elsewhere because of it.
-            plan.consulted
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            let chosen = &self.seen.chosen_skipped;
+            chosen.set(chosen.get() | Seen::bit(t));
             return Err(Refusal::Shed);
         }
         let model = self.upstream_model(t);
@@ -101,12 +137,8 @@ impl Dependencies for GatewayDeps<'_> {
     fn withdraw(&mut self, t: usize, now: levee_policy::Instant) -> bool {
         let ok = self.shared.routes[self.route].budget(t).try_withdraw(now);
         if !ok {
-            crate::request::observer::report(
-                self.shared,
-                crate::observe::event::RequestEvent::BudgetExhausted {
-                    provider: &self.provider(t).name,
-                },
-            );
+            let refused = &self.seen.budget_refused;
+            refused.set(refused.get() | Seen::bit(t));
         }
         ok
     }
@@ -147,13 +179,16 @@ impl AttemptFinisher {
     ) -> T {
         let shared = Arc::clone(&self.shared);
         let policy = shared.config.routes[self.route].policy_for(self.once);
-        // Only finishing, depositing and refunding happen here: no model needed.
+        // Only finishing, depositing and refunding happen here: no model
+        // needed, and nothing is checked or withdrawn, so nothing is seen.
+        let seen = Seen::default();
         let mut deps = GatewayDeps {
             shared: &shared,
             route: self.route,
             model: "",
             plans: &[],
             ask: levee_policy::allowance::Ask::default(),
+            seen: &seen,
         };
         f(policy, &mut self.req, &mut deps, shared.clock.now())
     }

@@ -11,7 +11,7 @@ use crate::http::respond::{copy_headers, full, relayed, Body, LeveeError, Verdic
 use crate::observe::event::RequestEvent;
 use crate::observe::event::{Finished, LastError};
 use crate::observe::outcome::AttemptResult;
-use crate::request::attempt::{AttemptFinisher, GatewayDeps};
+use crate::request::attempt::{AttemptFinisher, GatewayDeps, Seen};
 use crate::request::observer::{is_foreign, Observer};
 use crate::request::plan::Plan;
 use crate::request::stream::RelayBody;
@@ -72,6 +72,8 @@ const NO_DEADLINE: std::time::Duration = std::time::Duration::from_secs(86_400);
 /// lease, which a delivered answer completes.
 struct Driver<'a> {
     ctx: Ctx,
+    /// What the core's dependencies saw in a decision, for the observer.
+    seen: Seen,
     /// How many attempts the request has sent, for the 503 its answer
     /// becomes if the shutdown grace period ends first (a count the
     /// request's answer owns; the driver writes it at each dispatch).
@@ -111,6 +113,7 @@ pub(crate) fn run<'a>(
     };
     let mut driver = Driver {
         ctx,
+        seen: Seen::default(),
         sent,
         fin,
         obs,
@@ -159,10 +162,11 @@ impl Driver<'_> {
                     model: &self.ctx.model,
                     plans: &self.ctx.plans,
                     ask: self.ctx.ask,
+                    seen: &self.seen,
                 };
                 policy.decide(&mut self.fin.req, &mut deps, now, &mut rng)
             };
-            self.note_skipped();
+            self.note_seen();
             match decision {
                 Decision::Wait { until } => {
                     self.obs.report(RequestEvent::Waiting { now, until });
@@ -199,15 +203,21 @@ impl Driver<'_> {
         }
     }
 
-    /// Hands the observer the skipped targets the planner chose since it
-    /// last looked (each is counted and named once).
-    fn note_skipped(&mut self) {
-        use std::sync::atomic::Ordering;
-        for (t, plan) in self.ctx.plans.iter().enumerate() {
-            if let Some(reason) = plan.skip {
-                if plan.consulted.swap(false, Ordering::Relaxed) {
-                    self.obs.report(RequestEvent::Skipped { target: t, reason });
-                }
+    /// Reports what the core's dependencies saw in the last decision: each
+    /// skipped target the planner chose (counted and named once), and each
+    /// retry its target's budget refused.
+    fn note_seen(&mut self) {
+        for t in self.seen.take_chosen_skipped() {
+            if let Some(reason) = self.ctx.plans.get(t).and_then(|p| p.skip) {
+                self.obs.report(RequestEvent::Skipped { target: t, reason });
+            }
+        }
+        let shared = Arc::clone(&self.ctx.shared);
+        let targets = &shared.config.routes[self.ctx.route].targets;
+        for t in self.seen.take_budget_refused() {
+            if let Some(target) = targets.get(t) {
+                let provider = &shared.providers[target.provider].name;
+                self.obs.report(RequestEvent::BudgetExhausted { provider });
             }
         }
     }

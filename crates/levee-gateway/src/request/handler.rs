@@ -806,7 +806,6 @@ fn prepare_targets(
             crossing,
             skip,
             held,
-            consulted: std::sync::atomic::AtomicBool::new(false),
         });
     }
     if let (true, None, Some(why)) = (plans.iter().all(Plan::skipped), &refused, &platform_refused)

@@ -17,9 +17,6 @@ pub(crate) struct Plan {
     /// Never sent: the request may be sent only once, and an earlier target
     /// takes it.
     pub(crate) held: bool,
-    /// The planner chose this skipped target: the refusal changed where
-    /// the request went.
-    pub(crate) consulted: std::sync::atomic::AtomicBool,
 }
 
 impl Plan {
