@@ -139,6 +139,14 @@ fn dashboard_has_the_panels_an_incident_needs() {
     let d: serde_json::Value =
         serde_json::from_str(&read("grafana/levee.json")).expect("levee.json is JSON");
     assert!(d["title"].is_string() && d["uid"].is_string());
+    let exprs = panel_queries(&d);
+    assert_incident_queries(&exprs);
+    assert_filtered_by_instance(&d, &exprs);
+}
+
+/// Each panel's queries as (panel title, expression), every panel checked
+/// to be titled, sized and querying Levee's metrics.
+fn panel_queries(d: &serde_json::Value) -> Vec<(String, String)> {
     let panels = d["panels"].as_array().expect("panels");
     assert!(panels.len() >= 4, "{} panels", panels.len());
     let mut exprs = Vec::new();
@@ -154,6 +162,13 @@ fn dashboard_has_the_panels_an_incident_needs() {
         let g = &p["gridPos"];
         assert!(g["w"].as_u64().is_some_and(|w| w > 0 && w <= 24), "{title}");
     }
+    exprs
+}
+
+/// The queries an incident is read from: amplification, added latency,
+/// deadline left at dispatch, breaker state, success ratio, time to first
+/// byte, and in flight summed over replicas.
+fn assert_incident_queries(exprs: &[(String, String)]) {
     let has = |metric: &str, also: &str| {
         exprs
             .iter()
@@ -198,8 +213,11 @@ fn dashboard_has_the_panels_an_incident_needs() {
             .any(|(_, e)| e.contains("max by (provider) (levee_in_flight")),
         "in flight is summed over replicas, not the largest one's"
     );
-    // One replica or all: every metric every panel reads is filtered by the
-    // `instance` variable, whose values are the replicas Prometheus scrapes.
+}
+
+/// One replica or all: every metric every panel reads is filtered by the
+/// `instance` variable, whose values are the replicas Prometheus scrapes.
+fn assert_filtered_by_instance(d: &serde_json::Value, exprs: &[(String, String)]) {
     let vars = d["templating"]["list"]
         .as_array()
         .expect("template variables");
@@ -215,7 +233,7 @@ fn dashboard_has_the_panels_an_incident_needs() {
         instance["query"]["query"],
         "label_values(levee_requests_total, instance)"
     );
-    for (title, e) in &exprs {
+    for (title, e) in exprs {
         let mut rest = e.as_str();
         while let Some(at) = rest.find("levee_") {
             let tail = &rest[at..];
