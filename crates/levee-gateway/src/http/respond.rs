@@ -334,13 +334,13 @@ pub fn success_headers(h: &mut HeaderMap, attempts: u32, target: Option<&HeaderV
 /// A provider's answer relayed to the caller: its status and end-to-end
 /// headers (its own header map, taken over: copying it field by field cost
 /// ~1,000 instructions per request), Levee's success headers, and `body`.
-pub fn relayed(
+pub fn relayed<B>(
     status: StatusCode,
     mut upstream: HeaderMap,
-    body: Body,
+    body: B,
     attempts: u32,
     target: Option<&HeaderValue>,
-) -> Response<Body> {
+) -> Response<B> {
     drop_hop_by_hop(&mut upstream);
     let mut out = Response::new(body);
     *out.status_mut() = status;

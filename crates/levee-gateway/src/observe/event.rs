@@ -131,6 +131,9 @@ pub(crate) enum RequestEvent<'a> {
         outcome: StreamOutcome,
         bytes: u64,
         duration: Duration,
+        /// The events the provider sent, as relayed, when the exchange is
+        /// recorded (`--record`).
+        chunks: Option<&'a [String]>,
     },
     /// The handler refused the request before admitting it.
     Rejected(Why),

@@ -82,9 +82,6 @@ struct Driver<'a> {
     obs: Observer,
     last_error: Option<LastError>,
     lease: Option<Lease>,
-    /// A committed stream's relay, waiting for the observer: the stream's
-    /// end closes the request's books, not its head.
-    stream_books: Option<tokio::sync::oneshot::Sender<Observer>>,
 }
 
 /// Drives the planner until it delivers an answer or gives up.
@@ -119,37 +116,46 @@ pub(crate) fn run<'a>(
         obs,
         last_error: None,
         lease,
-        stream_books: None,
     };
     Box::pin(async move {
-        let mut answer = driver.drive().await;
-        if let Some(skipped) = driver.obs.skipped() {
-            // Answered by another target than the caller would expect, or
-            // not at all: the answer says which target was passed over and
-            // why, so a vendor switch is never silent.
-            if let Ok(v) = http::HeaderValue::from_str(skipped) {
-                match &mut answer {
-                    Ok(resp) => {
-                        resp.headers_mut().insert(headers::X_LEVEE_SKIPPED, v);
-                    }
-                    Err(e) => e.skipped = Some(v),
+        let answer = driver.drive().await;
+        // Answered by another target than the caller would expect, or not
+        // at all: the answer says which target was passed over and why, so
+        // a vendor switch is never silent.
+        let skipped = driver
+            .obs
+            .skipped()
+            .and_then(|s| http::HeaderValue::from_str(s).ok());
+        let mut answer = match answer {
+            Ok(Answer::Stream(resp)) => {
+                let (mut head, relay) = resp.into_parts();
+                if let Some(v) = skipped {
+                    head.headers.insert(headers::X_LEVEE_SKIPPED, v);
                 }
+                // From the commit point the relay owns the request's books:
+                // the stream's end closes them, not its head.
+                let relay = relay.observed_by(driver.obs);
+                return Ok(Response::from_parts(head, relay.boxed_unsync()));
+            }
+            Ok(Answer::Whole(resp)) => Ok(resp),
+            Err(e) => Err(e),
+        };
+        if let Some(v) = skipped {
+            match &mut answer {
+                Ok(resp) => {
+                    resp.headers_mut().insert(headers::X_LEVEE_SKIPPED, v);
+                }
+                Err(e) => e.skipped = Some(v),
             }
         }
-        match driver.stream_books.take() {
-            // The relay has not run yet: the observer is there for its end.
-            Some(relay) => {
-                let _ = relay.send(driver.obs);
-            }
-            None => driver.obs.answered(&answer),
-        }
+        driver.obs.answered(&answer);
         answer
     })
 }
 
 impl Driver<'_> {
     /// The planner loop: wait, dispatch, or fail, until an answer.
-    async fn drive(&mut self) -> Result<Response<Body>, LeveeError> {
+    async fn drive(&mut self) -> Result<Answer, LeveeError> {
         let shared = Arc::clone(&self.ctx.shared);
         let policy = shared.config.routes[self.ctx.route].policy_for(self.ctx.once);
         let mut rng = shared.rng();
@@ -231,7 +237,7 @@ impl Driver<'_> {
         &mut self,
         d: Dispatch,
         now: levee_policy::Instant,
-    ) -> Option<Result<Response<Body>, LeveeError>> {
+    ) -> Option<Result<Answer, LeveeError>> {
         let shared = Arc::clone(&self.ctx.shared);
         let route = &shared.config.routes[self.ctx.route];
         let provider = &shared.providers[route.targets[d.target].provider];
@@ -500,7 +506,7 @@ impl Driver<'_> {
             body: None,
             model: &self.ctx.model,
         });
-        let recording = self.obs.stream_tape();
+        let recording = shared.recorder.is_some();
         // A stream is not stored for replay, but its key stays held (and its
         // bulkhead slot taken) until the stream ends.
         let holds = crate::request::stream::Holds {
@@ -532,21 +538,19 @@ impl Driver<'_> {
                 .crossing
                 .and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
         };
-        let (books, observer) = tokio::sync::oneshot::channel();
-        self.stream_books = Some(books);
         let grace = crate::runtime::shutdown::GraceWatch::new(&shared.grace_over);
-        let relay = RelayBody::new(start, body, finisher, recording, holds, observer, grace);
+        let relay = RelayBody::new(start, body, finisher, recording, holds, grace);
         let provider = &shared.providers[route.targets[target].provider];
         let mut headers = parts.headers;
         // A provider may echo the key in a successful answer's head too.
         shared.secrets.headers(&mut headers);
-        Delivered::Done(Ok(relayed(
+        Delivered::Done(Ok(Answer::Stream(relayed(
             parts.status,
             headers,
-            relay.boxed_unsync(),
+            relay,
             attempts,
             provider.name_header.as_ref(),
-        )))
+        ))))
     }
 
     /// A plain answer's 2xx head means the provider has run the generation:
@@ -643,7 +647,7 @@ impl Driver<'_> {
             // future (~1.7 KiB) would enlarge every request's future.
             Box::pin(l.complete(stored, shared.clock.now())).await;
         }
-        Delivered::Done(Ok(out))
+        Delivered::Done(Ok(Answer::Whole(out)))
     }
 
     /// The planner gave up: the provider's own verdict for a deterministic
@@ -686,8 +690,16 @@ impl Driver<'_> {
 }
 
 enum Delivered {
-    Done(Result<Response<Body>, LeveeError>),
+    Done(Result<Answer, LeveeError>),
     Failed(Outcome, AttemptResult),
+}
+
+/// A provider's answer to relay: read whole, or a stream past its commit
+/// point, whose relay takes the request's observer once the driver is done
+/// with it.
+pub(crate) enum Answer {
+    Whole(Response<Body>),
+    Stream(Response<RelayBody>),
 }
 
 /// What Levee says when it gives up: the reason, the attempts, why (the

@@ -10,10 +10,10 @@
 //! booked by [`report`] over [`Shared`]; from admission on, one
 //! [`Observer`] per request takes them in [`Observer::report`] and carries
 //! what the books need (the route, the trace, the time spent outside the
-//! gateway). A committed stream's relay reports its tokens and its end to
-//! it. Two reads go the other way: an attempt's trace fields
-//! ([`Observer::trace_attempt`]) and a stream's tape line
-//! ([`Observer::stream_tape`]).
+//! gateway). A committed stream's relay owns the request's observer and
+//! reports its tokens and its end to it, with the events it relayed when
+//! the exchange is recorded. One read goes the other way: an attempt's
+//! trace fields ([`Observer::trace_attempt`]).
 
 use crate::http::respond::{Body, LeveeError, Why};
 use crate::observe::event::{Finished, LastError, RequestEvent, StreamOutcome, TokensUsed};
@@ -22,10 +22,9 @@ use crate::observe::record::TapeLine;
 use crate::observe::telemetry::{AttemptTrace, RequestTrace};
 use crate::runtime::shared::Shared;
 use bytes::Bytes;
-use http::{HeaderName, Response};
+use http::Response;
 use levee_policy::planner::{AttemptKind, Dispatch};
 use levee_policy::{Class, Failure, Instant, Outcome, Reason, RequestState};
-use levee_wire::headers;
 use levee_wire::Dialect;
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,6 +155,9 @@ struct Committed {
     status: u16,
     added: Duration,
     model: String,
+    /// Its `--record` tape line, finished with the events relayed when the
+    /// stream ends (`None` without `--record`).
+    tape: Option<TapeLine>,
 }
 
 /// One admitted request's books.
@@ -184,10 +186,10 @@ pub(crate) struct Observer {
     attempt_n: u32,
     /// A committed stream, until it ends.
     committed: Option<Box<Committed>>,
-    /// A delivered stream's tape line, until its relay takes it.
-    stream_tape: Option<TapeLine>,
     /// The request's outcome has been counted (once per request).
     counted: bool,
+    /// The target whose answer was delivered.
+    answered_by: Option<usize>,
 }
 
 impl Observer {
@@ -214,8 +216,8 @@ impl Observer {
             attempts: [None; NOTED_ATTEMPTS],
             attempt_n: 0,
             committed: None,
-            stream_tape: None,
             counted: false,
+            answered_by: None,
         }
     }
 
@@ -411,8 +413,7 @@ impl Observer {
 
     /// A 2xx answer from `target` (attempt begun at `started`) is being
     /// relayed: buffered whole (`body`), or a stream from its commit point
-    /// (`body` is `None`; its tape line is kept for the relay to finish, see
-    /// [`Self::stream_tape`]).
+    /// (`body` is `None`; its tape line is kept until the stream ends).
     fn delivered(
         &mut self,
         req: &RequestState,
@@ -420,9 +421,10 @@ impl Observer {
         head: &http::response::Parts,
         body: Option<&Bytes>,
         model: &str,
-    ) -> Option<TapeLine> {
+    ) {
         let shared = Arc::clone(&self.shared);
         let target = req.target();
+        self.answered_by = Some(target);
         // One reading of the clock for the whole account (each is ~100
         // instructions, and a request took twelve).
         let at = shared.clock.now();
@@ -475,33 +477,42 @@ impl Observer {
             }
         } else {
             // A stream's outcome, log line and spans wait for its end.
+            let tape = self.tape_line(target, head, None, at.saturating_since(started));
             self.committed = Some(Box::new(Committed {
                 req: ReqView::of(req),
                 status: head.status.as_u16(),
                 added,
                 model: model.to_string(),
+                tape,
             }));
+            return;
         }
-        // Without `--record` no tape line is built: its copies of the head
-        // and body were half of a plain request's heap allocations.
-        shared.recorder.as_ref()?;
+        if let Some(line) = self.tape_line(target, head, body, at.saturating_since(started)) {
+            self.record(&line);
+        }
+    }
+
+    /// The `--record` tape line of an answer from `target`, its head
+    /// `delay` after its attempt began; `None` without `--record` (no tape
+    /// line is built: its copies of the head and body were half of a plain
+    /// request's heap allocations).
+    fn tape_line(
+        &self,
+        target: usize,
+        head: &http::response::Parts,
+        body: Option<&Bytes>,
+        delay: Duration,
+    ) -> Option<TapeLine> {
+        self.shared.recorder.as_ref()?;
         let mut line = TapeLine {
             status: head.status.as_u16(),
             headers: TapeLine::headers_from(&head.headers),
             body: body.map(TapeLine::body_from),
-            delay_ms: ms(at.saturating_since(started)),
+            delay_ms: ms(delay),
             ..TapeLine::default()
         };
-        match body {
-            Some(_) => {
-                self.tape(target, line);
-                None
-            }
-            None => {
-                self.fill_tape(target, &mut line);
-                Some(line)
-            }
-        }
+        self.fill_tape(target, &mut line);
+        Some(line)
     }
 
     /// The planner gave up with `f` after `req.attempts()` attempts.
@@ -557,7 +568,7 @@ impl Observer {
                 head,
                 body,
                 model,
-            } => self.stream_tape = self.delivered(req, started, head, body, model),
+            } => self.delivered(req, started, head, body, model),
             RequestEvent::Failed {
                 req,
                 failure,
@@ -568,7 +579,8 @@ impl Observer {
                 outcome,
                 bytes,
                 duration,
-            } => self.stream_ended(outcome, bytes, duration),
+                chunks,
+            } => self.stream_ended(outcome, bytes, duration, chunks),
             RequestEvent::TokensUsed(t) => self.tokens_used(t),
             other => report(&self.shared, other),
         }
@@ -617,10 +629,27 @@ impl Observer {
 
     /// A committed stream ended: its request's outcome is counted, its log
     /// line written and its spans ended.
-    fn stream_ended(&mut self, outcome: StreamOutcome, bytes: u64, duration: Duration) {
-        let Some(c) = self.committed.take() else {
+    fn stream_ended(
+        &mut self,
+        outcome: StreamOutcome,
+        bytes: u64,
+        duration: Duration,
+        chunks: Option<&[String]>,
+    ) {
+        let Some(mut c) = self.committed.take() else {
             return;
         };
+        // A stream the caller stopped reading is not recorded: its events
+        // are the provider's, and the caller did not see them end.
+        if let Some(mut line) = c
+            .tape
+            .take()
+            .filter(|_| outcome != StreamOutcome::CallerLeft)
+        {
+            line.chunks = chunks.map(<[String]>::to_vec);
+            line.cut = outcome != StreamOutcome::Completed;
+            self.record(&line);
+        }
         let shared = Arc::clone(&self.shared);
         let at = shared.clock.now();
         if outcome.provider_failed() {
@@ -655,12 +684,6 @@ impl Observer {
         }
     }
 
-    /// A delivered stream's `--record` tape line, for its relay to finish
-    /// (`None` without `--record`, or for a buffered answer).
-    pub fn stream_tape(&mut self) -> Option<TapeLine> {
-        self.stream_tape.take()
-    }
-
     /// The last attempt's result; `None` before the first attempt ends.
     pub fn last_result(&self) -> Option<AttemptResult> {
         self.last_result
@@ -673,13 +696,8 @@ impl Observer {
         }
         match answer {
             Ok(resp) => {
-                let h = resp.headers();
-                let text = |n: &HeaderName| h.get(n).and_then(|v| v.to_str().ok());
-                self.trace.finish(
-                    resp.status().as_u16(),
-                    text(&headers::X_LEVEE_REASON),
-                    text(&headers::X_LEVEE_TARGET),
-                );
+                let target = self.answered_by.map(|t| self.provider_name(t));
+                self.trace.finish(resp.status().as_u16(), None, target);
             }
             Err(e) => self.trace.finish(e.status(), Some(e.why.as_str()), None),
         }
@@ -772,9 +790,16 @@ impl Observer {
 
     /// Writes one exchange with `target` to the `--record` tape.
     fn tape(&self, target: usize, mut line: TapeLine) {
-        if let Some(r) = &self.shared.recorder {
+        if self.shared.recorder.is_some() {
             self.fill_tape(target, &mut line);
-            r.record(&line);
+            self.record(&line);
+        }
+    }
+
+    /// Writes a finished tape line.
+    fn record(&self, line: &TapeLine) {
+        if let Some(r) = &self.shared.recorder {
+            r.record(line);
         }
     }
 }

@@ -6,7 +6,6 @@
 use crate::clock::Clock;
 use crate::http::sse::EventFramer;
 use crate::observe::event::{RequestEvent, StreamOutcome};
-use crate::observe::record::TapeLine;
 use crate::request::attempt::AttemptFinisher;
 use crate::request::observer::Observer;
 use crate::upstream::UpstreamBody;
@@ -48,17 +47,19 @@ pub struct RelayBody {
     done: bool,
     framer: EventFramer,
     clock: Clock,
-    /// Boxed, as the tape: both are rare, and inline they would add 432
-    /// bytes to every open stream.
+    /// Boxed: a translated stream is rare, and inline the translator (with
+    /// the tape line the relay once held, 432 bytes) was carried by every
+    /// open stream.
     translate: Option<Box<levee_translate::StreamTranslator>>,
     finisher: Option<AttemptFinisher>,
-    /// `--record`: the exchange so far, chunks appended as relayed.
-    tape: Option<Box<TapeLine>>,
+    /// `--record`: the provider's events so far, as relayed, for the
+    /// request's observer to finish the tape line with.
+    chunks: Option<Vec<String>>,
     /// The tokens the provider's events reported, to settle the allowance.
     usage: crate::upstream::allowance::StreamUsage,
-    /// The request's observer, handed over once the answer's head is
-    /// made; told how the stream ended.
-    observer: Option<tokio::sync::oneshot::Receiver<Observer>>,
+    /// The request's observer, given to the relay with the answer's head
+    /// ([`RelayBody::observed_by`]); told how the stream ended.
+    observer: Option<Observer>,
     /// The shutdown grace period, which ends the stream when it is over.
     grace: crate::runtime::shutdown::GraceWatch,
     /// The tokens the stream's usage settled, reported with its end.
@@ -85,9 +86,8 @@ impl RelayBody {
         start: RelayStart,
         upstream: UpstreamBody,
         finisher: AttemptFinisher,
-        tape: Option<TapeLine>,
+        recording: bool,
         holds: Holds,
-        observer: tokio::sync::oneshot::Receiver<Observer>,
         grace: crate::runtime::shutdown::GraceWatch,
     ) -> Self {
         let RelayStart {
@@ -99,10 +99,7 @@ impl RelayBody {
             clock,
             mut translate,
         } = start;
-        let tape = tape.map(|mut t| {
-            t.chunks = Some(vec![String::from_utf8_lossy(&first).into_owned()]);
-            Box::new(t)
-        });
+        let chunks = recording.then(|| vec![String::from_utf8_lossy(&first).into_owned()]);
         let mut usage = crate::upstream::allowance::StreamUsage::default();
         usage.push(&first);
         // The tape keeps what the provider sent; the caller gets it translated.
@@ -122,9 +119,9 @@ impl RelayBody {
             done: false,
             framer,
             finisher: Some(finisher),
-            tape,
+            chunks,
             usage,
-            observer: Some(observer),
+            observer: None,
             grace,
             tokens: None,
             bytes: 0,
@@ -134,40 +131,33 @@ impl RelayBody {
         }
     }
 
-    /// Tells the request's observer how the stream ended (once).
-    fn report_end(&mut self, outcome: StreamOutcome) {
-        let Some(mut rx) = self.observer.take() else {
-            return;
-        };
-        // The observer is sent before the answer reaches the caller, so it
-        // is there by the time the body is read.
-        if let Ok(mut obs) = rx.try_recv() {
-            if let Some(tokens) = self.tokens.take() {
-                obs.report(RequestEvent::TokensUsed(tokens));
-            }
-            obs.report(RequestEvent::StreamEnded {
-                outcome,
-                bytes: self.bytes,
-                duration: self.clock.since(self.committed_at),
-            });
-        }
+    /// The request's observer, which the stream's end reports to: from the
+    /// commit point the relay owns the request's books.
+    pub fn observed_by(mut self, observer: Observer) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
-    /// Writes the relayed exchange to the `--record` tape.
-    fn write_tape(&mut self, cut: bool) {
-        if let (Some(mut line), Some(f)) = (self.tape.take(), self.finisher.as_ref()) {
-            line.cut = cut;
-            if let Some(r) = &f.shared.recorder {
-                r.record(&line);
-            }
+    /// Tells the request's observer how the stream ended (once).
+    fn report_end(&mut self, outcome: StreamOutcome) {
+        let Some(mut obs) = self.observer.take() else {
+            return;
+        };
+        if let Some(tokens) = self.tokens.take() {
+            obs.report(RequestEvent::TokensUsed(tokens));
         }
+        obs.report(RequestEvent::StreamEnded {
+            outcome,
+            bytes: self.bytes,
+            duration: self.clock.since(self.committed_at),
+            chunks: self.chunks.as_deref(),
+        });
     }
 
     /// The shutdown grace period ended mid-stream: end it (dropping the
     /// upstream request) with an error event. Not the provider's fault.
     fn cut_at_grace(&mut self) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.done = true;
-        self.write_tape(true);
         if let Some(f) = self.finisher.take() {
             f.finish(Outcome::SkippedNoDeadline, true);
         }
@@ -178,7 +168,6 @@ impl RelayBody {
 
     fn fail(&mut self, outcome: StreamOutcome) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.done = true;
-        self.write_tape(true);
         if let Some(f) = self.finisher.take() {
             f.finish(Outcome::FailedAfterFirstByte, true);
         }
@@ -197,7 +186,6 @@ impl RelayBody {
     /// does not count it.
     fn cut_at_deadline(&mut self) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.done = true;
-        self.write_tape(true);
         if let Some(f) = self.finisher.take() {
             f.finish(Outcome::SkippedNoDeadline, true);
         }
@@ -271,7 +259,7 @@ impl RelayBody {
                             continue;
                         }
                         this.usage.push(&whole);
-                        if let Some(chunks) = this.tape.as_mut().and_then(|t| t.chunks.as_mut()) {
+                        if let Some(chunks) = this.chunks.as_mut() {
                             chunks.push(String::from_utf8_lossy(&whole).into_owned());
                         }
                         let whole = match this.translate.as_mut() {
@@ -289,7 +277,7 @@ impl RelayBody {
                 Poll::Ready(None) => {
                     this.done = true;
                     let tail = this.framer.flush();
-                    if let Some(chunks) = this.tape.as_mut().and_then(|t| t.chunks.as_mut()) {
+                    if let Some(chunks) = this.chunks.as_mut() {
                         if !tail.is_empty() {
                             chunks.push(String::from_utf8_lossy(&tail).into_owned());
                         }
@@ -301,7 +289,6 @@ impl RelayBody {
                         b.extend_from_slice(&t.finish());
                         Bytes::from(b)
                     });
-                    this.write_tape(false);
                     this.usage.push(&tail);
                     if let Some(mut f) = this.finisher.take() {
                         if let Some(used) = this.usage.get() {
