@@ -1,0 +1,482 @@
+//! Admission of a request that has a route: what the caller said (its
+//! deadline, its SDK's patience, its retries), the deadline resolved,
+//! what each target is sent, the bulkhead slot and the idempotency key;
+//! then the driver.
+
+use super::*;
+
+/// The SDK's own patience, for non-streaming calls: the Anthropic SDK sends
+/// `x-stainless-timeout` (or `NOT_GIVEN`), the OpenAI SDK only
+/// `x-stainless-read-timeout`. The first that is a number wins.
+pub(super) fn sdk_patience<'a>(said: &Said<'a>) -> Option<&'a [u8]> {
+    [said.stainless_timeout, said.stainless_read_timeout]
+        .into_iter()
+        .flatten()
+        .map(HeaderValue::as_bytes)
+        .find(|v| {
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .is_some_and(|x| x.is_finite() && x > 0.0)
+        })
+}
+
+/// The request's header fields Levee reads, found in one pass over its
+/// header map. A lookup by name hashes the name (~150 instructions) and
+/// most of these fields are absent from most requests: nine lookups cost
+/// more than one walk over the three to six fields a request has. The
+/// first value of a repeated field counts, as with a lookup.
+#[derive(Default)]
+pub(super) struct Said<'a> {
+    pub(super) api_key: Option<&'a HeaderValue>,
+    pub(super) authorization: Option<&'a HeaderValue>,
+    pub(super) idempotency_key: Option<&'a HeaderValue>,
+    pub(super) stainless_retry_count: Option<&'a HeaderValue>,
+    pub(super) stainless_timeout: Option<&'a HeaderValue>,
+    pub(super) stainless_read_timeout: Option<&'a HeaderValue>,
+    pub(super) timeout_ms: Option<&'a HeaderValue>,
+    pub(super) deadline_ms: Option<&'a HeaderValue>,
+    pub(super) caller: Option<&'a HeaderValue>,
+}
+
+impl<'a> Said<'a> {
+    /// The credentials sent: the `x-api-key` value, else the
+    /// `authorization` value (`true`: its token follows a scheme).
+    pub(super) fn credentials(&self) -> Option<(HeaderValue, bool)> {
+        self.api_key
+            .map(|v| (v.clone(), false))
+            .or_else(|| self.authorization.map(|v| (v.clone(), true)))
+    }
+
+    pub(super) fn of(h: &'a HeaderMap) -> Said<'a> {
+        let mut said = Said::default();
+        for (name, value) in h {
+            let slot = match name.as_str() {
+                n if n == headers::X_API_KEY.as_str() => &mut said.api_key,
+                "authorization" => &mut said.authorization,
+                n if n == headers::IDEMPOTENCY_KEY.as_str() => &mut said.idempotency_key,
+                n if n == headers::X_STAINLESS_RETRY_COUNT.as_str() => {
+                    &mut said.stainless_retry_count
+                }
+                n if n == headers::X_STAINLESS_TIMEOUT.as_str() => &mut said.stainless_timeout,
+                n if n == headers::X_STAINLESS_READ_TIMEOUT.as_str() => {
+                    &mut said.stainless_read_timeout
+                }
+                n if n == headers::X_TIMEOUT_MS.as_str() => &mut said.timeout_ms,
+                n if n == headers::X_DEADLINE_MS.as_str() => &mut said.deadline_ms,
+                crate::observe::census::CALLER_HEADER => &mut said.caller,
+                _ => continue,
+            };
+            if slot.is_none() {
+                *slot = Some(value);
+            }
+        }
+        said
+    }
+}
+
+/// The caller's `idempotency-key`, checked; and whether its SDK says this
+/// is its own retry (counted as a caller-layer retry).
+pub(super) fn caller_layer(
+    shared: &Shared,
+    said: &Said,
+) -> Result<(Option<String>, bool), LeveeError> {
+    let key = match said.idempotency_key.map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(k)) if !k.trim().is_empty() && k.len() <= 256 => Some(k.to_string()),
+        Some(_) => {
+            let msg = "levee: header `idempotency-key` must be 1 to 256 visible ASCII characters";
+            return Err(LeveeError::bad_request(msg));
+        }
+    };
+    let sdk_retry = said
+        .stainless_retry_count
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|n| n > 0);
+    if sdk_retry {
+        observer::report(shared, RequestEvent::CallerRetry);
+    }
+    Ok((key, sdk_retry))
+}
+
+/// The request's deadline: its headers (or its SDK's patience) within the
+/// route's bounds, for a stream as for a plain request; and, for a stream,
+/// the caller's own deadline unclamped (`None` when it said nothing),
+/// which alone bounds the stream after its first byte.
+pub(super) fn resolve_deadline(
+    shared: &Shared,
+    route: &levee_config::Route,
+    r: &Inbound,
+    said: &Said,
+    arrived: levee_policy::Instant,
+) -> Result<(levee_policy::Instant, Option<levee_policy::Instant>), LeveeError> {
+    let headers = DeadlineHeaders {
+        timeout_ms: said.timeout_ms.map(HeaderValue::as_bytes),
+        deadline_ms: said.deadline_ms.map(HeaderValue::as_bytes),
+        patience_secs: sdk_patience(said),
+    };
+    // The wall clock matters only to an absolute deadline (`x-deadline-ms`).
+    let unix_ms = said.deadline_ms.map_or(0, |_| shared.clock.unix_ms());
+    let wants = levee_policy::DeadlinePolicy::caller_wants(headers, unix_ms)
+        .map_err(|e| LeveeError::bad_request(format!("levee: {e}")))?;
+    let deadline = route.deadline.resolve_remaining(wants, arrived);
+    let own = if r.stream {
+        wants.map(|w| arrived + w)
+    } else {
+        None
+    };
+    Ok((deadline, own))
+}
+
+/// The idempotency key Levee sends for a request that has none: a UUIDv7,
+/// in one allocation that every attempt's copy shares (a `String` turned
+/// into a header value took three: the string, its copy, and a shared
+/// header made at the first clone).
+pub(super) fn generated_key(shared: &Shared) -> HeaderValue {
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    shared.uuid_v7().hyphenated().encode_lower(&mut text);
+    HeaderValue::from_maybe_shared(Bytes::from_owner(text))
+        .unwrap_or(HeaderValue::from_static("levee"))
+}
+
+/// The idempotency key Levee sends a provider for a request with a key of
+/// its own: the hex SHA-256 of a fixed label, the caller's identity digest
+/// and the store key (endpoint path and caller's key). Two callers using the
+/// same key send the provider two different values, so one caller cannot
+/// make the provider answer another caller's request from its own cache;
+/// the same caller with the same key sends the same value on every attempt
+/// and from every replica, so a provider deduplicates its retries.
+pub(super) fn forwarded_key(caller: &[u8; 32], store_key: &str) -> HeaderValue {
+    let digest = Sha256::new()
+        .chain_update(b"levee idempotency-key v1\n")
+        .chain_update(caller)
+        .chain_update(store_key.as_bytes())
+        .finalize();
+    let mut text = [0u8; 64];
+    for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
+    }
+    HeaderValue::from_maybe_shared(Bytes::from_owner(text))
+        .unwrap_or(HeaderValue::from_static("levee"))
+}
+
+pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The idempotency store's one bucket for every caller of a keyless gateway.
+pub(super) const KEYLESS: [u8; 32] = [0xff; 32];
+
+/// Admission: the deadline, what each target is sent, the bulkhead slot and
+/// the idempotency key; then the driver.
+pub(super) async fn admit(
+    shared: &Arc<Shared>,
+    r: Inbound,
+    note: &mut Option<IdemNote>,
+    id: &HeaderValue,
+    admitted: &mut bool,
+    sent: &AtomicU32,
+) -> Result<Response<Body>, LeveeError> {
+    let route = &shared.config.routes[r.route];
+    let arrived = shared.clock.now();
+    let said = Said::of(&r.parts.headers);
+    let (deadline, stream_deadline) = resolve_deadline(shared, route, &r, &said, arrived)?;
+    shared.census.admitted(
+        r.caller.key_index(&shared.keys),
+        said.caller.map(HeaderValue::as_bytes),
+        r.route,
+        deadline.saturating_since(arrived),
+        arrived,
+    );
+    // What each target will be sent, checked now so that nothing about the
+    // request itself can fail later and be blamed on a provider.
+    let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
+    let plans = prepare_targets(shared, route, &r, path_and_query)?;
+    // Cross-layer accounting: is a caller layer still retrying?
+    let (key_header, sdk_retry) = caller_layer(shared, &said)?;
+    let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
+        return Err(shed(shared, route));
+    };
+    let key = Keyed {
+        header: key_header.as_deref(),
+        counted: sdk_retry,
+        deadline,
+    };
+    let (lease, idem) = match claim_idempotency(shared, &r, key, note).await? {
+        Keying::Lead { lease, idem } => (lease, idem),
+        Keying::Replayed(resp) => return Ok(resp),
+    };
+    let origin = Origin {
+        arrived,
+        id,
+        said: &said,
+        path_and_query,
+    };
+    let obs = observer_of(shared, &r, origin);
+    *admitted = true;
+    let ask = ask_of(shared, &r, &said);
+    let ctx = Ctx {
+        shared: Arc::clone(shared),
+        bulkhead: Some(bulkhead),
+        route: r.route,
+        dialect: r.dialect,
+        method: r.parts.method,
+        once: r.once,
+        parts_headers: r.parts.headers,
+        plans,
+        model: r.model,
+        stream: r.stream,
+        idem,
+        caller_retry: sdk_retry,
+        stream_deadline,
+        ask,
+    };
+    crate::request::drive::run(ctx, deadline, lease, obs, sent).await
+}
+
+/// A request's idempotency key as the caller sent it (`x-idempotency-key`
+/// or `idempotency-key`), whether a caller layer is retrying, and the
+/// request's deadline (a follower waits for its leader until then).
+pub(super) struct Keyed<'a> {
+    pub(super) header: Option<&'a str>,
+    pub(super) counted: bool,
+    pub(super) deadline: levee_policy::Instant,
+}
+
+/// How a request's idempotency key came out: this request leads (its
+/// lease on the key, `None` when it is not stored, and the key sent
+/// upstream), or an earlier one's stored answer is replayed.
+pub(super) enum Keying {
+    Lead {
+        lease: Option<Lease>,
+        idem: HeaderValue,
+    },
+    Replayed(Response<Body>),
+}
+
+/// The request's idempotency key: the caller's, claimed in the store
+/// (`Replayed`: the stored answer), or one Levee makes for this request.
+/// The store keys it by endpoint too: an answer is replayed only to the
+/// endpoint (and dialect) that produced it.
+async fn claim_idempotency(
+    shared: &Arc<Shared>,
+    r: &Inbound,
+    key: Keyed<'_>,
+    note: &mut Option<IdemNote>,
+) -> Result<Keying, LeveeError> {
+    let store_key = key
+        .header
+        .map(|k| crate::state::idempotency::store_key(r.parts.uri.path(), k));
+    let Some(stored) = store_key.as_deref() else {
+        return Ok(Keying::Lead {
+            lease: None,
+            idem: generated_key(shared),
+        });
+    };
+    let caller = r.caller.digest();
+    let (bucket, scoped) = r.caller.store_scope(caller, stored);
+    let claim = KeyClaim {
+        caller: bucket,
+        key: &scoped,
+        body_hash: Sha256::digest(&r.body).into(),
+        counted: key.counted,
+    };
+    let route = &shared.config.routes[r.route];
+    Ok(
+        match claim_key(shared, claim, &route.name, key.deadline, note).await? {
+            Led::Lead(lease) => Keying::Lead {
+                lease,
+                idem: forwarded_key(&caller, stored),
+            },
+            Led::Replayed(resp) => Keying::Replayed(resp),
+        },
+    )
+}
+
+/// Where and when an admitted request came from, for its observer.
+pub(super) struct Origin<'a, 'h> {
+    pub(super) arrived: levee_policy::Instant,
+    pub(super) id: &'a HeaderValue,
+    pub(super) said: &'a Said<'h>,
+    pub(super) path_and_query: &'a str,
+}
+
+/// The observer of an admitted request: its route, its trace, and who
+/// sent it asking what.
+fn observer_of(shared: &Arc<Shared>, r: &Inbound, o: Origin<'_, '_>) -> Observer {
+    let route = &shared.config.routes[r.route];
+    let trace = match &shared.telemetry {
+        Some(t) => t.request(&r.parts.headers, &route.name),
+        None => crate::observe::telemetry::RequestTrace::off(),
+    };
+    Observer::admitted(
+        Arc::clone(shared),
+        r.route,
+        trace,
+        o.arrived,
+        // Only a `--record` tape needs them (the path and the caller's model).
+        shared
+            .recorder
+            .is_some()
+            .then(|| (o.path_and_query.to_string(), r.model.clone())),
+        observer::Asked {
+            id: o.id.clone(),
+            key: r.caller.key_index(&shared.keys),
+            caller: o.said.caller.cloned(),
+            path: r.path,
+            dialect: r.dialect,
+            stream: r.stream,
+        },
+    )
+}
+
+/// The caller's place in the providers' allowances: its key's name, or
+/// without keys the name it gives; and the tokens the request may cost.
+fn ask_of(shared: &Shared, r: &Inbound, said: &Said<'_>) -> levee_policy::allowance::Ask {
+    let key_name = r
+        .caller
+        .key_index(&shared.keys)
+        .and_then(|i| shared.config.keys.get(i));
+    let named = key_name
+        .map(CallerKey::name)
+        .or_else(|| said.caller.and_then(|v| v.to_str().ok()));
+    crate::upstream::allowance::ask_for(
+        &shared.config,
+        named,
+        crate::upstream::allowance::estimate(&r.body),
+    )
+}
+
+/// The route's bulkhead is full: the request is shed at once, never queued.
+pub(super) fn shed(shared: &Shared, route: &levee_config::Route) -> LeveeError {
+    let shed = levee_policy::Failure::shed();
+    observer::report(
+        shared,
+        RequestEvent::Shed {
+            route: &route.name,
+            reason: shed.reason,
+        },
+    );
+    let msg = format!(
+        "levee: route `{}` is at its max_in_flight; rejected at once rather than queued",
+        route.name
+    );
+    LeveeError::failure(&shed, msg)
+}
+
+/// Refuses a request no target of `route` can carry (each skipped, none
+/// held back by a one-attempt route), saying why the first refusal gave:
+/// untranslatable (each target's refusal counted) before a platform's.
+fn refuse_if_none_can_carry(
+    shared: &Shared,
+    route: &levee_config::Route,
+    plans: &[Plan],
+    refused: Option<levee_translate::Untranslatable>,
+    platform_refused: Option<String>,
+) -> Result<(), LeveeError> {
+    if !plans.iter().all(Plan::skipped) {
+        return Ok(());
+    }
+    let why = match (refused, platform_refused) {
+        (Some(why), _) => {
+            for (t, plan) in plans.iter().enumerate() {
+                let provider = &shared.providers[route.targets[t].provider];
+                if let Some(label) = plan.skip {
+                    observer::report(
+                        shared,
+                        RequestEvent::TranslationRefused {
+                            route: &route.name,
+                            provider: &provider.name,
+                            reason: label,
+                        },
+                    );
+                }
+            }
+            why.to_string()
+        }
+        (None, Some(why)) => why,
+        (None, None) => return Ok(()),
+    };
+    let msg = format!(
+        "levee: no target of route `{}` can carry this request: {why}",
+        route.name
+    );
+    Err(LeveeError::bad_request(msg))
+}
+
+/// Each target's body and URI — the model rewritten, or the request
+/// translated for a target of the other dialect, or the target skipped when
+/// it cannot carry the request — checked now so that nothing about the
+/// request itself can fail later and be blamed on a provider. `Err` is the
+/// status and message of a 400-class answer when no target can take the
+/// request as sent.
+pub(super) fn prepare_targets(
+    shared: &Shared,
+    route: &levee_config::Route,
+    r: &Inbound,
+    path_and_query: &str,
+) -> Result<Vec<Plan>, LeveeError> {
+    let (caller, path, body, model) = (r.dialect, &r.path, &r.body, &r.model);
+    let mut plans = Vec::with_capacity(route.targets.len());
+    let mut refused: Option<levee_translate::Untranslatable> = None;
+    let mut platform_refused: Option<String> = None;
+    for (t, target) in route.targets.iter().enumerate() {
+        let to = route.rewrite_model(t, model);
+        let provider = &shared.providers[target.provider];
+        let mut upstream_path = path_and_query;
+        let (body, crossing, skip) = match crossing::prepare(caller, provider.api, path, body, to) {
+            crossing::Prepared::Same if !r.rewrite => (body.clone(), None, None),
+            crossing::Prepared::Same => match rewrite_model(body, model, to) {
+                Ok(b) => (b, None, None),
+                Err(e) => return Err(LeveeError::bad_request(format!("levee: {e}"))),
+            },
+            crossing::Prepared::Crossed {
+                body,
+                path,
+                crossing,
+            } => {
+                upstream_path = path;
+                (body, Some(crossing), None)
+            }
+            crossing::Prepared::Skip(why) => {
+                // Counted when the planner chooses this target, or below
+                // when no target can take the request: a backup that cannot
+                // carry embeddings changes nothing while the primary answers.
+                let skip = SkipReason::Untranslatable(why.reason);
+                refused.get_or_insert(why);
+                (Bytes::new(), None, Some(skip))
+            }
+        };
+        // A cloud platform may move the model into the path and reshape
+        // the body; a request it cannot serve skips the target.
+        let (body, uri, skip) = match provider.platform.target(upstream_path, &body) {
+            _ if skip.is_some() => (body, provider.uri_for(upstream_path), skip),
+            Ok(None) => (body, provider.uri_for(upstream_path), skip),
+            Ok(Some((path, body))) => (body, provider.platform_uri(&path), skip),
+            Err(msg) => {
+                platform_refused.get_or_insert(msg);
+                (
+                    Bytes::new(),
+                    provider.uri_for(upstream_path),
+                    Some(SkipReason::PlatformUnsupported),
+                )
+            }
+        };
+        let Some(uri) = uri else {
+            let msg = "levee: the request URI is too long to forward";
+            return Err(LeveeError::of(Why::UriTooLong, msg));
+        };
+        // A request sent at most once has one target: the first that can
+        // carry it; the others are held back (not a retry, not a fallback).
+        let held = r.once && skip.is_none() && plans.iter().any(|p: &Plan| !p.skipped());
+        plans.push(Plan {
+            body,
+            uri,
+            crossing,
+            skip,
+            held,
+        });
+    }
+    refuse_if_none_can_carry(shared, route, &plans, refused, platform_refused)?;
+    Ok(plans)
+}

@@ -1,0 +1,440 @@
+//! The front of one request: admit, route, resolve the deadline, claim the
+//! idempotency key; then hand it to [`crate::request::drive`], which drives the
+//! policy core's planner until it dispatches a success or gives up.
+
+use crate::error::BoxError;
+use crate::http::collect::{collect_limited, CollectError};
+use crate::http::inspect::{self, inspect, rewrite_model};
+use crate::http::respond::{full, Body, LeveeError, Why};
+use crate::observe::event::RequestEvent;
+use crate::observe::outcome::SkipReason;
+use crate::request::crossing;
+use crate::request::drive::Ctx;
+use crate::request::observer::{self, Observer};
+use crate::request::plan::Plan;
+use crate::runtime::shared::Shared;
+use crate::state::idempotency::{Claim, Claimed, Follow, Lease, Scope, Stored};
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Method, Request, Response, StatusCode};
+use levee_config::{Api, CallerKey};
+use levee_policy::deadline::DeadlineHeaders;
+use levee_wire::{headers, paths, Dialect};
+use sha2::{Digest, Sha256};
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+mod admit;
+mod caller;
+mod keys;
+use admit::*;
+use caller::*;
+use keys::*;
+
+const PATHS: [&str; 4] = levee_wire::paths::POST;
+
+/// Handles one inbound request. Never panics, never answers 500 without a
+/// reason; when the shutdown grace period ends first, answers 503 (or ends
+/// the stream with an error event) in the caller's dialect.
+///
+/// Generic over the request body, so that the whole gateway runs in-process
+/// (tests drive it with in-memory bodies under paused time) as well as
+/// behind the listener.
+pub fn handle<B>(
+    shared: Arc<Shared>,
+    req: Request<B>,
+) -> impl std::future::Future<Output = Response<Body>>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let dialect = Dialect::of_request(req.uri().path(), req.headers());
+    // The answer's future (every await on the request path, ~2.5 KiB) has
+    // an allocation of its own, freed as soon as the response head is
+    // ready. Held inline it would be part of the connection's service
+    // future, which the connection's task holds for the connection's
+    // life: a slow stream would hold it to the end (44.7 KiB
+    // of RSS per open stream with it inline, 30.5 KiB boxed, at 2,000
+    // streams), for one more allocation per request. Not an `async fn`:
+    // one would keep the request (264 bytes) in its future beside the
+    // answer that took it. The box is awaited inside a future of its own,
+    // so that it is freed when the answer is ready, even while the
+    // connection still holds the finished future through a stream's life.
+    let answer = Box::pin(answer(shared, req, dialect));
+    #[allow(clippy::redundant_async_block)]
+    async move {
+        answer.await
+    }
+}
+
+/// The request's answer: a provider's, Levee's, or the one place a
+/// [`LeveeError`] becomes a response.
+async fn answer<B>(shared: Arc<Shared>, req: Request<B>, dialect: Dialect) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut note = None;
+    let id = request_id(&shared, req.headers());
+    // The path and method as the refusal's log line names them (no copy).
+    let path = path_label(req.uri().path());
+    let method = req.method().clone();
+    let arrived = shared.clock.now();
+    let mut admitted = false;
+    let sent = AtomicU32::new(0);
+    let served = serve(&shared, req, dialect, &mut note, &id, &mut admitted, &sent);
+    let Some(served) = shared.grace_over.race(served).await else {
+        // The grace period ended first: a request still waiting for its
+        // answer (admitted or not) is answered 503 rather than cut.
+        observer::report(&shared, RequestEvent::ShuttingDown);
+        let mut resp = crate::runtime::shutdown::cut_short(dialect, sent.into_inner());
+        with_request_id(resp.headers_mut(), id);
+        return resp;
+    };
+    let resp = match served {
+        Ok(r) => r,
+        Err(e) => {
+            if !admitted {
+                // Refused before admission (an unknown path, a refused key,
+                // a body that cannot be read, a full bulkhead): counted
+                // here, under the answer's own label, and logged; no
+                // observer has it.
+                observer::report(&shared, RequestEvent::Rejected(e.why));
+                let elapsed = shared.clock.since(arrived);
+                tracing::warn!(
+                    target: "levee::request",
+                    request_id = id.to_str().unwrap_or(""),
+                    method = method.as_str(),
+                    path,
+                    dialect = dialect.name(),
+                    status = e.status(),
+                    outcome = e.why.as_str(),
+                    duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                    reason = %e.message,
+                    "request refused"
+                );
+            }
+            e.into_response(dialect)
+        }
+    };
+    let mut resp = noted(&shared, resp, note);
+    with_request_id(resp.headers_mut(), id);
+    resp
+}
+
+/// The request's id: the caller's `x-request-id` when it sent a usable one
+/// (1 to 128 visible characters), else a new UUIDv7.
+fn request_id(shared: &Shared, h: &HeaderMap) -> HeaderValue {
+    if let Some(v) = h.get(headers::X_REQUEST_ID) {
+        let b = v.as_bytes();
+        if !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_graphic()) {
+            return v.clone();
+        }
+    }
+    let mut text = [0u8; 36];
+    shared.uuid_v7().hyphenated().encode_lower(&mut text);
+    HeaderValue::from_maybe_shared(Bytes::from_owner(text)).unwrap_or(HeaderValue::from_static("-"))
+}
+
+/// Sets `x-request-id`; a provider's own id moves to
+/// `x-levee-upstream-request-id` (quote it to the provider's support).
+fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
+    if let Some(theirs) = h.insert(headers::X_REQUEST_ID, id) {
+        if h.get(headers::X_REQUEST_ID) != Some(&theirs) {
+            h.insert(headers::X_LEVEE_UPSTREAM_REQUEST_ID, theirs);
+        }
+    }
+}
+
+async fn serve<B>(
+    shared: &Arc<Shared>,
+    req: Request<B>,
+    dialect: Dialect,
+    note: &mut Option<IdemNote>,
+    id: &HeaderValue,
+    admitted: &mut bool,
+    sent: &AtomicU32,
+) -> Result<Response<Body>, LeveeError>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let asked = req.uri().path();
+    if asked == paths::MODELS || asked.starts_with("/v1/models/") {
+        if req.method() != Method::GET {
+            return Err(LeveeError::of(Why::MethodNotAllowed, "levee: use GET"));
+        }
+        // The models are the deployment's map: as private as the routes.
+        authenticate(shared, &Said::of(req.headers()))?;
+        let query = req.uri().query();
+        return crate::request::models::answer(shared, dialect, asked, query).await;
+    }
+    let kind = endpoint(shared, req.method(), asked)?;
+    let post_only = matches!(kind, Kind::Served(_) | Kind::CountTokens);
+    if post_only && req.method() != Method::POST {
+        return Err(LeveeError::of(Why::MethodNotAllowed, "levee: use POST"));
+    }
+    let caller = authenticate(shared, &Said::of(req.headers()))?;
+    let (parts, body) = read_body(shared, req).await?;
+    let once = !post_only && !idempotent(&parts.method);
+    let (route, path, model, stream, rewrite) = match kind {
+        Kind::Served(_) | Kind::CountTokens => {
+            let inspected =
+                inspect(&body).map_err(|e| LeveeError::bad_request(format!("levee: {e}")))?;
+            // A token count is routed as the Messages request it counts.
+            let (routed_as, path) = match kind {
+                Kind::Served(path) => (path, path),
+                _ => (paths::MESSAGES, paths::COUNT_TOKENS),
+            };
+            let Some(route) = shared.config.route_for(routed_as, &inspected.model) else {
+                let msg = format!(
+                    "levee: no route for model `{}`",
+                    printable(&inspected.model)
+                );
+                return Err(LeveeError::of(Why::NoRoute, msg));
+            };
+            let stream = inspected.stream && kind != Kind::CountTokens;
+            (route, path, inspected.model, stream, true)
+        }
+        Kind::Stored { route, label } | Kind::Listed { route, label } => {
+            let stream = streams(&parts, &body);
+            (route, label, String::new(), stream, false)
+        }
+    };
+    let request = Inbound {
+        parts,
+        body,
+        path,
+        model,
+        stream,
+        caller,
+        route,
+        dialect,
+        rewrite,
+        once,
+    };
+    admit(shared, request, note, id, admitted, sent).await
+}
+
+/// What the path asks of Levee: an endpoint it serves, or a provider path
+/// a route passes through; else a 404 that lists what it serves.
+fn endpoint(shared: &Shared, method: &Method, asked: &str) -> Result<Kind, LeveeError> {
+    if let Some(path) = PATHS.iter().copied().find(|p| *p == asked) {
+        return Ok(Kind::Served(path));
+    }
+    pass_through(shared, method, asked).ok_or_else(|| {
+        let msg = format!(
+            "levee: no such endpoint `{}`; use one of {}, {} or a path a route lists in `passthrough`",
+            printable(asked),
+            PATHS.join(", "),
+            PASSED_THROUGH,
+        );
+        LeveeError::of(Why::NotFound, msg)
+    })
+}
+
+/// The pass-through endpoints Levee knows, for a 404's message.
+const PASSED_THROUGH: &str = "/v1/messages/count_tokens, /v1/responses/{id}, /v1/responses/{id}/input_items, /v1/responses/{id}/cancel";
+
+/// What a request asks of Levee.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// One of the endpoints Levee serves in full ([`PATHS`]).
+    Served(&'static str),
+    /// Anthropic's token count, routed by its model as `/v1/messages` is.
+    CountTokens,
+    /// A response OpenAI stored, on the route that keeps responses
+    /// ([`responses_route`]); `label` names the endpoint in logs.
+    Stored { route: usize, label: &'static str },
+    /// A path a route lists in `passthrough`: the first such route.
+    Listed { route: usize, label: &'static str },
+}
+
+/// The pass-through a request to `path` with `method` is, if any: a token
+/// count, a stored response (`GET` or `DELETE /v1/responses/{id}`, `GET
+/// …/input_items`, `POST …/cancel`), or a path a route lists.
+fn pass_through(shared: &Shared, method: &Method, path: &str) -> Option<Kind> {
+    if path == paths::COUNT_TOKENS {
+        return Some(Kind::CountTokens);
+    }
+    let stored = path.strip_prefix(paths::RESPONSE_ITEM).and_then(|rest| {
+        let (id, tail) = match rest.split_once('/') {
+            Some((id, tail)) => (id, Some(tail)),
+            None => (rest, None),
+        };
+        let (get, post, delete) = (
+            method == Method::GET,
+            method == Method::POST,
+            method == Method::DELETE,
+        );
+        match tail {
+            _ if id.is_empty() => None,
+            None if get || delete => Some("/v1/responses/{id}"),
+            Some("input_items") if get => Some("/v1/responses/{id}/input_items"),
+            Some("cancel") if post => Some("/v1/responses/{id}/cancel"),
+            _ => None,
+        }
+    });
+    if let Some(label) = stored {
+        if let Some(route) = responses_route(shared) {
+            return Some(Kind::Stored { route, label });
+        }
+    }
+    let route = shared
+        .config
+        .routes
+        .iter()
+        .position(|r| r.passes_through(path))?;
+    Some(Kind::Listed {
+        route,
+        label: "(passthrough)",
+    })
+}
+
+/// The route that keeps OpenAI's stored responses: the one a Responses
+/// request without a model prefix takes (the first route with no
+/// `model_prefix` whose `match.path` is absent or `/v1/responses`) when it
+/// has an OpenAI target; else the first route whose primary speaks OpenAI.
+/// A response lives at the provider (and key) that created it, so its
+/// reads go where its creation went.
+pub fn responses_route(shared: &Shared) -> Option<usize> {
+    let routes = &shared.config.routes;
+    let openai = |t: &levee_config::Target| shared.config.providers[t.provider].api == Api::OpenAi;
+    routes
+        .iter()
+        .position(|r| {
+            r.matcher.model_prefix.as_deref().is_none_or(str::is_empty)
+                && r.matcher
+                    .path
+                    .as_deref()
+                    .is_none_or(|p| p == paths::RESPONSES)
+        })
+        .filter(|&i| routes[i].targets.iter().any(openai))
+        .or_else(|| {
+            routes
+                .iter()
+                .position(|r| r.targets.first().is_some_and(openai))
+        })
+}
+
+/// Whether a request may be sent twice: RFC 9110's idempotent methods.
+fn idempotent(m: &Method) -> bool {
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(m)
+}
+
+/// Whether a pass-through request asks for a stream: `stream=true` in its
+/// query (a stored response read as events), or `"stream": true` in a JSON
+/// body.
+fn streams(parts: &http::request::Parts, body: &[u8]) -> bool {
+    let in_query = parts
+        .uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "stream=true"));
+    if in_query {
+        return true;
+    }
+    let json = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    json && inspect::stream_flag(body)
+}
+
+/// The path as logs name it: an endpoint, a template for one with an id,
+/// or `(another path)`; never the caller's own text.
+fn path_label(asked: &str) -> &'static str {
+    if let Some(p) = PATHS
+        .iter()
+        .chain(&[paths::MODELS, paths::COUNT_TOKENS])
+        .find(|p| **p == asked)
+    {
+        return p;
+    }
+    if asked.starts_with("/v1/models/") {
+        "/v1/models/{id}"
+    } else if asked.starts_with(paths::RESPONSE_ITEM) {
+        "/v1/responses/{id}"
+    } else {
+        "(another path)"
+    }
+}
+
+/// A request whose body is read and whose route is known.
+struct Inbound {
+    parts: http::request::Parts,
+    body: Bytes,
+    /// The endpoint: one Levee serves, or a pass-through's label.
+    path: &'static str,
+    /// The caller's model (empty for a pass-through that has none).
+    model: String,
+    stream: bool,
+    caller: Caller,
+    route: usize,
+    dialect: Dialect,
+    /// The body's `model` is rewritten for each target (else the body goes
+    /// as it came).
+    rewrite: bool,
+    /// Sent at most once: one attempt, no fallback (a pass-through whose
+    /// method is not idempotent).
+    once: bool,
+}
+
+/// Reads the whole body within `limits.max_body_bytes` and
+/// `limits.body_read_timeout`.
+async fn read_body<B>(
+    shared: &Shared,
+    req: Request<B>,
+) -> Result<(http::request::Parts, Bytes), LeveeError>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let max_body = shared.config.limits.max_body_bytes;
+    let too_large = |msg: String| LeveeError::of(Why::PayloadTooLarge, msg);
+    if let Some(len) = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > max_body {
+            let msg = format!("levee: request body of {len} bytes exceeds the limit of {max_body}");
+            return Err(too_large(msg));
+        }
+    }
+    let (parts, incoming) = req.into_parts();
+    let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
+    let read = tokio::time::timeout(
+        shared.config.limits.body_read_timeout,
+        collect_limited(incoming, limit),
+    );
+    match read.await {
+        Err(_) => Err(LeveeError::of(
+            Why::RequestTimeout,
+            "levee: the request body did not arrive within limits.body_read_timeout",
+        )),
+        Ok(Ok(body)) => Ok((parts, body)),
+        Ok(Err(CollectError::TooLarge)) => Err(too_large(format!(
+            "levee: request body exceeds the limit of {max_body} bytes"
+        ))),
+        Ok(Err(CollectError::Broken)) => Err(LeveeError::bad_request(
+            "levee: could not read the request body",
+        )),
+    }
+}
+
+fn printable(s: &str) -> String {
+    s.chars().take(100).filter(|c| !c.is_control()).collect()
+}
+
+#[cfg(test)]
+mod tests;
