@@ -233,27 +233,53 @@ pub async fn spawn(
     .await
 }
 
+/// The `--record` tape `opts` asks for, opened.
+fn open_recorder(opts: &Options) -> Result<Option<observe::record::Recorder>, GatewayError> {
+    let Some(path) = &opts.record else {
+        return Ok(None);
+    };
+    let max = opts
+        .record_max_bytes
+        .unwrap_or(observe::record::DEFAULT_MAX_BYTES);
+    observe::record::Recorder::open(path, max)
+        .map(Some)
+        .map_err(|source| GatewayError::Record {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+/// The first config generation: its state built, its version, its tape
+/// (which redacts the providers' keys) and, with a shared state store, a
+/// first connection to it (waited on for at most 500 ms).
+async fn first_generation(
+    config: Config,
+    opts: &Options,
+    recorder: Option<observe::record::Recorder>,
+) -> Result<Arc<Shared>, GatewayError> {
+    let mut shared = Shared::new(config, opts.seed)?;
+    if let Some(hash) = &opts.config_hash {
+        shared.generation.hash = hash.clone();
+    }
+    shared.recorder = recorder.map(|mut r| {
+        r.set_secrets(shared.secrets.clone());
+        Arc::new(r)
+    });
+    if let Some(redis) = &shared.redis {
+        redis
+            .connect_here(std::time::Duration::from_millis(500))
+            .await;
+    }
+    Ok(Arc::new(shared))
+}
+
 /// [`spawn`] with all options.
 pub async fn spawn_with(
     config: Config,
     opts: Options,
     stop_on: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Running, GatewayError> {
-    let seed = opts.seed;
-    let recorder = match &opts.record {
-        Some(path) => Some(
-            observe::record::Recorder::open(
-                path,
-                opts.record_max_bytes
-                    .unwrap_or(observe::record::DEFAULT_MAX_BYTES),
-            )
-            .map_err(|source| GatewayError::Record {
-                path: path.display().to_string(),
-                source,
-            })?,
-        ),
-        None => None,
-    };
+    let recorder = open_recorder(&opts)?;
     let public = bind(config.listen).await?;
     let admin = bind(config.admin_listen).await?;
     let addr = public.local_addr().map_err(|source| GatewayError::Bind {
@@ -266,20 +292,7 @@ pub async fn spawn_with(
     })?;
     // A pool shard per worker, the primary runtime's included.
     upstream::set_workers(opts.extra_workers + 1);
-    let mut shared = Shared::new(config, seed)?;
-    if let Some(hash) = opts.config_hash {
-        shared.generation.hash = hash;
-    }
-    shared.recorder = recorder.map(|mut r| {
-        r.set_secrets(shared.secrets.clone());
-        Arc::new(r)
-    });
-    if let Some(redis) = &shared.redis {
-        redis
-            .connect_here(std::time::Duration::from_millis(500))
-            .await;
-    }
-    let shared = Arc::new(shared);
+    let shared = first_generation(config, &opts, recorder).await?;
     let reloader = Arc::new(runtime::reload::Reloader::new(Arc::clone(&shared)));
     let (stop, rx) = watch::channel(false);
     let mut rx_public = rx.clone();

@@ -230,6 +230,44 @@ impl HttpBody for RelayBody {
 }
 
 impl RelayBody {
+    /// The provider ended the stream: its last partial event and the
+    /// translator's closing events go out, the attempt is recorded as the
+    /// answer (its usage settling the allowance), and the stream completes.
+    fn complete(&mut self) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.done = true;
+        let tail = self.framer.flush();
+        if let Some(chunks) = self.chunks.as_mut() {
+            if !tail.is_empty() {
+                chunks.push(String::from_utf8_lossy(&tail).into_owned());
+            }
+        }
+        // The translator's last events (or its error event if the
+        // upstream stopped before its final one) end the stream.
+        let last = self.translate.as_mut().map(|t| {
+            let mut b = t.push(&tail).to_vec();
+            b.extend_from_slice(&t.finish());
+            Bytes::from(b)
+        });
+        self.usage.push(&tail);
+        if let Some(mut f) = self.finisher.take() {
+            if let Some(used) = self.usage.get() {
+                self.tokens = f.settle(used);
+            }
+            f.finish(
+                Outcome::Status {
+                    status: 200,
+                    retry_after: None,
+                },
+                true,
+            );
+        }
+        self.end = Some(StreamOutcome::Completed);
+        match last.filter(|b| !b.is_empty()) {
+            Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            None => Poll::Ready(None),
+        }
+    }
+
     /// The next frame for the caller.
     fn poll_next(
         &mut self,
@@ -274,40 +312,7 @@ impl RelayBody {
                     // Trailers: SSE has none worth relaying.
                 }
                 Poll::Ready(Some(Err(_))) => return this.fail(StreamOutcome::BrokeOff),
-                Poll::Ready(None) => {
-                    this.done = true;
-                    let tail = this.framer.flush();
-                    if let Some(chunks) = this.chunks.as_mut() {
-                        if !tail.is_empty() {
-                            chunks.push(String::from_utf8_lossy(&tail).into_owned());
-                        }
-                    }
-                    // The translator's last events (or its error event if the
-                    // upstream stopped before its final one) end the stream.
-                    let last = this.translate.as_mut().map(|t| {
-                        let mut b = t.push(&tail).to_vec();
-                        b.extend_from_slice(&t.finish());
-                        Bytes::from(b)
-                    });
-                    this.usage.push(&tail);
-                    if let Some(mut f) = this.finisher.take() {
-                        if let Some(used) = this.usage.get() {
-                            this.tokens = f.settle(used);
-                        }
-                        f.finish(
-                            Outcome::Status {
-                                status: 200,
-                                retry_after: None,
-                            },
-                            true,
-                        );
-                    }
-                    this.end = Some(StreamOutcome::Completed);
-                    if let Some(b) = last.filter(|b| !b.is_empty()) {
-                        return Poll::Ready(Some(Ok(Frame::data(b))));
-                    }
-                    return Poll::Ready(None);
-                }
+                Poll::Ready(None) => return this.complete(),
                 Poll::Pending => {
                     if this.stall.as_mut().poll(cx).is_ready() {
                         return this.fail(StreamOutcome::Stalled);

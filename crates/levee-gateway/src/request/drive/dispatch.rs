@@ -22,9 +22,7 @@ impl Driver<'_> {
         if self.refused_by_shared_allowance(provider, now).await {
             return None;
         }
-        let Some(upstream_req) = self.request_for(&d, now, provider).await else {
-            return None;
-        };
+        let upstream_req = self.request_for(&d, now, provider).await?;
         let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
         let head_deadline = match route.first_byte_timeout {
             Some(t) => attempt_deadline.min(shared.clock.to_tokio(now + t)),

@@ -1,0 +1,351 @@
+//! The request's observer: what happens to a request — refused, shed,
+//! replayed, admitted, waiting, an attempt started or finished, delivered,
+//! tokens used, failed, a stream ended — reaches it as one stream of
+//! [`RequestEvent`] values, and it alone turns them into everything that
+//! watches requests: the metrics, the census, the summary log line, the
+//! trace spans and the `--record` tape. The driver decides; the observer
+//! keeps the books.
+//!
+//! Events before a request has a route (or before it is admitted) are
+//! booked by [`report`] over [`Shared`]; from admission on, one
+//! [`Observer`] per request takes them in [`Observer::report`] and carries
+//! what the books need (the route, the trace, the time spent outside the
+//! gateway). A committed stream's relay owns the request's observer and
+//! reports its tokens and its end to it, with the events it relayed when
+//! the exchange is recorded. One read goes the other way: an attempt's
+//! trace fields ([`Observer::trace_attempt`]).
+
+use crate::http::respond::{Body, LeveeError, Why};
+use crate::observe::event::{Finished, LastError, RequestEvent, StreamOutcome, TokensUsed};
+use crate::observe::outcome::{AttemptResult, FallbackReason, RequestOutcome, SkipReason};
+use crate::observe::record::TapeLine;
+use crate::observe::telemetry::{AttemptTrace, RequestTrace};
+use crate::runtime::shared::Shared;
+use bytes::Bytes;
+use http::Response;
+use levee_policy::planner::{AttemptKind, Dispatch};
+use levee_policy::{Class, Failure, Instant, Outcome, Reason, RequestState};
+use levee_wire::Dialect;
+use std::sync::Arc;
+use std::time::Duration;
+
+mod attempts;
+mod ending;
+use attempts::*;
+use ending::*;
+
+/// Books an event of a request without an observer (not admitted, or not
+/// yet): counted over [`Shared`].
+pub(crate) fn report(shared: &Shared, event: RequestEvent<'_>) {
+    let m = &shared.metrics;
+    match event {
+        // Only an admitted request's observer has attempts, a stream to
+        // end or a route to count tokens on.
+        RequestEvent::Skipped { .. }
+        | RequestEvent::Waiting { .. }
+        | RequestEvent::Waited { .. }
+        | RequestEvent::AttemptStarted { .. }
+        | RequestEvent::AttemptFinished(_)
+        | RequestEvent::Delivered { .. }
+        | RequestEvent::Failed { .. }
+        | RequestEvent::StreamEnded { .. }
+        | RequestEvent::TokensUsed(_) => {}
+        RequestEvent::Rejected(why) => m.reject(why),
+        RequestEvent::Shed { route, reason } => {
+            answered_by_name(shared, route, reason.into());
+            m.attempts_per_request.observe(0.0);
+        }
+        RequestEvent::StateUnavailable { route } => {
+            answered_by_name(shared, route, RequestOutcome::Failed(Why::StateUnavailable));
+        }
+        RequestEvent::FollowTimedOut { route } => {
+            answered_by_name(shared, route, Reason::DeadlineExceeded.into());
+        }
+        RequestEvent::Replayed { route } => {
+            m.replayed.inc();
+            answered_by_name(shared, route, RequestOutcome::Replayed);
+        }
+        RequestEvent::CallerRetry => {
+            m.caller_retries.inc();
+        }
+        RequestEvent::IdempotencyLocal => {
+            m.idempotency_local.inc();
+        }
+        RequestEvent::TranslationRefused {
+            route,
+            provider,
+            reason,
+        } => m.translation_refused(route, provider, reason),
+        RequestEvent::ShuttingDown => m.reject(Why::ShuttingDown),
+        RequestEvent::BudgetExhausted { provider } => {
+            m.budget_exhausted
+                .get_or_create(&crate::observe::metrics::ProviderLabel {
+                    provider: provider.to_string(),
+                })
+                .inc();
+        }
+    }
+}
+
+/// A request on the route named `route` was answered with `outcome`:
+/// counted in `levee_requests_total` and in the route's recent window (the
+/// status page's success ratio), alike.
+fn answered_by_name(shared: &Shared, route: &str, outcome: RequestOutcome) {
+    shared.metrics.request(route, outcome);
+    if let Some(ri) = shared.census.route_index(route) {
+        shared.census.answered(ri, outcome, shared.clock.now());
+    }
+}
+
+/// Who sent a request and what it asked, for its log line.
+pub(crate) struct Asked {
+    /// `x-request-id`: the caller's, or one Levee made.
+    pub id: http::HeaderValue,
+    /// The gateway key the caller used (an index into `keys:`).
+    pub key: Option<usize>,
+    /// `x-levee-caller`, as the caller named itself.
+    pub caller: Option<http::HeaderValue>,
+    pub path: &'static str,
+    pub dialect: Dialect,
+    pub stream: bool,
+}
+
+/// One admitted request's books.
+pub(crate) struct Observer {
+    shared: Arc<Shared>,
+    route: usize,
+    trace: RequestTrace,
+    arrived: Instant,
+    /// Time in upstream attempts and backoff waits: not the gateway's own cost.
+    outside: Duration,
+    /// The last attempt's result (why a fallback happens); `None` before
+    /// the first attempt ends.
+    last_result: Option<AttemptResult>,
+    /// The attempt in flight's span.
+    span: Option<AttemptTrace>,
+    /// The request's path and query and the caller's model, for the
+    /// `--record` tape; `None` without one.
+    tape_origin: Option<(String, String)>,
+    /// Targets the planner chose and passed over because they cannot carry
+    /// the request, as `x-levee-skipped` says them: `provider=reason, …`.
+    skipped: String,
+    asked: Asked,
+    /// The first attempts, in order (no allocation: most requests make one).
+    attempts: [Option<AttemptNote>; NOTED_ATTEMPTS],
+    /// The number of the attempt in flight.
+    attempt_n: u32,
+    /// A committed stream, until it ends.
+    committed: Option<Box<Committed>>,
+    /// The request's outcome has been counted (once per request).
+    counted: bool,
+    /// The target whose answer was delivered.
+    answered_by: Option<usize>,
+}
+
+impl Observer {
+    /// The request was admitted to `route`.
+    pub fn admitted(
+        shared: Arc<Shared>,
+        route: usize,
+        trace: RequestTrace,
+        arrived: Instant,
+        tape_origin: Option<(String, String)>,
+        asked: Asked,
+    ) -> Self {
+        Observer {
+            shared,
+            route,
+            trace,
+            arrived,
+            outside: Duration::ZERO,
+            last_result: None,
+            span: None,
+            tape_origin,
+            skipped: String::new(),
+            asked,
+            attempts: [None; NOTED_ATTEMPTS],
+            attempt_n: 0,
+            committed: None,
+            counted: false,
+            answered_by: None,
+        }
+    }
+
+    /// Who the caller is, for the log line: its gateway key's name, else
+    /// the name it gave in `x-levee-caller`, else `-`.
+    fn caller_name(&self) -> &str {
+        if let Some(key) = self.asked.key.and_then(|i| self.shared.config.keys.get(i)) {
+            return key.name();
+        }
+        self.asked
+            .caller
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+    }
+
+    /// The planner chose `target` and passed it over: it cannot carry the
+    /// request (`reason`). Counted, logged with the request, and said in
+    /// the answer's `x-levee-skipped`.
+    fn skipped_target(&mut self, target: usize, reason: SkipReason) {
+        let provider = self.provider_name(target).to_string();
+        report(
+            &self.shared,
+            RequestEvent::TranslationRefused {
+                route: self.route_name(),
+                provider: &provider,
+                reason,
+            },
+        );
+        if !self.skipped.is_empty() {
+            self.skipped.push_str(", ");
+        }
+        self.skipped.push_str(&provider);
+        self.skipped.push('=');
+        self.skipped.push_str(reason.label());
+    }
+
+    /// `x-levee-skipped`'s value, when a target was passed over.
+    pub(crate) fn skipped(&self) -> Option<&str> {
+        (!self.skipped.is_empty()).then_some(self.skipped.as_str())
+    }
+
+    fn route_name(&self) -> &str {
+        &self.shared.config.routes[self.route].name
+    }
+
+    /// The request was answered with `outcome`: counted in
+    /// `levee_requests_total` and the route's recent window alike.
+    fn count_outcome(&mut self, outcome: RequestOutcome, at: Instant) {
+        self.counted = true;
+        self.shared.metrics.request(self.route_name(), outcome);
+        self.shared.census.answered(self.route, outcome, at);
+    }
+
+    fn provider_name(&self, target: usize) -> &str {
+        // A request's target is always one the planner dispatched (it
+        // starts at the first): a valid index.
+        let route = &self.shared.config.routes[self.route];
+        &self.shared.providers[route.targets[target].provider].name
+    }
+
+    /// A backoff (or Retry-After) wait from `now` until `until` begins.
+    fn waiting(&self, now: Instant, until: Instant) {
+        self.trace.wait(until.saturating_since(now));
+    }
+
+    /// The wait that began at `since` is over.
+    fn waited(&mut self, since: Instant) {
+        self.outside += self.shared.clock.since(since);
+    }
+
+    /// Something happened to the request: the books take it in.
+    pub fn report(&mut self, event: RequestEvent<'_>) {
+        match event {
+            RequestEvent::Skipped { target, reason } => self.skipped_target(target, reason),
+            RequestEvent::Waiting { now, until } => self.waiting(now, until),
+            RequestEvent::Waited { since } => self.waited(since),
+            RequestEvent::AttemptStarted {
+                dispatch,
+                n,
+                deadline,
+                now,
+            } => self.attempt_started(dispatch, n, deadline, now),
+            RequestEvent::AttemptFinished(f) => self.attempt_finished(f),
+            RequestEvent::Delivered {
+                req,
+                started,
+                head,
+                body,
+                model,
+            } => self.delivered(req, started, head, body, model),
+            RequestEvent::Failed {
+                req,
+                failure,
+                last_error,
+                model,
+            } => self.failed(req, failure, last_error, model),
+            RequestEvent::StreamEnded {
+                outcome,
+                bytes,
+                duration,
+                chunks,
+            } => self.stream_ended(outcome, bytes, duration, chunks),
+            RequestEvent::TokensUsed(t) => self.tokens_used(t),
+            other => report(&self.shared, other),
+        }
+    }
+
+    /// An answer's tokens: counted in `levee_tokens_total` by route,
+    /// provider, model, caller and kind.
+    fn tokens_used(&self, t: TokensUsed) {
+        let shared = &self.shared;
+        let route = &shared.config.routes[self.route];
+        let p = route.targets[t.target].provider;
+        let provider = &shared.providers[p];
+        let key = |output| {
+            (
+                u32::try_from(self.route).unwrap_or(u32::MAX),
+                u32::try_from(p).unwrap_or(u32::MAX),
+                t.domain,
+                t.caller.map_or(u32::MAX, u32::from),
+                output,
+            )
+        };
+        let kinds = [
+            (false, "input", t.used.input),
+            (true, "output", t.used.output),
+        ];
+        for (output, kind, n) in kinds {
+            // The labels' strings are made once per series, not per request.
+            shared.metrics.tokens(key(output), u64::from(n), || {
+                let model = match provider.lock().domain_model(t.domain) {
+                    "" => "other".to_string(),
+                    m => m.to_string(),
+                };
+                crate::observe::metrics::TokensLabel {
+                    route: route.name.clone(),
+                    provider: provider.name.clone(),
+                    model,
+                    caller: t
+                        .caller
+                        .and_then(|c| shared.config.callers.get(usize::from(c)))
+                        .map_or(String::new(), |c| c.name.clone()),
+                    kind,
+                }
+            });
+        }
+    }
+
+    /// The last attempt's result; `None` before the first attempt ends.
+    pub fn last_result(&self) -> Option<AttemptResult> {
+        self.last_result
+    }
+}
+
+impl Drop for Observer {
+    /// A request dropped before its outcome was counted still gets one: its
+    /// answer was cut off by the end of the shutdown grace period (the 503
+    /// the grace guard sends), or its caller went away before the answer.
+    fn drop(&mut self) {
+        if self.counted {
+            return;
+        }
+        let outcome = if self.shared.grace_over.is_over() {
+            RequestOutcome::Failed(Why::ShuttingDown)
+        } else {
+            RequestOutcome::ClientClosed
+        };
+        let at = self.shared.clock.now();
+        self.count_outcome(outcome, at);
+    }
+}
+
+/// Whether a provider's 4xx body has its JSON error shape.
+pub(crate) fn is_foreign(status: u16, body: &[u8]) -> bool {
+    (400..500).contains(&status) && !Dialect::is_provider_error_shape(body)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
