@@ -125,16 +125,17 @@ impl Pool {
         clock: Clock,
         https: bool,
     ) -> Pool {
+        let shards = shards();
         Pool {
             connector,
             host,
             clock,
-            idle: (0..shards()).map(|_| Mutex::new(VecDeque::new())).collect(),
+            idle: (0..shards).map(|_| Mutex::new(VecDeque::new())).collect(),
             reaper: std::sync::atomic::AtomicBool::new(false),
             http2: p.http2,
             https,
             spoken: std::sync::atomic::AtomicU8::new(SPOKEN_UNKNOWN),
-            h2_shards: (0..shards())
+            h2_shards: (0..shards)
                 .map(|_| H2Pool::new(p.http2_max_streams))
                 .collect(),
         }
@@ -546,9 +547,13 @@ mod tests {
         h2_provider_with_workers(DEFAULT_SHARDS)
     }
 
-    /// [`h2_provider`] built while the gateway counts `workers` workers
-    /// (pools built by other tests meanwhile get as many shards: harmless).
+    /// The worker count is the process's: tests that set it take turns, or
+    /// one test's pool would be built with another's count.
+    static WORKER_COUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// [`h2_provider`] built while the gateway counts `workers` workers.
     fn h2_provider_with_workers(workers: usize) -> (levee_mock::InProcess, ProviderRuntime) {
+        let _turn = WORKER_COUNT.lock().unwrap_or_else(|e| e.into_inner());
         set_workers(workers);
         let mock = levee_mock::InProcess::new(levee_mock::MockOptions::default());
         let served = mock.clone();
