@@ -356,3 +356,35 @@ fn a_fast_overload_answer_reaches_a_backup_longer_than_the_deadline() {
         Decision::Fail(_)
     ));
 }
+
+#[test]
+fn a_fast_providers_late_heads_are_not_stall_evidence_before_the_floor() {
+    // A provider that answers in 2 ms: its learned p99 is milliseconds,
+    // and a head a few milliseconds late (the gateway's own CPUs busy) is
+    // no stall. The mark stays at the floor.
+    let p = route(&[secs(20)], 3);
+    let mut w = World::of(
+        vec![ProviderState::new(
+            CircuitBreaker::default_policy(),
+            None,
+            1_000,
+        )],
+        vec![budget()],
+    );
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut now = Instant::from_millis(10_000);
+    for _ in 0..200u64 {
+        let mut req = RequestState::new(now + secs(30));
+        let Decision::Dispatch(_) = p.decide(&mut req, &mut w.deps(), now, &mut rng) else {
+            panic!("a healthy target takes the attempt")
+        };
+        p.record(&mut req, &mut w.deps(), now + ms(2), OK);
+        now = now + ms(5);
+    }
+    let mut req = RequestState::new(now + secs(30));
+    let Decision::Dispatch(d) = p.decide(&mut req, &mut w.deps(), now, &mut rng) else {
+        panic!("a healthy target takes the attempt")
+    };
+    let stall = d.stall_after.expect("a learned p99");
+    assert_eq!(stall, levee_policy::planner::STALL_FLOOR, "{stall:?}");
+}

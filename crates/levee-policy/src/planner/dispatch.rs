@@ -7,6 +7,15 @@ use crate::provider::Refusal;
 use crate::time::Instant;
 use std::time::Duration;
 
+/// The earliest an attempt with no first byte is stall evidence, however
+/// fast its target has been. A provider that answers in 2 ms (a model
+/// behind a fast cache, a local server) had its stall mark at 4 ms: on a
+/// gateway whose own CPUs were saturated, heads read a few milliseconds
+/// late opened the breaker on a healthy upstream and refused 22 % of
+/// requests `circuit_open`. A stall a caller notices is a quarter of a
+/// second or more.
+pub const STALL_FLOOR: Duration = Duration::from_millis(250);
+
 impl RoutePolicy {
     pub(super) fn dispatch<D: Dependencies>(
         &self,
@@ -29,8 +38,11 @@ impl RoutePolicy {
             permit = permit.retry();
         }
         // Twice the p99: a healthy attempt a little past it (1 % are) is
-        // not evidence; one with no first byte at twice it is.
-        let stall_after = learned.map(|p99| p99 * 2).filter(|mark| *mark < timeout);
+        // not evidence; one with no first byte at twice it is, once that
+        // is past `STALL_FLOOR`.
+        let stall_after = learned
+            .map(|p99| (p99 * 2).max(STALL_FLOOR))
+            .filter(|mark| *mark < timeout);
         let retry_needs = expected + reserve + self.margin;
         req.in_flight = Some(InFlight {
             target: t,

@@ -60,6 +60,7 @@ mod schedule;
 
 pub use decision::{AttemptKind, Decision, Dispatch, PrimaryRefusal};
 pub use deps::{Dependencies, Deps};
+pub use dispatch::STALL_FLOOR;
 pub use failure::{Failure, Reason};
 pub use request::{RequestState, ALLOWANCE_PATIENCE};
 pub use retry::LOSING_ATTEMPTS;
