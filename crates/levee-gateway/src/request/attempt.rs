@@ -27,10 +27,18 @@ impl Seen {
         1 << t.min(63)
     }
 
-    /// Takes the targets noted in `cell` since it was last taken.
+    /// Takes the targets noted in `cell` since it was last taken (nothing
+    /// to walk when none was: the usual decision).
     fn take(cell: &std::cell::Cell<u64>) -> impl Iterator<Item = usize> {
-        let bits = cell.replace(0);
-        (0..64).filter(move |t| bits & (1 << t) != 0)
+        let mut bits = cell.replace(0);
+        std::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let t = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            Some(t)
+        })
     }
 
     /// The skipped targets the planner chose since the last call.
