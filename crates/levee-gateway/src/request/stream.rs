@@ -136,9 +136,8 @@ impl RelayBody {
 
     /// The request's observer, which the stream's end reports to: from the
     /// commit point the relay owns the request's books.
-    pub fn observed_by(mut self, observer: Observer) -> Self {
+    pub fn observed_by(&mut self, observer: Observer) {
         self.observer = Some(Box::new(observer));
-        self
     }
 
     /// Tells the request's observer how the stream ended (once).

@@ -72,10 +72,9 @@ impl GraceOver {
     /// Runs `answer` to its end, or until the grace period ends first
     /// (`None`: `answer` is dropped there). A streaming response's relay
     /// watches the period itself ([`GraceWatch`]).
-    pub async fn race<T>(&self, answer: impl Future<Output = T>) -> Option<T> {
+    pub async fn race<F: Future>(&self, mut answer: Pin<&mut F>) -> Option<F::Output> {
         // Waited on in place (not `self.wait()`): no allocation per request.
         let mut wait = std::pin::pin!(self.notify.notified());
-        let mut answer = std::pin::pin!(answer);
         let mut seen = None;
         std::future::poll_fn(|cx| {
             if let Poll::Ready(r) = answer.as_mut().poll(cx) {

@@ -99,7 +99,7 @@ impl Driver<'_> {
         Delivered::Done(Ok(Answer::Stream(relayed(
             parts.status,
             headers,
-            relay,
+            Box::new(relay),
             attempts,
             provider.name_header.as_ref(),
         ))))

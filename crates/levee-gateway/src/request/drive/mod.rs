@@ -132,13 +132,13 @@ pub(crate) fn run<'a>(
             .and_then(|s| http::HeaderValue::from_str(s).ok());
         let mut answer = match answer {
             Ok(Answer::Stream(resp)) => {
-                let (mut head, relay) = resp.into_parts();
+                let (mut head, mut relay) = resp.into_parts();
                 if let Some(v) = skipped {
                     head.headers.insert(headers::X_LEVEE_SKIPPED, v);
                 }
                 // From the commit point the relay owns the request's books:
                 // the stream's end closes them, not its head.
-                let relay = relay.observed_by(driver.obs);
+                relay.observed_by(driver.obs);
                 return Ok(Response::from_parts(head, relay.boxed_unsync()));
             }
             Ok(Answer::Whole(resp)) => Ok(resp),
@@ -275,10 +275,6 @@ impl Driver<'_> {
     }
 }
 
-// A stream's answer holds its relay (856 bytes) where a plain one holds
-// its response (128): returned once per request and never held across an
-// await; boxing it would cost every stream an allocation.
-#[allow(clippy::large_enum_variant)]
 enum Delivered {
     Done(Result<Answer, LeveeError>),
     Failed(Outcome, AttemptResult),
@@ -286,11 +282,11 @@ enum Delivered {
 
 /// A provider's answer to relay: read whole, or a stream past its commit
 /// point, whose relay takes the request's observer once the driver is done
-/// with it.
-#[allow(clippy::large_enum_variant)]
+/// with it. The relay is boxed (856 bytes): inline, it made every
+/// request's answer, and the futures that carry it, that large.
 pub(crate) enum Answer {
     Whole(Response<Body>),
-    Stream(Response<RelayBody>),
+    Stream(Response<Box<RelayBody>>),
 }
 
 /// What Levee says when it gives up: the reason, the attempts, why (the

@@ -83,8 +83,21 @@ where
     let arrived = shared.clock.now();
     let mut admitted = false;
     let sent = AtomicU32::new(0);
-    let served = serve(&shared, req, dialect, &mut note, &id, &mut admitted, &sent);
-    let Some(served) = shared.grace_over.race(served).await else {
+    // Pinned where it is made: moved into the race, the whole request's
+    // future (kilobytes) was copied twice per request.
+    let served = {
+        let serving = std::pin::pin!(serve(
+            &shared,
+            req,
+            dialect,
+            &mut note,
+            &id,
+            &mut admitted,
+            &sent
+        ));
+        shared.grace_over.race(serving).await
+    };
+    let Some(served) = served else {
         // The grace period ended first: a request still waiting for its
         // answer (admitted or not) is answered 503 rather than cut.
         observer::report(&shared, RequestEvent::ShuttingDown);
