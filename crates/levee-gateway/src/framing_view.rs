@@ -48,7 +48,7 @@ pub fn requests(input: &[u8], max_header_bytes: usize) -> (Vec<SeenRequest>, End
                 return (seen, End::Refused(431));
             }
             Ok(None) => return (seen, End::Partial),
-            Err((status, _)) => return (seen, End::Refused(status.as_u16())),
+            Err((refusal, _)) => return (seen, End::Refused(refusal.row().status.as_u16())),
         };
         let (kind, keep_alive, method, target) = head.view();
         let mut body = Vec::new();

@@ -147,17 +147,6 @@ impl Why {
     pub fn as_str(self) -> &'static str {
         self.row().label
     }
-
-    /// The answer's refusal for a request head refused with `status`.
-    pub fn of_head(status: StatusCode) -> Why {
-        match status {
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => Why::HeadersTooLarge,
-            StatusCode::NOT_IMPLEMENTED => Why::NotImplemented,
-            StatusCode::PAYLOAD_TOO_LARGE => Why::PayloadTooLarge,
-            StatusCode::URI_TOO_LONG => Why::UriTooLong,
-            _ => Why::Policy(Reason::BadRequest),
-        }
-    }
 }
 
 /// A provider's own deterministic 4xx answer, passed on unchanged (its body
@@ -428,25 +417,6 @@ mod tests {
         assert_eq!(Why::MethodNotAllowed.as_str(), "method_not_allowed");
         assert_eq!(Why::NotFound.row().status, 404);
         assert_eq!(Why::NotFound.as_str(), "not_found");
-    }
-
-    #[test]
-    fn a_refused_head_is_answered_with_the_row_of_its_status() {
-        for why in Why::ALL {
-            let status = why.row().status;
-            let head = Why::of_head(status);
-            if head != Why::Policy(Reason::BadRequest) {
-                assert_eq!(head.row().status, status, "{why:?}");
-            }
-        }
-        assert_eq!(
-            Why::of_head(StatusCode::BAD_REQUEST).as_str(),
-            "bad_request"
-        );
-        assert_eq!(
-            Why::of_head(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE).as_str(),
-            "headers_too_large"
-        );
     }
 
     #[test]

@@ -6,9 +6,10 @@
 use crate::http::h1wire::{
     header_map, listed_names, BadField, Chunked, Framing, Kind, Span, Spans, MAX_HEADERS,
 };
+use crate::http::respond::Why;
 use bytes::{Bytes, BytesMut};
 use http::header::HeaderMap;
-use http::{Method, Request, StatusCode, Uri, Version};
+use http::{Method, Request, Uri, Version};
 
 /// A request head read and checked, its body not attached yet.
 pub(crate) struct Head {
@@ -37,16 +38,14 @@ impl Head {
     }
 }
 
-/// Why a head is refused: the status and what was wrong, for the answer.
-pub(crate) type Refusal = (StatusCode, &'static str);
+/// Why a head is refused: the answer's row of Levee's table (its status
+/// and label) and what was wrong, for the answer.
+pub(crate) type Refusal = (Why, &'static str);
 
-pub(super) const HEAD_TOO_LARGE: Refusal = (
-    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-    "the request head is too large",
-);
+pub(super) const HEAD_TOO_LARGE: Refusal = (Why::HeadersTooLarge, "the request head is too large");
 
 fn bad(why: &'static str) -> Refusal {
-    (StatusCode::BAD_REQUEST, why)
+    (Why::Policy(levee_policy::Reason::BadRequest), why)
 }
 
 /// Parses one request head from the front of `buf`: `None` while it is
@@ -95,10 +94,9 @@ fn head_len(parsed: httparse::Result<usize>, limit: usize) -> Result<Option<usiz
         Ok(httparse::Status::Partial) => Ok(None),
         Ok(httparse::Status::Complete(n)) if n > limit => Err(HEAD_TOO_LARGE),
         Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
-        Err(httparse::Error::TooManyHeaders) => Err((
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "the request head has too many fields",
-        )),
+        Err(httparse::Error::TooManyHeaders) => {
+            Err((Why::HeadersTooLarge, "the request head has too many fields"))
+        }
         Err(_) => Err(bad("the request head is not valid HTTP/1.1")),
     }
 }
@@ -231,7 +229,7 @@ fn request_body(framing: &Framing, version: Version) -> Result<Kind, Refusal> {
         }
         if !framing.te_only_chunked {
             return Err((
-                StatusCode::NOT_IMPLEMENTED,
+                Why::NotImplemented,
                 "transfer codings other than chunked are not implemented",
             ));
         }

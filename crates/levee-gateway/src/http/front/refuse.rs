@@ -5,7 +5,6 @@ use super::head::Refusal;
 use super::{date, line, Conn, Settings};
 use crate::http::h1wire::MAX_HEADERS;
 use crate::http::respond::{should_retry, Why};
-use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
@@ -13,9 +12,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
     /// Levee's JSON error in the dialect the request line's path (or an
     /// `anthropic-version` field in what arrived) names, so an SDK shows
     /// what was wrong instead of an empty body.
-    pub(super) async fn refuse(&mut self, (status, why): Refusal, settings: &Settings) {
+    pub(super) async fn refuse(&mut self, (refusal, why): Refusal, settings: &Settings) {
         let dialect = sniff_dialect(&self.read.buf);
-        let message = if status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE {
+        let row = refusal.row();
+        let status = row.status;
+        let message = if refusal == Why::HeadersTooLarge {
             format!(
                 "levee: {why}: the limit is {} bytes (limits.max_header_bytes) and {MAX_HEADERS} fields",
                 settings.max_header_bytes
@@ -23,7 +24,6 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         } else {
             format!("levee: {why}")
         };
-        let row = Why::of_head(status).row();
         let body = dialect.error_body(status.as_u16(), row.label, &message);
         self.out.clear();
         self.queue.clear();

@@ -523,6 +523,17 @@ async fn misframed_and_oversized_heads_are_refused_and_closed() {
             "{what}: {text}"
         );
         assert!(text.contains("connection: close"), "{what}: {text}");
+        // The label of its status in Levee's table, in the header and body.
+        let label = if status == "431" {
+            "headers_too_large"
+        } else {
+            "bad_request"
+        };
+        assert!(
+            text.contains(&format!("x-levee-reason: {label}\r\n")),
+            "{what}: {text}"
+        );
+        assert!(text.contains(&format!("\"{label}\"")), "{what}: {text}");
     }
 }
 
