@@ -18,8 +18,6 @@ use http::header::HeaderValue;
 
 use super::{Pending, Platform, PlatformError};
 use crate::http::outbound::Outbound;
-use crate::upstream::body::UpstreamBody;
-use http::Response;
 
 /// An Azure OpenAI resource.
 #[derive(Debug)]
@@ -139,14 +137,6 @@ impl Platform for Azure {
     /// when it changed.
     fn authorize<'a>(&'a self, req: &'a mut Outbound<Bytes>, _unix_ms: u64) -> Pending<'a> {
         Box::pin(std::future::ready(self.send_token(req)))
-    }
-
-    fn maps_answers(&self) -> bool {
-        false
-    }
-
-    fn answer(&self, resp: Response<UpstreamBody>, _stream: bool) -> Response<UpstreamBody> {
-        resp
     }
 
     /// The token file can be read and holds a token.

@@ -79,28 +79,39 @@ fn set_bearer(
 pub(crate) type Pending<'a> = Pin<Box<dyn Future<Output = Result<(), PlatformError>> + Send + 'a>>;
 
 /// What a cloud that serves a dialect under its own URLs, auth and framing
-/// adapts, at three points of an attempt. One module per cloud implements
+/// adapts, at three points of an attempt; each step does nothing unless
+/// the cloud's module says otherwise. One module per cloud implements
 /// it; nothing outside this folder names a cloud.
 pub(crate) trait Platform: std::fmt::Debug + Send + Sync {
     /// The path (appended verbatim to `base_url`'s path) and body for one
     /// target, given the native request's path and body (the target's
     /// model already in `model`). `Ok(None)`: sent as it is. `Err`: the
     /// request cannot go to this platform (a 400-class message).
-    fn target(&self, path: &str, body: &Bytes) -> Result<Option<(String, Bytes)>, String>;
+    fn target(&self, _path: &str, _body: &Bytes) -> Result<Option<(String, Bytes)>, String> {
+        Ok(None)
+    }
 
     /// Whether [`Platform::authorize`] adds anything (the request path
     /// skips the call otherwise).
-    fn authorizes(&self) -> bool;
+    fn authorizes(&self) -> bool {
+        false
+    }
 
     /// Adds the attempt's auth once every other field is set. `unix_ms`:
     /// the wall clock now (SigV4 dates, token expiry).
-    fn authorize<'a>(&'a self, req: &'a mut Outbound<Bytes>, unix_ms: u64) -> Pending<'a>;
+    fn authorize<'a>(&'a self, _req: &'a mut Outbound<Bytes>, _unix_ms: u64) -> Pending<'a> {
+        done()
+    }
 
     /// Whether answers need [`Platform::answer`].
-    fn maps_answers(&self) -> bool;
+    fn maps_answers(&self) -> bool {
+        false
+    }
 
     /// The answer in the dialect's own wire format.
-    fn answer(&self, resp: Response<UpstreamBody>, stream: bool) -> Response<UpstreamBody>;
+    fn answer(&self, resp: Response<UpstreamBody>, _stream: bool) -> Response<UpstreamBody> {
+        resp
+    }
 
     /// Credentials this platform signs with now (keys, tokens), to redact
     /// from everything Levee passes on.
@@ -109,7 +120,9 @@ pub(crate) trait Platform: std::fmt::Debug + Send + Sync {
     }
 
     /// `levee check --probe`: credentials load and a token can be obtained.
-    fn probe(&self, unix_ms: u64) -> Pending<'_>;
+    fn probe(&self, _unix_ms: u64) -> Pending<'_> {
+        done()
+    }
 }
 
 /// An adaptation step with nothing to do.
