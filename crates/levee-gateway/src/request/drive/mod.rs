@@ -122,36 +122,30 @@ pub(crate) fn run<'a>(
         lease,
     };
     Box::pin(async move {
-        let answer = driver.drive().await;
+        let mut answer = driver.drive().await;
         // Answered by another target than the caller would expect, or not
         // at all: the answer says which target was passed over and why, so
         // a vendor switch is never silent.
-        let skipped = driver
-            .obs
-            .skipped()
-            .and_then(|s| http::HeaderValue::from_str(s).ok());
-        let mut answer = match answer {
-            Ok(Answer::Stream(resp)) => {
-                let (mut head, mut relay) = resp.into_parts();
-                if let Some(v) = skipped {
-                    head.headers.insert(headers::X_LEVEE_SKIPPED, v);
+        let skipped = driver.obs.skipped();
+        if let Some(v) = skipped.and_then(|s| http::HeaderValue::from_str(s).ok()) {
+            match &mut answer {
+                Ok(a) => {
+                    a.headers_mut().insert(headers::X_LEVEE_SKIPPED, v);
                 }
+                Err(e) => e.skipped = Some(v),
+            }
+        }
+        let answer = match answer {
+            Ok(Answer::Stream(resp)) => {
                 // From the commit point the relay owns the request's books:
                 // the stream's end closes them, not its head.
+                let (head, mut relay) = resp.into_parts();
                 relay.observed_by(driver.obs);
                 return Ok(Response::from_parts(head, relay.boxed_unsync()));
             }
             Ok(Answer::Whole(resp)) => Ok(resp),
             Err(e) => Err(e),
         };
-        if let Some(v) = skipped {
-            match &mut answer {
-                Ok(resp) => {
-                    resp.headers_mut().insert(headers::X_LEVEE_SKIPPED, v);
-                }
-                Err(e) => e.skipped = Some(v),
-            }
-        }
         driver.obs.answered(&answer);
         answer
     })
@@ -287,6 +281,15 @@ enum Delivered {
 pub(crate) enum Answer {
     Whole(Response<Body>),
     Stream(Response<Box<RelayBody>>),
+}
+
+impl Answer {
+    fn headers_mut(&mut self) -> &mut HeaderMap {
+        match self {
+            Answer::Whole(r) => r.headers_mut(),
+            Answer::Stream(r) => r.headers_mut(),
+        }
+    }
 }
 
 /// What Levee says when it gives up: the reason, the attempts, why (the
