@@ -72,6 +72,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// A request's place in the providers' allowances: `cost`, and the
+    /// caller named `caller` among `callers:` (its index, weighed by its
+    /// share, and its priority), as the gateway and the simulator ask.
+    pub fn ask(
+        &self,
+        caller: Option<&str>,
+        cost: levee_policy::allowance::Cost,
+    ) -> levee_policy::allowance::Ask {
+        let callers = self.callers.iter().map(|c| (c.name.as_str(), c.priority));
+        levee_policy::allowance::Ask::of_caller(callers, caller, cost)
+    }
+
     /// Reads and validates a config file: the one entry point for a file,
     /// at start and on every reload.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {

@@ -165,16 +165,14 @@ impl<'a> LeveeRt<'a> {
     }
 }
 
-/// A stream's place in the allowances, as the gateway's `ask_for` builds it
-/// from a request's caller: its index in `callers[]` and its priority, and
-/// its estimated tokens.
+/// A stream's place in the allowances, as the gateway asks it
+/// (`Config::ask`): its caller and its estimated tokens.
 fn ask_for(config: &levee_config::Config, caller: Option<&str>, tokens: Tokens) -> Ask {
-    let callers = config.callers.iter().map(|c| (c.name.as_str(), c.priority));
     let cost = Cost {
         input: tokens.input,
         output: tokens.max,
     };
-    Ask::of_caller(callers, caller, cost)
+    config.ask(caller, cost)
 }
 
 /// [`Dependencies`] for one simulated request: the plain [`Deps`], asking

@@ -3,7 +3,7 @@
 //! the provider reports it has left. The rules themselves are the policy
 //! core's ([`levee_policy::allowance`]).
 
-use levee_policy::allowance::{Ask, Cost, Meter, Reported};
+use levee_policy::allowance::{Cost, Meter, Reported};
 
 /// A request's tokens before it is sent: a token per 4 bytes of body (the
 /// usual ratio for English text and JSON; the providers reserve by their
@@ -131,13 +131,6 @@ pub fn reported(
             },
         ))
     })
-}
-
-/// The caller's place in the providers' allowances: its index in
-/// `callers[]` (when shares are on) and its priority.
-pub fn ask_for(config: &levee_config::Config, caller: Option<&str>, cost: Cost) -> Ask {
-    let callers = config.callers.iter().map(|c| (c.name.as_str(), c.priority));
-    Ask::of_caller(callers, caller, cost)
 }
 
 #[cfg(test)]

@@ -340,11 +340,9 @@ fn ask_of(shared: &Shared, r: &Inbound, said: &Said<'_>) -> levee_policy::allowa
     let named = key_name
         .map(CallerKey::name)
         .or_else(|| said.caller.and_then(|v| v.to_str().ok()));
-    crate::upstream::allowance::ask_for(
-        &shared.config,
-        named,
-        crate::upstream::allowance::estimate(&r.body),
-    )
+    shared
+        .config
+        .ask(named, crate::upstream::allowance::estimate(&r.body))
 }
 
 /// The route's bulkhead is full: the request is shed at once, never queued.
