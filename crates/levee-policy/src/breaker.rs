@@ -1,14 +1,16 @@
-//! The circuit breaker: stop sending to a provider that is failing for everyone.
+//! The circuit breaker: stop sending to a model that is down for everyone.
 //!
 //! The gateway sees all traffic, so it can tell "this caller was unlucky" from
 //! "this provider is down" long before any one caller can. The breaker opens
-//! when either
-//! - the fault ratio over a bucketed `window` reaches `error_ratio` with at
-//!   least `min_requests` outcomes in it, or
-//! - `min_requests` faults arrive in a row. At 1,000 requests/s a total outage
-//!   shows this within tens of milliseconds, where a 10 s window still full
-//!   of successes would need seconds of faults to reach its ratio. A random
-//!   30 % brownout almost never produces it (0.3^20 ≈ 3·10⁻¹¹ per position).
+//! when `min_requests` faults arrive in a row — more when the window shows
+//! the model answering a share of requests, so that the streak is a one in
+//! a million event for the share seen (see `streak_to_open`). At 1,000
+//! requests/s a total outage shows within tens of milliseconds, where a 10 s
+//! window still full of successes would need seconds of faults to reach a
+//! ratio. A model that fails only a share of what it gets is not opened at
+//! all: what it is sent is graded instead (`crate::graded`), because an
+//! open breaker in front of a 60 % random brownout refused calls that had a
+//! 40 % chance each (19 % answered, against 80 % for the SDK alone).
 //!
 //! While open it lets one probe through every `probe_interval` (default 1 s,
 //! never more often than that: no thundering herd). A successful probe moves
@@ -133,9 +135,6 @@ pub struct CircuitBreaker {
     baseline_per_minute: u32,
     /// After closing: at most 1.4× that rate.
     ramp: Option<Ramp>,
-    /// When it last closed (or was built): the ratio rule waits until the
-    /// window has seen half its length of traffic since then.
-    closed_at: Option<Instant>,
     /// The first outcome since it was built or last closed.
     first_outcome: Option<Instant>,
     state: State,
@@ -231,7 +230,6 @@ impl CircuitBreaker {
             last_fault: Instant::ZERO,
             baseline_per_minute: 0,
             ramp: None,
-            closed_at: None,
             first_outcome: None,
             state: State::Closed,
         }
@@ -466,24 +464,35 @@ impl CircuitBreaker {
         }
         self.last_fault = now;
         self.in_a_row += 1;
-        let (ok, faults) = self.totals(now);
-        let total = ok + faults;
-        // Right after closing the window is empty, and its first
-        // `min_requests` outcomes are a small sample: at a 30 % fault rate
-        // (below a 50 % ratio) 20 outcomes reach 50 % about one time in
-        // twenty, and the ratio is checked at every fault, so a breaker
-        // that had opened once kept reopening. The ratio waits for half a
-        // window of traffic since the close; a total outage is still seen
-        // at once by the faults-in-a-row rule and by the probes.
-        let seasoned = self
-            .closed_at
-            .is_none_or(|at| now.saturating_since(at) >= self.window / 2);
-        let ratio_reached = seasoned
-            && total >= self.min_requests
-            && f64::from(faults) >= self.error_ratio * f64::from(total);
-        if ratio_reached || self.in_a_row >= self.min_requests {
+        if self.in_a_row >= self.streak_to_open(now) {
             self.open(now);
         }
+    }
+
+    /// How many faults in a row open it: `min_requests`, or more when the
+    /// window shows the model losing a share of requests before the streak, so that a
+    /// streak is read as an outage only when the share seen would make
+    /// one less likely than one in a million (at 40 % success, 27: the
+    /// 20 of a healthy model came up once in 27,000 positions, a few times
+    /// a run at 60 % random loss, and opened a breaker the loss did not
+    /// call for).
+    fn streak_to_open(&self, now: Instant) -> u32 {
+        // The share lost before the streak began: the streak itself is the
+        // evidence being judged.
+        let (ok, faults) = self.totals(now);
+        let faults = faults.saturating_sub(self.in_a_row);
+        let total = ok + faults;
+        if ok == 0 || total == 0 {
+            return self.min_requests;
+        }
+        let lost = f64::from(faults) / f64::from(total);
+        if lost <= 0.0 || lost >= 1.0 {
+            return self.min_requests;
+        }
+        let needed = (1e-6f64).ln() / lost.ln();
+        // Bounded: at 99 % loss the ratio would ask for 1,375 in a row.
+        let needed = needed.ceil().min(f64::from(u16::MAX)) as u32;
+        needed.max(self.min_requests)
     }
 
     fn record_probe(&mut self, now: Instant, fault: bool) {
@@ -530,7 +539,6 @@ impl CircuitBreaker {
         // second alone, 5 there, refused half of them), while a wave of
         // every caller's retries at 1,000/s still meets 1.4× at most.
         let burst = (ramp_per_minute / 600).max(self.min_requests);
-        self.closed_at = Some(now);
         self.first_outcome = None;
         self.ramp = Gcra::per_minute(ramp_per_minute, burst)
             .ok()
@@ -572,18 +580,20 @@ mod tests {
     }
 
     #[test]
-    fn opens_at_the_ratio_with_enough_requests_then_probes_and_closes() {
+    fn a_streak_opens_it_then_it_probes_and_closes() {
         let mut b = breaker();
         let t = Instant::from_millis(1000);
         for _ in 0..10 {
             run(&mut b, t, Class::Success);
         }
-        for _ in 0..9 {
+        // Half the window's answers faults: a ratio no longer opens it
+        // (graded admission answers a share), a streak of 20 does.
+        for _ in 0..19 {
             run(&mut b, t, FAULT);
         }
-        assert_eq!(b.state(t), BreakerState::Closed, "9/19: below min_requests");
+        assert_eq!(b.state(t), BreakerState::Closed, "19 in a row");
         run(&mut b, t, FAULT);
-        assert_eq!(b.state(t), BreakerState::Open, "10/20 = 0.5");
+        assert_eq!(b.state(t), BreakerState::Open, "20 in a row");
         assert_eq!(
             b.admit(t + Duration::from_millis(500)),
             Err(t + Duration::from_secs(1)),
@@ -698,6 +708,30 @@ mod tests {
             .filter(|i| run(&mut b, back + Duration::from_millis(*i), Class::Success))
             .count();
         assert!((175..=200).contains(&through), "{through}");
+    }
+
+    #[test]
+    fn a_sixty_percent_random_loss_needs_a_longer_streak() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let mut b = breaker();
+        // 40 % success at 50 answers a second: a streak of 20 comes up
+        // about once in 27,000 positions; 27 in a row are needed here.
+        let mut opened = 0;
+        for i in 0..20_000u64 {
+            let t = Instant::from_millis(i * 20);
+            let ok = rng.gen_bool(0.4);
+            run(&mut b, t, if ok { Class::Success } else { FAULT });
+            opened += u32::from(b.state(t) == BreakerState::Open);
+        }
+        assert_eq!(opened, 0);
+        let mut b = breaker();
+        for i in 0..200u64 {
+            let t = Instant::from_millis(i * 20);
+            run(&mut b, t, if i % 5 < 2 { Class::Success } else { FAULT });
+        }
+        let needed = b.streak_to_open(Instant::from_millis(4_000));
+        assert!((27..=28).contains(&needed), "{needed}");
     }
 
     #[test]

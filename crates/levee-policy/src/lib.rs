@@ -18,6 +18,7 @@ pub mod breaker;
 pub mod budget;
 pub mod classify;
 pub mod deadline;
+pub mod graded;
 pub mod learn;
 pub mod planner;
 pub mod provider;

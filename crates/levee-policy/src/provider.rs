@@ -26,9 +26,15 @@ use crate::admission::Gcra;
 use crate::allowance::{Allowance, Ask, Cost, Grant, Meter, Reported};
 use crate::breaker::{BreakerPermit, BreakerState, CircuitBreaker};
 use crate::classify::Class;
-use crate::learn::{AttemptTimes, Pace, Retries};
+use crate::graded::{Belief, Graded};
+use crate::learn::{AttemptTimes, Pace, Retries, WINNING_SHARE};
 use crate::time::Instant;
 use std::time::Duration;
+
+/// How long a caller refused by graded admission is told to wait: about
+/// one bucket of its window, after which the fraction has been judged
+/// again.
+pub const GRADED_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Models with a fault domain of their own, per provider.
 pub const MAX_MODELS: usize = 64;
@@ -92,6 +98,7 @@ impl Permit {
 struct Domain {
     model: Box<str>,
     breaker: CircuitBreaker,
+    graded: Graded,
     throttled_until: Instant,
     times: AttemptTimes,
     pace: Pace,
@@ -99,9 +106,27 @@ struct Domain {
 }
 
 impl Domain {
+    /// Whether retries on the model are winning: what its retries did,
+    /// or — before there are enough of them to tell — what its first
+    /// attempts do, once load evidence says its faults are random (a retry
+    /// into random loss wins as often as any attempt). Not before that
+    /// evidence: at a provider just past its capacity most retries succeed
+    /// too, each in another caller's place, and taking them for winning
+    /// from the first answers sent 1.55× the offered load instead of 1.23×.
+    fn winning(&self, now: Instant) -> Option<bool> {
+        self.retries.winning(now).or_else(|| {
+            let share = self.graded.success_share(now)?;
+            // Only ever "winning" from it: twenty first answers at a true
+            // 40 % read under a third one time in three.
+            (self.retries.judged_random(now) && share >= WINNING_SHARE).then_some(true)
+        })
+    }
+
     fn new(model: &str, breaker: CircuitBreaker) -> Self {
+        let s = breaker.settings();
         Domain {
             model: model.into(),
+            graded: Graded::new(s.error_ratio, s.window, s.min_requests),
             breaker,
             throttled_until: Instant::ZERO,
             times: AttemptTimes::default(),
@@ -109,6 +134,17 @@ impl Domain {
             retries: Retries::default(),
         }
     }
+}
+
+/// One model's admission, as [`ProviderState::model_admission`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelAdmission<'a> {
+    /// The model (`""`: the overflow domain).
+    pub model: &'a str,
+    pub state: BreakerState,
+    /// The fraction of attempts admitted now, in [0, 1].
+    pub fraction: f64,
+    pub belief: Belief,
 }
 
 /// Mutable state of one provider.
@@ -186,6 +222,11 @@ impl ProviderState {
             if let Some(until) = d.breaker.refusing_until(now) {
                 return Err(Refusal::CircuitOpen { until });
             }
+            if !d.graded.would_admit(now, d.retries.belief(now)) {
+                return Err(Refusal::CircuitOpen {
+                    until: now + GRADED_RETRY_AFTER,
+                });
+            }
             // Throttled: paced to what the provider accepts, never shut. A
             // retry is not paced: it has waited the provider's own
             // Retry-After already, and the retry budget bounds retries
@@ -225,11 +266,25 @@ impl ProviderState {
     /// caller's share of the allowance.
     pub fn admit_as(&mut self, now: Instant, model: &str, ask: &Ask) -> Result<Permit, Refusal> {
         if let Err(r) = self.check_as(now, model, ask) {
-            // The shares are taken over the callers asking, admitted or not.
+            // The shares are taken over the callers asking, admitted or not;
+            // and so is graded admission's count of what was asked.
             self.allowance.asked(now, ask);
+            if let Some(i) = self.find(model) {
+                // An open breaker is in charge: its refusals are not asks.
+                let d = &mut self.domains[i];
+                if d.breaker.refusing_until(now).is_none() {
+                    let belief = d.retries.belief(now);
+                    d.graded.ask(now, belief);
+                }
+            }
             return Err(r);
         }
         let domain = self.domain(model);
+        {
+            let d = &mut self.domains[domain];
+            let belief = d.retries.belief(now);
+            d.graded.ask(now, belief);
+        }
         let link = self
             .link
             .admit(now)
@@ -318,6 +373,7 @@ impl ProviderState {
         }
         permit.stall_counted = true;
         let i = usize::from(permit.domain).min(self.domains.len() - 1);
+        self.domains[i].graded.answered(now, false);
         let stall = Class::Fault {
             retryable: true,
             wait: None,
@@ -365,13 +421,23 @@ impl ProviderState {
         self.link.record(now, permit.link, link_class);
         let i = usize::from(permit.domain).min(self.domains.len() - 1);
         let d = &mut self.domains[i];
-        let winning = d.retries.winning(now);
+        let winning = d.winning(now);
         if matches!(
             class,
             Class::Success | Class::Fault { .. } | Class::Throttled { .. }
         ) {
             let failed = !matches!(class, Class::Success);
             d.retries.answered(now, permit.retry, permit.busy, failed);
+        }
+        if let Class::Fault { wait, .. } = class {
+            d.retries.fault_signal(now, wait.is_some());
+        }
+        if !permit.stall_counted {
+            match class {
+                Class::Success | Class::Permanent => d.graded.answered(now, true),
+                Class::Fault { .. } => d.graded.answered(now, false),
+                Class::Throttled { .. } | Class::NotProviderFault => {}
+            }
         }
         match class {
             Class::Success => {
@@ -401,7 +467,14 @@ impl ProviderState {
             BreakerState::Open | BreakerState::HalfOpen
         );
         d.breaker.record(now, permit, class);
-        let opened = !was_open && d.breaker.state(now) == BreakerState::Open;
+        let state = d.breaker.state(now);
+        if was_open && matches!(state, BreakerState::Closed | BreakerState::Recovering) {
+            // The outage's evidence says nothing of the recovered model:
+            // the breaker's ramp paces the return, not a window of faults
+            // that would hold it near zero for another window.
+            d.graded.forget();
+        }
+        let opened = !was_open && state == BreakerState::Open;
         if opened && self.open_models(now) >= 2 {
             self.link.trip(now);
         }
@@ -457,6 +530,33 @@ impl ProviderState {
             .skip(1)
             .chain(self.domains.iter().take(usize::from(overflow)))
             .map(|d| (&*d.model, d.breaker.state(now)))
+            .collect()
+    }
+
+    /// Each model's graded admission at `now`, in the order of
+    /// [`ProviderState::model_breakers`]: its breaker state, the fraction
+    /// of attempts it admits (0 while its breaker is open, but for
+    /// probes), and what its faults are believed to be.
+    pub fn model_admission(&self, now: Instant) -> Vec<ModelAdmission<'_>> {
+        let overflow = self.domains.len() > MAX_MODELS;
+        self.domains
+            .iter()
+            .skip(1)
+            .chain(self.domains.iter().take(usize::from(overflow)))
+            .map(|d| {
+                let state = d.breaker.state(now);
+                let belief = d.retries.belief(now);
+                let fraction = match state {
+                    BreakerState::Open => 0.0,
+                    _ => d.graded.fraction(now, belief),
+                };
+                ModelAdmission {
+                    model: &d.model,
+                    state,
+                    fraction,
+                    belief,
+                }
+            })
             .collect()
     }
 

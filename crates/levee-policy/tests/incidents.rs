@@ -83,12 +83,14 @@ fn run_open_loop(
 
 #[test]
 fn a_429_storm_on_one_model_paces_it_instead_of_shutting_it_out() {
-    // 60 % of requests answered 429 + `retry-after: 2`, 20 calls/s for 30 s,
-    // callers with 120 s, no backup. An SDK calling the provider directly
-    // (3 attempts, honouring the wait) gets 1 − 0.6³ = 78.4 % at 1.96
-    // requests per call. A throttle that shut the model for every 2 s wait
-    // let through 3.7 %. The route allows five attempts: retries that lose
-    // 60 % of the time get the SDK's three.
+    // 60 % of requests answered 429 + `retry-after: 2` at random, 20
+    // calls/s for 30 s, callers with 120 s, no backup. An SDK calling the
+    // provider directly (3 attempts, honouring the wait) gets 1 − 0.6³ =
+    // 78.4 % at 1.96 requests per call. A throttle that shut the model for
+    // every 2 s wait let through 3.7 %. The route allows five attempts;
+    // once its retries are seen winning (40 % succeed, faults that do not
+    // follow load) the 429s are lost races and get all five: 1 − 0.6⁵ =
+    // 92 % at 2.3 requests a call.
     let p = route(&[secs(20)], 5);
     let mut w = World::of(vec![ProviderState::unlimited()], vec![budget()]);
     let mut answer = |_t: usize, _now: Instant, rng: &mut SmallRng| {
@@ -101,9 +103,8 @@ fn a_429_storm_on_one_model_paces_it_instead_of_shutting_it_out() {
     let t = run_open_loop(&p, &mut w, 20, 30, secs(120), ms(200), &mut answer);
     let success = f64::from(t.ok) / f64::from(t.calls);
     let per_call = f64::from(t.attempts) / f64::from(t.calls);
-    assert!(success >= 0.75, "success {success:.3}, {t:?}");
-    // Direct: 1.96 (± 0.04 over 600 calls).
-    assert!(per_call <= 2.04, "{per_call:.2} upstream requests per call");
+    assert!(success >= 0.88, "success {success:.3}, {t:?}");
+    assert!(per_call <= 2.4, "{per_call:.2} upstream requests per call");
 }
 
 #[test]

@@ -107,10 +107,12 @@ fn run(
         } else {
             secs(30)
         };
-        // Every 50th request arrives while eight slow ones hold every slot of
-        // both in-flight caps: it is shed (the hanging ones are decisions too).
+        // Every 50th request arrives while slow ones hold every slot of both
+        // in-flight caps: it is shed (the hanging ones are decisions too).
+        // Sixteen, not eight: after an incident graded admission refuses a
+        // share of the primary's asks, and those do not hold a slot.
         let holding = i % 50 == 20;
-        let mut hanging = [(); 8].map(|_| RequestState::new(*now + secs(30)));
+        let mut hanging = [(); 16].map(|_| RequestState::new(*now + secs(30)));
         if holding {
             for h in &mut hanging {
                 policy.decide(h, &mut world.deps(), *now, rng);

@@ -403,8 +403,14 @@ fn a_429_storm_through_levee_is_within_five_points_of_direct_at_every_seed() {
 fn a_saturated_provider_sees_at_most_a_tenth_more_than_the_offered_load() {
     let r = run("saturated.yaml");
     let levee = variant(r, "levee");
-    // 150 calls/s offered; refunded retries gave 1.27x.
-    assert!(levee.baseline_upstream_rps <= 1.1 * 150.0, "{levee:?}");
+    // 150 calls/s offered to a capacity of 100/s; refunded retries gave
+    // 1.27x. What the budget allows on top: a tenth of the successes plus
+    // 5 retries/s, 165/s in all (one more for the count's granularity).
+    // Graded admission refuses nothing here (two thirds succeed).
+    assert!(
+        levee.baseline_upstream_rps <= 150.0 + 0.1 * 100.0 + 5.0 + 1.0,
+        "{levee:?}"
+    );
     assert!(levee.success_ratio >= 0.6, "{levee:?}");
 }
 
@@ -439,4 +445,57 @@ fn the_report_says_how_long_callers_waited() {
         "{p50:?} {p99:?}"
     );
     assert!((4.0..5.5).contains(&p99.as_secs_f64()), "{p99:?}");
+}
+
+#[test]
+fn random_loss_is_retried_not_refused() {
+    // 60 % of requests 503 at random at flat latency, 20 calls/s for 40 s,
+    // Levee's defaults. A breaker that opened on the fault ratio answered
+    // 17 % here (19 % live); the SDK alone gets 78 %. Eight attempts give
+    // 98.3 % at 2.46 requests a call, less what the first seconds cost
+    // while the evidence that the faults do not follow load comes in.
+    for r in seeds("random-loss.yaml", |_| true) {
+        let (levee, direct) = (variant(&r, "levee"), variant(&r, "direct SDK"));
+        assert!(levee.success_ratio >= 0.95, "{levee:?}");
+        assert!(
+            levee.success_ratio >= direct.success_ratio + 0.15,
+            "{} against {}",
+            levee.success_ratio,
+            direct.success_ratio
+        );
+        assert!(levee.attempts_per_request_mean <= 2.6, "{levee:?}");
+        let p99 = levee.detail.latency_p99;
+        assert!(p99 <= std::time::Duration::from_secs(3), "p99 {p99:?}");
+    }
+}
+
+#[test]
+fn a_429_that_a_second_attempt_wins_is_retried_promptly() {
+    // 60 % of requests 429 + `retry-after: 2` at random, 20 calls/s for
+    // 30 s, Levee's defaults. Waiting the full 2 s before each of up to
+    // seven retries put p99 past 10 s; the SDK alone answers 78 %.
+    for r in seeds("lost-race-429.yaml", |n| n == "levee") {
+        let levee = variant(&r, "levee");
+        assert!(levee.success_ratio >= 0.95, "{levee:?}");
+        assert!(levee.attempts_per_request_mean <= 2.6, "{levee:?}");
+        let p99 = levee.detail.latency_p99;
+        assert!(
+            p99 <= std::time::Duration::from_millis(8_500),
+            "p99 {p99:?}"
+        );
+    }
+}
+
+#[test]
+fn an_overloaded_primary_gives_way_to_the_backup_within_a_second() {
+    // Every request to the primary answered 529, a healthy backup: each
+    // call is answered by the backup, the first ones after one 529, the
+    // rest without asking the primary once its breaker opened.
+    for r in seeds("backup-within-1s.yaml", |_| true) {
+        let levee = variant(&r, "levee");
+        assert_eq!(levee.success_ratio, 1.0, "{levee:?}");
+        assert!(levee.attempts_per_request_max <= 2, "{levee:?}");
+        let p99 = levee.detail.latency_p99;
+        assert!(p99 <= std::time::Duration::from_secs(1), "p99 {p99:?}");
+    }
 }

@@ -53,7 +53,12 @@ fn exported() -> BTreeSet<String> {
         provider: "p".into(),
     };
     metrics.budget_exhausted.get_or_create(&p).inc();
-    metrics.circuit_state.get_or_create(&p).set(0);
+    let pm = crate::observe::metrics::ProviderModel {
+        provider: "p".into(),
+        model: String::new(),
+    };
+    metrics.circuit_state.get_or_create(&pm).set(0);
+    metrics.admitted_fraction.get_or_create(&pm).set(1.0);
     metrics.in_flight.get_or_create(&p).set(0);
     metrics.streams_failed.get_or_create(&p).inc();
     let fallback = crate::observe::metrics::RouteReason {

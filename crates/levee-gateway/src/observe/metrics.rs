@@ -89,6 +89,22 @@ pub struct ProviderLabel {
     pub provider: String,
 }
 
+/// A provider and one of its models' fault domains (`model=""`: the
+/// provider as a whole; `model="other"`: the domain models past the cap
+/// share).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderModel {
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderModelBelief {
+    pub provider: String,
+    pub model: String,
+    pub belief: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteProviderReason {
     pub route: String,
@@ -140,7 +156,9 @@ pub struct Metrics {
     pub deadline_remaining_at_dispatch: Histogram,
     pub budget_exhausted: Family<ProviderLabel, Counter>,
     pub rejected: Family<ReasonLabel, Counter>,
-    pub circuit_state: Family<ProviderLabel, Gauge>,
+    pub circuit_state: Family<ProviderModel, Gauge>,
+    pub admitted_fraction: Family<ProviderModel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub circuit_belief: Family<ProviderModelBelief, Gauge>,
     pub in_flight: Family<ProviderLabel, Gauge>,
     pub caller_retries: Counter,
     pub upstream_connect: Histogram,
@@ -166,7 +184,7 @@ pub struct Metrics {
 }
 
 /// Every metric's name and help text.
-const HELP: [(&str, &str); 23] = [
+const HELP: [(&str, &str); 25] = [
     (
         "levee_requests",
         "Logical requests by route and outcome (success or the x-levee-reason)",
@@ -197,7 +215,15 @@ const HELP: [(&str, &str); 23] = [
     ),
     (
         "levee_circuit_state",
-        "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 recovering (closed, ramping back: refusing above 1.4x the rate before the trip)",
+        "Circuit breaker state per provider (model=\"\") and per model: 0 closed, 1 open, 2 half-open, 3 recovering (closed, ramping back: refusing above 1.4x the rate before the trip)",
+    ),
+    (
+        "levee_admitted_fraction",
+        "Fraction of attempts a model admits now: 1 unless it fails more than error_ratio of what it is sent and is believed overloaded (or all but down); 0 while its breaker is open, but for probes",
+    ),
+    (
+        "levee_circuit_belief",
+        "What Levee believes a model's faults are: 1 on the belief in force (loss: random, refusing does not help; overload: faults come with load)",
     ),
     (
         "levee_in_flight",
@@ -307,6 +333,8 @@ impl Metrics {
             budget_exhausted: reg(&mut r, "levee_retry_budget_exhausted", Family::default()),
             rejected: reg(&mut r, "levee_rejected", Family::default()),
             circuit_state: reg(&mut r, "levee_circuit_state", Family::default()),
+            admitted_fraction: reg(&mut r, "levee_admitted_fraction", Family::default()),
+            circuit_belief: reg(&mut r, "levee_circuit_belief", Family::default()),
             in_flight: reg(&mut r, "levee_in_flight", Family::default()),
             caller_retries: reg(&mut r, "levee_caller_retries", Counter::default()),
             upstream_connect: doubling(&mut r, "levee_upstream_connect_seconds", 0.000_05, 16),

@@ -233,6 +233,37 @@ impl Shared {
         uuid::Builder::from_unix_timestamp_millis(self.clock.unix_ms(), &bytes).into_uuid()
     }
 
+    /// The breaker, admitted-fraction and belief gauges of provider `p`:
+    /// the provider as a whole (`model=""`) and each model's domain.
+    fn refresh_admission(&self, p: &ProviderRuntime, now: levee_policy::Instant, state: i64) {
+        use crate::observe::metrics::{ProviderModel, ProviderModelBelief};
+        let m = &self.metrics;
+        let whole = ProviderModel {
+            provider: p.name.clone(),
+            model: String::new(),
+        };
+        m.circuit_state.get_or_create(&whole).set(state);
+        let s = p.lock();
+        for a in s.model_admission(now) {
+            let label = ProviderModel {
+                provider: p.name.clone(),
+                model: if a.model.is_empty() { "other" } else { a.model }.to_owned(),
+            };
+            m.circuit_state.get_or_create(&label).set(a.state as i64);
+            m.admitted_fraction.get_or_create(&label).set(a.fraction);
+            for b in levee_policy::graded::Belief::ALL {
+                let label = ProviderModelBelief {
+                    provider: label.provider.clone(),
+                    model: label.model.clone(),
+                    belief: b.as_str(),
+                };
+                m.circuit_belief
+                    .get_or_create(&label)
+                    .set(i64::from(b == a.belief));
+            }
+        }
+    }
+
     /// Refreshes the gauges that are read at scrape time.
     pub fn refresh_gauges(&self) {
         let now = self.clock.now();
@@ -244,8 +275,8 @@ impl Shared {
             let label = crate::observe::metrics::ProviderLabel {
                 provider: p.name.clone(),
             };
-            self.metrics.circuit_state.get_or_create(&label).set(state);
             self.metrics.in_flight.get_or_create(&label).set(in_flight);
+            self.refresh_admission(p, now, state);
             let s = p.lock();
             let a = s.allowance();
             for meter in levee_policy::allowance::Meter::ALL {

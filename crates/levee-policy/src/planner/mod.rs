@@ -67,7 +67,7 @@ pub use retry::LOSING_ATTEMPTS;
 pub use schedule::{CensusRow, Step};
 
 use crate::backoff::Backoff;
-use crate::classify::{Classifier, Outcome};
+use crate::classify::{self, Classifier, Outcome};
 use crate::time::Instant;
 use failure::{non_retry_reason, refusal_reason};
 use first::wait_for;
@@ -194,32 +194,7 @@ impl RoutePolicy {
             return self.fall_back(Inputs(req, deps, now, rng), t + 1);
         }
         if let Some(p) = req.pending {
-            if now < p.at {
-                return Decision::Wait { until: p.at };
-            }
-            req.pending = None;
-            if p.kind == AttemptKind::First {
-                // It waited for a throttled or ramping model's slot.
-                return self.first(Inputs(req, deps, now, rng));
-            }
-            let needed = self.expected_now(deps, p.target, now)
-                + self.reserve_for(deps, p.target, p.kind, now);
-            if remaining >= needed + self.margin {
-                match self.dispatch(req, deps, now, p.target, p.kind) {
-                    Ok(d) => return Decision::Dispatch(d),
-                    Err(r) => {
-                        // Another waiter took the slot it waited for: wait
-                        // for the next one while the deadline holds it.
-                        if let Some(until) = self.waitable(deps, r, p.target, now, remaining, req) {
-                            return wait_for(req, Pending { at: until, ..p }, rng);
-                        }
-                        req.blocked = Some(refusal_reason(r, now));
-                    }
-                }
-            } else {
-                req.blocked = Some((Reason::DeadlineExceeded, None));
-            }
-            return self.fall_back(Inputs(req, deps, now, rng), p.target + 1);
+            return self.resume(Inputs(req, deps, now, rng), p);
         }
         let Some(last) = req.last else {
             return self.first(Inputs(req, deps, now, rng));
@@ -235,6 +210,16 @@ impl RoutePolicy {
         if req.committed || !last.class.is_retryable() {
             return self.fail(req, now, non_retry_reason(last.class));
         }
+        if overload_answer(last) && last.winning != Some(true) && self.backup_can_take(deps, t, now)
+        {
+            // A backup is asked at once after an overload answer, whatever
+            // the budget's state, unless the target's retries are proven
+            // winning (a lost race, a random brownout: the primary's vendor
+            // keeps its traffic). Eight retries on an overloaded primary
+            // kept a call 8.25 s from a healthy backup.
+            req.blocked = Some(non_retry_reason(last.class));
+            return self.fall_back(Inputs(req, deps, now, rng), t + 1);
+        }
         let cap = if last.winning != Some(false) {
             self.max_attempts
         } else {
@@ -249,6 +234,61 @@ impl RoutePolicy {
             req.blocked = Some((Reason::UpstreamError, None));
         }
         self.fall_back(Inputs(req, deps, now, rng), t + 1)
+    }
+
+    /// A pending attempt whose wait is over (or not yet): a first attempt
+    /// tries again from the primary; a retry or fallback is paid for,
+    /// sent, waits for the next slot, or gives way to the next target.
+    fn resume<D: Dependencies, R: Rng + ?Sized>(
+        &self,
+        inputs: Inputs<'_, D, R>,
+        p: Pending,
+    ) -> Decision {
+        let Inputs(req, deps, now, rng) = inputs;
+        if now < p.at {
+            return Decision::Wait { until: p.at };
+        }
+        req.pending = None;
+        if p.kind == AttemptKind::First {
+            // It waited for a throttled or ramping model's slot.
+            return self.first(Inputs(req, deps, now, rng));
+        }
+        let remaining = req.deadline.saturating_since(now);
+        let needed =
+            self.expected_now(deps, p.target, now) + self.reserve_for(deps, p.target, p.kind, now);
+        let paid = if remaining >= needed + self.margin {
+            self.pay_pending(req, deps, now, p.target)
+        } else {
+            Ok(None)
+        };
+        if let Ok(Some(at)) = paid {
+            req.pending = Some(Pending { at, ..p });
+            return Decision::Wait { until: at };
+        }
+        if let Err(blocked) = paid {
+            req.blocked = Some(blocked);
+        } else if remaining >= needed + self.margin {
+            match self.dispatch(req, deps, now, p.target, p.kind) {
+                Ok(d) => return Decision::Dispatch(d),
+                Err(r) => {
+                    // Another waiter took the slot it waited for: wait
+                    // for the next one while the deadline holds it.
+                    if let Some(until) = self.waitable(deps, r, p.target, now, remaining, req) {
+                        return wait_for(req, Pending { at: until, ..p }, rng);
+                    }
+                    req.blocked = Some(refusal_reason(r, now));
+                }
+            }
+        } else {
+            req.unpaid = false;
+            req.blocked = Some((Reason::DeadlineExceeded, None));
+        }
+        self.fall_back(Inputs(req, deps, now, rng), p.target + 1)
+    }
+
+    /// Whether a later target than `t` would admit a fallback now.
+    fn backup_can_take<D: Dependencies>(&self, deps: &D, t: usize, now: Instant) -> bool {
+        (t + 1..self.expected.len()).any(|u| deps.check_kind(u, now, AttemptKind::Fallback).is_ok())
     }
 
     fn reserve_for<D: Dependencies>(
@@ -282,6 +322,14 @@ impl RoutePolicy {
             .map(|u| self.expected_now(deps, u, now))
             .sum()
     }
+}
+
+/// Whether `last` is an overload answer: a 429, 503 or 529, or any fault
+/// that came with a Retry-After.
+fn overload_answer(last: request::Last) -> bool {
+    matches!(last.status, Some(429 | 503 | 529))
+        || matches!(last.class, classify::Class::Throttled { .. })
+        || matches!(last.class, classify::Class::Fault { wait: Some(_), .. })
 }
 
 /// What one [`RoutePolicy::decide`] decides with, as it hands it on to each

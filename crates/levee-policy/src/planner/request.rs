@@ -64,7 +64,26 @@ pub struct RequestState {
     /// The latest it may still wait for the allowance: its first slot when
     /// first refused, plus [`ALLOWANCE_PATIENCE`].
     pub(super) allowance_by: Option<Instant>,
+    /// The pending retry has not been paid for: the budget was empty
+    /// while the evidence on its target was still out.
+    pub(super) unpaid: bool,
+    /// The latest it may still wait for a retry token: its first budget
+    /// refusal plus [`BUDGET_PATIENCE`].
+    pub(super) budget_by: Option<Instant>,
 }
+
+/// How long a retry after a transient fault waits for a token of an empty
+/// retry budget while the evidence on its target is still out (too few
+/// retries and too little load to tell random loss from overload). The
+/// wait paces retries to the budget instead of failing them: at a 60 %
+/// random brownout's onset, 20 calls/s need 29 retries a second against a
+/// budget of 6, and failing the rest lost 5 % of calls in the seconds
+/// before the evidence came in. An overload meets the same pace, so it
+/// gets no more retries than the budget allows.
+pub const BUDGET_PATIENCE: Duration = Duration::from_secs(1);
+
+/// How often a retry waiting for a token asks the budget again.
+pub(super) const BUDGET_RECHECK: Duration = Duration::from_millis(100);
 
 /// How much longer than its first slot a request waits for the allowance.
 /// Past it, the slots keep going to others (the account is oversubscribed:
@@ -92,6 +111,8 @@ impl RequestState {
             started: None,
             primary_refused: None,
             allowance_by: None,
+            unpaid: false,
+            budget_by: None,
         }
     }
 

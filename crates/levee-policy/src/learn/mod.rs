@@ -21,6 +21,9 @@
 use crate::time::Instant;
 use std::time::Duration;
 
+mod retries;
+pub use retries::{Retries, WINNING_SHARE};
+
 /// Buckets of the latency histogram: bucket `i` holds times up to
 /// `1 ms · 1.25^i` (64 buckets reach ~1,600 s).
 const BUCKETS: usize = 64;
@@ -502,168 +505,9 @@ impl Pace {
     }
 }
 
-/// How long one window of [`Retries`] lasts; it reads the current and the
-/// previous one.
-const RETRY_WINDOW: Duration = Duration::from_secs(10);
-/// Fewer retries than this and they are taken to be winning.
-const MIN_RETRIES: u32 = 10;
-/// Fewer attempts than this on either side and a model is not judged saturated.
-const MIN_SIDE: u32 = 50;
-
-#[derive(Clone, Copy, Debug, Default)]
-struct Tally {
-    n: u32,
-    bad: u32,
-}
-
-impl Tally {
-    fn add(&mut self, bad: bool) {
-        self.n += 1;
-        self.bad += u32::from(bad);
-    }
-    fn rate(self) -> f64 {
-        f64::from(self.bad) / f64::from(self.n.max(1))
-    }
-    fn plus(self, o: Tally) -> Tally {
-        Tally {
-            n: self.n + o.n,
-            bad: self.bad + o.bad,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct RetryWindow {
-    epoch: u64,
-    retries: Tally,
-    busy: Tally,
-    quiet: Tally,
-}
-
-/// Whether retries on a model are winning, and whether it is saturated.
-///
-/// A random brownout (30 % of answers a 503, spare capacity behind them)
-/// and a saturated provider (a 503 for whatever arrives above its
-/// capacity) look alike from one answer. They differ in what a retry does:
-/// in a brownout a retry wins as often as any attempt, and more attempts
-/// within the deadline cost almost nothing (1/(1 − 0.3) = 1.43 requests a
-/// call however many are allowed); at a saturated provider a retry takes
-/// the place of another caller's first attempt, and every one that is
-/// paid back by the budget adds load (1.27× the offered load in one run).
-/// So each answer is noted with whether it was a retry and how busy the
-/// model was when it was sent (Levee's attempts in flight to its provider,
-/// against their running average). Retries are winning while at least
-/// half of them succeed and faults do not come with load: a saturated
-/// provider fails the attempts sent while busy more than those sent while
-/// quiet (by 20 points or more, 50 or more of each); a brownout fails
-/// both alike.
-#[derive(Clone, Debug, Default)]
-pub struct Retries {
-    windows: [RetryWindow; 2],
-    /// Running average of attempts in flight at dispatch.
-    load: f64,
-}
-
-impl Retries {
-    fn epoch(now: Instant) -> u64 {
-        now.as_nanos() / RETRY_WINDOW.as_nanos() as u64
-    }
-
-    /// The running average of attempts in flight at dispatch, updated with
-    /// one more dispatch at `in_flight`; whether that one is busy.
-    pub fn dispatched(&mut self, in_flight: u32) -> bool {
-        let x = f64::from(in_flight);
-        let busy = x > self.load;
-        self.load += (x - self.load) / 32.0;
-        busy
-    }
-
-    /// Notes an answer: whether the attempt was a retry, was sent while the
-    /// model was busy, and failed (a provider fault).
-    pub fn answered(&mut self, now: Instant, retry: bool, busy: bool, fault: bool) {
-        let e = Self::epoch(now);
-        let w = &mut self.windows[(e % 2) as usize];
-        if w.epoch != e {
-            *w = RetryWindow {
-                epoch: e,
-                ..RetryWindow::default()
-            };
-        }
-        if retry {
-            w.retries.add(fault);
-        }
-        if busy {
-            w.busy.add(fault);
-        } else {
-            w.quiet.add(fault);
-        }
-    }
-
-    fn totals(&self, now: Instant) -> RetryWindow {
-        let e = Self::epoch(now);
-        self.windows
-            .iter()
-            .filter(|w| w.epoch == e || w.epoch.wrapping_add(1) == e)
-            .fold(RetryWindow::default(), |a, w| RetryWindow {
-                epoch: e,
-                retries: a.retries.plus(w.retries),
-                busy: a.busy.plus(w.busy),
-                quiet: a.quiet.plus(w.quiet),
-            })
-    }
-
-    /// Whether faults come with load: the model fails attempts sent while
-    /// busy at least 20 points more often than those sent while quiet.
-    pub fn saturated(&self, now: Instant) -> bool {
-        let t = self.totals(now);
-        t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE && t.busy.rate() >= t.quiet.rate() + 0.2
-    }
-
-    /// Whether retries are winning: at least half succeed and the model is
-    /// not saturated (`None`: too few retries lately to tell, and not
-    /// saturated).
-    pub fn winning(&self, now: Instant) -> Option<bool> {
-        if self.saturated(now) {
-            return Some(false);
-        }
-        let t = self.totals(now);
-        (t.retries.n >= MIN_RETRIES).then(|| t.retries.rate() <= 0.5)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_brownout_is_not_saturation_and_capacity_is() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
-        let now = Instant::from_millis(5_000);
-        // Random 30 % faults at any load.
-        let mut r = Retries::default();
-        for _ in 0..1_000 {
-            let busy = r.dispatched(rng.gen_range(0..40));
-            let fault = rng.gen_bool(0.3);
-            r.answered(now, rng.gen_bool(0.3), busy, fault);
-        }
-        assert!(!r.saturated(now) && r.winning(now) == Some(true));
-        // Faults only above 20 in flight.
-        let mut r = Retries::default();
-        for _ in 0..1_000 {
-            let in_flight = rng.gen_range(0..40);
-            let busy = r.dispatched(in_flight);
-            r.answered(now, rng.gen_bool(0.3), busy, in_flight >= 20);
-        }
-        assert!(r.saturated(now) && r.winning(now) == Some(false));
-        // Retries that mostly lose are not winning.
-        let mut r = Retries::default();
-        for _ in 0..100 {
-            let busy = r.dispatched(5);
-            r.answered(now, true, busy, rng.gen_bool(0.7));
-        }
-        assert_eq!(r.winning(now), Some(false));
-    }
 
     #[test]
     fn no_estimate_until_enough_samples_then_the_p99() {

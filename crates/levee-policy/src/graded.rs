@@ -1,0 +1,259 @@
+//! Graded admission: how much of a model's traffic to let through while it
+//! fails, by what its failures are believed to be.
+//!
+//! An all-or-nothing breaker opened by a fault ratio turns a random
+//! brownout into an outage: one target answering 60 % of requests 503 at
+//! random, at 20 calls/s, got 19 % of calls answered through a gateway
+//! whose breaker opened, against 80 % for an SDK calling it directly —
+//! every refused call had a 40 % chance. Two kinds of failure look alike
+//! from one answer and deserve opposite treatment:
+//! - **overload**: the provider fails what it gets above its capacity, so
+//!   sending less helps it recover and costs nothing (what it would have
+//!   accepted it still accepts);
+//! - **random loss**: the provider drops a share of requests whatever its
+//!   load (a bad replica behind its balancer), so every refused attempt is
+//!   a lost chance and refusing helps nobody.
+//!
+//! [`Belief`] is what the evidence says (see [`crate::learn::Retries`]:
+//! faults that come with load, or answers that carry an overload signal).
+//! [`Graded`] turns it into an admitted fraction:
+//! - believed **loss**, and at least [`LOSS_FLOOR`] of answers succeed:
+//!   everything is admitted;
+//! - otherwise SRE-style adaptive throttling: of `asked` attempts over the
+//!   window (refused ones included) and `accepted` successes, a share
+//!   `max(0, (asked − K·accepted) / (asked + 1))` is refused, with
+//!   `K = 1 / (1 − error_ratio)`. At the default `error_ratio` 0.5 (K = 2)
+//!   nothing is refused while half of what is sent succeeds; a provider
+//!   capped at capacity C is sent about 2·C; a dead one a trickle.
+//!
+//! The refusals are spread deterministically (error diffusion: each ask
+//! adds the fraction to a credit and an attempt goes when the credit
+//! reaches one), so the core needs no random numbers for it, and a
+//! fraction of 0.4 admits exactly two asks in five.
+
+use crate::time::Instant;
+use std::time::Duration;
+
+/// Below this share of successes a target believed to lose requests at
+/// random is throttled like an overloaded one: a first attempt that
+/// succeeds one time in ten is still better than a refusal (the SDK alone
+/// gets 27 % at three attempts), below that the target is all but down.
+pub const LOSS_FLOOR: f64 = 0.1;
+
+const BUCKETS: usize = 10;
+
+/// What Levee believes a failing target's faults are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Belief {
+    /// A share of requests fails whatever the load: refusing does not help.
+    Loss,
+    /// The failures come with load: sending less helps.
+    Overload,
+}
+
+impl Belief {
+    /// The label value (`loss` | `overload`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Belief::Loss => "loss",
+            Belief::Overload => "overload",
+        }
+    }
+
+    /// Both, for pre-registering labels.
+    pub const ALL: [Belief; 2] = [Belief::Loss, Belief::Overload];
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Bucket {
+    epoch: u64,
+    asked: u32,
+    answered: u32,
+    accepted: u32,
+}
+
+/// One model's graded admission over a bucketed window.
+#[derive(Clone, Debug)]
+pub struct Graded {
+    k: f64,
+    min_answers: u32,
+    bucket_ns: u64,
+    buckets: [Bucket; BUCKETS],
+    credit: f64,
+}
+
+impl Graded {
+    /// Graded admission that starts refusing once more than `error_ratio`
+    /// of what is sent fails, judged over `window` once `min_answers`
+    /// answers are in it.
+    pub fn new(error_ratio: f64, window: Duration, min_answers: u32) -> Self {
+        let ratio = error_ratio.clamp(0.01, 0.99);
+        Graded {
+            k: 1.0 / (1.0 - ratio),
+            min_answers: min_answers.max(1),
+            bucket_ns: u64::try_from(window.as_nanos() / BUCKETS as u128)
+                .unwrap_or(u64::MAX)
+                .max(1),
+            buckets: [Bucket::default(); BUCKETS],
+            credit: 0.0,
+        }
+    }
+
+    fn bucket(&mut self, now: Instant) -> &mut Bucket {
+        let e = now.as_nanos() / self.bucket_ns;
+        let b = &mut self.buckets[(e % BUCKETS as u64) as usize];
+        if b.epoch != e {
+            *b = Bucket {
+                epoch: e,
+                ..Bucket::default()
+            };
+        }
+        b
+    }
+
+    fn totals(&self, now: Instant) -> Bucket {
+        let e = now.as_nanos() / self.bucket_ns;
+        self.buckets
+            .iter()
+            .filter(|b| b.epoch <= e && e - b.epoch < BUCKETS as u64)
+            .fold(Bucket::default(), |a, b| Bucket {
+                epoch: e,
+                asked: a.asked + b.asked,
+                answered: a.answered + b.answered,
+                accepted: a.accepted + b.accepted,
+            })
+    }
+
+    /// The share of answers over the window that succeeded (`None`: fewer
+    /// than the minimum to tell).
+    pub fn success_share(&self, now: Instant) -> Option<f64> {
+        let t = self.totals(now);
+        (t.answered >= self.min_answers).then(|| f64::from(t.accepted) / f64::from(t.answered))
+    }
+
+    /// The fraction of attempts admitted now under `belief`.
+    pub fn fraction(&self, now: Instant, belief: Belief) -> f64 {
+        let t = self.totals(now);
+        if t.answered < self.min_answers {
+            return 1.0;
+        }
+        let share = f64::from(t.accepted) / f64::from(t.answered);
+        if belief == Belief::Loss && share >= LOSS_FLOOR {
+            return 1.0;
+        }
+        let asked = f64::from(t.asked.max(t.answered));
+        let refuse = ((asked - self.k * f64::from(t.accepted)) / (asked + 1.0)).max(0.0);
+        (1.0 - refuse).clamp(0.0, 1.0)
+    }
+
+    /// Whether an ask now would be admitted (nothing taken).
+    pub fn would_admit(&self, now: Instant, belief: Belief) -> bool {
+        let f = self.fraction(now, belief);
+        f >= 1.0 || self.credit + f >= 1.0
+    }
+
+    /// Counts an ask and says whether it is admitted.
+    pub fn ask(&mut self, now: Instant, belief: Belief) -> bool {
+        let f = self.fraction(now, belief);
+        self.bucket(now).asked += 1;
+        if f >= 1.0 {
+            self.credit = 0.0;
+            return true;
+        }
+        self.credit += f;
+        if self.credit >= 1.0 {
+            self.credit -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Takes back an ask that was admitted here but refused by a later
+    /// check (it was not sent, and must not count as asked twice).
+    pub fn unask(&mut self, now: Instant) {
+        let b = self.bucket(now);
+        b.asked = b.asked.saturating_sub(1);
+    }
+
+    /// Drops the window's evidence (a breaker closed after an outage).
+    pub fn forget(&mut self) {
+        self.buckets = [Bucket::default(); BUCKETS];
+        self.credit = 0.0;
+    }
+
+    /// Counts an answer: a success or a provider fault.
+    pub fn answered(&mut self, now: Instant, success: bool) {
+        let b = self.bucket(now);
+        b.answered += 1;
+        b.accepted += u32::from(success);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        g: &mut Graded,
+        belief: Belief,
+        secs: u64,
+        per_sec: u64,
+        succeed: impl Fn(u64) -> bool,
+    ) -> (u32, u32) {
+        let (mut sent, mut ok) = (0, 0);
+        for i in 0..secs * per_sec {
+            let now = Instant::from_millis(i * 1000 / per_sec);
+            if g.ask(now, belief) {
+                sent += 1;
+                let s = succeed(i);
+                ok += u32::from(s);
+                g.answered(now, s);
+            }
+        }
+        (sent, ok)
+    }
+
+    #[test]
+    fn random_loss_with_a_meaningful_share_is_never_refused() {
+        let mut g = Graded::new(0.5, Duration::from_secs(10), 20);
+        // 60 % lost, every fifth request of five succeeding twice.
+        let (sent, _) = run(&mut g, Belief::Loss, 40, 20, |i| i % 5 < 2);
+        assert_eq!(sent, 800);
+        assert!((g.fraction(Instant::from_millis(39_000), Belief::Loss) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn overload_is_sent_about_k_times_what_it_accepts() {
+        let mut g = Graded::new(0.5, Duration::from_secs(10), 20);
+        // A provider that accepts 5 of every 20 asked per second, whatever
+        // it is sent: the throttle settles near 2 × 5 = 10 sent a second.
+        let mut accepted_this_second = 0;
+        let mut second = 0;
+        let mut sent_last_10s = 0;
+        for i in 0..40 * 20u64 {
+            let now = Instant::from_millis(i * 50);
+            if i / 20 != second {
+                second = i / 20;
+                accepted_this_second = 0;
+            }
+            if g.ask(now, Belief::Overload) {
+                let ok = accepted_this_second < 5;
+                accepted_this_second += u32::from(ok);
+                g.answered(now, ok);
+                if i >= 30 * 20 {
+                    sent_last_10s += 1;
+                }
+            }
+        }
+        assert!((80..=130).contains(&sent_last_10s), "{sent_last_10s}");
+    }
+
+    #[test]
+    fn loss_below_the_floor_is_throttled_and_a_dead_target_gets_a_trickle() {
+        let mut g = Graded::new(0.5, Duration::from_secs(10), 20);
+        let (sent, _) = run(&mut g, Belief::Loss, 10, 20, |_| false);
+        assert!(sent < 40, "{sent}");
+        assert!(g.fraction(Instant::from_millis(9_999), Belief::Loss) < 0.05);
+    }
+}

@@ -1,0 +1,242 @@
+//! Whether retries on a model win, and whether its faults come with load.
+
+use crate::graded::Belief;
+use crate::time::Instant;
+use std::time::Duration;
+
+/// How long one window of [`Retries`] lasts; it reads the current and the
+/// previous one.
+const RETRY_WINDOW: Duration = Duration::from_secs(10);
+/// Fewer retries than this and they are taken to be winning.
+const MIN_RETRIES: u32 = 10;
+/// The share of retries that must succeed for retries to be winning. A
+/// random loss of 60 % (a bad replica behind a balancer) is worth retrying
+/// up to `max_attempts`: eight attempts answer 98.3 % of calls at 2.46
+/// requests a call, where three answer 78 %; at 70 % and more, each retry
+/// costs more than it wins and three attempts (the SDKs' count) are kept.
+pub const WINNING_SHARE: f64 = 1.0 / 3.0;
+/// Fewer attempts than this on either side and a model is not judged saturated.
+const MIN_SIDE: u32 = 50;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    n: u32,
+    bad: u32,
+}
+
+impl Tally {
+    fn add(&mut self, bad: bool) {
+        self.n += 1;
+        self.bad += u32::from(bad);
+    }
+    fn rate(self) -> f64 {
+        f64::from(self.bad) / f64::from(self.n.max(1))
+    }
+    fn plus(self, o: Tally) -> Tally {
+        Tally {
+            n: self.n + o.n,
+            bad: self.bad + o.bad,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RetryWindow {
+    epoch: u64,
+    retries: Tally,
+    busy: Tally,
+    quiet: Tally,
+    /// Faults, and (`bad`) those that carried an overload signal.
+    faults: Tally,
+}
+
+/// Whether retries on a model are winning, and whether it is saturated.
+///
+/// A random brownout (30 % of answers a 503, spare capacity behind them)
+/// and a saturated provider (a 503 for whatever arrives above its
+/// capacity) look alike from one answer. They differ in what a retry does:
+/// in a brownout a retry wins as often as any attempt, and more attempts
+/// within the deadline cost almost nothing (1/(1 − 0.3) = 1.43 requests a
+/// call however many are allowed); at a saturated provider a retry takes
+/// the place of another caller's first attempt, and every one that is
+/// paid back by the budget adds load (1.27× the offered load in one run).
+/// So each answer is noted with whether it was a retry and how busy the
+/// model was when it was sent (Levee's attempts in flight to its provider,
+/// against their running average). Retries are winning while at least
+/// a third of them succeed and faults do not come with load: a saturated
+/// provider fails the attempts sent while busy more than those sent while
+/// quiet (by 20 points or more, 50 or more of each); a brownout fails
+/// both alike.
+#[derive(Clone, Debug, Default)]
+pub struct Retries {
+    windows: [RetryWindow; 2],
+    /// Running average of attempts in flight at dispatch.
+    load: f64,
+}
+
+impl Retries {
+    fn epoch(now: Instant) -> u64 {
+        now.as_nanos() / RETRY_WINDOW.as_nanos() as u64
+    }
+
+    /// The running average of attempts in flight at dispatch, updated with
+    /// one more dispatch at `in_flight`; whether that one is busy.
+    pub fn dispatched(&mut self, in_flight: u32) -> bool {
+        let x = f64::from(in_flight);
+        let busy = x > self.load;
+        self.load += (x - self.load) / 32.0;
+        busy
+    }
+
+    /// Notes an answer: whether the attempt was a retry, was sent while the
+    /// model was busy, and failed (a provider fault).
+    pub fn answered(&mut self, now: Instant, retry: bool, busy: bool, fault: bool) {
+        let e = Self::epoch(now);
+        let w = &mut self.windows[(e % 2) as usize];
+        if w.epoch != e {
+            *w = RetryWindow {
+                epoch: e,
+                ..RetryWindow::default()
+            };
+        }
+        if retry {
+            w.retries.add(fault);
+        }
+        if busy {
+            w.busy.add(fault);
+        } else {
+            w.quiet.add(fault);
+        }
+    }
+
+    fn totals(&self, now: Instant) -> RetryWindow {
+        let e = Self::epoch(now);
+        self.windows
+            .iter()
+            .filter(|w| w.epoch == e || w.epoch.wrapping_add(1) == e)
+            .fold(RetryWindow::default(), |a, w| RetryWindow {
+                epoch: e,
+                retries: a.retries.plus(w.retries),
+                busy: a.busy.plus(w.busy),
+                quiet: a.quiet.plus(w.quiet),
+                faults: a.faults.plus(w.faults),
+            })
+    }
+
+    /// Whether faults come with load: the model fails attempts sent while
+    /// busy at least 20 points more often than those sent while quiet.
+    pub fn saturated(&self, now: Instant) -> bool {
+        let t = self.totals(now);
+        t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE && t.busy.rate() >= t.quiet.rate() + 0.2
+    }
+
+    /// Notes that a fault carried an overload signal (a Retry-After) or
+    /// did not.
+    pub fn fault_signal(&mut self, now: Instant, overload: bool) {
+        let e = Self::epoch(now);
+        let w = &mut self.windows[(e % 2) as usize];
+        if w.epoch == e {
+            w.faults.add(overload);
+        }
+    }
+
+    /// What the faults are believed to be. Overload when they come with
+    /// load ([`Retries::saturated`]); until there is enough load evidence
+    /// either way, overload also when most faults said so themselves (a
+    /// Retry-After on a 5xx). Evidence of load beats the provider's word: a
+    /// 529 storm that fails busy and quiet attempts alike is random loss
+    /// whatever the status says (one region's replicas shedding at random
+    /// answered 50 % 529 at any rate).
+    pub fn belief(&self, now: Instant) -> Belief {
+        if self.saturated(now) {
+            return Belief::Overload;
+        }
+        let t = self.totals(now);
+        if !self.judged(now) && t.faults.n >= MIN_RETRIES && t.faults.bad * 2 > t.faults.n {
+            return Belief::Overload;
+        }
+        Belief::Loss
+    }
+
+    /// Whether there is load evidence enough to tell, and it says the faults
+    /// do not come with load.
+    pub fn judged_random(&self, now: Instant) -> bool {
+        self.judged(now) && !self.saturated(now)
+    }
+
+    /// Whether there is load evidence enough to tell saturation from
+    /// random faults.
+    fn judged(&self, now: Instant) -> bool {
+        let t = self.totals(now);
+        t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE
+    }
+
+    /// Whether retries are winning: at least [`WINNING_SHARE`] of them
+    /// succeed and the model is not saturated (`None`: too few retries
+    /// lately to tell, and not saturated).
+    pub fn winning(&self, now: Instant) -> Option<bool> {
+        if self.saturated(now) {
+            return Some(false);
+        }
+        let t = self.totals(now);
+        let share = 1.0 - t.retries.rate();
+        if t.retries.n < MIN_RETRIES {
+            return None;
+        }
+        // Between a third and a half, only with load evidence that the
+        // faults are random (a provider just past its capacity also sees
+        // 40 % of its retries succeed, each in another caller's place),
+        // and unknown until there is that evidence either way.
+        // Losing needs a clear read: ten retries at a true 40 % read under
+        // a third one time in three, and the first answers of an incident
+        // are its fastest, its faults (a 503 in 20 ms against successes in
+        // 200-800 ms): the first thirty retries of a 60 % random brownout
+        // read 16 % success. Below a third counts with thirty retries and
+        // beyond two standard errors.
+        let margin = 2.0 * (share * (1.0 - share) / f64::from(t.retries.n)).sqrt();
+        let clearly_losing = share + margin < WINNING_SHARE && t.retries.n >= 3 * MIN_RETRIES;
+        match (share >= 0.5, share >= WINNING_SHARE) {
+            (true, _) => Some(true),
+            (false, false) if clearly_losing => Some(false),
+            (false, false) => None,
+            (false, true) if self.judged_random(now) => Some(true),
+            (false, true) if self.judged(now) => Some(false),
+            (false, true) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_brownout_is_not_saturation_and_capacity_is() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
+        let now = Instant::from_millis(5_000);
+        // Random 30 % faults at any load.
+        let mut r = Retries::default();
+        for _ in 0..1_000 {
+            let busy = r.dispatched(rng.gen_range(0..40));
+            let fault = rng.gen_bool(0.3);
+            r.answered(now, rng.gen_bool(0.3), busy, fault);
+        }
+        assert!(!r.saturated(now) && r.winning(now) == Some(true));
+        // Faults only above 20 in flight.
+        let mut r = Retries::default();
+        for _ in 0..1_000 {
+            let in_flight = rng.gen_range(0..40);
+            let busy = r.dispatched(in_flight);
+            r.answered(now, rng.gen_bool(0.3), busy, in_flight >= 20);
+        }
+        assert!(r.saturated(now) && r.winning(now) == Some(false));
+        // Retries that mostly lose are not winning.
+        let mut r = Retries::default();
+        for _ in 0..100 {
+            let busy = r.dispatched(5);
+            r.answered(now, true, busy, rng.gen_bool(0.8));
+        }
+        assert_eq!(r.winning(now), Some(false));
+    }
+}
