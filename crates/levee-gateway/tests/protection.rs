@@ -55,7 +55,20 @@ async fn the_breaker_opens_on_provider_faults_and_fails_fast() {
     assert!(!r.header("retry-after").is_empty());
     assert_eq!(env.stats(0).requests_total, 4);
     let m = env.metrics();
-    assert_eq!(metric(&m, "levee_circuit_state", &["provider=\"p\""]), 1.0);
+    assert_eq!(
+        metric(&m, "levee_circuit_state", &["provider=\"p\"", "model=\"\""]),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "levee_circuit_state",
+            &["provider=\"p\"", "model=\"m\""]
+        ),
+        1.0,
+        "and the model's own"
+    );
+    assert_eq!(metric(&m, "levee_admitted_fraction", &["model=\"m\""]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -84,11 +97,13 @@ async fn a_failing_primary_falls_back_to_the_backup_with_its_model() {
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "b");
-    assert_eq!(r.header("x-levee-attempts"), "3");
+    // A 503 is an overload answer: with a backup that can take the request,
+    // it goes there at once instead of to a second attempt on `a`.
+    assert_eq!(r.header("x-levee-attempts"), "2");
     assert_eq!(r.json()["model"], "backup-model");
     assert_eq!(
         env.stats(0).by_model.get("primary"),
-        Some(&2),
+        Some(&1),
         "prefix stripped for a"
     );
     assert_eq!(

@@ -218,6 +218,9 @@ impl Dependencies for SimDeps<'_> {
     fn withdraw(&mut self, t: usize, now: Instant) -> bool {
         self.deps.withdraw(t, now)
     }
+    fn budget_refused(&mut self, t: usize) {
+        self.deps.budget_refused(t)
+    }
     fn deposit(&mut self, t: usize, now: Instant) {
         self.deps.deposit(t, now)
     }

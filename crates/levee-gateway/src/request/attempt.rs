@@ -143,12 +143,11 @@ impl Dependencies for GatewayDeps<'_> {
         self.provider(t).lock().finish(now, permit, class)
     }
     fn withdraw(&mut self, t: usize, now: levee_policy::Instant) -> bool {
-        let ok = self.shared.routes[self.route].budget(t).try_withdraw(now);
-        if !ok {
-            let refused = &self.seen.budget_refused;
-            refused.set(refused.get() | Seen::bit(t));
-        }
-        ok
+        self.shared.routes[self.route].budget(t).try_withdraw(now)
+    }
+    fn budget_refused(&mut self, t: usize) {
+        let refused = &self.seen.budget_refused;
+        refused.set(refused.get() | Seen::bit(t));
     }
     fn deposit(&mut self, t: usize, now: levee_policy::Instant) {
         self.shared.routes[self.route].budget(t).deposit(now)

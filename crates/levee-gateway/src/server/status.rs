@@ -198,10 +198,15 @@ fn providers(shared: &Shared, out: &mut String) {
         let (state, link, models, throttled, in_flight_now, allowance) = {
             let s = p.lock();
             let allowance = allowance_left(&s, now);
-            let models: Vec<(String, BreakerState)> = s
-                .model_breakers(now)
+            let models: Vec<Admission> = s
+                .model_admission(now)
                 .into_iter()
-                .map(|(m, b)| (m.to_string(), b))
+                .map(|a| Admission {
+                    model: a.model.to_string(),
+                    state: a.state,
+                    fraction: a.fraction,
+                    belief: a.belief.as_str(),
+                })
                 .collect();
             (
                 s.breaker_state(now),
@@ -273,16 +278,22 @@ fn allowance_left(s: &ProviderState, now: Instant) -> Vec<String> {
         .collect()
 }
 
-/// Each model's breaker, where the provider's one word (`state`) hides a
-/// difference: several models, or a model not in the provider's state
-/// (empty when there is none).
-fn model_breakers(
+/// One model's breaker and graded admission, as the page shows it.
+struct Admission {
+    model: String,
     state: BreakerState,
-    link: BreakerState,
-    models: &[(String, BreakerState)],
-) -> String {
+    fraction: f64,
+    belief: &'static str,
+}
+
+/// Each model's breaker, where the provider's one word (`state`) hides a
+/// difference: several models, a model not in the provider's state, or a
+/// model that admits only part of what it is asked (empty when there is
+/// none). A graded model reads "admits 40 % (overload)".
+fn model_breakers(state: BreakerState, link: BreakerState, models: &[Admission]) -> String {
     let mut detail = String::new();
-    if models.len() <= 1 && models.iter().all(|(_, b)| *b == state) {
+    let graded = |a: &Admission| a.state != BreakerState::Open && a.fraction < 1.0;
+    if models.len() <= 1 && models.iter().all(|a| a.state == state && !graded(a)) {
         return detail;
     }
     detail.push_str("<ul class=\"models\">");
@@ -294,17 +305,27 @@ fn model_breakers(
              <span class=\"{c}\">{w}</span></li>"
         );
     }
-    for (m, b) in models {
-        let (w, c) = breaker(*b);
-        let name = if m.is_empty() {
+    for a in models {
+        let (w, c) = breaker(a.state);
+        let name = if a.model.is_empty() {
             "other models".to_string()
         } else {
-            esc(m)
+            esc(&a.model)
+        };
+        let admits = match graded(a) {
+            true => format!(
+                " · <span class=\"warn\">admits {:.0} %</span> ({})",
+                a.fraction * 100.0,
+                a.belief
+            ),
+            false => String::new(),
         };
         let _ = write!(
             detail,
-            "<li data-model=\"{name}\" data-model-breaker=\"{w}\">{name}: \
-             <span class=\"{c}\">{w}</span></li>"
+            "<li data-model=\"{name}\" data-model-breaker=\"{w}\" data-model-admitted=\"{f:.2}\" \
+             data-model-belief=\"{b}\">{name}: <span class=\"{c}\">{w}</span>{admits}</li>",
+            f = a.fraction,
+            b = a.belief
         );
     }
     detail.push_str("</ul>");
@@ -531,5 +552,24 @@ mod tests {
             FallbackReason::PrimaryRefusedUnsaid.label(),
             "primary_refused"
         );
+    }
+
+    #[test]
+    fn a_graded_model_says_what_it_admits_and_why() {
+        let one = |fraction| {
+            [Admission {
+                model: "gpt-4.1".into(),
+                state: BreakerState::Closed,
+                fraction,
+                belief: "overload",
+            }]
+        };
+        let c = BreakerState::Closed;
+        // All admitted, one model: the provider's word says it all.
+        assert_eq!(model_breakers(c, c, &one(1.0)), "");
+        let shown = model_breakers(c, c, &one(0.4));
+        assert!(shown.contains("admits 40 %</span> (overload)"), "{shown}");
+        assert!(shown.contains("data-model-admitted=\"0.40\""), "{shown}");
+        assert!(shown.contains("data-model-belief=\"overload\""), "{shown}");
     }
 }

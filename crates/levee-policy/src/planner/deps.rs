@@ -34,6 +34,12 @@ pub trait Dependencies {
     fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool>;
     /// Withdraws one retry from target `t`'s budget.
     fn withdraw(&mut self, t: usize, now: Instant) -> bool;
+    /// The planner gave up a retry on target `t` for lack of budget (a
+    /// failed [`Dependencies::withdraw`] that a retry waits on is not one
+    /// until its patience runs out).
+    fn budget_refused(&mut self, t: usize) {
+        let _ = t;
+    }
     /// Deposits a success into target `t`'s budget.
     fn deposit(&mut self, t: usize, now: Instant);
     /// Refunds `tokens` retries that worked into target `t`'s budget.

@@ -37,6 +37,7 @@ impl RoutePolicy {
                 && deps.check_kind(t, now, AttemptKind::First).is_ok()
                 && !deps.withdraw(t, now)
             {
+                deps.budget_refused(t);
                 first_refusal.get_or_insert((Reason::BudgetExhausted, None));
                 if t == 0 {
                     req.primary_refused = Some(PrimaryRefusal::BudgetExhausted);

@@ -30,7 +30,9 @@ impl RoutePolicy {
         // the caller as about the provider: twenty callers with 1 s
         // deadlines meeting 503s must not switch the model off for a
         // caller with 30 s. It counts for the breaker only when a retry
-        // could have started (or the schedule was spent).
+        // could have started (or the schedule was spent), or when a backup
+        // exists (then an overload answer goes to the backup, not to a
+        // retry, whatever the deadline).
         let for_breaker = match (class, outcome) {
             (
                 Class::Fault {
@@ -39,7 +41,10 @@ impl RoutePolicy {
                     provider_wide: false,
                 },
                 Outcome::Status { .. },
-            ) if req.attempts_on_target < self.max_attempts && !req.committed => {
+            ) if req.attempts_on_target < self.max_attempts
+                && !req.committed
+                && !(f.target + 1 < self.expected.len() && overload_status(outcome)) =>
+            {
                 let remaining = req.deadline.saturating_since(now);
                 let needs = wait.unwrap_or_default().min(self.retry_after_cap) + f.retry_needs;
                 if remaining < needs {
@@ -132,4 +137,15 @@ impl RoutePolicy {
             let _ = deps.finish(f.target, now, f.permit, Class::NotProviderFault);
         }
     }
+}
+
+/// Whether `outcome` is an overload status (429, 503, 529).
+fn overload_status(outcome: Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Status {
+            status: 429 | 503 | 529,
+            ..
+        }
+    )
 }

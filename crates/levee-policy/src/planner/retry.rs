@@ -52,6 +52,7 @@ impl RoutePolicy {
         }
         if let Err(blocked) = spend_retry(req, deps, now, t, last, winning_transient) {
             if !self.may_wait_for_budget(req, now, last) {
+                deps.budget_refused(t);
                 return Err(blocked);
             }
             req.unpaid = true;
@@ -108,6 +109,7 @@ impl RoutePolicy {
             Some(by) if now + BUDGET_RECHECK <= by => Ok(Some(now + BUDGET_RECHECK)),
             _ => {
                 req.unpaid = false;
+                deps.budget_refused(t);
                 Err((Reason::BudgetExhausted, None))
             }
         }
