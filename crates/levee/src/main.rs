@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod predict;
 mod probe;
 mod serve;
 mod takeover;

@@ -372,3 +372,40 @@ fn assert_allow_missing_env_warns_of_each_variable(cfg: &str) {
         "{err}"
     );
 }
+
+#[test]
+fn each_route_is_run_through_three_incidents_and_a_route_worse_than_no_gateway_is_flagged() {
+    // The retry block of the seed incident report: three attempts, 429 not
+    // retried. Levee tells callers not to retry, so in a 429 storm that a
+    // second attempt wins it answers about half of what the SDK alone does.
+    let seed = "providers:\n  openai: { api: openai, base_url: https://api.openai.com/v1 }\nroutes:\n  - match: { model_prefix: \"openai/\" }\n    targets: [openai]\n    retry: { max_attempts: 3, on: [500, 502, 503, 504, timeout, connect_error] }\n";
+    let o = check_config("seed-retry.yaml", seed);
+    let (out, err) = (stdout(&o), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("incidents predicted"), "{out}");
+    let row = |incident: &str| {
+        out.lines()
+            .find(|l| l.contains("openai/") && l.contains(incident))
+            .unwrap_or_else(|| panic!("no row for {incident}: {out}"))
+            .to_string()
+    };
+    assert!(row("60% 429").ends_with("WORSE than no gateway"), "{out}");
+    assert!(row("30% 503 brownout").ends_with("ok"), "{out}");
+    assert!(row("primary down").ends_with("ok"), "{out}");
+    assert!(
+        err.contains("route `openai/` does not retry 429 or 529"),
+        "{err}"
+    );
+    assert!(err.contains("in a 60% 429, retry-after 2"), "{err}");
+    // --strict fails it.
+    let cfg = file("seed-retry-strict.yaml", seed);
+    let o = check(&["--config", cfg.to_str().unwrap(), "--strict"]);
+    assert_eq!(o.status.code(), Some(1));
+
+    // Levee's defaults (no retry block): no row worse, no warning.
+    let defaults = "providers:\n  openai: { api: openai, base_url: https://api.openai.com/v1 }\nroutes:\n  - match: { model_prefix: \"openai/\" }\n    targets: [openai]\n";
+    let o = check_config("defaults.yaml", defaults);
+    let (out, err) = (stdout(&o), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert_eq!(out.matches(" ok\n").count(), 3, "{out}");
+    assert!(!err.contains("warning"), "{err}");
+}

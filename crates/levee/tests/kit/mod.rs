@@ -32,7 +32,7 @@ pub const CENSUS_ROUTES: &str = r#"routes:
     deadline: { default: 30s, max: 300s }
     retry:
       max_attempts: 3
-      on: [429, 529]
+      on: [429, 503, 529]
       backoff: { schedule_ms: [7000, 11000], jitter: none }
 "#;
 
