@@ -150,7 +150,7 @@ pub fn run(args: CheckArgs) -> i32 {
         return 1;
     }
     let (mut text, stranded) = render(&config, path, &callers);
-    let worse = predictions(&mut text, &config, path);
+    let worse = crate::predict::report(&mut text, &config, path);
     print!("{text}");
     let probed = match args.probe {
         true => crate::probe::run(&config, Duration::from_millis(args.probe_timeout_ms)),
@@ -169,41 +169,6 @@ pub fn run(args: CheckArgs) -> i32 {
         return 1;
     }
     probed
-}
-
-/// The incidents the simulator predicts for each route (added to `out`),
-/// and a warning on stderr for each where Levee would answer fewer calls
-/// than the SDK alone, or where a route tells callers not to retry without
-/// retrying a 429 or 529 itself. Returns how many predictions are worse.
-fn predictions(out: &mut String, config: &Config, path: &Path) -> usize {
-    for (route, statuses) in crate::predict::unretried_overload(config) {
-        let list: Vec<String> = statuses.iter().map(u16::to_string).collect();
-        eprintln!(
-            "levee check: warning: route `{route}` does not retry {} but tells callers not to retry (x-should-retry: false): in a storm that a second attempt wins, callers get fewer answers than with no gateway; add them to `retry.on`",
-            list.join(" or ")
-        );
-    }
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    match crate::predict::predict(config, &text) {
-        Ok(p) => {
-            crate::predict::render(out, &p);
-            let worse: Vec<_> = p.iter().filter(|p| p.worse()).collect();
-            for w in &worse {
-                eprintln!(
-                    "levee check: warning: route `{}` in a {}: {:.1}% of calls answered through Levee against {:.1}% by the SDK alone",
-                    w.route,
-                    w.incident,
-                    w.levee_success * 100.0,
-                    w.direct_success * 100.0
-                );
-            }
-            worse.len()
-        }
-        Err(e) => {
-            eprintln!("levee check: warning: no incident predictions: {e}");
-            0
-        }
-    }
 }
 
 /// Every value the gateway would read from the environment at start and on

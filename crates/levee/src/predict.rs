@@ -197,6 +197,41 @@ pub fn unretried_overload(config: &Config) -> Vec<(String, Vec<u16>)> {
     out
 }
 
+/// The incidents the simulator predicts for each route (added to `out`),
+/// and a warning on stderr for each where Levee would answer fewer calls
+/// than the SDK alone, or where a route tells callers not to retry without
+/// retrying a 429 or 529 itself. Returns how many predictions are worse.
+pub fn report(out: &mut String, config: &Config, path: &std::path::Path) -> usize {
+    for (route, statuses) in unretried_overload(config) {
+        let list: Vec<String> = statuses.iter().map(u16::to_string).collect();
+        eprintln!(
+            "levee check: warning: route `{route}` does not retry {} but tells callers not to retry (x-should-retry: false): in a storm that a second attempt wins, callers get fewer answers than with no gateway; add them to `retry.on`",
+            list.join(" or ")
+        );
+    }
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    match predict(config, &text) {
+        Ok(p) => {
+            render(out, &p);
+            let worse: Vec<_> = p.iter().filter(|p| p.worse()).collect();
+            for w in &worse {
+                eprintln!(
+                    "levee check: warning: route `{}` in a {}: {:.1}% of calls answered through Levee against {:.1}% by the SDK alone",
+                    w.route,
+                    w.incident,
+                    w.levee_success * 100.0,
+                    w.direct_success * 100.0
+                );
+            }
+            worse.len()
+        }
+        Err(e) => {
+            eprintln!("levee check: warning: no incident predictions: {e}");
+            0
+        }
+    }
+}
+
 /// The predictions as a table, each row Levee would lose marked.
 pub fn render(out: &mut String, predictions: &[Prediction]) {
     let _ = writeln!(
