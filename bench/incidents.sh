@@ -41,6 +41,16 @@
 #                  upstream requests per offered call, success.
 #   brownout       bench/brownout.sh's story: 30 % random 503 (--api both),
 #                  40 calls/s for 20 s, the gateway's default route.
+#   random-loss    openai mock answering 60 % of requests 503 at random
+#                  (flat latency); openai SDK, 20 calls/s open loop for 40 s;
+#                  one target, Levee's defaults (no retry block).
+#   backup-overload an anthropic mock answering every request 529, a clean
+#                  openai backup (gpt-4.1); anthropic SDK, 20 sequential
+#                  calls. Who answered, each call's time, the primary's
+#                  requests.
+#   outage         openai mock answering every request 503, no backup;
+#                  openai SDK, 20 calls/s open loop for 20 s. Upstream
+#                  requests per call and the time to the error.
 #
 #   bench/incidents.sh [STORY...]            # default: every story, ~15 min
 #
@@ -59,7 +69,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 [ -x "$PY" ] || { echo "incidents.sh: run scripts/python-tests once to create .venv" >&2; exit 1; }
-ALL=(storm storm-backup stall breaker-ramp long-stream short-timeout saturated brownout)
+ALL=(storm storm-backup stall breaker-ramp long-stream short-timeout saturated brownout
+     random-loss backup-overload outage)
 stories=("$@")
 [ ${#stories[@]} -gt 0 ] || stories=("${ALL[@]}")
 for s in "${stories[@]}"; do
@@ -206,6 +217,35 @@ run() {
       args=(--mock "primary=http://$m1")
       [ "$path" = levee ] && simple_yaml "$m1" ""
       url="http://$m1/v1" ;;
+    random-loss|outage)
+      if [ "$story" = random-loss ]; then
+        printf 'faults:\n  - { status: 503, probability: 0.6 }\n' >"$f"
+      else
+        printf 'faults:\n  - { status: 503 }\n' >"$f"
+      fi
+      mock_named "$story-$path" --api openai --seed 1 --faults "$f"; m1="$mock"
+      args=(--mock "primary=http://$m1")
+      [ "$path" = levee ] && simple_yaml "$m1" ""
+      url="http://$m1/v1" ;;
+    backup-overload)
+      printf 'faults:\n  - { status: 529 }\n' >"$f"
+      mock_named "$story-$path-anthropic" --api anthropic --seed 1 --faults "$f"; m1="$mock"
+      mock_named "$story-$path-openai" --api openai --seed 1; m2="$mock"
+      args=(--sdk anthropic --mock "primary=http://$m1" --mock "backup=http://$m2"
+            --primary primary --backup backup --model claude-bench)
+      if [ "$path" = levee ]; then
+        {
+          echo "listen: 127.0.0.1:0"
+          echo "admin: { listen: 127.0.0.1:0 }"
+          echo "shutdown_grace: 2s"
+          echo "providers:"
+          echo "  primary: { api: anthropic, base_url: \"http://$m1\", api_key_env: LEVEE_BENCH_KEY }"
+          echo "  backup: { api: openai, base_url: \"http://$m2/v1\", api_key_env: LEVEE_BENCH_KEY }"
+          echo "routes:"
+          echo "  - targets: [primary, { provider: backup, model: gpt-4.1 }]"
+        } >"$work/levee.yaml"
+      fi
+      url="http://$m1" ;;
     brownout)
       printf 'faults:\n  - { status: 503, probability: 0.3 }\n' >"$f"
       mock_named "$story-$path" --seed 1 --faults "$f"; m1="$mock"

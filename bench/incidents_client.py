@@ -84,7 +84,8 @@ def gateway_counters(admin: str) -> dict:
     return out
 
 
-CIRCUIT = re.compile(r'^levee_circuit_state\{[^}]*provider="([^"]+)"[^}]*\}\s+(\S+)', re.M)
+# The provider-wide series (model=""); each model has its own beside it.
+CIRCUIT = re.compile(r'^levee_circuit_state\{provider="([^"]+)",model=""\}\s+(\S+)', re.M)
 
 
 def circuit_states(admin: str) -> dict:
@@ -417,7 +418,35 @@ async def long_stream(a):
     return out
 
 
-STORIES = {"storm": storm, "storm-backup": storm, "stall": stall,
+async def random_loss(a):
+    out, _, _ = await story_open_loop(a, "openai", 20, 40, bound=180)
+    return out
+
+
+async def outage(a):
+    out, _, _ = await story_open_loop(a, "openai", 20, 20, bound=180)
+    return out
+
+
+async def backup_overload(a):
+    """20 calls one after another; each call's time and who answered it."""
+    caller = Caller("anthropic", a.base_url, a.model)
+    before = mock_stats(a.mocks)
+    t0 = time.monotonic()
+    restart_faults(a)
+    records = []
+    for _ in range(20):
+        records.append(await asyncio.wait_for(caller.call(t0), timeout=120))
+    await asyncio.sleep(0.2)
+    delta = stats_delta(before, mock_stats(a.mocks))
+    return {"calls": 20, **summarize(records, 20),
+            "max_s": max(r["dt"] for r in records),
+            "first_call_s": records[0]["dt"],
+            **upstream(delta, 20)}
+
+
+STORIES = {"random-loss": random_loss, "outage": outage, "backup-overload": backup_overload,
+           "storm": storm, "storm-backup": storm, "stall": stall,
            "breaker-ramp": breaker_ramp, "long-stream": long_stream,
            "short-timeout": short_timeout, "saturated": saturated, "brownout": brownout}
 
@@ -473,6 +502,13 @@ MEASURES = {
                   "gateway.upstream_attempts"],
     "brownout": ["success_pct", "upstream_per_call", "p50_s", "p99_s", "errors", "reasons",
                  "gateway.upstream_attempts"],
+    "random-loss": ["success_pct", "upstream_per_call", "p50_s", "p99_s", "errors", "reasons",
+                    "circuit_changes.primary", "gateway.upstream_attempts"],
+    "backup-overload": ["success_pct", "answered_by", "first_call_s", "p99_s", "max_s",
+                        "mocks.primary.requests", "mocks.backup.requests", "errors",
+                        "gateway.upstream_attempts", "gateway.fallbacks"],
+    "outage": ["success_pct", "upstream_per_call", "p50_s", "p99_s", "errors", "reasons",
+               "gateway.upstream_attempts"],
 }
 
 

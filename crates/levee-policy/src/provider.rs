@@ -122,6 +122,25 @@ impl Domain {
         })
     }
 
+    /// Graded admission's count of an attempt about to be admitted:
+    /// whether it may go.
+    fn ask(&mut self, now: Instant) -> bool {
+        let belief = self.retries.belief(now);
+        self.graded.ask(now, belief)
+    }
+
+    /// Graded admission's count of an attempt it refused itself (the
+    /// fraction of what is asked it lets through counts every ask). One
+    /// an open breaker, a pace, the allowance or the in-flight cap refused
+    /// is not an ask of its: counted, those would read as the provider
+    /// refusing and cut the fraction for Levee's own limits.
+    fn refused_ask(&mut self, now: Instant) {
+        let belief = self.retries.belief(now);
+        if self.breaker.refusing_until(now).is_none() && !self.graded.would_admit(now, belief) {
+            self.graded.ask(now, belief);
+        }
+    }
+
     fn new(model: &str, breaker: CircuitBreaker) -> Self {
         let s = breaker.settings();
         Domain {
@@ -270,28 +289,28 @@ impl ProviderState {
             // and so is graded admission's count of what was asked.
             self.allowance.asked(now, ask);
             if let Some(i) = self.find(model) {
-                // An open breaker is in charge: its refusals are not asks.
-                let d = &mut self.domains[i];
-                if d.breaker.refusing_until(now).is_none() {
-                    let belief = d.retries.belief(now);
-                    d.graded.ask(now, belief);
-                }
+                self.domains[i].refused_ask(now);
             }
             return Err(r);
         }
         let domain = self.domain(model);
-        {
-            let d = &mut self.domains[domain];
-            let belief = d.retries.belief(now);
-            d.graded.ask(now, belief);
+        if !self.domains[domain].ask(now) {
+            // Cannot happen after a successful check at the same instant.
+            return Err(Refusal::CircuitOpen {
+                until: now + GRADED_RETRY_AFTER,
+            });
         }
-        let link = self
-            .link
-            .admit(now)
-            .map_err(|until| Refusal::CircuitOpen { until })?;
+        let link = match self.link.admit(now) {
+            Ok(l) => l,
+            Err(until) => {
+                self.domains[domain].graded.unask(now);
+                return Err(Refusal::CircuitOpen { until });
+            }
+        };
         let breaker = match self.domains[domain].breaker.admit(now) {
             Ok(b) => b,
             Err(until) => {
+                self.domains[domain].graded.unask(now);
                 self.link.record(now, link, Class::NotProviderFault);
                 let d = &self.domains[domain];
                 return Err(match d.breaker.state(now) {
@@ -306,6 +325,7 @@ impl ProviderState {
             Ok(g) => g,
             // Cannot fail after a successful check at the same instant.
             Err(until) => {
+                self.domains[domain].graded.unask(now);
                 self.link.record(now, link, Class::NotProviderFault);
                 self.domains[domain]
                     .breaker
@@ -432,6 +452,7 @@ impl ProviderState {
         if let Class::Fault { wait, .. } = class {
             d.retries.fault_signal(now, wait.is_some());
         }
+        d.graded.done();
         if !permit.stall_counted {
             match class {
                 Class::Success | Class::Permanent => d.graded.answered(now, true),

@@ -16,7 +16,8 @@ use counting::{allocations, Counting};
 use kit::{secs, status, World};
 use levee_policy::planner::{AttemptKind, Decision, Reason, RequestState, RoutePolicy};
 use levee_policy::{
-    Backoff, CircuitBreaker, Class, Classifier, Gcra, Instant, Outcome, ProviderState, RetryBudget,
+    Backoff, CircuitBreaker, Class, Classifier, Gcra, Instant, Outcome, Permit, ProviderState,
+    RetryBudget,
 };
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -107,16 +108,23 @@ fn run(
         } else {
             secs(30)
         };
-        // Every 50th request arrives while slow ones hold every slot of both
-        // in-flight caps: it is shed (the hanging ones are decisions too).
-        // Sixteen, not eight: after an incident graded admission refuses a
-        // share of the primary's asks, and those do not hold a slot.
+        // Every 50th request arrives while slow attempts hold every slot of
+        // both in-flight caps: it is shed. (Held by admitting directly: a
+        // request asked to hold one may instead wait for a throttled
+        // model's slot and hold nothing.)
         let holding = i % 50 == 20;
-        let mut hanging = [(); 16].map(|_| RequestState::new(*now + secs(30)));
+        let mut held: [Option<(usize, Permit)>; 8] = [None; 8];
         if holding {
-            for h in &mut hanging {
-                policy.decide(h, &mut world.deps(), *now, rng);
-                seen.decisions += 1;
+            let mut k = 0;
+            for p in 0..2 {
+                while let Ok(permit) = world.providers[p].admit(*now, "") {
+                    if k == held.len() {
+                        world.providers[p].finish(*now, permit, Class::NotProviderFault);
+                        break;
+                    }
+                    held[k] = Some((p, permit));
+                    k += 1;
+                }
             }
         }
         let mut req = RequestState::new(*now + deadline);
@@ -161,8 +169,8 @@ fn run(
             }
             assert!(n < 100, "request {i} does not finish");
         }
-        for h in hanging.iter_mut().filter(|h| h.has_in_flight()) {
-            policy.record(h, &mut world.deps(), t, status(200, None));
+        for (p, permit) in held.into_iter().flatten() {
+            world.providers[p].finish(t, permit, Class::NotProviderFault);
         }
         *now = (*now).max(t);
     }

@@ -499,3 +499,32 @@ fn an_overloaded_primary_gives_way_to_the_backup_within_a_second() {
         assert!(p99 <= std::time::Duration::from_secs(1), "p99 {p99:?}");
     }
 }
+
+#[test]
+fn a_total_outage_costs_at_most_two_requests_a_call_and_fails_within_two_seconds() {
+    // No backup, every request 503: the SDK alone sends 3 requests a call.
+    for r in seeds("outage.yaml", |_| true) {
+        let (levee, direct) = (variant(&r, "levee"), variant(&r, "direct SDK"));
+        assert!(direct.attempts_per_request_mean > 2.9, "{direct:?}");
+        assert!(levee.attempts_per_request_mean <= 2.0, "{levee:?}");
+        let p99 = levee.detail.latency_p99;
+        assert!(p99 <= std::time::Duration::from_secs(2), "p99 {p99:?}");
+    }
+}
+
+#[test]
+fn a_provider_losing_half_at_random_is_never_shut_for_the_routes_falling_back_to_it() {
+    // OpenAI down, Anthropic answering half of everything 529 at random;
+    // the openai/ route falls back to Anthropic. An open breaker on
+    // Anthropic answered 27 % of all calls here; the SDK alone gets 45 %
+    // (89 % of the Anthropic calls, none of the OpenAI ones).
+    for r in seeds("two-providers.yaml", |_| true) {
+        let (levee, direct) = (variant(&r, "levee"), variant(&r, "direct SDK"));
+        assert!(levee.success_ratio >= 0.95, "{levee:?}");
+        for e in &levee.endpoints {
+            let d = direct.endpoints.iter().find(|d| d.name == e.name);
+            let floor = d.map_or(0.0, |d| d.success_ratio);
+            assert!(e.success_ratio >= floor, "{e:?} against {d:?}");
+        }
+    }
+}
