@@ -91,6 +91,24 @@ fn outcome(i: u64, n: u32, target: usize) -> Outcome {
     }
 }
 
+/// Takes every in-flight slot of both providers (four each) by admitting
+/// attempts directly; give them back with `finish`.
+fn hold_every_slot(world: &mut World, now: Instant) -> [Option<(usize, Permit)>; 8] {
+    let mut held = [None; 8];
+    let mut k = 0;
+    for p in 0..2 {
+        while let Ok(permit) = world.providers[p].admit(now, "") {
+            if k == held.len() {
+                world.providers[p].finish(now, permit, Class::NotProviderFault);
+                break;
+            }
+            held[k] = Some((p, permit));
+            k += 1;
+        }
+    }
+    held
+}
+
 /// Runs `requests` requests back to back from `*now`.
 fn run(
     policy: &RoutePolicy,
@@ -112,21 +130,10 @@ fn run(
         // both in-flight caps: it is shed. (Held by admitting directly: a
         // request asked to hold one may instead wait for a throttled
         // model's slot and hold nothing.)
-        let holding = i % 50 == 20;
-        let mut held: [Option<(usize, Permit)>; 8] = [None; 8];
-        if holding {
-            let mut k = 0;
-            for p in 0..2 {
-                while let Ok(permit) = world.providers[p].admit(*now, "") {
-                    if k == held.len() {
-                        world.providers[p].finish(*now, permit, Class::NotProviderFault);
-                        break;
-                    }
-                    held[k] = Some((p, permit));
-                    k += 1;
-                }
-            }
-        }
+        let held = match i % 50 == 20 {
+            true => hold_every_slot(world, *now),
+            false => [None; 8],
+        };
         let mut req = RequestState::new(*now + deadline);
         let mut t = *now;
         let mut n = 0;
