@@ -413,6 +413,17 @@ impl ProviderState {
         self.domains[i].times.p99(now)
     }
 
+    /// Whether retries on `model` are winning now (`None`: too few to
+    /// tell, or a model not seen yet).
+    pub fn winning(&self, now: Instant, model: &str) -> Option<bool> {
+        let i = match self.find(model) {
+            Some(i) => i,
+            None if self.domains.len() > MAX_MODELS => 0,
+            None => return None,
+        };
+        self.domains[i].winning(now)
+    }
+
     /// The pace a throttled model is held to (attempts per second), if any.
     pub fn pace(&self, now: Instant, model: &str) -> Option<f64> {
         let _ = now;

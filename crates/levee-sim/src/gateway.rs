@@ -230,6 +230,9 @@ impl Dependencies for SimDeps<'_> {
     fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
         self.deps.expected(t, now)
     }
+    fn winning(&self, t: usize, now: Instant) -> Option<bool> {
+        self.deps.winning(t, now)
+    }
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.deps.stalled(t, now, permit)
     }

@@ -474,10 +474,12 @@ fn a_429_that_a_second_attempt_wins_is_retried_promptly() {
     // 60 % of requests 429 + `retry-after: 2` at random, 20 calls/s for
     // 30 s, Levee's defaults. Waiting the full 2 s before each of up to
     // seven retries put p99 past 10 s; the SDK alone answers 78 %.
+    // Eight attempts at 40 % cost 2.46 requests a call on average; 600
+    // calls read it to within about ±0.15.
     for r in seeds("lost-race-429.yaml", |n| n == "levee") {
         let levee = variant(&r, "levee");
         assert!(levee.success_ratio >= 0.95, "{levee:?}");
-        assert!(levee.attempts_per_request_mean <= 2.6, "{levee:?}");
+        assert!(levee.attempts_per_request_mean <= 2.7, "{levee:?}");
         let p99 = levee.detail.latency_p99;
         assert!(
             p99 <= std::time::Duration::from_millis(8_500),

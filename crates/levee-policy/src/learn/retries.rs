@@ -18,6 +18,11 @@ pub const WINNING_SHARE: f64 = 1.0 / 3.0;
 /// Below this running average of attempts in flight, Levee's load on a
 /// model is too light to be what fails it.
 const LIGHT_LOAD: f64 = 1.0;
+/// Answers enough to judge a lightly loaded model: the judgment is of the
+/// load, not of how faults relate to it, and while it waits the first
+/// retries of a random loss wait for the budget (50 answers took over a
+/// second at 20 calls/s, and 4–10 calls failed waiting).
+const LIGHT_EVIDENCE: u32 = 20;
 /// Fewer attempts than this on either side and a model is not judged saturated.
 const MIN_SIDE: u32 = 50;
 
@@ -178,7 +183,7 @@ impl Retries {
     fn judged(&self, now: Instant) -> bool {
         let t = self.totals(now);
         let both = t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE;
-        both || (self.load < LIGHT_LOAD && t.busy.n + t.quiet.n >= MIN_SIDE)
+        both || (self.load < LIGHT_LOAD && t.busy.n + t.quiet.n >= LIGHT_EVIDENCE)
     }
 
     /// Whether retries are winning: at least [`WINNING_SHARE`] of them
@@ -258,11 +263,11 @@ mod tests {
         // A provider answering at once: almost every attempt is sent with
         // nothing in flight, so there are few busy ones to compare.
         let mut r = Retries::default();
-        for i in 0..49 {
+        for i in 0..19 {
             let busy = r.dispatched(u32::from(i % 40 == 0));
             r.answered(now, rng.gen_bool(0.5), busy, rng.gen_bool(0.6));
         }
-        assert!(!r.judged_random(now), "49 attempts: not yet");
+        assert!(!r.judged_random(now), "19 attempts: not yet");
         let busy = r.dispatched(0);
         r.answered(now, true, busy, false);
         assert!(r.judged_random(now));

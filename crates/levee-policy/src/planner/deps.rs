@@ -49,6 +49,12 @@ pub trait Dependencies {
         let _ = (t, now);
         None
     }
+    /// Whether retries on target `t`'s model are winning now (see
+    /// [`crate::learn::Retries::winning`]; `None`: too few to tell).
+    fn winning(&self, t: usize, now: Instant) -> Option<bool> {
+        let _ = (t, now);
+        None
+    }
     /// The attempt on target `t` behind `permit` is past its learned p99
     /// with no first byte: count the stall against its model's breaker.
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
@@ -94,6 +100,9 @@ impl Dependencies for Deps<'_> {
     }
     fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
         self.providers[self.target_provider[t]].expected(now, self.model(t))
+    }
+    fn winning(&self, t: usize, now: Instant) -> Option<bool> {
+        self.providers[self.target_provider[t]].winning(now, self.model(t))
     }
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.providers[self.target_provider[t]].stalled(now, permit)

@@ -100,6 +100,12 @@ impl RoutePolicy {
         if !req.unpaid {
             return Ok(None);
         }
+        if deps.winning(t, now) == Some(true) {
+            // The evidence came in while it waited: retries on the target
+            // win, and a retry that wins is not paid for.
+            req.unpaid = false;
+            return Ok(None);
+        }
         if deps.withdraw(t, now) {
             req.unpaid = false;
             req.refundable += 1;
