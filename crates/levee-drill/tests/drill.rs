@@ -342,3 +342,76 @@ async fn a_live_429_storm_falls_inside_the_simulators_spread() {
     // The storm never shuts the model: most calls are answered.
     assert!(success > 0.6, "{said}");
 }
+
+/// The simulator's (calls answered, upstream requests per call) over a few
+/// seeds for `scenarios/twin-random-loss.yaml`.
+fn simulated_random_loss() -> Vec<(f64, f64)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/twin-random-loss.yaml");
+    let sc = levee_sim::Scenario::load(&path).expect("twin random loss scenario loads");
+    (0..4)
+        .map(|seed| {
+            let v = &levee_sim::simulate(&sc, seed).variants[0];
+            (v.success_ratio, v.attempts_per_request_mean)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_random_loss_agrees_with_the_simulator_within_ten_percent() {
+    // 60 % of requests 503 at random, Levee's default route (no retry
+    // block): graded admission refuses nothing and retries that win get
+    // eight attempts, live as in the simulator.
+    let mock = levee_mock::spawn(
+        "127.0.0.1:0".parse().expect("addr"),
+        levee_mock::MockOptions::default(),
+    )
+    .await
+    .expect("mock starts");
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
+        mock.url()
+    );
+    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let gw = levee_gateway::spawn(config, 7, std::future::pending())
+        .await
+        .expect("gateway starts");
+    let mut a = args(
+        format!("http://{}", gw.addr),
+        mock.url(),
+        &["status=503,probability=0.6"],
+    );
+    a.rate = 50.0;
+    a.duration = "6s".into();
+    a.timeout_ms = 30_000;
+    let plan = a.plan().expect("plan");
+    let live = tokio::time::timeout(Duration::from_secs(60), levee_drill::run(&plan, false))
+        .await
+        .expect("the drill ends by itself")
+        .expect("the drill runs");
+    gw.shutdown().await;
+    mock.shutdown().await;
+
+    let calls = live.logical_requests.max(1) as f64;
+    let success = live.outcomes.get("success").copied().unwrap_or(0) as f64 / calls;
+    let per_call = live.upstream_requests as f64 / calls;
+    let sim = simulated_random_loss();
+    let said = format!(
+        "live: success {success:.3}, {per_call:.2} requests a call, outcomes {:?}; simulated: {sim:?}",
+        live.outcomes
+    );
+    eprintln!("{said}");
+    let lo = |f: fn(&(f64, f64)) -> f64| sim.iter().map(f).fold(f64::INFINITY, f64::min);
+    let hi = |f: fn(&(f64, f64)) -> f64| sim.iter().map(f).fold(0.0, f64::max);
+    // Within 10 % of the simulator's range on both.
+    assert!(
+        success >= 0.9 * lo(|s| s.0) && success <= 1.1 * hi(|s| s.0),
+        "{said}"
+    );
+    assert!(
+        per_call >= 0.9 * lo(|s| s.1) && per_call <= 1.1 * hi(|s| s.1),
+        "{said}"
+    );
+    // And never worse than a single attempt would be, by a wide margin.
+    assert!(success >= 0.9, "{said}");
+}

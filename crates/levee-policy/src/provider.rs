@@ -115,10 +115,12 @@ impl Domain {
     /// from the first answers sent 1.55× the offered load instead of 1.23×.
     fn winning(&self, now: Instant) -> Option<bool> {
         self.retries.winning(now).or_else(|| {
-            let share = self.graded.success_share(now)?;
-            // Only ever "winning" from it: twenty first answers at a true
-            // 40 % read under a third one time in three.
-            (self.retries.judged_random(now) && share >= WINNING_SHARE).then_some(true)
+            let (share, n) = self.graded.success_share_of(now)?;
+            // Only ever "winning" from it, and unless clearly below a
+            // third: twenty first answers at a true 40 % read under a
+            // third one time in three.
+            let below = crate::learn::clearly_below(share, n, WINNING_SHARE);
+            (self.retries.judged_random(now) && !below).then_some(true)
         })
     }
 

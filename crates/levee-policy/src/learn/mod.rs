@@ -22,7 +22,7 @@ use crate::time::Instant;
 use std::time::Duration;
 
 mod retries;
-pub use retries::{Retries, WINNING_SHARE};
+pub use retries::{clearly_below, Retries, WINNING_SHARE};
 
 /// Buckets of the latency histogram: bucket `i` holds times up to
 /// `1 ms · 1.25^i` (64 buckets reach ~1,600 s).
