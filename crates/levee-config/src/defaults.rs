@@ -22,7 +22,15 @@ pub const EXPECTED_ATTEMPT_MS: u64 = 8000;
 /// requests a call however many are allowed; 99.99 % answered with eight,
 /// 99.8 % with five, 97.3 % with three), and where they stop winning a
 /// target gets three at most (`levee_policy::planner::LOSING_ATTEMPTS`)
-/// and the budget holds them to a tenth of the successes.
+/// and the budget holds them to a tenth of the successes. At a 60 % random
+/// loss eight answer 98.3 % at 2.46 requests a call (measured live 97.8–
+/// 98.5 % at 2.47–2.49); nine would answer 99.0 % at 2.48, ten 99.4 % at
+/// 2.49 but put a 60 % 429 storm's p99 past 8 s (each retry waits up to its
+/// `retry-after`). Routes with a backup keep the same eight: an overload
+/// answer (429, 503, 529) goes to the backup at once unless the target's
+/// retries are proven winning, so the count only matters there for faults
+/// a retry on the same target fixes (500, 502, 504, timeouts, connection
+/// errors) and for random loss, where it buys the same as without one.
 pub const MAX_ATTEMPTS: u32 = 8;
 /// `retry.respect_retry_after`.
 pub const RESPECT_RETRY_AFTER: bool = true;
