@@ -181,7 +181,13 @@ pub struct ProviderState {
     allowance: Allowance,
     max_in_flight: u32,
     in_flight: u32,
+    /// What the provider last reported left of each meter, and when.
+    reports: [Option<(Instant, u64)>; 4],
 }
+
+/// How long a provider's report of what is left stays evidence of its
+/// allowance's state: the answers of the last second.
+const REPORT_FRESH: Duration = Duration::from_secs(1);
 
 impl ProviderState {
     /// Builds from validated parts. `max_in_flight` 0 is read as 1.
@@ -193,6 +199,7 @@ impl ProviderState {
             allowance: allowance.map_or_else(Allowance::default, |g| Allowance::from_gcra(&g)),
             max_in_flight: max_in_flight.max(1),
             in_flight: 0,
+            reports: [None; 4],
         }
     }
 
@@ -364,6 +371,32 @@ impl ProviderState {
     /// What the provider reported left of one of its meters.
     pub fn reported(&mut self, now: Instant, meter: Meter, r: Reported) {
         self.allowance.reported(now, meter, r);
+        if let (Some(remaining), Some(i)) =
+            (r.remaining, Meter::ALL.iter().position(|m| *m == meter))
+        {
+            self.reports[i] = Some((now, remaining));
+        }
+    }
+
+    /// Whether the provider's own rate-limit fields, in its answers of the
+    /// last second, say its allowance has room: `Some(false)` when one
+    /// meter is at 0 (a 429 then is the account's limit), `Some(true)` when
+    /// every meter it reported has some left (a 429 then is a lost race: a
+    /// busy replica, load-balancer shedding), `None` when it said nothing.
+    pub fn headroom(&self, now: Instant) -> Option<bool> {
+        let fresh = self
+            .reports
+            .iter()
+            .flatten()
+            .filter(|(at, _)| now.saturating_since(*at) <= REPORT_FRESH);
+        let mut any = false;
+        for (_, remaining) in fresh {
+            if *remaining == 0 {
+                return Some(false);
+            }
+            any = true;
+        }
+        any.then_some(true)
     }
 
     /// The model whose fault domain `permit` was admitted in (`""`: the

@@ -661,3 +661,44 @@ fn a_dispatch_refused_by_a_shared_allowance_falls_back_or_fails_rate_limited() {
         Decision::Dispatch(d) if d.target == 0
     ));
 }
+
+/// The wait before the retry of a 429 asking for 2 s, the provider having
+/// reported `remaining` left of its requests with it (`None`: no fields).
+fn wait_after_429(remaining: Option<u64>) -> Duration {
+    use levee_policy::allowance::{Meter, Reported};
+    let quick = Backoff::exponential(100, 2.0, 10_000, Jitter::Full).unwrap();
+    let p = RoutePolicy::new(&[secs(2)], 3, Classifier::default(), quick, true).unwrap();
+    let mut w = World::new(1);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let now = Instant::from_millis(1_000_000);
+    let mut req = RequestState::new(now + secs(60));
+    assert!(matches!(
+        p.decide(&mut req, &mut w.deps(), now, &mut rng),
+        Decision::Dispatch(_)
+    ));
+    if let Some(remaining) = remaining {
+        let r = Reported {
+            limit: Some(600),
+            remaining: Some(remaining),
+        };
+        w.providers[0].reported(now, Meter::Requests, r);
+    }
+    p.record(&mut req, &mut w.deps(), now, status(429, Some(secs(2))));
+    match p.decide(&mut req, &mut w.deps(), now, &mut rng) {
+        Decision::Wait { until } => until.saturating_since(now),
+        Decision::Dispatch(_) => Duration::ZERO,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_429_while_the_provider_says_it_has_room_is_a_lost_race() {
+    // The provider's own fields on the 429 say 120 requests are left: not
+    // the account's limit, so the retry backs off (the first step's 100 ms
+    // at most) instead of waiting the 2 s asked.
+    assert!(wait_after_429(Some(120)) <= Duration::from_millis(100));
+    // At 0 left it is the limit: the 2 s are waited, and so they are when
+    // the provider says nothing and there is no evidence of lost races.
+    assert!(wait_after_429(Some(0)) >= secs(2));
+    assert!(wait_after_429(None) >= secs(2));
+}

@@ -233,6 +233,9 @@ impl Dependencies for SimDeps<'_> {
     fn winning(&self, t: usize, now: Instant) -> Option<bool> {
         self.deps.winning(t, now)
     }
+    fn headroom(&self, t: usize, now: Instant) -> Option<bool> {
+        self.deps.headroom(t, now)
+    }
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.deps.stalled(t, now, permit)
     }

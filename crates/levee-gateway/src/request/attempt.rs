@@ -155,6 +155,9 @@ impl Dependencies for GatewayDeps<'_> {
     fn refund(&mut self, t: usize, now: levee_policy::Instant, tokens: u32) {
         self.shared.routes[self.route].budget(t).refund(now, tokens)
     }
+    fn headroom(&self, t: usize, now: levee_policy::Instant) -> Option<bool> {
+        self.provider(t).lock().headroom(now)
+    }
     fn winning(&self, t: usize, now: levee_policy::Instant) -> Option<bool> {
         self.provider(t).lock().winning(now, self.upstream_model(t))
     }

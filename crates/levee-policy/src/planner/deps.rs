@@ -55,6 +55,13 @@ pub trait Dependencies {
         let _ = (t, now);
         None
     }
+    /// Whether target `t`'s provider said, in its answers of the last
+    /// second, that its allowance has room (see
+    /// [`ProviderState::headroom`]; `None`: it said nothing).
+    fn headroom(&self, t: usize, now: Instant) -> Option<bool> {
+        let _ = (t, now);
+        None
+    }
     /// The attempt on target `t` behind `permit` is past its learned p99
     /// with no first byte: count the stall against its model's breaker.
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
@@ -103,6 +110,9 @@ impl Dependencies for Deps<'_> {
     }
     fn winning(&self, t: usize, now: Instant) -> Option<bool> {
         self.providers[self.target_provider[t]].winning(now, self.model(t))
+    }
+    fn headroom(&self, t: usize, now: Instant) -> Option<bool> {
+        self.providers[self.target_provider[t]].headroom(now)
     }
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.providers[self.target_provider[t]].stalled(now, permit)

@@ -141,10 +141,12 @@ impl RoutePolicy {
                     // Longer than we hold a request: not waited on here.
                     return Err((non_retry_reason(last.class).0, Some(self.retry_after_cap)));
                 }
-                if lost_race(last) {
+                if lost_race(last, deps.headroom(t, now)) {
                     // A 429 that retries keep winning (a third or more of
-                    // them succeed, the faults do not follow load) is a
-                    // busy replica, not the account's limit: the retry
+                    // them succeed, the faults do not follow load), or
+                    // that came while the provider's own rate-limit fields
+                    // said its allowance has room, is a busy replica, not
+                    // the account's limit (fields at 0 say it is): the retry
                     // backs off as after any transient fault, never longer
                     // than asked. Waiting the full `retry-after: 2` on
                     // each of five retries put a 60 % 429 storm's p99 at
@@ -215,11 +217,13 @@ fn spend_retry<D: Dependencies>(
     Ok(())
 }
 
-/// Whether `last` is a 429 lost in a race: the model's retries are
-/// winning (see [`crate::learn::Retries::winning`]), so a retry now does
-/// about as well as one after the wait asked for.
-fn lost_race(last: Last) -> bool {
-    matches!(last.class, Class::Throttled { .. }) && last.winning == Some(true)
+/// Whether `last` is a 429 lost in a race, not the account's limit: the
+/// provider's rate-limit fields say its allowance has room, or — when they
+/// say nothing — the model's retries are winning (see
+/// [`crate::learn::Retries::winning`]). A retry now does about as well as
+/// one after the wait asked for.
+fn lost_race(last: Last, headroom: Option<bool>) -> bool {
+    matches!(last.class, Class::Throttled { .. }) && headroom.unwrap_or(last.winning == Some(true))
 }
 
 /// Whether a retry after `last` may be refunded when it works: a transient
