@@ -59,6 +59,12 @@ fn exported() -> BTreeSet<String> {
     };
     metrics.circuit_state.get_or_create(&pm).set(0);
     metrics.admitted_fraction.get_or_create(&pm).set(1.0);
+    let belief = crate::observe::metrics::ProviderModelBelief {
+        provider: "p".into(),
+        model: "m".into(),
+        belief: "loss",
+    };
+    metrics.circuit_belief.get_or_create(&belief).set(1);
     metrics.in_flight.get_or_create(&p).set(0);
     metrics.streams_failed.get_or_create(&p).inc();
     let fallback = crate::observe::metrics::RouteReason {
