@@ -68,7 +68,7 @@ impl Meter {
         }
     }
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Meter::Requests => 0,
             Meter::Tokens => 1,

@@ -130,14 +130,9 @@ impl Graded {
             })
     }
 
-    /// The share of answers over the window that succeeded (`None`: fewer
-    /// than the minimum to tell).
-    pub fn success_share(&self, now: Instant) -> Option<f64> {
-        self.success_share_of(now).map(|(share, _)| share)
-    }
-
-    /// [`Graded::success_share`] and the answers it was read over.
-    pub fn success_share_of(&self, now: Instant) -> Option<(f64, u32)> {
+    /// The share of answers over the window that succeeded, and how many
+    /// answers it was read over (`None`: fewer than the minimum to tell).
+    pub fn success_share(&self, now: Instant) -> Option<(f64, u32)> {
         let t = self.totals(now);
         (t.answered >= self.min_answers)
             .then(|| (f64::from(t.accepted) / f64::from(t.answered), t.answered))

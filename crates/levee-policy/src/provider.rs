@@ -115,7 +115,7 @@ impl Domain {
     /// from the first answers sent 1.55× the offered load instead of 1.23×.
     fn winning(&self, now: Instant) -> Option<bool> {
         self.retries.winning(now).or_else(|| {
-            let (share, n) = self.graded.success_share_of(now)?;
+            let (share, n) = self.graded.success_share(now)?;
             // Only ever "winning" from it, and unless clearly below a
             // third: twenty first answers at a true 40 % read under a
             // third one time in three.
@@ -217,6 +217,17 @@ impl ProviderState {
             .map(|i| i + 1)
     }
 
+    /// The domain an attempt for `model` would be admitted in, without
+    /// creating one: its own, the overflow domain once the table is full,
+    /// or none yet (a model not seen gets a fresh domain on admission).
+    fn existing(&self, model: &str) -> Option<usize> {
+        match self.find(model) {
+            Some(i) => Some(i),
+            None if self.domains.len() > MAX_MODELS => Some(0),
+            None => None,
+        }
+    }
+
     /// The domain for `model`, created on first use (overflow past the cap).
     fn domain(&mut self, model: &str) -> usize {
         if let Some(i) = self.find(model) {
@@ -239,14 +250,8 @@ impl ProviderState {
         if let Some(until) = self.link.refusing_until(now) {
             return Err(Refusal::CircuitOpen { until });
         }
-        // A model not seen yet gets a fresh domain on admission (the overflow
-        // domain only once the table is full): nothing of its own refuses it.
-        let domain = match self.find(model) {
-            Some(i) => Some(i),
-            None if self.domains.len() > MAX_MODELS => Some(0),
-            None => None,
-        };
-        if let Some(d) = domain.map(|i| &self.domains[i]) {
+        // A model not seen yet: nothing of its own refuses it.
+        if let Some(d) = self.existing(model).map(|i| &self.domains[i]) {
             if let Some(until) = d.breaker.refusing_until(now) {
                 return Err(Refusal::CircuitOpen { until });
             }
@@ -371,10 +376,8 @@ impl ProviderState {
     /// What the provider reported left of one of its meters.
     pub fn reported(&mut self, now: Instant, meter: Meter, r: Reported) {
         self.allowance.reported(now, meter, r);
-        if let (Some(remaining), Some(i)) =
-            (r.remaining, Meter::ALL.iter().position(|m| *m == meter))
-        {
-            self.reports[i] = Some((now, remaining));
+        if let Some(remaining) = r.remaining {
+            self.reports[meter.index()] = Some((now, remaining));
         }
     }
 
@@ -440,23 +443,13 @@ impl ProviderState {
     /// The learned p99 attempt time of `model` (dispatch to answer), when
     /// enough recent attempts succeeded to tell.
     pub fn expected(&self, now: Instant, model: &str) -> Option<Duration> {
-        let i = match self.find(model) {
-            Some(i) => i,
-            None if self.domains.len() > MAX_MODELS => 0,
-            None => return None,
-        };
-        self.domains[i].times.p99(now)
+        self.domains[self.existing(model)?].times.p99(now)
     }
 
     /// Whether retries on `model` are winning now (`None`: too few to
     /// tell, or a model not seen yet).
     pub fn winning(&self, now: Instant, model: &str) -> Option<bool> {
-        let i = match self.find(model) {
-            Some(i) => i,
-            None if self.domains.len() > MAX_MODELS => 0,
-            None => return None,
-        };
-        self.domains[i].winning(now)
+        self.domains[self.existing(model)?].winning(now)
     }
 
     /// The pace a throttled model is held to (attempts per second), if any.
@@ -586,24 +579,12 @@ impl ProviderState {
         self.link.state(now)
     }
 
-    /// Each model's breaker state at `now`: the models with a domain of
-    /// their own in the order first seen, then — once more than
+    /// Each model's breaker and graded admission at `now`: the models with
+    /// a domain of their own in the order first seen, then — once more than
     /// [`MAX_MODELS`] names were seen — the overflow domain the rest share,
-    /// named `""`.
-    pub fn model_breakers(&self, now: Instant) -> Vec<(&str, BreakerState)> {
-        let overflow = self.domains.len() > MAX_MODELS;
-        self.domains
-            .iter()
-            .skip(1)
-            .chain(self.domains.iter().take(usize::from(overflow)))
-            .map(|d| (&*d.model, d.breaker.state(now)))
-            .collect()
-    }
-
-    /// Each model's graded admission at `now`, in the order of
-    /// [`ProviderState::model_breakers`]: its breaker state, the fraction
-    /// of attempts it admits (0 while its breaker is open, but for
-    /// probes), and what its faults are believed to be.
+    /// named `""`. For each, its breaker state, the fraction of attempts it
+    /// admits (0 while its breaker is open, but for probes), and what its
+    /// faults are believed to be.
     pub fn model_admission(&self, now: Instant) -> Vec<ModelAdmission<'_>> {
         let overflow = self.domains.len() > MAX_MODELS;
         self.domains
@@ -759,8 +740,13 @@ mod tests {
                 p.finish(t, permit, FAULT);
             }
         }
+        let breakers: Vec<_> = p
+            .model_admission(t)
+            .iter()
+            .map(|a| (a.model, a.state))
+            .collect();
         assert_eq!(
-            p.model_breakers(t),
+            breakers,
             [
                 ("healthy", BreakerState::Closed),
                 ("broken", BreakerState::Open)
@@ -814,7 +800,11 @@ mod tests {
             p.finish(t, permit, Class::Success);
         }
         assert_eq!(p.domains.len(), MAX_MODELS + 1);
-        let listed = p.model_breakers(t);
+        let listed: Vec<_> = p
+            .model_admission(t)
+            .iter()
+            .map(|a| (a.model, a.state))
+            .collect();
         assert_eq!(listed.len(), MAX_MODELS + 1);
         assert_eq!(listed[0].0, "m0");
         assert_eq!(listed[MAX_MODELS].0, "", "the shared overflow domain last");
