@@ -256,19 +256,18 @@ impl RoutePolicy {
         let remaining = req.deadline.saturating_since(now);
         let needed =
             self.expected_now(deps, p.target, now) + self.reserve_for(deps, p.target, p.kind, now);
-        let paid = if remaining >= needed + self.margin {
-            self.pay_pending(req, deps, now, p.target)
-        } else {
-            Ok(None)
-        };
-        if let Ok(Some(at)) = paid {
-            req.pending = Some(Pending { at, ..p });
-            return Decision::Wait { until: at };
+        if remaining < needed + self.margin {
+            req.unpaid = false;
+            req.blocked = Some((Reason::DeadlineExceeded, None));
+            return self.fall_back(Inputs(req, deps, now, rng), p.target + 1);
         }
-        if let Err(blocked) = paid {
-            req.blocked = Some(blocked);
-        } else if remaining >= needed + self.margin {
-            match self.dispatch(req, deps, now, p.target, p.kind) {
+        match self.pay_pending(req, deps, now, p.target) {
+            Ok(Some(at)) => {
+                req.pending = Some(Pending { at, ..p });
+                return Decision::Wait { until: at };
+            }
+            Err(blocked) => req.blocked = Some(blocked),
+            Ok(None) => match self.dispatch(req, deps, now, p.target, p.kind) {
                 Ok(d) => return Decision::Dispatch(d),
                 Err(r) => {
                     // Another waiter took the slot it waited for: wait
@@ -278,10 +277,7 @@ impl RoutePolicy {
                     }
                     req.blocked = Some(refusal_reason(r, now));
                 }
-            }
-        } else {
-            req.unpaid = false;
-            req.blocked = Some((Reason::DeadlineExceeded, None));
+            },
         }
         self.fall_back(Inputs(req, deps, now, rng), p.target + 1)
     }
@@ -324,10 +320,15 @@ impl RoutePolicy {
     }
 }
 
-/// Whether `last` is an overload answer: a 429, 503 or 529, or any fault
+/// Whether `status` says the provider is overloaded: 429, 503 or 529.
+fn overload_status(status: u16) -> bool {
+    matches!(status, 429 | 503 | 529)
+}
+
+/// Whether `last` is an overload answer: an overload status, or any fault
 /// that came with a Retry-After.
 fn overload_answer(last: request::Last) -> bool {
-    matches!(last.status, Some(429 | 503 | 529))
+    last.status.is_some_and(overload_status)
         || matches!(last.class, classify::Class::Throttled { .. })
         || matches!(last.class, classify::Class::Fault { wait: Some(_), .. })
 }

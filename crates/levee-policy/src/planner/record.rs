@@ -3,7 +3,7 @@
 
 use super::failure::refusal_reason;
 use super::request::{Last, RequestState};
-use super::{Dependencies, PrimaryRefusal, RoutePolicy};
+use super::{overload_status, Dependencies, PrimaryRefusal, RoutePolicy};
 use crate::classify::{Class, Outcome};
 use crate::provider::Refusal;
 use crate::time::Instant;
@@ -40,10 +40,10 @@ impl RoutePolicy {
                     wait,
                     provider_wide: false,
                 },
-                Outcome::Status { .. },
+                Outcome::Status { status, .. },
             ) if req.attempts_on_target < self.max_attempts
                 && !req.committed
-                && !(f.target + 1 < self.expected.len() && overload_status(outcome)) =>
+                && !(f.target + 1 < self.expected.len() && overload_status(status)) =>
             {
                 let remaining = req.deadline.saturating_since(now);
                 let needs = wait.unwrap_or_default().min(self.retry_after_cap) + f.retry_needs;
@@ -137,15 +137,4 @@ impl RoutePolicy {
             let _ = deps.finish(f.target, now, f.permit, Class::NotProviderFault);
         }
     }
-}
-
-/// Whether `outcome` is an overload status (429, 503, 529).
-fn overload_status(outcome: Outcome) -> bool {
-    matches!(
-        outcome,
-        Outcome::Status {
-            status: 429 | 503 | 529,
-            ..
-        }
-    )
 }
