@@ -131,6 +131,26 @@ impl Retries {
             })
     }
 
+    /// The windows' evidence read once: the totals, whether there is load
+    /// evidence enough to judge, and whether it says saturated.
+    fn read(&self, now: Instant) -> Read {
+        let t = self.totals(now);
+        let light = self.load < LIGHT_LOAD;
+        let both = t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE;
+        let judged = both || (light && t.busy.n + t.quiet.n >= LIGHT_EVIDENCE);
+        let saturated = !light && both && {
+            let diff = t.busy.rate() - t.quiet.rate();
+            let p = t.busy.plus(t.quiet).rate();
+            let n = 1.0 / f64::from(t.busy.n) + 1.0 / f64::from(t.quiet.n);
+            diff >= 0.2 && diff >= 3.0 * (p * (1.0 - p) * n).sqrt()
+        };
+        Read {
+            t,
+            judged,
+            saturated,
+        }
+    }
+
     /// Whether faults come with load: the model fails attempts sent while
     /// busy at least 20 points more often than those sent while quiet, and
     /// by three standard errors of the difference, under a load that could
@@ -140,15 +160,7 @@ impl Retries {
     /// saturation and held to three attempts and the budget (78 % answered
     /// where eight attempts answer 98 %).
     pub fn saturated(&self, now: Instant) -> bool {
-        let t = self.totals(now);
-        if self.load < LIGHT_LOAD || t.busy.n < MIN_SIDE || t.quiet.n < MIN_SIDE {
-            return false;
-        }
-        let diff = t.busy.rate() - t.quiet.rate();
-        let all = t.busy.plus(t.quiet);
-        let p = all.rate();
-        let se = (p * (1.0 - p) * (1.0 / f64::from(t.busy.n) + 1.0 / f64::from(t.quiet.n))).sqrt();
-        diff >= 0.2 && diff >= 3.0 * se
+        self.read(now).saturated
     }
 
     /// Notes that a fault carried an overload signal (a Retry-After) or
@@ -169,73 +181,68 @@ impl Retries {
     /// whatever the status says (one region's replicas shedding at random
     /// answered 50 % 529 at any rate).
     pub fn belief(&self, now: Instant) -> Belief {
-        if self.saturated(now) {
-            return Belief::Overload;
+        let r = self.read(now);
+        let faults = r.t.faults;
+        let said = faults.n >= MIN_RETRIES && faults.bad * 2 > faults.n;
+        if r.saturated || (!r.judged && said) {
+            Belief::Overload
+        } else {
+            Belief::Loss
         }
-        let t = self.totals(now);
-        if !self.judged(now) && t.faults.n >= MIN_RETRIES && t.faults.bad * 2 > t.faults.n {
-            return Belief::Overload;
-        }
-        Belief::Loss
     }
 
     /// Whether there is load evidence enough to tell, and it says the faults
-    /// do not come with load.
+    /// do not come with load. The evidence is enough with enough attempts
+    /// sent busy and quiet, or enough sent at under one in flight on
+    /// average: Levee's own load cannot be what saturates a provider it
+    /// keeps under one attempt busy, and there busy and quiet barely
+    /// differ (against a provider answering at once, 2,400 attempts over
+    /// 40 s gave too few busy ones to judge, and a 60 % random loss was
+    /// held to the retry budget all along: 71 % answered live, against 78 %
+    /// for the SDK alone).
     pub fn judged_random(&self, now: Instant) -> bool {
-        self.judged(now) && !self.saturated(now)
+        let r = self.read(now);
+        r.judged && !r.saturated
     }
 
-    /// Whether there is load evidence enough to tell saturation from
-    /// random faults: enough attempts sent busy and quiet, or enough
-    /// attempts sent at under one in flight on average. Levee's own load
-    /// cannot be what saturates a provider it keeps under one attempt
-    /// busy, and there busy and quiet barely differ: against a provider
-    /// answering at once, 2,400 attempts over 40 s gave too few busy ones
-    /// to judge, and a 60 % random loss was held to the retry budget all
-    /// along (71 % answered live, against 78 % for the SDK alone).
-    fn judged(&self, now: Instant) -> bool {
-        let t = self.totals(now);
-        let both = t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE;
-        both || (self.load < LIGHT_LOAD && t.busy.n + t.quiet.n >= LIGHT_EVIDENCE)
-    }
-
-    /// Whether retries are winning: at least [`WINNING_SHARE`] of them
-    /// succeed and the model is not saturated (`None`: too few retries
-    /// lately to tell, and not saturated).
+    /// Whether retries are winning (`None`: too few retries lately to
+    /// tell, or no load evidence yet):
+    /// - saturated: losing, each retry takes another caller's place;
+    /// - half or more succeed: winning;
+    /// - clearly below [`WINNING_SHARE`] (beyond two standard errors):
+    ///   losing, once there are thirty retries. Ten retries at a true 40 %
+    ///   read under a third one time in three, and an incident's first
+    ///   answers are its fastest, its faults: the first thirty retries of a
+    ///   60 % random brownout read 16 % success;
+    /// - otherwise winning where the faults are judged random, unknown
+    ///   until they are (a provider just past its capacity also sees 40 %
+    ///   of its retries succeed, each in another caller's place). Sixteen
+    ///   retries at a true 40 % read 31 %: held to the budget for it, a
+    ///   random loss's first seconds failed 59 of 300 calls.
     pub fn winning(&self, now: Instant) -> Option<bool> {
-        if self.saturated(now) {
-            return Some(false);
-        }
-        let t = self.totals(now);
-        let share = 1.0 - t.retries.rate();
-        if t.retries.n < MIN_RETRIES {
-            return None;
-        }
-        // Between a third and a half, only with load evidence that the
-        // faults are random (a provider just past its capacity also sees
-        // 40 % of its retries succeed, each in another caller's place),
-        // and unknown until there is that evidence either way.
-        // Losing needs a clear read: ten retries at a true 40 % read under
-        // a third one time in three, and the first answers of an incident
-        // are its fastest, its faults (a 503 in 20 ms against successes in
-        // 200-800 ms): the first thirty retries of a 60 % random brownout
-        // read 16 % success. Below a third counts with thirty retries and
-        // beyond two standard errors.
-        // Where the faults are judged random, a share not clearly below a
-        // third is taken for winning: sixteen retries at a true 40 % read
-        // 31 %, and held to the budget meanwhile a random loss's first
-        // seconds failed 59 of 300 calls.
-        let clearly_losing = clearly_below(share, t.retries.n, WINNING_SHARE);
-        match (share >= 0.5, share >= WINNING_SHARE) {
-            (true, _) => Some(true),
-            (false, false) if clearly_losing && t.retries.n >= 3 * MIN_RETRIES => Some(false),
-            (false, false) if !clearly_losing && self.judged_random(now) => Some(true),
-            (false, false) => None,
-            (false, true) if self.judged_random(now) => Some(true),
-            (false, true) if self.judged(now) => Some(false),
-            (false, true) => None,
+        let r = self.read(now);
+        let n = r.t.retries.n;
+        let share = 1.0 - r.t.retries.rate();
+        if r.saturated {
+            Some(false)
+        } else if n < MIN_RETRIES {
+            None
+        } else if share >= 0.5 {
+            Some(true)
+        } else if clearly_below(share, n, WINNING_SHARE) {
+            (n >= 3 * MIN_RETRIES).then_some(false)
+        } else {
+            r.judged.then_some(true)
         }
     }
+}
+
+/// What [`Retries`] reads from its windows at one instant.
+struct Read {
+    t: RetryWindow,
+    /// Load evidence enough to tell saturation from random faults.
+    judged: bool,
+    saturated: bool,
 }
 
 /// Whether a share read as `share` over `n` is below `bound` by more than
