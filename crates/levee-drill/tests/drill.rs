@@ -266,17 +266,71 @@ async fn the_live_drill_falls_inside_the_simulators_spread_for_the_same_incident
 }
 
 /// The simulator's spread of (calls answered, upstream requests per call)
-/// over a few seeds for `scenarios/twin-429-storm.yaml`.
-fn simulated_storm() -> Vec<(f64, f64)> {
+/// over a few seeds for the twin scenario `file` in `scenarios/`.
+fn simulated_twin(file: &str) -> Vec<(f64, f64)> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios/twin-429-storm.yaml");
-    let sc = levee_sim::Scenario::load(&path).expect("twin storm scenario loads");
+        .join("../../scenarios")
+        .join(file);
+    let sc = levee_sim::Scenario::load(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
     (0..4)
         .map(|seed| {
             let v = &levee_sim::simulate(&sc, seed).variants[0];
             (v.success_ratio, v.attempts_per_request_mean)
         })
         .collect()
+}
+
+/// The lowest and highest of `pick` over a simulated spread.
+fn spread(sim: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64) -> (f64, f64) {
+    let lo = sim.iter().map(pick).fold(f64::INFINITY, f64::min);
+    let hi = sim.iter().map(pick).fold(0.0, f64::max);
+    (lo, hi)
+}
+
+/// A live twin run: `levee drill` at `rate` for `duration` with `fault`
+/// against a fresh mock and a gateway whose one route has the lines
+/// `route`; returns (calls answered, upstream requests per call, what it
+/// says of itself for a failed assertion).
+async fn live_twin(
+    route: &str,
+    fault: &str,
+    rate: f64,
+    timeout_ms: u64,
+    bound: Duration,
+) -> (f64, f64, String) {
+    let mock = levee_mock::spawn(
+        "127.0.0.1:0".parse().expect("addr"),
+        levee_mock::MockOptions::default(),
+    )
+    .await
+    .expect("mock starts");
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n{route}",
+        mock.url()
+    );
+    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let gw = levee_gateway::spawn(config, 7, std::future::pending())
+        .await
+        .expect("gateway starts");
+    let mut a = args(format!("http://{}", gw.addr), mock.url(), &[fault]);
+    a.rate = rate;
+    a.duration = "6s".into();
+    a.timeout_ms = timeout_ms;
+    let plan = a.plan().expect("plan");
+    let live = tokio::time::timeout(bound, levee_drill::run(&plan, false))
+        .await
+        .expect("the drill ends by itself")
+        .expect("the drill runs");
+    gw.shutdown().await;
+    mock.shutdown().await;
+    let calls = live.logical_requests.max(1) as f64;
+    let success = live.outcomes.get("success").copied().unwrap_or(0) as f64 / calls;
+    let per_call = live.upstream_requests as f64 / calls;
+    let said = format!(
+        "live: success {success:.3}, {per_call:.2} requests a call, outcomes {:?}, unanswered {}",
+        live.outcomes, live.unanswered
+    );
+    (success, per_call, said)
 }
 
 /// Real time, ~70 s, and sensitive to a starved machine: run alone with
@@ -288,73 +342,20 @@ fn simulated_storm() -> Vec<(f64, f64)> {
 #[ignore = "real time, ~70 s; run alone (see the doc comment)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_429_storm_falls_inside_the_simulators_spread() {
-    let mock = levee_mock::spawn(
-        "127.0.0.1:0".parse().expect("addr"),
-        levee_mock::MockOptions::default(),
-    )
-    .await
-    .expect("mock starts");
-    let text = format!(
-        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 3 }}\n    deadline: {{ default: 60s, max: 120s }}\n",
-        mock.url()
-    );
-    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let gw = levee_gateway::spawn(config, 7, std::future::pending())
-        .await
-        .expect("gateway starts");
-    let mut a = args(
-        format!("http://{}", gw.addr),
-        mock.url(),
-        &["status=429,retry_after=2,probability=0.6"],
-    );
-    a.rate = 20.0;
-    a.duration = "6s".into();
-    a.timeout_ms = 60_000;
-    let plan = a.plan().expect("plan");
-    let live = tokio::time::timeout(Duration::from_secs(150), levee_drill::run(&plan, false))
-        .await
-        .expect("the drill ends by itself")
-        .expect("the drill runs");
-    gw.shutdown().await;
-    mock.shutdown().await;
-
-    let calls = live.logical_requests.max(1) as f64;
-    let success = live.outcomes.get("success").copied().unwrap_or(0) as f64 / calls;
-    let per_call = live.upstream_requests as f64 / calls;
-    let sim = simulated_storm();
-    let said = format!(
-        "live: success {success:.3}, {per_call:.2} requests a call, outcomes {:?}, unanswered {}; simulated: {sim:?}",
-        live.outcomes, live.unanswered
-    );
+    let route = "    retry: { max_attempts: 3 }\n    deadline: { default: 60s, max: 120s }\n";
+    let fault = "status=429,retry_after=2,probability=0.6";
+    let (success, per_call, live) =
+        live_twin(route, fault, 20.0, 60_000, Duration::from_secs(150)).await;
+    let sim = simulated_twin("twin-429-storm.yaml");
+    let said = format!("{live}; simulated: {sim:?}");
     eprintln!("{said}");
-    let lo = |f: fn(&(f64, f64)) -> f64| sim.iter().map(f).fold(f64::INFINITY, f64::min);
-    let hi = |f: fn(&(f64, f64)) -> f64| sim.iter().map(f).fold(0.0, f64::max);
+    let ((s_lo, s_hi), (c_lo, c_hi)) = (spread(&sim, |s| s.0), spread(&sim, |s| s.1));
     // 120 calls: give or take 8 points of success and 10 % of requests a
     // call around the simulator's range.
-    assert!(
-        success >= lo(|s| s.0) - 0.08 && success <= hi(|s| s.0) + 0.08,
-        "{said}"
-    );
-    assert!(
-        per_call >= 0.9 * lo(|s| s.1) && per_call <= 1.1 * hi(|s| s.1),
-        "{said}"
-    );
+    assert!(success >= s_lo - 0.08 && success <= s_hi + 0.08, "{said}");
+    assert!(per_call >= 0.9 * c_lo && per_call <= 1.1 * c_hi, "{said}");
     // The storm never shuts the model: most calls are answered.
     assert!(success > 0.6, "{said}");
-}
-
-/// The simulator's (calls answered, upstream requests per call) over a few
-/// seeds for `scenarios/twin-random-loss.yaml`.
-fn simulated_random_loss() -> Vec<(f64, f64)> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios/twin-random-loss.yaml");
-    let sc = levee_sim::Scenario::load(&path).expect("twin random loss scenario loads");
-    (0..4)
-        .map(|seed| {
-            let v = &levee_sim::simulate(&sc, seed).variants[0];
-            (v.success_ratio, v.attempts_per_request_mean)
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,56 +363,16 @@ async fn a_live_random_loss_agrees_with_the_simulator_within_ten_percent() {
     // 60 % of requests 503 at random, Levee's default route (no retry
     // block): graded admission refuses nothing and retries that win get
     // eight attempts, live as in the simulator.
-    let mock = levee_mock::spawn(
-        "127.0.0.1:0".parse().expect("addr"),
-        levee_mock::MockOptions::default(),
-    )
-    .await
-    .expect("mock starts");
-    let text = format!(
-        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
-        mock.url()
-    );
-    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let gw = levee_gateway::spawn(config, 7, std::future::pending())
-        .await
-        .expect("gateway starts");
-    let mut a = args(
-        format!("http://{}", gw.addr),
-        mock.url(),
-        &["status=503,probability=0.6"],
-    );
-    a.rate = 50.0;
-    a.duration = "6s".into();
-    a.timeout_ms = 30_000;
-    let plan = a.plan().expect("plan");
-    let live = tokio::time::timeout(Duration::from_secs(60), levee_drill::run(&plan, false))
-        .await
-        .expect("the drill ends by itself")
-        .expect("the drill runs");
-    gw.shutdown().await;
-    mock.shutdown().await;
-
-    let calls = live.logical_requests.max(1) as f64;
-    let success = live.outcomes.get("success").copied().unwrap_or(0) as f64 / calls;
-    let per_call = live.upstream_requests as f64 / calls;
-    let sim = simulated_random_loss();
-    let said = format!(
-        "live: success {success:.3}, {per_call:.2} requests a call, outcomes {:?}; simulated: {sim:?}",
-        live.outcomes
-    );
+    let fault = "status=503,probability=0.6";
+    let (success, per_call, live) =
+        live_twin("", fault, 50.0, 30_000, Duration::from_secs(60)).await;
+    let sim = simulated_twin("twin-random-loss.yaml");
+    let said = format!("{live}; simulated: {sim:?}");
     eprintln!("{said}");
-    let lo = |f: fn(&(f64, f64)) -> f64| sim.iter().map(f).fold(f64::INFINITY, f64::min);
-    let hi = |f: fn(&(f64, f64)) -> f64| sim.iter().map(f).fold(0.0, f64::max);
+    let ((s_lo, s_hi), (c_lo, c_hi)) = (spread(&sim, |s| s.0), spread(&sim, |s| s.1));
     // Within 10 % of the simulator's range on both.
-    assert!(
-        success >= 0.9 * lo(|s| s.0) && success <= 1.1 * hi(|s| s.0),
-        "{said}"
-    );
-    assert!(
-        per_call >= 0.9 * lo(|s| s.1) && per_call <= 1.1 * hi(|s| s.1),
-        "{said}"
-    );
+    assert!(success >= 0.9 * s_lo && success <= 1.1 * s_hi, "{said}");
+    assert!(per_call >= 0.9 * c_lo && per_call <= 1.1 * c_hi, "{said}");
     // And never worse than a single attempt would be, by a wide margin.
     assert!(success >= 0.9, "{said}");
 }
