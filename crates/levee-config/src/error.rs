@@ -161,4 +161,20 @@ pub enum RouteProblem {
     ZeroAttemptTimeout,
     #[error("`passthrough` entry `{entry}`: {why}")]
     Passthrough { entry: String, why: &'static str },
+    #[error("`match` has exact names (`model`/`models`) and `model_prefix`: a route matches exact names or a prefix, not both; split it in two routes")]
+    ExactAndPrefix,
+    #[error("`match.models` is empty or names an empty model: list the exact names, like `[gpt-4o, gpt-4o-2024-08-06]`")]
+    EmptyModels,
+    #[error("model `{name}` is matched exactly by route {other} too: an exact name belongs to one route (for that endpoint)")]
+    DuplicateExact { name: String, other: usize },
+    #[error("a balanced group needs at least one member: `balance: [ {{ provider: NAME, model: MODEL, weight: 1 }}, ... ]`")]
+    EmptyGroup,
+    #[error(
+        "`weight` must be a number above 0 (got {0}): a member's share of its group's traffic"
+    )]
+    Weight(f64),
+    #[error("a target needs `provider: NAME` (or a provider's name alone)")]
+    NoProvider,
+    #[error("{0}: a target is a provider or a balanced group (`balance:`), not both")]
+    GroupShape(&'static str),
 }

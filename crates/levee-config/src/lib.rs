@@ -35,11 +35,11 @@ pub use model::{
     derived_max_in_flight, Caller, CallerKey, IdempotencySettings, InFlightCap, Limits, Match,
     Provider, Route, StateBackend, Target, Telemetry,
 };
-pub use platform::{ApiKind, Platform};
+pub use platform::{ApiKind, ModelNames, Platform};
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
 pub use values::{
-    Api, AtLeastOne, Auth, BackendKind, BaseUrl, Http2, ListenAddr, OnUnavailable, OtlpEndpoint,
-    RedisUrl, Sha256Digest, ValueSource,
+    Api, AtLeastOne, Auth, BackendKind, BalanceStrategy, BaseUrl, Http2, ListenAddr, OnUnavailable,
+    OnUntranslatable, OtlpEndpoint, RedisUrl, Sha256Digest, ValueSource,
 };
 
 use std::net::SocketAddr;
@@ -128,9 +128,15 @@ impl Config {
 
     /// The route for a request, if any.
     pub fn route_for(&self, path: &str, model: &str) -> Option<usize> {
+        // Exact names win over prefixes, wherever they stand in the file.
         self.routes
             .iter()
-            .position(|r| r.matcher.matches(path, model))
+            .position(|r| r.matcher.is_exact() && r.matcher.matches(path, model))
+            .or_else(|| {
+                self.routes
+                    .iter()
+                    .position(|r| !r.matcher.is_exact() && r.matcher.matches(path, model))
+            })
     }
 }
 

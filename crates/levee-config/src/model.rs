@@ -103,19 +103,28 @@ pub fn derived_max_in_flight(requests_per_minute: u32, burst: u32, expected: Dur
     u32::try_from(in_flight.saturating_add(u64::from(burst))).unwrap_or(u32::MAX)
 }
 
-/// One route target.
+/// One route target: a provider alone, or a member of a balanced group.
 #[derive(Clone, Debug)]
 pub struct Target {
     /// Index into [`crate::Config::providers`].
     pub provider: usize,
-    /// Model name to send instead of the caller's (none: strip the route prefix).
+    /// Model name to send instead of the caller's (none: the caller's, a
+    /// route prefix that ends at a separator removed).
     pub model: Option<String>,
     pub expected_attempt: Duration,
+    /// The balanced group it is a member of: an index into
+    /// [`Route::policy`]'s groups.
+    pub group: Option<usize>,
+    /// Its weight in its group (1 outside one).
+    pub weight: f64,
 }
 
-/// How a route matches a request.
+/// How a route matches a request: exact model names, or a model prefix,
+/// or neither (every model); and optionally one endpoint.
 #[derive(Clone, Debug, Default)]
 pub struct Match {
+    /// Exact model names (`match.model` and `match.models`); empty: none.
+    pub models: Vec<String>,
     pub model_prefix: Option<String>,
     pub path: Option<String>,
 }
@@ -123,10 +132,38 @@ pub struct Match {
 impl Match {
     /// Whether a request to `path` for `model` matches.
     pub fn matches(&self, path: &str, model: &str) -> bool {
-        self.model_prefix
-            .as_deref()
-            .is_none_or(|p| model.starts_with(p))
-            && self.path.as_deref().is_none_or(|p| p == path)
+        let model_ok = match self.is_exact() {
+            true => self.models.iter().any(|m| m == model),
+            false => self
+                .model_prefix
+                .as_deref()
+                .is_none_or(|p| model.starts_with(p)),
+        };
+        model_ok && self.path.as_deref().is_none_or(|p| p == path)
+    }
+
+    /// Whether it matches exact names (which win over prefixes, wherever
+    /// they stand in the file).
+    pub fn is_exact(&self) -> bool {
+        !self.models.is_empty()
+    }
+
+    /// The prefix removed from the caller's model before it goes upstream:
+    /// the route's prefix when it ends at a separator (`/` or `:`), with
+    /// the separator that follows it in `model` when it does not end in
+    /// one itself (`openai` for `openai/gpt-4o`); else nothing (`claude-`
+    /// leaves `claude-sonnet-4-5` whole).
+    pub fn strip<'a>(&self, model: &'a str) -> &'a str {
+        let Some(p) = self.model_prefix.as_deref().filter(|p| !p.is_empty()) else {
+            return model;
+        };
+        let Some(rest) = model.strip_prefix(p) else {
+            return model;
+        };
+        if p.ends_with(['/', ':']) {
+            return rest;
+        }
+        rest.strip_prefix(['/', ':']).unwrap_or(model)
     }
 }
 
@@ -150,6 +187,11 @@ pub struct Route {
     /// Provider paths carried unchanged besides the endpoints Levee serves
     /// itself: each exact, or a prefix when it ends in `/`.
     pub passthrough: Vec<String>,
+    /// What a target that cannot carry a request does with it.
+    pub on_untranslatable: crate::values::OnUntranslatable,
+    /// How many targets the route's first entry has: 1, or its balanced
+    /// group's members (the traffic that is the route's own, not fallback).
+    pub first_entry: usize,
 }
 
 impl Route {
@@ -169,15 +211,19 @@ impl Route {
         }
     }
 
-    /// The model to send to target `t` for a caller's `model`.
+    /// The model to send to target `t` for a caller's `model`: the
+    /// target's own, else the caller's (see [`Match::strip`]).
     pub fn rewrite_model<'a>(&'a self, t: usize, model: &'a str) -> &'a str {
         if let Some(m) = self.targets.get(t).and_then(|t| t.model.as_deref()) {
             return m;
         }
-        match self.matcher.model_prefix.as_deref() {
-            Some(p) => model.strip_prefix(p).unwrap_or(model),
-            None => model,
-        }
+        self.matcher.strip(model)
+    }
+
+    /// Whether target `t` is in the route's first entry: the primary, or a
+    /// member of a balanced group in first place.
+    pub fn is_primary(&self, t: usize) -> bool {
+        t < self.first_entry
     }
 }
 

@@ -153,6 +153,47 @@ pub(crate) struct PlatformKeys<'a> {
     pub token_url: Option<&'a str>,
 }
 
+/// How a vendor names its models: what a target on it with no `model` of
+/// its own must be sent, for `levee check`'s routing warnings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelNames {
+    /// The vendor, as a person says it.
+    pub vendor: &'static str,
+    /// How its model names start.
+    pub starts: &'static [&'static str],
+    /// Its names in words.
+    pub shape: &'static str,
+}
+
+impl Platform {
+    /// How the vendor behind a provider of `api` at `base_url` names its
+    /// models, where that is known; `None` where any name may be right (an
+    /// OpenAI-compatible server, Azure deployments, Vertex, Gemini).
+    pub fn model_names(&self, api: Api, base_url: &http::Uri) -> Option<ModelNames> {
+        match (self, api, base_url.host()) {
+            (Platform::Bedrock { .. }, _, _) => Some(ModelNames {
+                vendor: "Bedrock",
+                starts: &["anthropic.", "us.", "eu.", "apac.", "global.", "arn:"],
+                shape: "`anthropic.claude-…`, an inference profile such as `us.anthropic.claude-…`, or an ARN",
+            }),
+            (Platform::Direct, Api::Anthropic, Some("api.anthropic.com")) => Some(ModelNames {
+                vendor: "Anthropic",
+                starts: &["claude-"],
+                shape: "`claude-…`",
+            }),
+            (Platform::Direct, Api::OpenAi, Some("api.openai.com")) => Some(ModelNames {
+                vendor: "OpenAI",
+                starts: &[
+                    "gpt-", "o1", "o3", "o4", "chatgpt-", "text-embedding-", "omni-moderation",
+                    "codex-", "computer-use", "davinci", "babbage", "ft:",
+                ],
+                shape: "`gpt-…`, `o3…`, `text-embedding-…`",
+            }),
+            _ => None,
+        }
+    }
+}
+
 impl PlatformKeys<'_> {
     /// The provider's platform and base URL from its `api` and the keys
     /// that go with it; `Err` names the key at fault and the problem.

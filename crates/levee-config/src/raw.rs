@@ -122,16 +122,21 @@ pub struct RawRoute {
     /// Further provider paths this route carries unchanged (exact, or a
     /// prefix ending in `/`).
     pub passthrough: Option<Vec<String>>,
+    pub on_untranslatable: Option<crate::values::OnUntranslatable>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMatch {
+    pub model: Option<String>,
+    pub models: Option<Vec<String>>,
     pub model_prefix: Option<String>,
     pub path: Option<String>,
 }
 
-/// `targets:` items: a provider's name, or `{ provider, model, expected_attempt_ms }`.
+/// `targets:` items: a provider's name, `{ provider, model,
+/// expected_attempt_ms }`, or a balanced group `{ balance: [members],
+/// strategy }` whose members have the first two forms and a `weight`.
 #[derive(Debug)]
 pub enum RawTarget {
     Name(String),
@@ -146,7 +151,9 @@ impl<'de> Deserialize<'de> for RawTarget {
         impl<'de> Visitor<'de> for V {
             type Value = RawTarget;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a provider name or `{ provider: NAME, model: MODEL }`")
+                f.write_str(
+                    "a provider name, `{ provider: NAME, model: MODEL }` or `{ balance: [...] }`",
+                )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RawTarget, E> {
                 Ok(RawTarget::Name(v.to_string()))
@@ -163,9 +170,50 @@ impl<'de> Deserialize<'de> for RawTarget {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTargetFull {
-    pub provider: String,
+    pub provider: Option<String>,
     pub model: Option<String>,
     pub expected_attempt_ms: Option<AtLeastOne<u64>>,
+    /// A balanced group's members.
+    pub balance: Option<Vec<RawMember>>,
+    pub strategy: Option<crate::values::BalanceStrategy>,
+}
+
+/// A balanced group's member: a provider's name, or `{ provider, model,
+/// weight, expected_attempt_ms }`.
+#[derive(Debug)]
+pub enum RawMember {
+    Name(String),
+    Full(RawMemberFull),
+}
+
+impl<'de> Deserialize<'de> for RawMember {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawMember;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a provider name or `{ provider: NAME, model: MODEL, weight: 1 }`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawMember, E> {
+                Ok(RawMember::Name(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawMember, A::Error> {
+                RawMemberFull::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawMember::Full)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMemberFull {
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub expected_attempt_ms: Option<AtLeastOne<u64>>,
+    /// The member's share of its group's traffic (default 1).
+    pub weight: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,10 +6,13 @@ use crate::defaults;
 use crate::error::{ConfigError, Problem, RouteProblem, Source};
 use crate::locate::Seg::{self, Index, Key};
 use crate::model::{Match, Provider, Route, Target};
-use crate::raw::{RawBackoff, RawBreaker, RawOn, RawRetry, RawRoute, RawTarget};
+use crate::raw::{
+    RawBackoff, RawBreaker, RawMember, RawOn, RawRetry, RawRoute, RawTarget, RawTargetFull,
+};
 use levee_policy::backoff::{self, Backoff, Jitter};
 use levee_policy::classify::{Classifier, RetryOn};
 use levee_policy::deadline::DeadlinePolicy;
+use levee_policy::planner::balance::{Group, MAX_TARGETS};
 use levee_policy::planner::RoutePolicy;
 use levee_policy::{BreakerSettings, BudgetSettings, RetryBudget};
 use std::time::Duration;
@@ -53,36 +56,99 @@ pub(crate) fn resolve_routes(
         set_by: vec![None; declared.len()],
         declared,
     };
-    let mut routes = Vec::with_capacity(raw.len());
+    let mut routes: Vec<Route> = Vec::with_capacity(raw.len());
     for (i, r) in raw.iter().enumerate() {
-        let (matcher, name) = matcher(r);
+        let at = |path: Vec<Seg<'static>>, name: String, problem: RouteProblem| {
+            let mut full = vec![Key("routes"), Index(i)];
+            full.extend(path);
+            let problem = Problem::Route {
+                number: i + 1,
+                name,
+                problem,
+            };
+            ConfigError::at(src, &full, problem)
+        };
+        let (matcher, name) = matcher(r).map_err(|e| at(e.path, route_name(r), e.problem))?;
+        if let Some((name, other)) = duplicate_exact(&matcher, &routes) {
+            let problem = RouteProblem::DuplicateExact { name, other };
+            return Err(at(vec![Key("match")], route_name(r), problem));
+        }
         let route = resolve_route(i, r, matcher, &name, providers, &mut breakers, builtin_mock)
-            .map_err(|e| {
-                let mut path = vec![Key("routes"), Index(i)];
-                path.extend(e.path);
-                let problem = Problem::Route {
-                    number: i + 1,
-                    name,
-                    problem: e.problem,
-                };
-                ConfigError::at(src, &path, problem)
-            })?;
+            .map_err(|e| at(e.path, name.clone(), e.problem))?;
         routes.push(route);
     }
     Ok(routes)
 }
 
-fn matcher(r: &RawRoute) -> (Match, String) {
+/// A route's name before its match is checked.
+fn route_name(r: &RawRoute) -> String {
+    let m = r.matcher.as_ref();
+    m.and_then(|m| m.model.clone())
+        .or_else(|| m.and_then(|m| m.models.as_ref()?.first().cloned()))
+        .or_else(|| m.and_then(|m| m.model_prefix.clone()))
+        .or_else(|| m.and_then(|m| m.path.clone()))
+        .unwrap_or_else(|| "default".to_string())
+}
+
+/// The first exact name of `m` an earlier route also matches exactly, for
+/// the same endpoint, and that route's number.
+fn duplicate_exact(m: &Match, earlier: &[Route]) -> Option<(String, usize)> {
+    for (j, other) in earlier.iter().enumerate() {
+        let paths_meet = match (&m.path, &other.matcher.path) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        if !paths_meet {
+            continue;
+        }
+        if let Some(name) = m.models.iter().find(|n| other.matcher.models.contains(n)) {
+            return Some((name.clone(), j + 1));
+        }
+    }
+    None
+}
+
+/// The route's match and its name (its first exact name, its prefix, its
+/// path, or `default`).
+fn matcher(r: &RawRoute) -> Result<(Match, String), RouteError> {
+    let raw = r.matcher.as_ref();
+    let mut models: Vec<String> = raw.and_then(|m| m.model.clone()).into_iter().collect();
+    if let Some(list) = raw.and_then(|m| m.models.as_ref()) {
+        if list.is_empty() {
+            return Err(RouteError::new(
+                &[Key("match"), Key("models")],
+                RouteProblem::EmptyModels,
+            ));
+        }
+        for m in list {
+            if !models.contains(m) {
+                models.push(m.clone());
+            }
+        }
+    }
+    if models.iter().any(String::is_empty) {
+        return Err(RouteError::new(&[Key("match")], RouteProblem::EmptyModels));
+    }
+    let model_prefix = raw.and_then(|m| m.model_prefix.clone());
+    if !models.is_empty() && model_prefix.is_some() {
+        return Err(RouteError::new(
+            &[Key("match")],
+            RouteProblem::ExactAndPrefix,
+        ));
+    }
     let matcher = Match {
-        model_prefix: r.matcher.as_ref().and_then(|m| m.model_prefix.clone()),
-        path: r.matcher.as_ref().and_then(|m| m.path.clone()),
+        models,
+        model_prefix,
+        path: raw.and_then(|m| m.path.clone()),
     };
     let name = matcher
-        .model_prefix
-        .clone()
+        .models
+        .first()
+        .cloned()
+        .or_else(|| matcher.model_prefix.clone())
         .or_else(|| matcher.path.clone())
         .unwrap_or_else(|| "default".to_string());
-    (matcher, name)
+    Ok((matcher, name))
 }
 
 fn resolve_route(
@@ -97,9 +163,13 @@ fn resolve_route(
     let expected = r
         .expected_attempt_ms
         .map_or(defaults::EXPECTED_ATTEMPT_MS, |v| v.0);
-    let targets = match &r.targets {
+    let (targets, groups, first_entry) = match &r.targets {
         Some(list) => listed_targets(list, providers, expected)?,
-        None => vec![default_target(&matcher, providers, expected, builtin_mock)?],
+        None => (
+            vec![default_target(&matcher, providers, expected, builtin_mock)?],
+            Vec::new(),
+            1,
+        ),
     };
     if let Some(b) = &r.circuit_breaker {
         apply_breaker(i, b, &targets, providers, breakers)?;
@@ -117,9 +187,15 @@ fn resolve_route(
         name: name.to_string(),
         matcher,
         deadline,
-        policy: policy(r, &targets, None)?,
-        once: policy(r, &targets, Some(1))?,
+        policy: policy(r, &targets, None)?
+            .with_groups(groups.clone())
+            .map_err(|e| RouteError::new(&[Key("targets")], e))?,
+        once: policy(r, &targets, Some(1))?
+            .with_groups(groups)
+            .map_err(|e| RouteError::new(&[Key("targets")], e))?,
         passthrough,
+        on_untranslatable: r.on_untranslatable.unwrap_or_default(),
+        first_entry,
         budget: budget(r.retry.as_ref())?,
         targets,
         max_in_flight: r
@@ -132,11 +208,13 @@ fn resolve_route(
     })
 }
 
+/// A route's targets, flat (a group's members in a run), its balanced
+/// groups, and how many targets its first entry has.
 fn listed_targets(
     list: &[RawTarget],
     providers: &[Provider],
     route_expected: u64,
-) -> Result<Vec<Target>, RouteError> {
+) -> Result<(Vec<Target>, Vec<Group>, usize), RouteError> {
     if list.is_empty() {
         return Err(RouteError::new(
             &[Key("targets")],
@@ -144,26 +222,117 @@ fn listed_targets(
         ));
     }
     let mut targets = Vec::with_capacity(list.len());
+    let mut groups = Vec::new();
+    let mut first_entry = 1;
     for (ti, t) in list.iter().enumerate() {
+        let at = [Key("targets"), Index(ti)];
         let (name, model, expected) = match t {
-            RawTarget::Name(n) => (n.as_str(), None, None),
-            RawTarget::Full(f) => (f.provider.as_str(), f.model.clone(), f.expected_attempt_ms),
+            RawTarget::Name(n) => (Some(n.as_str()), None, None),
+            RawTarget::Full(f) if f.balance.is_none() => {
+                if f.strategy.is_some() {
+                    let problem = RouteProblem::GroupShape("`strategy` is a balanced group's");
+                    return Err(RouteError::new(&at, problem));
+                }
+                (
+                    f.provider.as_deref(),
+                    f.model.clone(),
+                    f.expected_attempt_ms,
+                )
+            }
+            RawTarget::Full(g) => {
+                let group = group(g, &at, targets.len())?;
+                if ti == 0 {
+                    first_entry = group.weights.len();
+                }
+                for (mi, m) in g.balance.iter().flatten().enumerate() {
+                    let mat = [Key("targets"), Index(ti), Key("balance"), Index(mi)];
+                    let expected = g.expected_attempt_ms.map_or(route_expected, |v| v.0);
+                    let (name, model, own) = match m {
+                        RawMember::Name(n) => (Some(n.as_str()), None, None),
+                        RawMember::Full(f) => (
+                            f.provider.as_deref(),
+                            f.model.clone(),
+                            f.expected_attempt_ms,
+                        ),
+                    };
+                    let mut target =
+                        one_target(name, model, own.map_or(expected, |v| v.0), providers, &mat)?;
+                    target.weight = group.weights[mi];
+                    target.group = Some(groups.len());
+                    targets.push(target);
+                }
+                groups.push(group);
+                continue;
+            }
         };
-        let Some(provider) = providers.iter().position(|p| p.name == name) else {
-            let known: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
-            let problem = RouteProblem::UnknownProvider {
-                name: name.to_string(),
-                known: known.join(", "),
-            };
-            return Err(RouteError::new(&[Key("targets"), Index(ti)], problem));
-        };
-        targets.push(Target {
-            provider,
-            model,
-            expected_attempt: Duration::from_millis(expected.map_or(route_expected, |v| v.0)),
-        });
+        let expected = expected.map_or(route_expected, |v| v.0);
+        targets.push(one_target(name, model, expected, providers, &at)?);
     }
-    Ok(targets)
+    if targets.len() > MAX_TARGETS {
+        let problem = RouteProblem::Plan(levee_policy::planner::PlanError::TooManyTargets(
+            targets.len(),
+        ));
+        return Err(RouteError::new(&[Key("targets")], problem));
+    }
+    Ok((targets, groups, first_entry))
+}
+
+/// A balanced group's shape checked (members, weights), starting at
+/// target `start`.
+fn group(g: &RawTargetFull, at: &[Seg<'static>], start: usize) -> Result<Group, RouteError> {
+    if g.provider.is_some() || g.model.is_some() {
+        let problem = RouteProblem::GroupShape("`provider` and `model` go on its members");
+        return Err(RouteError::new(at, problem));
+    }
+    let members = g.balance.as_deref().unwrap_or_default();
+    if members.is_empty() {
+        return Err(RouteError::new(at, RouteProblem::EmptyGroup));
+    }
+    let mut weights = Vec::with_capacity(members.len());
+    for (mi, m) in members.iter().enumerate() {
+        let weight = match m {
+            RawMember::Full(f) => f.weight.unwrap_or(1.0),
+            RawMember::Name(_) => 1.0,
+        };
+        if !weight.is_finite() || weight <= 0.0 {
+            let wat = [at, &[Key("balance"), Index(mi), Key("weight")]].concat();
+            return Err(RouteError::new(&wat, RouteProblem::Weight(weight)));
+        }
+        weights.push(weight);
+    }
+    Ok(Group {
+        start,
+        weights,
+        strategy: g.strategy.unwrap_or_default().0,
+    })
+}
+
+/// One provider target (alone or a group's member) at `at`.
+fn one_target(
+    name: Option<&str>,
+    model: Option<String>,
+    expected: u64,
+    providers: &[Provider],
+    at: &[Seg<'static>],
+) -> Result<Target, RouteError> {
+    let Some(name) = name else {
+        return Err(RouteError::new(at, RouteProblem::NoProvider));
+    };
+    let Some(provider) = providers.iter().position(|p| p.name == name) else {
+        let known: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+        let problem = RouteProblem::UnknownProvider {
+            name: name.to_string(),
+            known: known.join(", "),
+        };
+        return Err(RouteError::new(at, problem));
+    };
+    Ok(Target {
+        provider,
+        model,
+        expected_attempt: Duration::from_millis(expected),
+        group: None,
+        weight: 1.0,
+    })
 }
 
 /// No `targets`: the provider named like the model prefix; else, with the
@@ -178,7 +347,7 @@ fn default_target(
     let guess = matcher
         .model_prefix
         .as_deref()
-        .map(|p| p.trim_end_matches('/'))
+        .map(|p| p.trim_end_matches(['/', ':']))
         .unwrap_or("");
     let provider = match providers.iter().position(|p| p.name == guess) {
         Some(p) => p,
@@ -194,6 +363,8 @@ fn default_target(
         provider,
         model: None,
         expected_attempt: Duration::from_millis(expected),
+        group: None,
+        weight: 1.0,
     })
 }
 

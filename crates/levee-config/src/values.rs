@@ -251,6 +251,49 @@ from_words!(
     ]
 );
 
+/// What a route does with a request one of its targets cannot carry (a
+/// parameter the target's dialect has no way to say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnUntranslatable {
+    /// Pass the target over for the next one that can carry it.
+    #[default]
+    Skip,
+    /// Answer 400, naming the parameter and the target.
+    Fail,
+    /// Send the request without the parameters the target cannot carry,
+    /// and say which (`x-levee-dropped-params`, the log's `dropped_params`).
+    Drop,
+}
+
+from_words!(
+    OnUntranslatable,
+    "on_untranslatable",
+    [
+        ("skip", OnUntranslatable::Skip),
+        ("fail", OnUntranslatable::Fail),
+        ("drop", OnUntranslatable::Drop)
+    ]
+);
+
+/// How a balanced group picks the member a request tries first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct BalanceStrategy(pub levee_policy::planner::balance::Strategy);
+
+from_words!(
+    BalanceStrategy,
+    "strategy",
+    [
+        (
+            "weighted_random",
+            BalanceStrategy(levee_policy::planner::balance::Strategy::WeightedRandom)
+        ),
+        (
+            "least_in_flight",
+            BalanceStrategy(levee_policy::planner::balance::Strategy::LeastInFlight)
+        )
+    ]
+);
+
 /// A checked Redis URL (see [`check_redis_url`]); errors show it redacted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisUrl(pub String);

@@ -62,6 +62,19 @@ fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
             ("providers.<name>.project", "my-project"),
         ],
         p if p.starts_with("state.") && p != "state.backend" => vec![("state.backend", "redis")],
+        // A balanced group stands where the base's target is: no provider
+        // of its own, a member on one.
+        "routes[].targets[].balance" | "routes[].targets[].balance[].provider" => {
+            vec![("routes[].targets[].provider", "null")]
+        }
+        p if p.starts_with("routes[].targets[].balance[].")
+            || p == "routes[].targets[].strategy" =>
+        {
+            vec![
+                ("routes[].targets[].provider", "null"),
+                ("routes[].targets[].balance[].provider", "openai"),
+            ]
+        }
         _ => vec![],
     }
 }

@@ -16,8 +16,9 @@ const WATCHDOG: Duration = Duration::from_secs(20);
 const ANTHROPIC_VERSION: (&str, &str) = ("anthropic-version", "2023-06-01");
 
 /// An OpenAI provider (mock0) and an Anthropic one (mock1); a route per
-/// prefix, one with a fixed model, and a default route to OpenAI.
-const CONFIG: &str = "providers:\n  oa: { api: openai, base_url: \"{mock0}\" }\n  an: { api: anthropic, base_url: \"{mock1}\" }\nroutes:\n  - match: { model_prefix: \"claude/\" }\n    targets: [an]\n  - match: { model_prefix: \"fast\" }\n    targets: [{ provider: oa, model: gpt-4o-mini }]\n  - targets: [oa]\n";
+/// prefix (one with an OpenAI fallback model, one with a fixed model), an
+/// exact name, and a default route to OpenAI.
+const CONFIG: &str = "providers:\n  oa: { api: openai, base_url: \"{mock0}\" }\n  an: { api: anthropic, base_url: \"{mock1}\" }\nroutes:\n  - match: { model_prefix: \"claude/\" }\n    targets: [an, { provider: oa, model: gpt-4.1 }]\n  - match: { model_prefix: \"fast\" }\n    targets: [{ provider: oa, model: gpt-4o-mini }]\n  - match: { models: [house-model] }\n    targets: [{ provider: oa, model: gpt-4o }]\n  - targets: [oa]\n";
 
 async fn get(env: &Local, path: &str, headers: &[(&str, &str)]) -> Resp {
     let mut b = http::Request::get(path);
@@ -56,12 +57,21 @@ async fn the_list_names_models_a_caller_can_send_and_each_one_is_carried() {
     for want in [
         "claude/claude-sonnet-4-5",
         "claude/claude-haiku-4-5",
-        "fastgpt-4o-mini",
+        "fast/gpt-4o-mini",
+        "house-model",
         "gpt-4.1",
         "text-embedding-3-small",
     ] {
         assert!(listed.iter().any(|id| id == want), "{want} in {listed:?}");
     }
+    // A fallback's model is not listed under its primary's prefix: asked
+    // for, `claude/gpt-4.1` would go to Anthropic as `gpt-4.1`.
+    assert!(
+        !listed
+            .iter()
+            .any(|id| id == "claude/gpt-4.1" || id == "fastgpt-4o-mini"),
+        "{listed:?}"
+    );
     assert!(
         !listed
             .iter()
@@ -105,9 +115,9 @@ async fn an_anthropic_caller_gets_anthropics_list_shape_and_pages() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| m["id"] == "fastgpt-4o-mini")
+        .find(|m| m["id"] == "fast/gpt-4o-mini")
         .unwrap_or_else(|| panic!("{v}"));
-    assert_eq!(fixed["created_at"], "1970-01-01T00:00:00Z");
+    assert_eq!(fixed["display_name"], "gpt-4o-mini");
     // A page at a time, as Anthropic's SDK asks.
     let first = get(&env, "/v1/models?limit=2", &[ANTHROPIC_VERSION])
         .await

@@ -563,13 +563,19 @@ fn model_object(out: &mut String, dialect: Dialect, id: &str) {
     }
 }
 
-/// The model list: OpenAI's whole, Anthropic's one page of `page` (20 by
-/// default, as Anthropic answers).
-pub(crate) fn models(dialect: Dialect, page: &Page) -> Bytes {
-    let all: &[&str] = match dialect {
-        Dialect::OpenAi => &OPENAI_MODELS,
-        Dialect::Anthropic => &ANTHROPIC_MODELS,
-    };
+/// The models a provider of `dialect` lists: `served` when the fault set
+/// names them, else the built-in catalogue.
+pub(crate) fn catalogue(dialect: Dialect, served: Option<&[String]>) -> Vec<&str> {
+    match (served, dialect) {
+        (Some(s), _) => s.iter().map(String::as_str).collect(),
+        (None, Dialect::OpenAi) => OPENAI_MODELS.to_vec(),
+        (None, Dialect::Anthropic) => ANTHROPIC_MODELS.to_vec(),
+    }
+}
+
+/// The model list `all`: OpenAI's whole, Anthropic's one page of `page`
+/// (20 by default, as Anthropic answers).
+pub(crate) fn models(dialect: Dialect, all: &[&str], page: &Page) -> Bytes {
     let ids = match dialect {
         Dialect::OpenAi => all,
         Dialect::Anthropic => {
@@ -617,12 +623,8 @@ pub(crate) fn models(dialect: Dialect, page: &Page) -> Bytes {
     Bytes::from(out)
 }
 
-/// One model, or `None` when the provider has no model of that id.
-pub(crate) fn model(dialect: Dialect, id: &str) -> Option<Bytes> {
-    let all: &[&str] = match dialect {
-        Dialect::OpenAi => &OPENAI_MODELS,
-        Dialect::Anthropic => &ANTHROPIC_MODELS,
-    };
+/// One model of `all`, or `None` when the provider has no model of that id.
+pub(crate) fn model(dialect: Dialect, all: &[&str], id: &str) -> Option<Bytes> {
     if !all.contains(&id) {
         return None;
     }
@@ -707,11 +709,17 @@ mod tests {
         assert_eq!(e["data"][1]["embedding"].as_array().unwrap().len(), 4);
         let resp = json(&response(&r));
         assert_eq!(resp["output"][0]["content"][0]["type"], "output_text");
-        json(&models(Dialect::OpenAi, &Page::default()));
-        json(&models(Dialect::Anthropic, &Page::default()));
-        let m = json(&model(Dialect::Anthropic, "claude-haiku-4-5").unwrap_or_default());
+        json(&models(Dialect::OpenAi, &OPENAI_MODELS, &Page::default()));
+        json(&models(
+            Dialect::Anthropic,
+            &ANTHROPIC_MODELS,
+            &Page::default(),
+        ));
+        let m = json(
+            &model(Dialect::Anthropic, &ANTHROPIC_MODELS, "claude-haiku-4-5").unwrap_or_default(),
+        );
         assert_eq!(m["id"], "claude-haiku-4-5");
-        assert!(model(Dialect::Anthropic, "x").is_none());
+        assert!(model(Dialect::Anthropic, &ANTHROPIC_MODELS, "x").is_none());
     }
 
     #[test]

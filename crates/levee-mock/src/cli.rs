@@ -24,6 +24,11 @@ pub struct MockArgs {
     /// 404, unknown request fields 400), or both leniently.
     #[arg(long, value_enum, default_value_t = MockApi::Both)]
     pub api: MockApi,
+    /// Serve only these models (comma-separated), as a real provider
+    /// serves its own: a request for another is 404 `model_not_found`, and
+    /// `/v1/models` lists these. A fault document's `models:` wins.
+    #[arg(long, value_delimiter = ',', value_name = "MODEL,...")]
+    pub models: Vec<String>,
 }
 
 /// Runs `levee mock` until interrupted; returns the process exit code:
@@ -59,6 +64,7 @@ fn run(args: MockArgs) -> Result<(), MockError> {
         Some(path) => load_faults(path)?,
         None => FaultSet::default(),
     };
+    let faults = faults.serving((!args.models.is_empty()).then_some(args.models));
     let replay = args.replay.as_deref().map(load_tape).transpose()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -40,6 +40,26 @@ async fn openai_chat_completion_json() {
 }
 
 #[tokio::test]
+async fn a_mock_that_serves_named_models_answers_others_404_as_the_apis_do() {
+    let mock = start("models: [gpt-4.1, claude-sonnet-4-5]\n").await;
+    let addr = mock.local_addr();
+    assert_eq!(post_chat(addr, &chat("gpt-4.1")).await.status, 200);
+    let r = post_chat(addr, &chat("gpt-4o-mini")).await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "model_not_found");
+    assert!(r.text().contains("gpt-4o-mini"), "{}", r.text());
+    let listed: Vec<String> = get(addr, "/v1/models").await.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, ["gpt-4.1", "claude-sonnet-4-5"]);
+    assert_eq!(get(addr, "/v1/models/gpt-4o").await.status, 404);
+    mock.shutdown().await;
+}
+
+#[tokio::test]
 async fn openai_chat_completion_stream_with_and_without_usage() {
     let mock = start("").await;
     let r = post_chat(mock.local_addr(), &chat_stream("gpt-4.1")).await;
@@ -911,6 +931,7 @@ fn run_cli_exits_2_on_bad_files_and_addresses() {
         seed: 0,
         replay,
         api: levee_mock::MockApi::Both,
+        models: Vec::new(),
     };
     assert_eq!(run_cli(args("127.0.0.1:0", Some(bad), None)), 2);
     let tape = temp_file("cli.jsonl", "{\"status\":200}\n{\"stauts\":200}\n");

@@ -170,12 +170,12 @@ impl Ask {
 
     /// What one attempt asks: the request's ask, as a retry when the
     /// attempt retries a failed one, and as fallback traffic on any target
-    /// but the route's primary (target 0). Both leave a floor for first
-    /// attempts on the primary.
-    pub fn for_attempt(self, target: usize, retry: bool) -> Ask {
+    /// but the route's primary (`primary`: the route's first entry). Both
+    /// leave a floor for first attempts on the primary.
+    pub fn for_attempt(self, primary: bool, retry: bool) -> Ask {
         Ask {
             retry,
-            fallback: target > 0,
+            fallback: !primary,
             ..self
         }
     }

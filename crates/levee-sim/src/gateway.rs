@@ -109,6 +109,7 @@ impl<'a> LeveeRt<'a> {
                 budgets: &mut self.budgets[route],
             },
             ask: self.asks[stream],
+            first_entry: cfg_route.first_entry,
         };
         cfg_route.policy.decide(st, &mut deps, now, rng)
     }
@@ -131,6 +132,7 @@ impl<'a> LeveeRt<'a> {
                 budgets: &mut self.budgets[route],
             },
             ask: Ask::default(),
+            first_entry: gw.config.routes[route].first_entry,
         };
         f(&gw.config.routes[route].policy, st, &mut deps, now)
     }
@@ -182,11 +184,13 @@ fn ask_for(config: &levee_config::Config, caller: Option<&str>, tokens: Tokens) 
 pub(crate) struct SimDeps<'a> {
     deps: Deps<'a>,
     ask: Ask,
+    /// The route's first entry's targets (its primary's traffic).
+    first_entry: usize,
 }
 
 impl SimDeps<'_> {
     fn ask(&self, t: usize, kind: AttemptKind) -> Ask {
-        kind.ask(self.ask, t)
+        kind.ask(self.ask, t < self.first_entry)
     }
 
     fn state(&self, t: usize) -> (usize, &str) {
@@ -238,5 +242,8 @@ impl Dependencies for SimDeps<'_> {
     }
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.deps.stalled(t, now, permit)
+    }
+    fn in_flight(&self, t: usize) -> Option<u32> {
+        self.deps.in_flight(t)
     }
 }

@@ -99,6 +99,9 @@ impl Reason {
 pub struct Untranslatable {
     pub reason: Reason,
     pub detail: String,
+    /// The request's top-level parameter at fault, when leaving it out
+    /// would let the request be carried (`temperature`, `seed`, `n`).
+    pub param: Option<&'static str>,
 }
 
 /// A backup's answer that cannot be put into the caller's dialect.
@@ -122,6 +125,7 @@ fn invalid(dialect: Dialect, e: serde_json::Error) -> Untranslatable {
     Untranslatable {
         reason: Reason::InvalidBody,
         detail,
+        param: None,
     }
 }
 
@@ -157,6 +161,7 @@ pub fn translate_request(
             return Err(Untranslatable {
                 reason: Reason::Endpoint,
                 detail: "caller and target speak the same dialect".into(),
+                param: None,
             })
         }
     };

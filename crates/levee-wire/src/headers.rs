@@ -42,6 +42,9 @@ pub const X_LEVEE_UPSTREAM_REQUEST_ID: HeaderName =
 /// Targets of the route passed over for this request because they cannot
 /// carry it (`provider=reason, …`): a vendor switch is never silent.
 pub const X_LEVEE_SKIPPED: HeaderName = HeaderName::from_static("x-levee-skipped");
+/// The caller's parameters left out because the target that answered
+/// cannot carry them (a route's `on_untranslatable: drop`).
+pub const X_LEVEE_DROPPED_PARAMS: HeaderName = HeaderName::from_static("x-levee-dropped-params");
 /// What the idempotency store said about a keyed request.
 pub const X_LEVEE_IDEMPOTENCY: HeaderName = HeaderName::from_static("x-levee-idempotency");
 /// `true` on an answer replayed from the idempotency store.

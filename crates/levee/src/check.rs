@@ -442,6 +442,14 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
     for route in &config.routes {
         render_route(&mut out, config, route);
     }
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let routing = crate::routing::warnings(config, &text);
+    if !routing.is_empty() {
+        let _ = writeln!(out, "\nrouting");
+        for w in routing {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+    }
     let stranded = render_census(&mut out, config, callers);
     (out, stranded)
 }

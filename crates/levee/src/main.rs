@@ -5,6 +5,7 @@
 mod check;
 mod predict;
 mod probe;
+mod routing;
 mod serve;
 mod takeover;
 

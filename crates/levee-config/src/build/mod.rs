@@ -94,6 +94,8 @@ fn routes(
     let builtin_routes = [
         RawRoute {
             matcher: Some(RawMatch {
+                model: None,
+                models: None,
                 model_prefix: None,
                 path: Some("/v1/messages".to_string()),
             }),

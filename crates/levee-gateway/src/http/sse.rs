@@ -169,3 +169,37 @@ mod tests {
         assert!(f.pending.len() <= MAX_PENDING);
     }
 }
+
+/// The data of the first event in `events` (its `data:` lines joined by
+/// newlines, one leading space dropped from each), if it has any.
+pub fn data_of(events: &[u8]) -> Option<Vec<u8>> {
+    let mut out: Vec<u8> = Vec::new();
+    let mut any = false;
+    for line in events.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            if any {
+                break;
+            }
+            continue;
+        }
+        if let Some(d) = line.strip_prefix(b"data:") {
+            if any {
+                out.push(b'\n');
+            }
+            out.extend_from_slice(d.strip_prefix(b" ").unwrap_or(d));
+            any = true;
+        }
+    }
+    any.then_some(out)
+}
+
+#[cfg(test)]
+mod data_tests {
+    #[test]
+    fn the_first_events_data_is_read() {
+        let events = b"event: response.created\ndata: {\"a\":1}\n\ndata: x\n\n";
+        assert_eq!(super::data_of(events).as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(super::data_of(b"event: ping\n\n"), None);
+    }
+}

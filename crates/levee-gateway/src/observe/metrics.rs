@@ -247,7 +247,7 @@ const HELP: [(&str, &str); 25] = [
     ),
     (
         "levee_fallbacks",
-        "Attempts sent to a later target, by route and why: the previous attempt's result, or primary_ and what refused the primary without an attempt (primary_circuit_open, primary_throttled, primary_rate_limited, primary_circuit_recovering, primary_shed, primary_budget_exhausted)",
+        "Attempts sent to a later target, by route and why: the previous attempt's result, or primary_ and what refused the primary without an attempt (primary_circuit_open, primary_throttled, primary_rate_limited, primary_circuit_recovering, primary_shed, primary_budget_exhausted), or untranslatable when the primary cannot carry the request",
     ),
     (
         "levee_idempotency_replayed",

@@ -158,6 +158,9 @@ pub(crate) enum FallbackReason {
     After(AttemptResult),
     /// The target before refused the request before any attempt.
     NoAttempt,
+    /// The route's first entry cannot carry the request (a parameter or
+    /// an endpoint its dialect or platform has no way to say).
+    Untranslatable,
 }
 
 impl FallbackReason {
@@ -174,6 +177,7 @@ impl FallbackReason {
                 PrimaryRefusal::BudgetExhausted => "primary_budget_exhausted",
             },
             FallbackReason::PrimaryRefusedUnsaid => "primary_refused",
+            FallbackReason::Untranslatable => "untranslatable",
             FallbackReason::After(r) => r.label(),
             FallbackReason::NoAttempt => "none",
         }
@@ -191,6 +195,9 @@ impl FallbackReason {
                 PrimaryRefusal::BudgetExhausted => "caller's retry: primary's retry budget spent",
             },
             FallbackReason::PrimaryRefusedUnsaid => "primary refused it",
+            FallbackReason::Untranslatable => {
+                "primary cannot carry the request (a parameter or endpoint it has no way to say)"
+            }
             FallbackReason::NoAttempt => "previous target refused it before an attempt",
             FallbackReason::After(r) => match r {
                 AttemptResult::Success => "previous target answered",

@@ -84,7 +84,8 @@ impl GatewayDeps<'_> {
     /// or traffic on a target other than the route's primary, leaves a
     /// floor of the allowance for first attempts.
     fn ask(&self, t: usize, kind: levee_policy::AttemptKind) -> levee_policy::allowance::Ask {
-        kind.ask(self.ask, t)
+        let route = &self.shared.config.routes[self.route];
+        kind.ask(self.ask, route.is_primary(t))
     }
 }
 
@@ -168,6 +169,18 @@ impl Dependencies for GatewayDeps<'_> {
     }
     fn stalled(&mut self, t: usize, now: levee_policy::Instant, permit: &mut Permit) {
         self.provider(t).lock().stalled(now, permit)
+    }
+    fn available(&self, t: usize, now: levee_policy::Instant) -> bool {
+        // A target that cannot carry the request is not one to start on;
+        // asked here, it is not "chosen" (nothing is noted).
+        if self.plans.get(t).is_some_and(|p| p.skipped()) {
+            return false;
+        }
+        self.check_kind(t, now, levee_policy::AttemptKind::First)
+            .is_ok()
+    }
+    fn in_flight(&self, t: usize) -> Option<u32> {
+        Some(self.provider(t).lock().in_flight())
     }
 }
 

@@ -50,6 +50,7 @@ pub fn prepare(caller: Dialect, api: Api, path: &str, body: &[u8], model: &str) 
         return Prepared::Skip(Untranslatable {
             reason: levee_translate::Reason::Endpoint,
             detail: format!("`{path}` has no counterpart in the {} API", to.name()),
+            param: None,
         });
     }
     match levee_translate::translate_request(from, to, body, model) {
@@ -64,6 +65,47 @@ pub fn prepare(caller: Dialect, api: Api, path: &str, body: &[u8], model: &str) 
         },
         Err(e) => Prepared::Skip(e),
     }
+}
+
+/// [`prepare`] under a route's `on_untranslatable: drop`: the top-level
+/// parameters the target cannot carry left out, one by one, until it can
+/// (at most eight); and the names left out. When leaving them out is not
+/// enough, the first refusal, nothing dropped.
+pub fn prepare_dropping(
+    caller: Dialect,
+    api: Api,
+    path: &str,
+    body: &[u8],
+    model: &str,
+) -> (Prepared, Vec<&'static str>) {
+    let first = prepare(caller, api, path, body, model);
+    let Prepared::Skip(why) = &first else {
+        return (first, Vec::new());
+    };
+    let mut param = why.param;
+    let mut dropped = Vec::new();
+    let mut current = Bytes::copy_from_slice(body);
+    while let Some(p) = param.filter(|_| dropped.len() < 8) {
+        let Some(less) = without_param(&current, p) else {
+            break;
+        };
+        dropped.push(p);
+        current = less;
+        match prepare(caller, api, path, &current, model) {
+            Prepared::Skip(why) => param = why.param,
+            done => return (done, dropped),
+        }
+    }
+    (first, Vec::new())
+}
+
+/// `body` (a JSON object) without its top-level `param`; `None` when it
+/// is not an object or has no such member.
+fn without_param(body: &[u8], param: &str) -> Option<Bytes> {
+    let mut object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(body).ok()?;
+    object.remove(param)?;
+    serde_json::to_vec(&object).ok().map(Bytes::from)
 }
 
 impl Crossing {

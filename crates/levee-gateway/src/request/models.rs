@@ -1,13 +1,16 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the models a caller can
 //! send, in the caller's dialect.
 //!
-//! For each route, in file order: each target's configured `model`, and,
-//! when the route's primary target has none (the caller's model is passed
-//! through), every model the primary provider's own `/v1/models` lists;
-//! each with the route's `match.model_prefix` in front, since a caller must
-//! send it. A name is listed only where the route that listed it is the one
-//! a request for it takes (an earlier route matching the same names hides
-//! them), and once.
+//! For each route, in file order, only its first entry (the primary, or a
+//! balanced group's members): an exact-match route's names; else the
+//! primary's configured `model`, or, when it has none (the caller's model
+//! is passed through), every model the primary provider's own `/v1/models`
+//! lists; with the route's `match.model_prefix` in front when the prefix
+//! ends at a separator (it is removed on the way up), as they are when the
+//! prefix is part of model names (`claude-`). A name is listed only where a
+//! request for it takes the route that listed it (an earlier route or an
+//! exact name hides it) and reaches the model it names, and once: a
+//! fallback's model is never listed under its primary's prefix.
 //!
 //! A provider's list is fetched with its own key through the gateway's
 //! upstream pool, within [`FETCH_TIMEOUT`], and kept [`FRESH`] (a failed
@@ -176,12 +179,15 @@ pub struct Entry {
     pub display_name: String,
     pub owned_by: String,
     pub lifecycle: String,
+    /// The model a request for `id` is sent upstream as.
+    pub upstream: String,
 }
 
 impl Entry {
     fn new(id: String, provider: &str, upstream: &str, known: Option<&Listed>) -> Entry {
         Entry {
             id,
+            upstream: upstream.to_string(),
             created: known.map_or(0, |l| l.created),
             created_at: known.and_then(|l| l.created_at.clone()),
             display_name: known
@@ -225,40 +231,85 @@ pub async fn list(shared: &Shared) -> Vec<Entry> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for (i, route) in config.routes.iter().enumerate() {
-        let prefix = route.matcher.model_prefix.as_deref().unwrap_or("");
         let mut candidates = Vec::new();
-        for (t, target) in route.targets.iter().enumerate() {
+        // Only the route's first entry (its primary, or the members of a
+        // balanced group in first place): a fallback's model answers when
+        // the primary cannot, and is not what the id names.
+        for (t, target) in route.targets.iter().enumerate().take(route.first_entry) {
             let p = target.provider;
             let provider = &shared.providers[p];
-            if target.model.is_none() && t > 0 {
-                // A backup without a model of its own is sent what the
-                // primary was: the primary's list says what the route carries.
+            if route.matcher.is_exact() {
+                let known = match &target.model {
+                    Some(_) => None,
+                    None => {
+                        if lists[p].is_none() {
+                            lists[p] = Some(list_of(provider).await);
+                        }
+                        lists[p].clone().flatten()
+                    }
+                };
+                for name in &route.matcher.models {
+                    let sent = route.rewrite_model(t, name);
+                    let meta = known
+                        .as_deref()
+                        .and_then(|l| l.iter().find(|x| x.id == sent));
+                    candidates.push((t, Entry::new(name.clone(), &provider.name, sent, meta)));
+                }
                 continue;
             }
-            if lists[p].is_none() && target.model.is_none() {
+            if lists[p].is_none() {
                 lists[p] = Some(list_of(provider).await);
             }
             let known = lists[p].clone().flatten();
             match &target.model {
                 Some(m) => {
                     let meta = known.as_deref().and_then(|l| l.iter().find(|x| x.id == *m));
-                    candidates.push(Entry::new(format!("{prefix}{m}"), &provider.name, m, meta));
+                    if let Some(id) = id_for(route, m) {
+                        candidates.push((t, Entry::new(id, &provider.name, m, meta)));
+                    }
                 }
                 None => {
                     for l in known.as_deref().unwrap_or_default() {
-                        let id = format!("{prefix}{}", l.id);
-                        candidates.push(Entry::new(id, &provider.name, &l.id, Some(l)));
+                        if let Some(id) = id_for(route, &l.id) {
+                            candidates.push((t, Entry::new(id, &provider.name, &l.id, Some(l))));
+                        }
                     }
                 }
             }
         }
-        for e in candidates {
-            if carried_by(config, i, &e.id) && seen.insert(e.id.clone()) {
+        for (t, e) in candidates {
+            // Listed only where a request for the id takes this route and
+            // reaches the model the id names.
+            let reaches = route.rewrite_model(t, &e.id) == e.upstream;
+            if reaches && carried_by(config, i, &e.id) && seen.insert(e.id.clone()) {
                 out.push(e);
             }
         }
     }
     out
+}
+
+/// The id a caller sends on `route` for the provider's `model`: the
+/// route's prefix in front when it ends at a separator (it is removed
+/// again on the way up); the model itself when the prefix is part of
+/// model names (`claude-`) and the model has it; else none.
+fn id_for(route: &levee_config::Route, model: &str) -> Option<String> {
+    let Some(prefix) = route
+        .matcher
+        .model_prefix
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    else {
+        return Some(model.to_string());
+    };
+    if prefix.ends_with(['/', ':']) {
+        return Some(format!("{prefix}{model}"));
+    }
+    if model.starts_with(prefix) {
+        return Some(model.to_string());
+    }
+    // `openai` strips `openai/` (the separator in the name).
+    Some(format!("{prefix}/{model}")).filter(|id| route.matcher.strip(id) == model)
 }
 
 /// Whether a request for `model` takes route `i` on some path it serves.

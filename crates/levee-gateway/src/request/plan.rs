@@ -17,6 +17,9 @@ pub(crate) struct Plan {
     /// Never sent: the request may be sent only once, and an earlier target
     /// takes it.
     pub(crate) held: bool,
+    /// The caller's parameters left out for this target (the route's
+    /// `on_untranslatable: drop`), comma-separated.
+    pub(crate) dropped: Option<String>,
 }
 
 impl Plan {

@@ -195,6 +195,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
         keys,
         idempotency: Arc::clone(&old.idempotency),
         redis: old.redis.clone(),
+        origins: Arc::clone(&old.origins),
         shutting_down: Arc::clone(&old.shutting_down),
         grace_over: Arc::clone(&old.grace_over),
         recorder: old.recorder.clone(),

@@ -70,6 +70,8 @@ pub struct Shared {
     pub(crate) idempotency: Arc<dyn IdempotencyBackend>,
     /// Set with `state: { backend: redis }`.
     pub(crate) redis: Option<Arc<RedisState>>,
+    /// Where each stored response was created (kept across reloads).
+    pub(crate) origins: Arc<crate::state::origins::Origins>,
     pub(crate) shutting_down: Arc<AtomicBool>,
     /// Set when the shutdown grace period is over.
     pub(crate) grace_over: Arc<crate::runtime::shutdown::GraceOver>,
@@ -201,6 +203,7 @@ impl Shared {
             keys,
             idempotency,
             redis,
+            origins: Arc::default(),
             shutting_down: Arc::new(AtomicBool::new(false)),
             grace_over: Arc::default(),
             recorder: None,

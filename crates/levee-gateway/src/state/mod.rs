@@ -19,6 +19,7 @@
 
 mod allowance;
 pub(crate) mod idempotency;
+pub(crate) mod origins;
 pub use allowance::SharedMeter;
 
 use crate::clock::Clock;
@@ -38,6 +39,8 @@ pub(crate) enum StateUse {
     Allowance,
     /// The idempotency store shared by the replicas.
     Idempotency,
+    /// Where each stored response was created.
+    StoredObjects,
 }
 
 impl StateUse {
@@ -46,6 +49,7 @@ impl StateUse {
         match self {
             StateUse::Allowance => "allowance",
             StateUse::Idempotency => "idempotency",
+            StateUse::StoredObjects => "stored_objects",
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct FaultSet {
     faults: Vec<Fault>,
     capacity: Option<Capacity>,
     rate_limit: Option<RateLimit>,
+    /// The only models served (`models:`); a request for another is 404
+    /// `model_not_found`, as the real APIs answer. `None`: any model.
+    models: Option<Vec<String>>,
 }
 
 impl FaultSet {
@@ -52,6 +55,19 @@ impl FaultSet {
 
     pub(crate) fn rate_limit(&self) -> Option<RateLimit> {
         self.rate_limit
+    }
+
+    /// The models served, when the set names them (`models:`).
+    pub fn served_models(&self) -> Option<&[String]> {
+        self.models.as_deref()
+    }
+
+    /// The set serving only `models` (`--models`), unless it names its own.
+    pub fn serving(mut self, models: Option<Vec<String>>) -> Self {
+        if self.models.is_none() {
+            self.models = models;
+        }
+        self
     }
 
     /// The capacity limit, if any: `(max_in_flight, status)`.

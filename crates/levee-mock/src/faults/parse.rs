@@ -137,6 +137,8 @@ struct Doc {
     capacity: Option<Map<Capacity>>,
     #[serde(default)]
     rate_limit: Option<Map<RateLimit>>,
+    #[serde(default)]
+    models: Option<Vec<String>>,
 }
 
 impl Doc {
@@ -147,6 +149,7 @@ impl Doc {
                 .map_or_else(Vec::new, |f| f.into_iter().map(|Map(f)| f).collect()),
             capacity: self.capacity.map(|Map(c)| c),
             rate_limit: self.rate_limit.map(|Map(r)| r),
+            models: self.models,
         }
     }
 }

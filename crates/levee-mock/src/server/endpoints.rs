@@ -100,10 +100,18 @@ impl Ask<'_> {
                 (StatusCode::OK, bytes)
             }
             Endpoint::Models => match Page::of_query(query) {
-                Ok(page) => (StatusCode::OK, answer::models(self.dialect, &page)),
+                Ok(page) => {
+                    let active = shared.active();
+                    let all = answer::catalogue(self.dialect, active.set.served_models());
+                    (StatusCode::OK, answer::models(self.dialect, &all, &page))
+                }
                 Err(message) => return Err((StatusCode::BAD_REQUEST, message)),
             },
-            Endpoint::Model(ref id) => match answer::model(self.dialect, id) {
+            Endpoint::Model(ref id) => match answer::model(
+                self.dialect,
+                &answer::catalogue(self.dialect, shared.active().set.served_models()),
+                id,
+            ) {
                 Some(bytes) => (StatusCode::OK, bytes),
                 None => {
                     let message = answer::no_such_model(self.dialect, id);

@@ -63,6 +63,9 @@ where
     count_model_and_key(&shared, model, &parts.headers);
 
     let active = shared.active();
+    if let Some(body) = unserved(&active, model, dialect) {
+        return Ok(json_answer(StatusCode::NOT_FOUND, body, guard));
+    }
     let (metered, guard) = match admit(&shared, &active, &ask, parsed.as_ref().ok(), guard) {
         Admitted::Go { metered, guard } => (metered, guard),
         Admitted::Refused(answer) => return Ok(answer),
@@ -90,6 +93,24 @@ where
         cut_after,
     };
     Ok(metered.stamped(ask.answer(&shared, &body, stream, guard)))
+}
+
+/// The 404 body for a model the fault set does not serve (`models:`), as
+/// the real APIs answer one: OpenAI's `model_not_found`, Anthropic's
+/// `not_found_error`.
+fn unserved(active: &Active, model: Option<&str>, dialect: Dialect) -> Option<Bytes> {
+    let (served, m) = (active.set.served_models()?, model?);
+    if served.iter().any(|s| s == m) {
+        return None;
+    }
+    let message = crate::answer::no_such_model(dialect, m);
+    Some(levee_wire::error::body(
+        dialect,
+        404,
+        &message,
+        None,
+        Some("model_not_found"),
+    ))
 }
 
 /// The model a request names, whether or not its body is valid.

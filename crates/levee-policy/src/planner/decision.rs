@@ -18,11 +18,13 @@ pub enum AttemptKind {
 }
 
 impl AttemptKind {
-    /// What an attempt of this kind on `target` asks of the provider's
-    /// allowance, for a request that asks `request`: the one admission
-    /// rule the gateway and the simulator both apply.
-    pub fn ask(self, request: crate::allowance::Ask, target: usize) -> crate::allowance::Ask {
-        request.for_attempt(target, self == AttemptKind::Retry)
+    /// What an attempt of this kind asks of the provider's allowance, for
+    /// a request that asks `request`, on a target of the route's first
+    /// entry (`primary`: the primary, or a member of a balanced group in
+    /// first place) or a later one: the one admission rule the gateway and
+    /// the simulator both apply.
+    pub fn ask(self, request: crate::allowance::Ask, primary: bool) -> crate::allowance::Ask {
+        request.for_attempt(primary, self == AttemptKind::Retry)
     }
 }
 

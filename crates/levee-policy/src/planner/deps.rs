@@ -67,6 +67,25 @@ pub trait Dependencies {
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         let _ = (t, now, permit);
     }
+    /// Whether target `t` would take a first attempt now, asked when a
+    /// balanced group orders its members for a request (nothing is noted
+    /// of the asking).
+    fn available(&self, t: usize, now: Instant) -> bool {
+        self.check_kind(t, now, AttemptKind::First).is_ok()
+    }
+    /// Attempts in flight on target `t`'s provider, for a group that
+    /// balances by the fewest (`None`: not known, read as 0).
+    fn in_flight(&self, t: usize) -> Option<u32> {
+        let _ = t;
+        None
+    }
+    /// The target in the request's slot `slot`: the planner walks a
+    /// request's own order of its route's targets (see
+    /// [`super::balance`]); the world's dependencies name targets, so
+    /// this is the identity for them.
+    fn target_at(&self, slot: usize) -> usize {
+        slot
+    }
 }
 
 /// [`Dependencies`] over plain mutable state: `providers[target_provider[t]]`
@@ -116,5 +135,8 @@ impl Dependencies for Deps<'_> {
     }
     fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
         self.providers[self.target_provider[t]].stalled(now, permit)
+    }
+    fn in_flight(&self, t: usize) -> Option<u32> {
+        Some(self.providers[self.target_provider[t]].in_flight())
     }
 }

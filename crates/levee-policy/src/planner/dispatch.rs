@@ -28,7 +28,8 @@ impl RoutePolicy {
         // Each target's learned time is looked up once (the gateway locks
         // its provider for it).
         let learned = deps.expected(t, now);
-        let expected = learned.map_or(self.expected[t], |l| l.min(self.expected[t]));
+        let configured = self.expected[deps.target_at(t)];
+        let expected = learned.map_or(configured, |l| l.min(configured));
         let mut later = (t + 1..self.expected.len()).map(|u| self.expected_now(deps, u, now));
         let next = later.next();
         let reserve = next.unwrap_or_default() + later.sum::<Duration>();
@@ -67,7 +68,7 @@ impl RoutePolicy {
             None
         };
         Ok(Dispatch {
-            target: t,
+            target: deps.target_at(t),
             timeout,
             attempt: req.attempts,
             kind,

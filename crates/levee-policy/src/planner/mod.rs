@@ -47,6 +47,7 @@
 //! - an overload answer left unretried only for lack of deadline does not
 //!   count against the breaker.
 
+pub mod balance;
 mod decision;
 mod deps;
 mod dispatch;
@@ -91,6 +92,10 @@ pub enum PlanError {
     MaxAttempts(u32),
     #[error("`expected_attempt_ms` must be positive")]
     ExpectedAttempt,
+    #[error("a route may have at most {max} targets, its groups' members counted (got {0})", max = balance::MAX_TARGETS)]
+    TooManyTargets(usize),
+    #[error("a balanced group must have members with weights above 0, inside the route's targets, apart from the other groups")]
+    Group,
 }
 
 /// A route's immutable retry policy.
@@ -106,6 +111,12 @@ pub struct RoutePolicy {
     retry_after_cap: Duration,
     attempt_timeout: Option<Duration>,
     margin: Duration,
+    /// The balanced groups, in target order.
+    groups: Vec<balance::Group>,
+    /// `group_end[t]`: the end of the group that holds `t` (`t + 1` for a
+    /// target in no group). Slots and targets agree on it: a request
+    /// orders only within groups.
+    group_end: Vec<usize>,
 }
 
 impl RoutePolicy {
@@ -127,6 +138,9 @@ impl RoutePolicy {
         if expected.iter().any(|d| d.is_zero()) {
             return Err(PlanError::ExpectedAttempt);
         }
+        if expected.len() > balance::MAX_TARGETS {
+            return Err(PlanError::TooManyTargets(expected.len()));
+        }
         let reserve_after = (0..expected.len())
             .map(|t| expected[t + 1..].iter().sum())
             .collect();
@@ -140,7 +154,37 @@ impl RoutePolicy {
             retry_after_cap: crate::retry_after::DEFAULT_RETRY_AFTER_CAP,
             attempt_timeout: None,
             margin: DEFAULT_MARGIN,
+            groups: Vec::new(),
+            group_end: (1..=expected.len()).collect(),
         })
+    }
+
+    /// Makes runs of targets balanced groups: each request orders a
+    /// group's members for itself (see [`balance`]).
+    pub fn with_groups(mut self, groups: Vec<balance::Group>) -> Result<Self, PlanError> {
+        let mut end = 0;
+        for g in &groups {
+            let members = g.start..g.start + g.weights.len();
+            let weights_ok = g.weights.iter().all(|w| w.is_finite() && *w > 0.0);
+            if g.weights.is_empty()
+                || !weights_ok
+                || g.start < end
+                || members.end > self.expected.len()
+            {
+                return Err(PlanError::Group);
+            }
+            for t in members.clone() {
+                self.group_end[t] = members.end;
+            }
+            end = members.end;
+        }
+        self.groups = groups;
+        Ok(self)
+    }
+
+    /// The balanced groups.
+    pub fn groups(&self) -> &[balance::Group] {
+        &self.groups
     }
 
     /// Caps how long a Retry-After may hold a request, a model or a provider
@@ -185,9 +229,31 @@ impl RoutePolicy {
         now: Instant,
         rng: &mut R,
     ) -> Decision {
+        if !self.groups.is_empty() && req.attempts == 0 && req.last.is_none() && !req.order.is_set()
+        {
+            req.order = balance::order(&self.groups, self.expected.len(), &*deps, now, rng);
+        }
+        match req.order.is_set() {
+            true => {
+                let order = req.order;
+                let mut deps = balance::Ordered { inner: deps, order };
+                self.decide_slots(req, &mut deps, now, rng)
+            }
+            false => self.decide_slots(req, deps, now, rng),
+        }
+    }
+
+    /// [`RoutePolicy::decide`] in the request's slots.
+    fn decide_slots<D: Dependencies, R: Rng + ?Sized>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        rng: &mut R,
+    ) -> Decision {
         if req.in_flight.is_some() {
             // The driver asked again without recording: treat the attempt as abandoned.
-            self.abandon(req, deps, now);
+            self.abandon_slots(req, deps, now);
         }
         let remaining = req.deadline.saturating_since(now);
         if let Some(t) = req.refused.take() {
@@ -209,6 +275,13 @@ impl RoutePolicy {
         }
         if req.committed || !last.class.is_retryable() {
             return self.fail(req, now, non_retry_reason(last.class));
+        }
+        if self.peer_can_take(deps, t, now) {
+            // In a balanced group, a retryable failure goes to another
+            // member first: another deployment of the same model, asked
+            // as a fallback is (no retry budget spent).
+            req.blocked = Some(non_retry_reason(last.class));
+            return self.fall_back(Inputs(req, deps, now, rng), t + 1);
         }
         if overload_answer(last) && last.winning != Some(true) && self.backup_can_take(deps, t, now)
         {
@@ -282,6 +355,12 @@ impl RoutePolicy {
         self.fall_back(Inputs(req, deps, now, rng), p.target + 1)
     }
 
+    /// Whether a later member of `t`'s balanced group would admit a
+    /// fallback now.
+    fn peer_can_take<D: Dependencies>(&self, deps: &D, t: usize, now: Instant) -> bool {
+        (t + 1..self.group_end[t]).any(|u| deps.check_kind(u, now, AttemptKind::Fallback).is_ok())
+    }
+
     /// Whether a later target than `t` would admit a fallback now.
     fn backup_can_take<D: Dependencies>(&self, deps: &D, t: usize, now: Instant) -> bool {
         (t + 1..self.expected.len()).any(|u| deps.check_kind(u, now, AttemptKind::Fallback).is_ok())
@@ -304,7 +383,7 @@ impl RoutePolicy {
     /// p99, never above its configured `expected_attempt` (the starting
     /// value and the cap).
     fn expected_now<D: Dependencies>(&self, deps: &D, t: usize, now: Instant) -> Duration {
-        let configured = self.expected[t];
+        let configured = self.expected[deps.target_at(t)];
         deps.expected(t, now)
             .map_or(configured, |learned| learned.min(configured))
     }

@@ -1,6 +1,7 @@
 //! What the driver reports back about an attempt: its outcome, that it
 //! could not be sent, that it stalled, or that it was dropped.
 
+use super::balance::Ordered;
 use super::failure::refusal_reason;
 use super::request::{Last, RequestState};
 use super::{overload_status, Dependencies, PrimaryRefusal, RoutePolicy};
@@ -11,6 +12,65 @@ use crate::time::Instant;
 impl RoutePolicy {
     /// Records the in-flight attempt's outcome; returns its class.
     pub fn record<D: Dependencies>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        outcome: Outcome,
+    ) -> Class {
+        match req.order.is_set() {
+            true => {
+                let order = req.order;
+                self.record_slots(req, &mut Ordered { inner: deps, order }, now, outcome)
+            }
+            false => self.record_slots(req, deps, now, outcome),
+        }
+    }
+
+    /// The driver could not send the attempt it was told to dispatch (see
+    /// `refuse_slots` for what follows).
+    pub fn refuse<D: Dependencies>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+        refusal: Refusal,
+    ) {
+        match req.order.is_set() {
+            true => {
+                let order = req.order;
+                self.refuse_slots(req, &mut Ordered { inner: deps, order }, now, refusal)
+            }
+            false => self.refuse_slots(req, deps, now, refusal),
+        }
+    }
+
+    /// The attempt in flight is past its target's learned p99 with no first
+    /// byte: stall evidence for the model's breaker, counted once.
+    pub fn stalled<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
+        match req.order.is_set() {
+            true => {
+                let order = req.order;
+                self.stalled_slots(req, &mut Ordered { inner: deps, order }, now)
+            }
+            false => self.stalled_slots(req, deps, now),
+        }
+    }
+
+    /// Gives back an in-flight attempt's permit without learning anything
+    /// (caller left, driver dropped the attempt).
+    pub fn abandon<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
+        match req.order.is_set() {
+            true => {
+                let order = req.order;
+                self.abandon_slots(req, &mut Ordered { inner: deps, order }, now)
+            }
+            false => self.abandon_slots(req, deps, now),
+        }
+    }
+
+    /// Records the in-flight attempt's outcome; returns its class.
+    fn record_slots<D: Dependencies>(
         &self,
         req: &mut RequestState,
         deps: &mut D,
@@ -91,7 +151,7 @@ impl RoutePolicy {
     /// treated as throttled until the refusal lifts, and the next
     /// [`decide`](Self::decide) falls back to a later target or fails with
     /// the refusal's reason.
-    pub fn refuse<D: Dependencies>(
+    fn refuse_slots<D: Dependencies>(
         &self,
         req: &mut RequestState,
         deps: &mut D,
@@ -124,7 +184,7 @@ impl RoutePolicy {
     /// ([`Dispatch::stall_after`](super::Dispatch::stall_after)) with no
     /// first byte while the caller still waits: stall evidence for the
     /// model's breaker, counted once. The attempt goes on until its timeout.
-    pub fn stalled<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
+    fn stalled_slots<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
         if let Some(f) = req.in_flight.as_mut() {
             deps.stalled(f.target, now, &mut f.permit);
         }
@@ -132,7 +192,12 @@ impl RoutePolicy {
 
     /// Gives back an in-flight attempt's permit without learning anything
     /// (caller left, driver dropped the attempt).
-    pub fn abandon<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
+    pub(super) fn abandon_slots<D: Dependencies>(
+        &self,
+        req: &mut RequestState,
+        deps: &mut D,
+        now: Instant,
+    ) {
         if let Some(f) = req.in_flight.take() {
             let _ = deps.finish(f.target, now, f.permit, Class::NotProviderFault);
         }

@@ -70,6 +70,9 @@ pub struct RequestState {
     /// The latest it may still wait for a retry token: its first budget
     /// refusal plus [`BUDGET_PATIENCE`].
     pub(super) budget_by: Option<Instant>,
+    /// The request's order of its route's targets (slots); the identity
+    /// unless the route has balanced groups.
+    pub(super) order: super::balance::Order,
 }
 
 /// How long a retry after a transient fault waits for a token of an empty
@@ -113,6 +116,7 @@ impl RequestState {
             allowance_by: None,
             unpaid: false,
             budget_by: None,
+            order: super::balance::Order::default(),
         }
     }
 
@@ -135,7 +139,7 @@ impl RequestState {
 
     /// The target of the current or last attempt.
     pub fn target(&self) -> usize {
-        self.target
+        self.order.at(self.target)
     }
 
     /// Marks that a body byte has reached the caller: from now on, no retry.

@@ -18,8 +18,54 @@ fn refuse(reason: Reason, detail: impl Into<String>) -> Untranslatable {
     Untranslatable {
         reason,
         detail: detail.into(),
+        param: None,
     }
 }
+
+/// [`refuse`] for a top-level parameter that the request could go without.
+fn refuse_param(reason: Reason, param: &'static str, detail: impl Into<String>) -> Untranslatable {
+    Untranslatable {
+        reason,
+        detail: detail.into(),
+        param: Some(param),
+    }
+}
+
+/// The top-level parameters a translation may refuse by name, for
+/// [`Untranslatable::param`] (a `'static` name for any the caller sent).
+const PARAMS: [&str; 31] = [
+    "logprobs",
+    "top_logprobs",
+    "n",
+    "response_format",
+    "modalities",
+    "audio",
+    "prediction",
+    "output_config",
+    "temperature",
+    "top_p",
+    "top_k",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "seed",
+    "reasoning_effort",
+    "thinking",
+    "verbosity",
+    "functions",
+    "function_call",
+    "web_search_options",
+    "container",
+    "mcp_servers",
+    "metadata",
+    "user",
+    "safety_identifier",
+    "stop_sequences",
+    "service_tier",
+    "store",
+    "parallel_tool_calls",
+    "stream_options",
+];
 
 /// Fields that change nothing about the answer and may be left behind.
 pub fn droppable(field: &str, value: &Value) -> bool {
@@ -59,10 +105,11 @@ fn check_other(other: &Map<String, Value>) -> Result<(), Untranslatable> {
         if v.is_null() || droppable(k, v) {
             continue;
         }
-        return Err(refuse(
-            reason_for(k),
-            format!("`{k}` has no counterpart in the other dialect"),
-        ));
+        let detail = format!("`{k}` has no counterpart in the other dialect");
+        return Err(match PARAMS.iter().find(|p| **p == k.as_str()) {
+            Some(p) => refuse_param(reason_for(k), p, detail),
+            None => refuse(reason_for(k), detail),
+        });
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions → Anthropic Messages: the system prompt,
 //! messages and their parts, tools and the tool choice.
 
-use super::{check_other, refuse, DEFAULT_MAX_TOKENS};
+use super::{check_other, refuse, refuse_param, DEFAULT_MAX_TOKENS};
 use crate::anthropic as a;
 use crate::openai as o;
 use crate::{Reason, Untranslatable};
@@ -15,32 +15,7 @@ impl TryFrom<o::ChatRequest> for a::MessagesRequest {
 
     /// OpenAI Chat Completions → Anthropic Messages.
     fn try_from(mut r: o::ChatRequest) -> Result<Self, Untranslatable> {
-        // `top_k` is not an OpenAI field, but OpenAI-compatible servers take
-        // it and callers send it as an extra body field: Anthropic has it.
-        let top_k = match r.other.remove("top_k") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| {
-                refuse(
-                    Reason::Sampling,
-                    "`top_k` must be a whole number for Anthropic",
-                )
-            })?),
-        };
-        check_other(&r.other)?;
-        if r.n.is_some_and(|n| n != 1) {
-            return Err(refuse(
-                Reason::SeveralChoices,
-                "`n` > 1: Anthropic answers with one message",
-            ));
-        }
-        // OpenAI's temperature runs from 0 to 2, Anthropic's from 0 to 1:
-        // the same number means the same below 1, and nothing above it.
-        if let Some(t) = r.temperature.filter(|t| *t > 1.0) {
-            return Err(refuse(
-                Reason::Sampling,
-                format!("`temperature` {t} is above Anthropic's maximum of 1"),
-            ));
-        }
+        let top_k = sampling_to_anthropic(&mut r)?;
         let (system, messages) = messages_to_anthropic(r.messages)?;
         let tools = r
             .tools
@@ -62,8 +37,9 @@ impl TryFrom<o::ChatRequest> for a::MessagesRequest {
         }
         let user_id = match (r.user, r.safety_identifier) {
             (Some(u), Some(s)) if u != s => {
-                return Err(refuse(
+                return Err(refuse_param(
                     Reason::Metadata,
+                    "safety_identifier",
                     "`user` and `safety_identifier` differ; Anthropic has one `user_id`",
                 ))
             }
@@ -391,4 +367,39 @@ fn choice_to_anthropic(c: o::ToolChoice) -> Result<a::ToolChoice, Untranslatable
         name,
         disable_parallel_tool_use: None,
     })
+}
+
+/// The sampling parameters Anthropic has no room for refused (by name, so
+/// a route that drops them can), and `top_k` taken from the extra fields.
+fn sampling_to_anthropic(r: &mut o::ChatRequest) -> Result<Option<u64>, Untranslatable> {
+    // `top_k` is not an OpenAI field, but OpenAI-compatible servers take
+    // it and callers send it as an extra body field: Anthropic has it.
+    let top_k = match r.other.remove("top_k") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            refuse_param(
+                Reason::Sampling,
+                "top_k",
+                "`top_k` must be a whole number for Anthropic",
+            )
+        })?),
+    };
+    check_other(&r.other)?;
+    if r.n.is_some_and(|n| n != 1) {
+        return Err(refuse_param(
+            Reason::SeveralChoices,
+            "n",
+            "`n` > 1: Anthropic answers with one message",
+        ));
+    }
+    // OpenAI's temperature runs from 0 to 2, Anthropic's from 0 to 1:
+    // the same number means the same below 1, and nothing above it.
+    if let Some(t) = r.temperature.filter(|t| *t > 1.0) {
+        return Err(refuse_param(
+            Reason::Sampling,
+            "temperature",
+            format!("`temperature` {t} is above Anthropic's maximum of 1"),
+        ));
+    }
+    Ok(top_k)
 }

@@ -2,7 +2,7 @@
 //! messages and their blocks (tool results become tool messages), tools
 //! and the tool choice.
 
-use super::{check_other, refuse};
+use super::{check_other, refuse, refuse_param};
 use crate::anthropic as a;
 use crate::openai as o;
 use crate::{Reason, Untranslatable};
@@ -18,8 +18,9 @@ impl TryFrom<a::MessagesRequest> for o::ChatRequest {
     fn try_from(r: a::MessagesRequest) -> Result<Self, Untranslatable> {
         check_other(&r.other)?;
         if r.top_k.is_some() {
-            return Err(refuse(
+            return Err(refuse_param(
                 Reason::Sampling,
+                "top_k",
                 "`top_k`: OpenAI Chat Completions has no top_k",
             ));
         }
@@ -35,8 +36,9 @@ impl TryFrom<a::MessagesRequest> for o::ChatRequest {
         }
         let stop = match r.stop_sequences {
             Some(v) if v.len() > OPENAI_MAX_STOPS => {
-                return Err(refuse(
+                return Err(refuse_param(
                     Reason::TooManyStops,
+                    "stop_sequences",
                     format!("{} stop sequences; OpenAI accepts at most 4", v.len()),
                 ))
             }

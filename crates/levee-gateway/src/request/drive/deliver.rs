@@ -28,6 +28,25 @@ impl Driver<'_> {
         }
     }
 
+    /// Notes where the object the answer `body` created lives: the route
+    /// and the provider that answered.
+    async fn note_origin(&mut self, body: Option<&[u8]>) {
+        let Some(id) = body.and_then(crate::state::origins::response_id) else {
+            return;
+        };
+        let shared = &self.ctx.shared;
+        let route = &shared.config.routes[self.ctx.route];
+        let t = self.fin.req.target();
+        let origin = crate::state::origins::Origin {
+            route: route.name.clone(),
+            provider: shared.providers[route.targets[t].provider].name.clone(),
+        };
+        shared
+            .origins
+            .put(shared.redis.as_deref(), &id, origin)
+            .await;
+    }
+
     /// Holds a stream's head until its first whole event (the commit
     /// point), then relays it to the caller.
     pub(super) async fn deliver_stream(
@@ -50,6 +69,10 @@ impl Driver<'_> {
         // Commit: from here on, no retry; the stream ends by the caller's deadline.
         self.fin.req.commit();
         let target = self.fin.req.target();
+        if self.ctx.creates_stored {
+            self.note_origin(crate::http::sse::data_of(&first).as_deref())
+                .await;
+        }
         let attempts = self.fin.req.attempts();
         self.obs.report(RequestEvent::Delivered {
             req: &self.fin.req,
@@ -128,6 +151,9 @@ impl Driver<'_> {
             Err((outcome, result)) => return Delivered::Failed(outcome, result),
         };
         let status = parts.status.as_u16();
+        if self.ctx.creates_stored && parts.status.is_success() {
+            self.note_origin(Some(&bytes)).await;
+        }
         // The tokens the answer used settle what its admission estimated.
         if let Some(used) = crate::upstream::allowance::usage(&bytes) {
             if let Some(tokens) = self.fin.settle(used) {

@@ -65,6 +65,9 @@ pub(crate) struct Ctx {
     pub(crate) stream_deadline: Option<levee_policy::Instant>,
     /// Its place in the providers' allowances (tokens, priority, share).
     pub(crate) ask: levee_policy::allowance::Ask,
+    /// It creates an object the provider stores (`POST /v1/responses`):
+    /// the answer's id is noted with the provider that answered.
+    pub(crate) creates_stored: bool,
 }
 
 /// How long a committed stream whose caller set no deadline may run (the
@@ -134,6 +137,18 @@ pub(crate) fn run<'a>(
                 }
                 Err(e) => e.skipped = Some(v),
             }
+        }
+        // Answered without some of the caller's parameters: said, never silent.
+        let dropped = driver.fin.req.attempts() > 0;
+        let dropped = dropped
+            .then(|| driver.ctx.plans.get(driver.fin.req.target()))
+            .flatten()
+            .and_then(|p| p.dropped.as_deref());
+        if let (Some(d), Ok(a)) = (dropped, &mut answer) {
+            if let Ok(v) = http::HeaderValue::from_str(d) {
+                a.headers_mut().insert(headers::X_LEVEE_DROPPED_PARAMS, v);
+            }
+            driver.obs.dropped(d);
         }
         let answer = match answer {
             Ok(Answer::Stream(resp)) => {

@@ -215,6 +215,7 @@ pub(super) async fn admit(
     let obs = observer_of(shared, &r, origin);
     *admitted = true;
     let ask = ask_of(shared, &r, &said);
+    let creates_stored = r.path == levee_wire::paths::RESPONSES && r.parts.method == Method::POST;
     let ctx = Ctx {
         shared: Arc::clone(shared),
         bulkhead: Some(bulkhead),
@@ -230,6 +231,7 @@ pub(super) async fn admit(
         caller_retry: sdk_retry,
         stream_deadline,
         ask,
+        creates_stored,
     };
     crate::request::drive::run(ctx, deadline, lease, obs, sent).await
 }
@@ -407,44 +409,33 @@ fn refuse_if_none_can_carry(
 /// it cannot carry the request — checked now so that nothing about the
 /// request itself can fail later and be blamed on a provider. `Err` is the
 /// status and message of a 400-class answer when no target can take the
-/// request as sent.
+/// request as sent, or when the route's `on_untranslatable: fail` and its
+/// first entry cannot.
 pub(super) fn prepare_targets(
     shared: &Shared,
     route: &levee_config::Route,
     r: &Inbound,
     path_and_query: &str,
 ) -> Result<Vec<Plan>, LeveeError> {
-    let (caller, path, body, model) = (r.dialect, &r.path, &r.body, &r.model);
     let mut plans = Vec::with_capacity(route.targets.len());
     let mut refused: Option<levee_translate::Untranslatable> = None;
     let mut platform_refused: Option<String> = None;
-    for (t, target) in route.targets.iter().enumerate() {
-        let to = route.rewrite_model(t, model);
-        let provider = &shared.providers[target.provider];
-        let mut upstream_path = path_and_query;
-        let (body, crossing, skip) = match crossing::prepare(caller, provider.api, path, body, to) {
-            crossing::Prepared::Same if !r.rewrite => (body.clone(), None, None),
-            crossing::Prepared::Same => match rewrite_model(body, model, to) {
-                Ok(b) => (b, None, None),
-                Err(e) => return Err(LeveeError::bad_request(format!("levee: {e}"))),
-            },
-            crossing::Prepared::Crossed {
-                body,
-                path,
-                crossing,
-            } => {
-                upstream_path = path;
-                (body, Some(crossing), None)
+    for t in 0..route.targets.len() {
+        let (body, upstream_path, crossing, skip, dropped) = match carry(shared, route, r, t)? {
+            Carried::Body(body, path, crossing, dropped) => {
+                let path = path.unwrap_or(path_and_query);
+                (body, path, crossing, None, dropped)
             }
-            crossing::Prepared::Skip(why) => {
+            Carried::Refused(why) => {
                 // Counted when the planner chooses this target, or below
                 // when no target can take the request: a backup that cannot
                 // carry embeddings changes nothing while the primary answers.
                 let skip = SkipReason::Untranslatable(why.reason);
                 refused.get_or_insert(why);
-                (Bytes::new(), None, Some(skip))
+                (Bytes::new(), path_and_query, None, Some(skip), None)
             }
         };
+        let provider = &shared.providers[route.targets[t].provider];
         // A cloud platform may move the model into the path and reshape
         // the body; a request it cannot serve skips the target.
         let (body, uri, skip) = match provider.platform.target(upstream_path, &body) {
@@ -467,14 +458,80 @@ pub(super) fn prepare_targets(
         // A request sent at most once has one target: the first that can
         // carry it; the others are held back (not a retry, not a fallback).
         let held = r.once && skip.is_none() && plans.iter().any(|p: &Plan| !p.skipped());
+        let held = held
+            || r.only_provider
+                .is_some_and(|p| p != route.targets[t].provider);
         plans.push(Plan {
             body,
             uri,
             crossing,
             skip,
             held,
+            dropped,
         });
     }
     refuse_if_none_can_carry(shared, route, &plans, refused, platform_refused)?;
     Ok(plans)
+}
+
+/// What target `t` is sent, or why it cannot carry the request.
+enum Carried {
+    /// The body; the upstream path when a translation moved it; how the
+    /// exchange crosses dialects; the parameters left out for it
+    /// (`on_untranslatable: drop`), comma-separated.
+    Body(
+        Bytes,
+        Option<&'static str>,
+        Option<crossing::Crossing>,
+        Option<String>,
+    ),
+    Refused(levee_translate::Untranslatable),
+}
+
+/// Target `t`'s body for the request, by the route's `on_untranslatable`:
+/// `skip` passes over a target that cannot carry it, `drop` leaves out the
+/// parameters it cannot carry (and says which), and `fail` refuses with a
+/// 400 when a target of the route's first entry cannot carry it.
+fn carry(
+    shared: &Shared,
+    route: &levee_config::Route,
+    r: &Inbound,
+    t: usize,
+) -> Result<Carried, LeveeError> {
+    use levee_config::OnUntranslatable;
+    let to = route.rewrite_model(t, &r.model);
+    let provider = &shared.providers[route.targets[t].provider];
+    let (caller, path, body) = (r.dialect, r.path, &r.body);
+    let (prepared, dropped) = match route.on_untranslatable {
+        OnUntranslatable::Drop => crossing::prepare_dropping(caller, provider.api, path, body, to),
+        _ => (
+            crossing::prepare(caller, provider.api, path, body, to),
+            Vec::new(),
+        ),
+    };
+    let dropped = (!dropped.is_empty()).then(|| dropped.join(", "));
+    Ok(match prepared {
+        crossing::Prepared::Same if !r.rewrite => Carried::Body(body.clone(), None, None, None),
+        crossing::Prepared::Same => match rewrite_model(body, &r.model, to) {
+            Ok(b) => Carried::Body(b, None, None, None),
+            Err(e) => return Err(LeveeError::bad_request(format!("levee: {e}"))),
+        },
+        crossing::Prepared::Crossed {
+            body,
+            path,
+            crossing,
+        } => Carried::Body(body, Some(path), Some(crossing), dropped),
+        crossing::Prepared::Skip(why)
+            if route.on_untranslatable == OnUntranslatable::Fail && route.is_primary(t) =>
+        {
+            let msg = format!(
+                "levee: target `{}` of route `{}` cannot carry this request{}: {why} (the route's on_untranslatable is `fail`)",
+                provider.name,
+                route.name,
+                why.param.map(|p| format!(" (parameter `{p}`)")).unwrap_or_default(),
+            );
+            return Err(LeveeError::bad_request(msg));
+        }
+        crossing::Prepared::Skip(why) => Carried::Refused(why),
+    })
 }

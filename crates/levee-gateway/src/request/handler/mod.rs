@@ -189,6 +189,14 @@ where
         return Err(LeveeError::of(Why::MethodNotAllowed, "levee: use POST"));
     }
     let caller = authenticate(shared, &Said::of(req.headers()))?;
+    // A stored response is read where it was created.
+    let (kind, only_provider) = match kind {
+        Kind::Stored { route, label } => {
+            let (route, provider) = stored_origin(shared, asked, route).await?;
+            (Kind::Stored { route, label }, Some(provider))
+        }
+        k => (k, None),
+    };
     let (parts, body) = read_body(shared, req).await?;
     let once = !post_only && !idempotent(&parts.method);
     let (route, path, model, stream, rewrite) = match kind {
@@ -226,8 +234,52 @@ where
         dialect,
         rewrite,
         once,
+        only_provider,
     };
     admit(shared, request, note, id, admitted, sent).await
+}
+
+/// The route and provider a read of the stored response at `path` goes
+/// to: where it was created, as noted when it was. Without a note, the
+/// one OpenAI-dialect provider the routes reach (`fallback`'s), when there
+/// is only one; else a 404 that says why.
+async fn stored_origin(
+    shared: &Shared,
+    path: &str,
+    fallback: usize,
+) -> Result<(usize, usize), LeveeError> {
+    let rest = path.strip_prefix(paths::RESPONSE_ITEM).unwrap_or("");
+    let id = rest.split('/').next().unwrap_or("");
+    let config = &shared.config;
+    let reaches = |r: usize, p: usize| config.routes[r].targets.iter().any(|t| t.provider == p);
+    if let Some(o) = shared.origins.get(shared.redis.as_deref(), id).await {
+        let provider = config.providers.iter().position(|p| p.name == o.provider);
+        if let Some(p) = provider {
+            let named = config.routes.iter().position(|r| r.name == o.route);
+            let route = named
+                .filter(|&r| reaches(r, p))
+                .or_else(|| Some(fallback).filter(|&r| reaches(r, p)))
+                .or_else(|| (0..config.routes.len()).find(|&r| reaches(r, p)));
+            if let Some(r) = route {
+                return Ok((r, p));
+            }
+        }
+    }
+    let mut openai = config
+        .routes
+        .iter()
+        .flat_map(|r| r.targets.iter().map(|t| t.provider))
+        .filter(|&p| config.providers[p].api == Api::OpenAi);
+    if let Some(only) = openai.next() {
+        if openai.all(|p| p == only) && reaches(fallback, only) {
+            return Ok((fallback, only));
+        }
+    }
+    let msg = format!(
+        "levee: no record of where response `{}` was created (not through this gateway, or longer ago than its lifetime), and more than one provider could hold it",
+        printable(id)
+    );
+    Err(LeveeError::of(Why::NotFound, msg))
 }
 
 /// What the path asks of Levee: an endpoint it serves, or a provider path
@@ -399,6 +451,9 @@ struct Inbound {
     /// Sent at most once: one attempt, no fallback (a pass-through whose
     /// method is not idempotent).
     once: bool,
+    /// Sent only to this provider's targets (a stored object's reads go
+    /// where it was created).
+    only_provider: Option<usize>,
 }
 
 /// Reads the whole body within `limits.max_body_bytes` and

@@ -57,10 +57,15 @@ impl Observer {
         now: Instant,
     ) {
         let shared = &self.shared;
-        if d.kind == AttemptKind::Fallback || (d.kind == AttemptKind::First && d.target > 0) {
+        let primary = shared.config.routes[self.route].is_primary(d.target);
+        if d.kind == AttemptKind::Fallback || (d.kind == AttemptKind::First && !primary) {
             // Past a primary that refused without an attempt: what refused
-            // it. After an answered attempt: that attempt's result.
+            // it (it cannot carry the request: `untranslatable`). After an
+            // answered attempt: that attempt's result.
             let reason = match d.primary_refused {
+                Some(_) | None if self.primary_skipped && self.last_result.is_none() => {
+                    FallbackReason::Untranslatable
+                }
                 Some(r) => FallbackReason::PrimaryRefused(r),
                 None if d.kind == AttemptKind::First => FallbackReason::PrimaryRefusedUnsaid,
                 None => self

@@ -313,6 +313,7 @@ impl Observer {
                     attempts = req.attempts,
                     attempt_list = attempt_list.as_str(),
                     skipped = self.skipped.as_str(),
+                    dropped_params = self.dropped_params.as_str(),
                     outcome = outcome.label(),
                     last_attempt = last_result.map_or("none", AttemptResult::label),
                     status = status.unwrap_or(200),

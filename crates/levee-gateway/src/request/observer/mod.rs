@@ -129,6 +129,11 @@ pub(crate) struct Observer {
     /// Targets the planner chose and passed over because they cannot carry
     /// the request, as `x-levee-skipped` says them: `provider=reason, …`.
     skipped: String,
+    /// The parameters left out for the target that answered (`on_untranslatable: drop`).
+    dropped_params: String,
+    /// A target of the route's first entry was passed over: it cannot
+    /// carry the request (a fallback then is `untranslatable`).
+    primary_skipped: bool,
     asked: Asked,
     /// The first attempts, in order (no allocation: most requests make one).
     attempts: [Option<AttemptNote>; NOTED_ATTEMPTS],
@@ -162,6 +167,8 @@ impl Observer {
             span: None,
             tape_origin,
             skipped: String::new(),
+            dropped_params: String::new(),
+            primary_skipped: false,
             asked,
             attempts: [None; NOTED_ATTEMPTS],
             attempt_n: 0,
@@ -188,6 +195,9 @@ impl Observer {
     /// request (`reason`). Counted, logged with the request, and said in
     /// the answer's `x-levee-skipped`.
     fn skipped_target(&mut self, target: usize, reason: SkipReason) {
+        if self.shared.config.routes[self.route].is_primary(target) {
+            self.primary_skipped = true;
+        }
         let provider = self.provider_name(target).to_string();
         report(
             &self.shared,
@@ -203,6 +213,11 @@ impl Observer {
         self.skipped.push_str(&provider);
         self.skipped.push('=');
         self.skipped.push_str(reason.label());
+    }
+
+    /// The caller's parameters the answering target was sent without.
+    pub(crate) fn dropped(&mut self, params: &str) {
+        self.dropped_params = params.to_string();
     }
 
     /// `x-levee-skipped`'s value, when a target was passed over.

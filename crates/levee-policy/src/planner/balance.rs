@@ -1,0 +1,207 @@
+//! Balanced groups: several deployments of one model (two regions, two
+//! keys, a cloud and the vendor) that share a route's traffic instead of
+//! standing in fallback order.
+//!
+//! A route's targets are a flat list; a group is a run of consecutive
+//! targets. Each request puts the members of every group in an order of
+//! its own when it starts — the members that would admit an attempt now
+//! first, by the group's strategy, then the refusing ones in config order —
+//! and the planner walks that order as it walks fallbacks: a retryable
+//! failure on a member goes to the next member first (a fallback, so it
+//! spends no retry budget), and past the last member, to the route's next
+//! entry. A member whose breaker is open, whose pace holds it after a 429
+//! or whose allowance is spent is passed over from the next request on, so
+//! traffic moves to the others as soon as Levee learns of it.
+
+use super::{AttemptKind, Dependencies};
+use crate::classify::Class;
+use crate::provider::{Permit, Refusal};
+use crate::time::Instant;
+use rand::Rng;
+use std::time::Duration;
+
+/// The most targets a route may have, its groups' members counted: a
+/// request's order of them is kept inline.
+pub const MAX_TARGETS: usize = 32;
+
+/// How a group picks the member a request tries first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strategy {
+    /// At random, in proportion to the members' weights.
+    #[default]
+    WeightedRandom,
+    /// The member with the fewest attempts in flight; ties by weight, at
+    /// random.
+    LeastInFlight,
+}
+
+/// A balanced group: targets `start..start + weights.len()` of a route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    pub start: usize,
+    /// Each member's weight, positive.
+    pub weights: Vec<f64>,
+    pub strategy: Strategy,
+}
+
+impl Group {
+    fn members(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.weights.len()
+    }
+}
+
+/// One request's order of its route's targets: slot `s` is target
+/// `at(s)`. The identity until a route with groups orders it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Order {
+    slots: [u8; MAX_TARGETS],
+    set: bool,
+}
+
+impl Default for Order {
+    fn default() -> Self {
+        Order {
+            slots: [0; MAX_TARGETS],
+            set: false,
+        }
+    }
+}
+
+impl Order {
+    /// Whether a balanced route ordered it.
+    pub(super) fn is_set(&self) -> bool {
+        self.set
+    }
+
+    /// The target in slot `s`.
+    pub(super) fn at(&self, s: usize) -> usize {
+        match self.set {
+            true => self.slots.get(s).map_or(s, |&t| usize::from(t)),
+            false => s,
+        }
+    }
+}
+
+/// Orders every group of a route for one request: the members whose
+/// provider would admit an attempt now, by the group's strategy, then the
+/// rest in config order. `targets` is the route's number of targets.
+pub(super) fn order<D: Dependencies + ?Sized, R: Rng + ?Sized>(
+    groups: &[Group],
+    targets: usize,
+    deps: &D,
+    now: Instant,
+    rng: &mut R,
+) -> Order {
+    let mut order = Order::default();
+    if groups.is_empty() || targets > MAX_TARGETS {
+        return order;
+    }
+    for (s, slot) in order.slots.iter_mut().enumerate().take(targets) {
+        // In range: `targets` is at most `MAX_TARGETS` (32).
+        *slot = u8::try_from(s).unwrap_or(u8::MAX);
+    }
+    for g in groups {
+        let members = g.members();
+        if members.end > targets {
+            continue;
+        }
+        let mut ready: Vec<(usize, f64, u32)> = Vec::with_capacity(g.weights.len());
+        let mut refusing: Vec<usize> = Vec::new();
+        for (t, &w) in members.clone().zip(&g.weights) {
+            match deps.available(t, now) {
+                true => ready.push((t, w, deps.in_flight(t).unwrap_or(0))),
+                false => refusing.push(t),
+            }
+        }
+        let mut next = g.start;
+        while !ready.is_empty() {
+            let pool: Vec<usize> = match g.strategy {
+                Strategy::WeightedRandom => (0..ready.len()).collect(),
+                Strategy::LeastInFlight => {
+                    let least = ready.iter().map(|r| r.2).min().unwrap_or(0);
+                    (0..ready.len()).filter(|&i| ready[i].2 == least).collect()
+                }
+            };
+            let i = pick(&pool, |i| ready[i].1, rng);
+            order.slots[next] = u8::try_from(ready.swap_remove(i).0).unwrap_or(u8::MAX);
+            next += 1;
+        }
+        for t in refusing {
+            order.slots[next] = u8::try_from(t).unwrap_or(u8::MAX);
+            next += 1;
+        }
+    }
+    order.set = true;
+    order
+}
+
+/// One of `pool` at random, in proportion to `weight`.
+fn pick<R: Rng + ?Sized>(pool: &[usize], weight: impl Fn(usize) -> f64, rng: &mut R) -> usize {
+    let total: f64 = pool.iter().map(|&i| weight(i)).sum();
+    let mut x = rng.gen::<f64>() * total;
+    for &i in pool {
+        x -= weight(i);
+        if x < 0.0 {
+            return i;
+        }
+    }
+    pool.last().copied().unwrap_or(0)
+}
+
+/// The planner's dependencies seen through one request's order: the
+/// planner speaks of slots, the world of targets.
+pub(super) struct Ordered<'a, D: ?Sized> {
+    pub(super) inner: &'a mut D,
+    pub(super) order: Order,
+}
+
+impl<D: Dependencies + ?Sized> Dependencies for Ordered<'_, D> {
+    fn check(&self, t: usize, now: Instant) -> Result<(), Refusal> {
+        self.inner.check(self.order.at(t), now)
+    }
+    fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal> {
+        self.inner.admit(self.order.at(t), now)
+    }
+    fn check_kind(&self, t: usize, now: Instant, kind: AttemptKind) -> Result<(), Refusal> {
+        self.inner.check_kind(self.order.at(t), now, kind)
+    }
+    fn admit_kind(&mut self, t: usize, now: Instant, kind: AttemptKind) -> Result<Permit, Refusal> {
+        self.inner.admit_kind(self.order.at(t), now, kind)
+    }
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool> {
+        self.inner.finish(self.order.at(t), now, permit, class)
+    }
+    fn withdraw(&mut self, t: usize, now: Instant) -> bool {
+        self.inner.withdraw(self.order.at(t), now)
+    }
+    fn budget_refused(&mut self, t: usize) {
+        self.inner.budget_refused(self.order.at(t))
+    }
+    fn deposit(&mut self, t: usize, now: Instant) {
+        self.inner.deposit(self.order.at(t), now)
+    }
+    fn refund(&mut self, t: usize, now: Instant, tokens: u32) {
+        self.inner.refund(self.order.at(t), now, tokens)
+    }
+    fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
+        self.inner.expected(self.order.at(t), now)
+    }
+    fn winning(&self, t: usize, now: Instant) -> Option<bool> {
+        self.inner.winning(self.order.at(t), now)
+    }
+    fn headroom(&self, t: usize, now: Instant) -> Option<bool> {
+        self.inner.headroom(self.order.at(t), now)
+    }
+    fn stalled(&mut self, t: usize, now: Instant, permit: &mut Permit) {
+        self.inner.stalled(self.order.at(t), now, permit)
+    }
+    fn available(&self, t: usize, now: Instant) -> bool {
+        self.inner.available(self.order.at(t), now)
+    }
+    fn in_flight(&self, t: usize) -> Option<u32> {
+        self.inner.in_flight(self.order.at(t))
+    }
+    fn target_at(&self, slot: usize) -> usize {
+        self.inner.target_at(self.order.at(slot))
+    }
+}
