@@ -195,6 +195,19 @@ pub struct Route {
 }
 
 impl Route {
+    /// The id of the object a request to `path` names, when `path` goes
+    /// on past one of the route's `passthrough` prefixes: the segment right
+    /// after it (`file-abc` in `/v1/files/file-abc/content` under
+    /// `/v1/files/`).
+    pub fn passthrough_object<'a>(&self, path: &'a str) -> Option<&'a str> {
+        self.passthrough
+            .iter()
+            .filter(|p| p.ends_with('/'))
+            .find_map(|p| path.strip_prefix(p.as_str()))
+            .and_then(|rest| rest.split('/').next())
+            .filter(|id| !id.is_empty())
+    }
+
     /// Whether `path` is one of the route's `passthrough` paths.
     pub fn passes_through(&self, path: &str) -> bool {
         self.passthrough.iter().any(|p| match p.ends_with('/') {

@@ -152,3 +152,23 @@ fn the_same_exact_name_on_two_endpoints_is_two_routes() {
     assert_eq!(c.route_for("/v1/embeddings", "m"), Some(0));
     assert_eq!(c.route_for(CHAT, "m"), Some(1));
 }
+
+#[test]
+fn a_passthrough_prefix_names_the_object_in_the_segment_after_it() {
+    let c = load(
+        "  - targets: [oa]\n    passthrough: [\"/v1/files\", \"/v1/files/\", \"/v1/batches/\"]\n",
+    );
+    let r = &c.routes[0];
+    assert_eq!(r.passthrough_object("/v1/files/file-abc"), Some("file-abc"));
+    assert_eq!(
+        r.passthrough_object("/v1/files/file-abc/content"),
+        Some("file-abc")
+    );
+    assert_eq!(
+        r.passthrough_object("/v1/batches/batch_1/cancel"),
+        Some("batch_1")
+    );
+    assert_eq!(r.passthrough_object("/v1/files"), None);
+    assert_eq!(r.passthrough_object("/v1/files/"), None);
+    assert_eq!(r.passthrough_object("/v1/models/x"), None);
+}

@@ -564,3 +564,57 @@ async fn a_follower_looking_while_the_leader_writes_a_large_answer_replays_it() 
     b.shutdown().await;
     a.stop().await;
 }
+
+async fn get_at(env: &Env, addr: std::net::SocketAddr, path: &str) -> Resp {
+    use http_body_util::BodyExt;
+    let req = http::Request::get(format!("http://{addr}{path}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let resp = env.client.request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+#[tokio::test]
+async fn a_response_created_through_one_replica_is_read_through_the_other() {
+    let Some(r) = redis().await else { return };
+    // Two OpenAI accounts, the first down while the response is created:
+    // the second holds it, and only the note in Redis says so to the
+    // other replica.
+    let config = format!(
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"resp{}\", replicas: 2, timeout: 50ms }}\nproviders:\n  first: {{ api: openai, base_url: \"{{mock0}}\" }}\n  second: {{ api: openai, base_url: \"{{mock1}}\" }}\nroutes:\n  - targets: [first, second]\n",
+        r.port, r.port
+    );
+    let a = start(&["faults:\n  - { status: 503 }\n", "faults: []"], &config).await;
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\n{}",
+        config
+            .replace("{mock0}", &a.mocks[0].url())
+            .replace("{mock1}", &a.mocks[1].url())
+    );
+    let b = spawn_text(&text, 7).await;
+    let created = watchdog(
+        WATCHDOG,
+        post_path(
+            &a,
+            a.gw.addr,
+            "/v1/responses",
+            r#"{"model":"gpt-4.1","input":"hi"}"#,
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text());
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let read = watchdog(WATCHDOG, get_at(&a, b.addr, &format!("/v1/responses/{id}"))).await;
+    assert_eq!(read.status, 200, "{}", read.text());
+    assert_eq!(read.header("x-levee-target"), "second");
+    let unknown = watchdog(WATCHDOG, get_at(&a, b.addr, "/v1/responses/resp_nobody")).await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    b.shutdown().await;
+    a.stop().await;
+}

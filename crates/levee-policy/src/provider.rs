@@ -183,6 +183,9 @@ pub struct ProviderState {
     in_flight: u32,
     /// What the provider last reported left of each meter, and when.
     reports: [Option<(Instant, u64)>; 4],
+    /// When an attempt last found the provider unreachable (no connection,
+    /// a reset before any answer).
+    unreachable_at: Option<Instant>,
 }
 
 /// How long a provider's report of what is left stays evidence of its
@@ -197,6 +200,7 @@ impl ProviderState {
             domains: vec![Domain::new("", breaker.clone())],
             template: breaker,
             allowance: allowance.map_or_else(Allowance::default, |g| Allowance::from_gcra(&g)),
+            unreachable_at: None,
             max_in_flight: max_in_flight.max(1),
             in_flight: 0,
             reports: [None; 4],
@@ -478,6 +482,9 @@ impl ProviderState {
             _ => Class::Success,
         };
         self.link.record(now, permit.link, link_class);
+        if matches!(link_class, Class::Fault { .. }) {
+            self.unreachable_at = Some(now);
+        }
         let i = usize::from(permit.domain).min(self.domains.len() - 1);
         let d = &mut self.domains[i];
         let winning = d.winning(now);
@@ -550,6 +557,13 @@ impl ProviderState {
     /// Attempts in flight now.
     pub fn in_flight(&self) -> u32 {
         self.in_flight
+    }
+
+    /// Whether an attempt found the provider unreachable within `within`
+    /// of `now`.
+    pub fn unreachable_within(&self, now: Instant, within: Duration) -> bool {
+        self.unreachable_at
+            .is_some_and(|at| now.saturating_since(at) < within)
     }
 
     /// The provider's breaker state at `now`: open when the provider-wide

@@ -184,3 +184,34 @@ fn groups_are_checked() {
     assert!(base().with_groups(vec![g(1, vec![1.0, 1.0])]).is_err());
     assert!(base().with_groups(vec![g(0, vec![1.0, 1.0])]).is_ok());
 }
+
+#[test]
+fn a_member_found_unreachable_goes_behind_the_others_for_a_second() {
+    let p = grouped(1.0, 1.0, Strategy::WeightedRandom);
+    let mut w = world();
+    let t0 = Instant::from_millis(1_000_000);
+    let refused = w.providers[0].admit(t0, "").unwrap();
+    let unreachable = levee_policy::Class::Fault {
+        retryable: true,
+        wait: None,
+        provider_wide: true,
+    };
+    w.providers[0].finish(t0, refused, unreachable);
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut first_slots = [0u32; 2];
+    for i in 0..100u64 {
+        let now = Instant::from_millis(1_000_000 + i * 9);
+        let (t, _, mut req) = first(&p, &mut w, now, &mut rng);
+        first_slots[t] += 1;
+        p.record(&mut req, &mut w.deps(), now, OK);
+    }
+    assert_eq!(first_slots, [0, 100], "within the second");
+    let mut later = [0u32; 2];
+    for i in 0..100u64 {
+        let now = Instant::from_millis(1_001_000 + i);
+        let (t, _, mut req) = first(&p, &mut w, now, &mut rng);
+        later[t] += 1;
+        p.record(&mut req, &mut w.deps(), now, OK);
+    }
+    assert!(later[0] > 30, "back in rotation after it: {later:?}");
+}

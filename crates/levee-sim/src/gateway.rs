@@ -246,4 +246,7 @@ impl Dependencies for SimDeps<'_> {
     fn in_flight(&self, t: usize) -> Option<u32> {
         self.deps.in_flight(t)
     }
+    fn unreachable_lately(&self, t: usize, now: Instant) -> bool {
+        self.deps.unreachable_lately(t, now)
+    }
 }

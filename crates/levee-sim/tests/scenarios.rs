@@ -530,3 +530,22 @@ fn a_provider_losing_half_at_random_is_never_shut_for_the_routes_falling_back_to
         }
     }
 }
+
+#[test]
+fn a_balanced_group_answers_what_one_region_and_an_ordered_fallback_cannot() {
+    // 12 calls/s against two regions of 10/s each, the west one throttled
+    // for 20 s: one region answers about five in six (85 %), an ordered
+    // fallback hardly more (87 %: the backup gets only the primary's
+    // refusals); the group spreads the load and leaves the throttled
+    // region at once (97 % at the default seed).
+    for r in seeds("balanced-region.yaml", |n| n.starts_with("levee")) {
+        let balanced = variant(&r, "levee, balanced");
+        let one = variant(&r, "levee, one region");
+        let ordered = variant(&r, "levee, ordered fallback");
+        assert!(balanced.success_ratio >= 0.95, "{balanced:?}");
+        assert!(
+            balanced.success_ratio >= one.success_ratio.max(ordered.success_ratio) + 0.08,
+            "balanced {balanced:?}\none {one:?}\nordered {ordered:?}"
+        );
+    }
+}

@@ -182,6 +182,10 @@ impl Dependencies for GatewayDeps<'_> {
     fn in_flight(&self, t: usize) -> Option<u32> {
         Some(self.provider(t).lock().in_flight())
     }
+    fn unreachable_lately(&self, t: usize, now: levee_policy::Instant) -> bool {
+        let within = levee_policy::planner::balance::UNREACHABLE_DEMOTION;
+        self.provider(t).lock().unreachable_within(now, within)
+    }
 }
 
 /// Owns a request's policy state while an attempt may be in flight. Dropping

@@ -332,6 +332,31 @@ fn model_breakers(state: BreakerState, link: BreakerState, models: &[Admission])
     detail
 }
 
+/// A route's entries in fallback order, escaped: a target's name, or a
+/// balanced group's members (`east ×2 | west`) in brackets.
+fn entries(config: &levee_config::Config, r: &levee_config::Route) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut group = None;
+    for (t, target) in r.targets.iter().enumerate() {
+        let mut name = esc(&target_name(config, r, t));
+        if target.group.is_some() && target.weight != 1.0 {
+            name.push_str(&format!(" ×{}", target.weight));
+        }
+        match (target.group, group) {
+            (Some(g), Some(open)) if g == open => {
+                if let Some(last) = out.last_mut() {
+                    last.pop();
+                    last.push_str(&format!(" | {name}]"));
+                }
+            }
+            (Some(_), _) => out.push(format!("balance[{name}]")),
+            (None, _) => out.push(name),
+        }
+        group = target.group;
+    }
+    out
+}
+
 fn routes(shared: &Shared, out: &mut String) {
     let now = shared.clock.now();
     let _ = write!(
@@ -369,9 +394,7 @@ fn routes(shared: &Shared, out: &mut String) {
             };
             format!("<span class=\"{class}\">{x:.2}</span>")
         };
-        let targets: Vec<String> = (0..r.targets.len())
-            .map(|t| esc(&target_name(&shared.config, r, t)))
-            .collect();
+        let targets = entries(&shared.config, r);
         let bulkhead = &shared.routes[ri].bulkhead;
         let _ = write!(
             out,
@@ -492,6 +515,18 @@ fn census(report: &CensusReport, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_balanced_group_is_one_entry_naming_its_members() {
+        let c = levee_config::Config::parse(
+            "providers:\n  east: { api: openai, base_url: \"http://127.0.0.1:9\" }\n  west: { api: openai, base_url: \"http://127.0.0.1:8\" }\n  an: { api: anthropic, base_url: \"http://127.0.0.1:7\" }\nroutes:\n  - targets:\n      - balance: [{ provider: east, weight: 2 }, west]\n      - { provider: an, model: claude-x }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            entries(&c, &c.routes[0]).join(" → "),
+            "balance[east ×2 | west] → an (claude-x)"
+        );
+    }
 
     #[test]
     fn escapes_markup() {

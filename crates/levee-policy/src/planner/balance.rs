@@ -24,6 +24,16 @@ use std::time::Duration;
 /// request's order of them is kept inline.
 pub const MAX_TARGETS: usize = 32;
 
+/// How long a member an attempt found unreachable (no connection, a reset
+/// before any answer) goes behind the group's other ready members. A
+/// stopped deployment refuses connections long before its breaker has
+/// the streak to open (20 attempts, 9.5 s of them at 4 a second to that
+/// member in a live run): every request that started there was answered
+/// by the other member, a connection refusal later, but it started there.
+/// Behind the others, it is tried first about once a second, which is
+/// also how soon it gets its traffic back when it returns.
+pub const UNREACHABLE_DEMOTION: Duration = Duration::from_secs(1);
+
 /// How a group picks the member a request tries first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Strategy {
@@ -106,26 +116,19 @@ pub(super) fn order<D: Dependencies + ?Sized, R: Rng + ?Sized>(
             continue;
         }
         let mut ready: Vec<(usize, f64, u32)> = Vec::with_capacity(g.weights.len());
+        let mut demoted: Vec<(usize, f64, u32)> = Vec::new();
         let mut refusing: Vec<usize> = Vec::new();
         for (t, &w) in members.clone().zip(&g.weights) {
+            let entry = (t, w, deps.in_flight(t).unwrap_or(0));
             match deps.available(t, now) {
-                true => ready.push((t, w, deps.in_flight(t).unwrap_or(0))),
+                true if deps.unreachable_lately(t, now) => demoted.push(entry),
+                true => ready.push(entry),
                 false => refusing.push(t),
             }
         }
         let mut next = g.start;
-        while !ready.is_empty() {
-            let pool: Vec<usize> = match g.strategy {
-                Strategy::WeightedRandom => (0..ready.len()).collect(),
-                Strategy::LeastInFlight => {
-                    let least = ready.iter().map(|r| r.2).min().unwrap_or(0);
-                    (0..ready.len()).filter(|&i| ready[i].2 == least).collect()
-                }
-            };
-            let i = pick(&pool, |i| ready[i].1, rng);
-            order.slots[next] = u8::try_from(ready.swap_remove(i).0).unwrap_or(u8::MAX);
-            next += 1;
-        }
+        place(&mut order, &mut next, ready, g.strategy, rng);
+        place(&mut order, &mut next, demoted, g.strategy, rng);
         for t in refusing {
             order.slots[next] = u8::try_from(t).unwrap_or(u8::MAX);
             next += 1;
@@ -133,6 +136,29 @@ pub(super) fn order<D: Dependencies + ?Sized, R: Rng + ?Sized>(
     }
     order.set = true;
     order
+}
+
+/// Puts `ready` (target, weight, in flight) into `order` from slot `next`
+/// on, by `strategy`.
+fn place<R: Rng + ?Sized>(
+    order: &mut Order,
+    next: &mut usize,
+    mut ready: Vec<(usize, f64, u32)>,
+    strategy: Strategy,
+    rng: &mut R,
+) {
+    while !ready.is_empty() {
+        let pool: Vec<usize> = match strategy {
+            Strategy::WeightedRandom => (0..ready.len()).collect(),
+            Strategy::LeastInFlight => {
+                let least = ready.iter().map(|r| r.2).min().unwrap_or(0);
+                (0..ready.len()).filter(|&i| ready[i].2 == least).collect()
+            }
+        };
+        let i = pick(&pool, |i| ready[i].1, rng);
+        order.slots[*next] = u8::try_from(ready.swap_remove(i).0).unwrap_or(u8::MAX);
+        *next += 1;
+    }
 }
 
 /// One of `pool` at random, in proportion to `weight`.
@@ -200,6 +226,9 @@ impl<D: Dependencies + ?Sized> Dependencies for Ordered<'_, D> {
     }
     fn in_flight(&self, t: usize) -> Option<u32> {
         self.inner.in_flight(self.order.at(t))
+    }
+    fn unreachable_lately(&self, t: usize, now: Instant) -> bool {
+        self.inner.unreachable_lately(self.order.at(t), now)
     }
     fn target_at(&self, slot: usize) -> usize {
         self.inner.target_at(self.order.at(slot))

@@ -79,6 +79,13 @@ pub trait Dependencies {
         let _ = t;
         None
     }
+    /// Whether an attempt found target `t`'s provider unreachable within
+    /// the last [`super::balance::UNREACHABLE_DEMOTION`]: a group tries its
+    /// other members first.
+    fn unreachable_lately(&self, t: usize, now: Instant) -> bool {
+        let _ = (t, now);
+        false
+    }
     /// The target in the request's slot `slot`: the planner walks a
     /// request's own order of its route's targets (see
     /// [`super::balance`]); the world's dependencies name targets, so
@@ -138,5 +145,9 @@ impl Dependencies for Deps<'_> {
     }
     fn in_flight(&self, t: usize) -> Option<u32> {
         Some(self.providers[self.target_provider[t]].in_flight())
+    }
+    fn unreachable_lately(&self, t: usize, now: Instant) -> bool {
+        self.providers[self.target_provider[t]]
+            .unreachable_within(now, super::balance::UNREACHABLE_DEMOTION)
     }
 }

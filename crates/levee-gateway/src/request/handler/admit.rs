@@ -215,7 +215,10 @@ pub(super) async fn admit(
     let obs = observer_of(shared, &r, origin);
     *admitted = true;
     let ask = ask_of(shared, &r, &said);
-    let creates_stored = r.path == levee_wire::paths::RESPONSES && r.parts.method == Method::POST;
+    // A created response, or an object created through a passthrough path
+    // (a file, a batch): its id is noted with the provider that answered.
+    let creates_stored = r.parts.method == Method::POST
+        && (r.path == levee_wire::paths::RESPONSES || (!r.rewrite && r.path == PASSTHROUGH_LABEL));
     let ctx = Ctx {
         shared: Arc::clone(shared),
         bulkhead: Some(bulkhead),

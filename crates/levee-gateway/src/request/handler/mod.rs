@@ -189,14 +189,7 @@ where
         return Err(LeveeError::of(Why::MethodNotAllowed, "levee: use POST"));
     }
     let caller = authenticate(shared, &Said::of(req.headers()))?;
-    // A stored response is read where it was created.
-    let (kind, only_provider) = match kind {
-        Kind::Stored { route, label } => {
-            let (route, provider) = stored_origin(shared, asked, route).await?;
-            (Kind::Stored { route, label }, Some(provider))
-        }
-        k => (k, None),
-    };
+    let (kind, only_provider) = origin_of(shared, kind, asked).await?;
     let (parts, body) = read_body(shared, req).await?;
     let once = !post_only && !idempotent(&parts.method);
     let (route, path, model, stream, rewrite) = match kind {
@@ -237,6 +230,45 @@ where
         only_provider,
     };
     admit(shared, request, note, id, admitted, sent).await
+}
+
+/// Where a request for a stored object goes: a stored response is read
+/// where it was created, and so is an object a passthrough prefix names
+/// when its creation was noted (the route, and the one provider to send
+/// it to).
+async fn origin_of(
+    shared: &Shared,
+    kind: Kind,
+    asked: &str,
+) -> Result<(Kind, Option<usize>), LeveeError> {
+    Ok(match kind {
+        Kind::Stored { route, label } => {
+            let (route, provider) = stored_origin(shared, asked, route).await?;
+            (Kind::Stored { route, label }, Some(provider))
+        }
+        Kind::Listed { route, label } => match listed_origin(shared, asked, route).await {
+            Some((route, provider)) => (Kind::Listed { route, label }, Some(provider)),
+            None => (kind, None),
+        },
+        k => (k, None),
+    })
+}
+
+/// Where the object a passthrough request to `path` (on `route`) names
+/// was created, when that was noted: its route and provider.
+async fn listed_origin(shared: &Shared, path: &str, route: usize) -> Option<(usize, usize)> {
+    let config = &shared.config;
+    let id = config.routes[route].passthrough_object(path)?;
+    let o = shared.origins.get(shared.redis.as_deref(), id).await?;
+    let p = config.providers.iter().position(|p| p.name == o.provider)?;
+    let reaches = |r: usize| config.routes[r].targets.iter().any(|t| t.provider == p);
+    let r = config
+        .routes
+        .iter()
+        .position(|x| x.name == o.route && x.passes_through(path))
+        .filter(|&r| reaches(r))
+        .or_else(|| Some(route).filter(|&r| reaches(r)))?;
+    Some((r, p))
 }
 
 /// The route and provider a read of the stored response at `path` goes
@@ -299,6 +331,9 @@ fn endpoint(shared: &Shared, method: &Method, asked: &str) -> Result<Kind, Levee
     })
 }
 
+/// How logs name a path a route lists in `passthrough`.
+pub(super) const PASSTHROUGH_LABEL: &str = "(passthrough)";
+
 /// The pass-through endpoints Levee knows, for a 404's message.
 const PASSED_THROUGH: &str = "/v1/messages/count_tokens, /v1/responses/{id}, /v1/responses/{id}/input_items, /v1/responses/{id}/cancel";
 
@@ -353,7 +388,7 @@ fn pass_through(shared: &Shared, method: &Method, path: &str) -> Option<Kind> {
         .position(|r| r.passes_through(path))?;
     Some(Kind::Listed {
         route,
-        label: "(passthrough)",
+        label: PASSTHROUGH_LABEL,
     })
 }
 
