@@ -59,20 +59,27 @@ jq -c --argjson es "$es" --argjson ws "$ws" --argjson er "$er" --argjson wr "$wr
     provider_429_share: (($er + $wr) / ([$es + $ws, 1] | max) * 1000 | round / 10),
     p50_s, p99_s, errors}' <<<"$out"
 
-# Phase 2: 0.8 x one limit; west killed a third of the way in.
-RATE2=$(python3 -c "print($LIMIT * 0.8 / 60)")
-e0="$(stats "$east")"
+# Phase 2: KILL_LOAD (default 0.8) x one limit; west killed a third of
+# the way in.
+RATE2=$(python3 -c "print($LIMIT * ${KILL_LOAD:-0.8} / 60)")
+e0="$(stats "$east")"; w0="$(stats "$west")"
 "$PY" bench/brownout_client.py "http://$gateway/v1" "$RATE2" "$SECONDS_" >"$work/phase2.json" &
 client=$!
 sleep "$(python3 -c "print($SECONDS_ / 3)")"
+w1="$(stats "$west")"
 kill -9 "$west_pid"
-killed_at=$(date +%s.%N)
 wait "$client"
 e1="$(stats "$east")"
 admin="$(jq -r .admin <<<"$serve_line")"
-refused=$(curl -fsS "http://$admin/metrics" | awk '/^levee_upstream_attempts_total\{/ && /provider="west"/ && /result="connect_error"/ {s += $2} END {print s + 0}')
-last=$(jq -r 'select(.fields.provider? == "west" or .provider? == "west") | .timestamp' "$work/gateway.log" 2>/dev/null | tail -1)
-jq -c --argjson es "$(delta "$e0" "$e1" requests_total)" --argjson refused "$refused" --arg rate "$RATE2" \
-  '{phase: "0.8x one limit, west killed at a third", rate_per_s: ($rate | tonumber), calls,
+# Attempts that found west gone (connection refused), from Levee's metrics.
+gone=$(curl -fsS "http://$admin/metrics" | awk '/^levee_upstream_attempts_total\{/ && /provider="west"/ && /result="connect_error"/ {s += $2} END {print s + 0}')
+es=$(delta "$e0" "$e1" requests_total); er=$(delta "$e0" "$e1" rate_limited)
+ws=$(delta "$w0" "$w1" requests_total); wr=$(delta "$w0" "$w1" rate_limited)
+jq -c --argjson es "$es" --argjson er "$er" --argjson ws "$ws" --argjson wr "$wr" --argjson gone "$gone" \
+  --arg rate "$RATE2" \
+  '{phase: "west killed at a third", rate_per_s: ($rate | tonumber), calls,
     app_success: (.successes / .calls * 1000 | round / 10),
-    east_requests: $es, west_connect_errors: $refused, p50_s, p99_s, errors}' <"$work/phase2.json"
+    east_requests: $es, west_requests_before_kill: $ws, west_connect_errors: $gone,
+    provider_429s: ($er + $wr),
+    provider_429_share: (($er + $wr) / ([$es + $ws, 1] | max) * 1000 | round / 10),
+    p50_s, p99_s, errors}' <"$work/phase2.json"

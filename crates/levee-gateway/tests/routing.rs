@@ -100,6 +100,16 @@ async fn an_untranslatable_request_is_skipped_refused_or_stripped_as_the_route_s
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "anthropic");
 
+    // fail, with a group first: refused only when no member can carry it.
+    let group = "providers:\n  anthropic: { api: anthropic, base_url: \"{mock0}\" }\n  openai: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets:\n      - balance: [anthropic, { provider: openai, model: gpt-4.1 }]\n    on_untranslatable: fail\n";
+    let env = local(&["faults: []", "faults: []"], group);
+    for _ in 0..4 {
+        let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", HOT, &[])).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-levee-target"), "openai");
+    }
+    assert_eq!(env.stats(0).requests_total, 0);
+
     // drop: the primary answers without the parameter, and says so.
     let env = local(&["faults: []", "faults: []"], &a_to_o("drop"));
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", HOT, &[])).await;
@@ -141,6 +151,9 @@ async fn a_stored_response_is_read_where_it_was_created() {
     // which holds the response.
     env.mocks[0].set_faults(levee_mock::parse_faults("faults: []").unwrap());
     let before = env.stats(0).requests_total;
+    let fallbacks = |env: &Local| metric(&env.metrics(), "levee_fallbacks_total", &[]);
+    let created_by_fallback = fallbacks(&env);
+    assert_eq!(created_by_fallback, 1.0);
     let r = send(&env, "GET", &format!("/v1/responses/{id}"), "").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["id"], id.as_str());
@@ -153,6 +166,11 @@ async fn a_stored_response_is_read_where_it_was_created() {
         env.stats(0).requests_total,
         before,
         "the first account is never asked"
+    );
+    assert_eq!(
+        fallbacks(&env),
+        created_by_fallback,
+        "a read sent where the response lives is no fallback"
     );
     // A stream's first event names the response too.
     let stream = r#"{"model":"gpt-4.1","input":"hi","stream":true}"#;

@@ -101,15 +101,16 @@ pub fn predict(config: &Config, text: &str) -> Result<Vec<Prediction>, String> {
     Ok(out)
 }
 
-/// A model name that reaches route `i` (its prefix and a made-up name;
-/// any name for a route that matches every model).
+/// A model name that reaches route `i` (its first exact name; its prefix
+/// and a made-up name; any name for a route that matches every model).
 fn probe_model(config: &Config, i: usize, route: &Route) -> Option<String> {
     if route.matcher.path.is_some() {
         return None;
     }
-    let model = match &route.matcher.model_prefix {
-        Some(p) => format!("{p}check-probe"),
-        None => "check-probe".to_string(),
+    let model = match (route.matcher.models.first(), &route.matcher.model_prefix) {
+        (Some(exact), _) => exact.clone(),
+        (None, Some(p)) => format!("{p}check-probe"),
+        (None, None) => "check-probe".to_string(),
     };
     let path = "/v1/chat/completions";
     (config.route_for(path, &model) == Some(i)).then_some(model)
@@ -238,9 +239,15 @@ pub fn render(out: &mut String, predictions: &[Prediction]) {
         out,
         "\nincidents predicted (simulator, {RATE} calls/s for {SECONDS} s, the SDKs' default client with max_retries=2)"
     );
+    let w = predictions
+        .iter()
+        .map(|p| p.route.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(16);
     let _ = writeln!(
         out,
-        "  {:<16} {:<24} {:>16} {:>16}  verdict",
+        "  {:<w$} {:<24} {:>16} {:>16}  verdict",
         "route", "incident", "direct", "through Levee"
     );
     for p in predictions {
@@ -251,7 +258,7 @@ pub fn render(out: &mut String, predictions: &[Prediction]) {
         };
         let _ = writeln!(
             out,
-            "  {:<16} {:<24} {:>16} {:>16}  {verdict}",
+            "  {:<w$} {:<24} {:>16} {:>16}  {verdict}",
             p.route,
             p.incident,
             cell(p.direct_success, p.direct_per_call),

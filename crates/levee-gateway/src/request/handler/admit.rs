@@ -212,7 +212,12 @@ pub(super) async fn admit(
         said: &said,
         path_and_query,
     };
-    let obs = observer_of(shared, &r, origin);
+    let mut obs = observer_of(shared, &r, origin);
+    if r.only_provider.is_some() {
+        // A stored object's read goes to where it lives: the targets
+        // before that one are not passed over, they were never candidates.
+        obs.not_a_fallback();
+    }
     *admitted = true;
     let ask = ask_of(shared, &r, &said);
     // A created response, or an object created through a passthrough path
@@ -429,6 +434,9 @@ pub(super) fn prepare_targets(
                 let path = path.unwrap_or(path_and_query);
                 (body, path, crossing, None, dropped)
             }
+            Carried::Refused(why) if must_fail(route, &plans, t) => {
+                return Err(untranslatable(shared, route, t, &why));
+            }
             Carried::Refused(why) => {
                 // Counted when the planner chooses this target, or below
                 // when no target can take the request: a backup that cannot
@@ -475,6 +483,34 @@ pub(super) fn prepare_targets(
     }
     refuse_if_none_can_carry(shared, route, &plans, refused, platform_refused)?;
     Ok(plans)
+}
+
+/// Whether the route's `on_untranslatable: fail` refuses the request now
+/// that target `t` cannot carry it: `t` is the last of the route's first
+/// entry, and no target of that entry before it could carry it either.
+fn must_fail(route: &levee_config::Route, plans: &[Plan], t: usize) -> bool {
+    route.on_untranslatable == levee_config::OnUntranslatable::Fail
+        && t + 1 == route.first_entry
+        && plans[..t].iter().all(|p| p.skip.is_some())
+}
+
+/// The 400 of `on_untranslatable: fail`, naming the parameter and the target.
+fn untranslatable(
+    shared: &Shared,
+    route: &levee_config::Route,
+    t: usize,
+    why: &levee_translate::Untranslatable,
+) -> LeveeError {
+    let provider = &shared.providers[route.targets[t].provider];
+    let msg = format!(
+        "levee: target `{}` of route `{}` cannot carry this request{}: {why} (the route's on_untranslatable is `fail`)",
+        provider.name,
+        route.name,
+        why.param
+            .map(|p| format!(" (parameter `{p}`)"))
+            .unwrap_or_default(),
+    );
+    LeveeError::bad_request(msg)
 }
 
 /// What target `t` is sent, or why it cannot carry the request.
@@ -524,17 +560,6 @@ fn carry(
             path,
             crossing,
         } => Carried::Body(body, Some(path), Some(crossing), dropped),
-        crossing::Prepared::Skip(why)
-            if route.on_untranslatable == OnUntranslatable::Fail && route.is_primary(t) =>
-        {
-            let msg = format!(
-                "levee: target `{}` of route `{}` cannot carry this request{}: {why} (the route's on_untranslatable is `fail`)",
-                provider.name,
-                route.name,
-                why.param.map(|p| format!(" (parameter `{p}`)")).unwrap_or_default(),
-            );
-            return Err(LeveeError::bad_request(msg));
-        }
         crossing::Prepared::Skip(why) => Carried::Refused(why),
     })
 }

@@ -58,7 +58,8 @@ impl Observer {
     ) {
         let shared = &self.shared;
         let primary = shared.config.routes[self.route].is_primary(d.target);
-        if d.kind == AttemptKind::Fallback || (d.kind == AttemptKind::First && !primary) {
+        let first_past_primary = d.kind == AttemptKind::First && !primary && !self.pinned;
+        if d.kind == AttemptKind::Fallback || first_past_primary {
             // Past a primary that refused without an attempt: what refused
             // it (it cannot carry the request: `untranslatable`). After an
             // answered attempt: that attempt's result.

@@ -134,6 +134,8 @@ pub(crate) struct Observer {
     /// A target of the route's first entry was passed over: it cannot
     /// carry the request (a fallback then is `untranslatable`).
     primary_skipped: bool,
+    /// Sent to one target by its nature: its first attempt is no fallback.
+    pinned: bool,
     asked: Asked,
     /// The first attempts, in order (no allocation: most requests make one).
     attempts: [Option<AttemptNote>; NOTED_ATTEMPTS],
@@ -169,6 +171,7 @@ impl Observer {
             skipped: String::new(),
             dropped_params: String::new(),
             primary_skipped: false,
+            pinned: false,
             asked,
             attempts: [None; NOTED_ATTEMPTS],
             attempt_n: 0,
@@ -213,6 +216,12 @@ impl Observer {
         self.skipped.push_str(&provider);
         self.skipped.push('=');
         self.skipped.push_str(reason.label());
+    }
+
+    /// The request goes to one target by its nature (a stored object's
+    /// read): a first attempt past the route's primary is no fallback.
+    pub(crate) fn not_a_fallback(&mut self) {
+        self.pinned = true;
     }
 
     /// The caller's parameters the answering target was sent without.
