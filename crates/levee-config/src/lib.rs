@@ -35,7 +35,7 @@ pub use model::{
     derived_max_in_flight, Caller, CallerKey, IdempotencySettings, InFlightCap, Limits, Match,
     Provider, Route, StateBackend, Target, Telemetry,
 };
-pub use platform::{ApiKind, ModelNames, Platform};
+pub use platform::{check_credential_url, is_local_host, ApiKind, ModelNames, Platform};
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
 pub use values::{
     Api, AtLeastOne, Auth, BackendKind, BalanceStrategy, BaseUrl, Http2, ListenAddr, OnUnavailable,

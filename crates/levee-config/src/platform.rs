@@ -153,6 +153,42 @@ pub(crate) struct PlatformKeys<'a> {
     pub token_url: Option<&'a str>,
 }
 
+/// Checks a URL credentials are asked at (a token endpoint, a metadata
+/// server): `https://`, or plain `http://` only to this machine (loopback)
+/// or a link-local address (a cloud's metadata service). A signed
+/// assertion or a refresh token is a bearer credential for an hour or
+/// more; over plain HTTP to any other host, everyone on the path has it.
+pub fn check_credential_url(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| format!("`{url}` is not a URL like `https://oauth2.googleapis.com/token`"))?;
+    let host = uri.host().unwrap_or("");
+    match uri.scheme_str() {
+        Some("https") if !host.is_empty() => Ok(()),
+        Some("http") if is_local_host(host) => Ok(()),
+        Some("http") => Err(format!(
+            "`{url}` is plain http:// to `{host}`: credentials go over https://, or plain http:// only to loopback or a link-local address"
+        )),
+        _ => Err(format!("`{url}` is not an http(s) URL")),
+    }
+}
+
+/// Whether `host` is this machine or link-local: `localhost` and names
+/// under it (RFC 6761: they resolve to loopback), 127.0.0.0/8, `::1`,
+/// 169.254.0.0/16, `fe80::/10`.
+pub fn is_local_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let lower = bare.to_ascii_lowercase();
+    if lower == "localhost" || lower.ends_with(".localhost") {
+        return true;
+    }
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => a.is_loopback() || a.is_link_local(),
+        Ok(std::net::IpAddr::V6(a)) => a.is_loopback() || (a.segments()[0] & 0xffc0) == 0xfe80,
+        Err(_) => false,
+    }
+}
+
 /// How a vendor names its models: what a target on it with no `model` of
 /// its own must be sent, for `levee check`'s routing warnings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -354,6 +390,9 @@ fn bedrock(p: &PlatformKeys<'_>) -> Result<(Platform, http::Uri), KeyProblem> {
 /// An `api: vertex` or `api: vertex-openai` provider's platform and base URL
 /// (from the region unless written).
 fn vertex(p: &PlatformKeys<'_>) -> Result<(Platform, http::Uri), KeyProblem> {
+    if let Some(url) = p.token_url {
+        check_credential_url(url).map_err(|why| ("token_url", format!("`token_url`: {why}")))?;
+    }
     let region = required(p, "region", p.region)?;
     let project = required(p, "project", p.project)?;
     let base = match written_url(p) {

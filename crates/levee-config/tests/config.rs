@@ -267,3 +267,34 @@ fn a_head_limit_under_1_kib_is_refused_and_one_under_8_kib_kept() {
     let c = Config::parse("limits: { max_header_bytes: 4096 }\n").unwrap();
     assert_eq!(c.limits.max_header_bytes, 4096);
 }
+
+#[test]
+fn a_token_endpoint_over_plain_http_must_be_on_this_machine_or_link_local() {
+    let vertex = |url: &str| {
+        Config::parse(&format!(
+            "providers:\n  vx: {{ api: vertex, region: us-east5, project: p, token_url: \"{url}\" }}\n"
+        ))
+    };
+    for ok in [
+        "https://oauth2.googleapis.com/token",
+        "http://127.0.0.1:8080/token",
+        "http://localhost/token",
+        "http://tokens.localhost/token",
+        "http://169.254.169.254/token",
+        "http://[::1]:9/token",
+    ] {
+        assert!(vertex(ok).is_ok(), "{ok}");
+    }
+    for bad in [
+        "http://tokens.example.com/token",
+        "http://10.0.0.7/token",
+        "ftp://x/token",
+    ] {
+        let e = vertex(bad)
+            .err()
+            .unwrap_or_else(|| panic!("{bad} accepted"));
+        let (line, message) = line_of(e);
+        assert_eq!(line, 2, "{message}");
+        assert!(message.contains("token_url"), "{message}");
+    }
+}

@@ -262,7 +262,7 @@ async fn first_generation(
         shared.generation.hash = hash.clone();
     }
     shared.recorder = recorder.map(|mut r| {
-        r.set_secrets(shared.secrets.clone());
+        r.set_secrets(shared.secrets.snapshot());
         Arc::new(r)
     });
     if let Some(redis) = &shared.redis {

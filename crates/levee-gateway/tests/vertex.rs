@@ -172,7 +172,7 @@ async fn mock_token(mock: &levee_mock::InProcess) -> String {
         .unwrap()
         .as_secs();
     let claims = serde_json::json!({
-        "iss": key["client_email"], "aud": "http://tokens.test/token",
+        "iss": key["client_email"], "aud": "http://tokens.localhost/token",
         "scope": "https://www.googleapis.com/auth/cloud-platform", "iat": now, "exp": now + 3600,
     });
     let jwt = jsonwebtoken::encode(
@@ -187,7 +187,7 @@ async fn mock_token(mock: &levee_mock::InProcess) -> String {
         .build(levee_gateway::transport::Connector::Memory(dial));
     let form =
         format!("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion={jwt}");
-    let req = http::Request::post("http://tokens.test/token")
+    let req = http::Request::post("http://tokens.localhost/token")
         .header("content-type", "application/x-www-form-urlencoded")
         .body(http_body_util::Full::new(bytes::Bytes::from(form)))
         .unwrap();
@@ -198,7 +198,7 @@ async fn mock_token(mock: &levee_mock::InProcess) -> String {
     v["access_token"].as_str().unwrap().to_string()
 }
 
-/// The token endpoint `tokens.test`, reached through a switch: while it is
+/// The token endpoint `tokens.localhost`, reached through a switch: while it is
 /// off, connections to it fail as a host that is down does.
 fn switched_token_endpoint(
     mock: levee_mock::InProcess,
@@ -206,7 +206,8 @@ fn switched_token_endpoint(
     let up = Arc::new(AtomicBool::new(true));
     let on = Arc::clone(&up);
     let dial: levee_gateway::transport::Dial = Arc::new(move |uri: &http::Uri| {
-        (uri.host() == Some("tokens.test") && on.load(Ordering::SeqCst)).then(|| mock.connect())
+        (uri.host() == Some("tokens.localhost") && on.load(Ordering::SeqCst))
+            .then(|| mock.connect())
     });
     (dial, up)
 }
@@ -222,7 +223,7 @@ async fn a_token_that_expires_mid_run_is_refreshed_without_a_failed_request() {
     let (dial, up) = switched_token_endpoint(mock.clone());
     let env = local_dial(
         vec![mock],
-        &config("vertex", "http://tokens.test/token"),
+        &config("vertex", "http://tokens.localhost/token"),
         dial,
     );
     let ok = |r: &Resp, when: &str| assert_eq!(r.status, 200, "{when}: {}", r.text());
@@ -294,7 +295,7 @@ async fn a_token_endpoint_that_is_down_fails_the_attempt_as_credentials_without_
     up.store(false, Ordering::SeqCst);
     let env = local_dial(
         vec![mock],
-        &config("vertex", "http://tokens.test/token"),
+        &config("vertex", "http://tokens.localhost/token"),
         dial,
     );
     let r = post(&env, "/v1/messages", &message(false)).await;
@@ -323,12 +324,12 @@ async fn requests_waiting_on_a_token_endpoint_that_does_not_answer_share_its_fai
         api: levee_mock::MockApi::Vertex,
         ..Default::default()
     });
-    // Connections to `tokens.test` open and are never answered.
+    // Connections to `tokens.localhost` open and are never answered.
     let dials = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let held = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (counted, kept) = (Arc::clone(&dials), Arc::clone(&held));
     let dial: levee_gateway::transport::Dial = Arc::new(move |uri: &http::Uri| {
-        (uri.host() == Some("tokens.test")).then(|| {
+        (uri.host() == Some("tokens.localhost")).then(|| {
             counted.fetch_add(1, Ordering::SeqCst);
             let (client, server) = tokio::io::duplex(1024);
             kept.lock().unwrap().push(server);
@@ -337,7 +338,7 @@ async fn requests_waiting_on_a_token_endpoint_that_does_not_answer_share_its_fai
     });
     let config = format!(
         "{}    retry: {{ max_attempts: 1 }}\n    deadline: {{ default: 60s, max: 60s }}\n",
-        config("vertex", "http://tokens.test/token")
+        config("vertex", "http://tokens.localhost/token")
     );
     let env = local_dial(vec![mock], &config, dial);
     let t = paused_now();

@@ -6,6 +6,7 @@
 
 pub(crate) mod census;
 pub(crate) mod event;
+pub(crate) mod live_secrets;
 pub(crate) mod metrics;
 pub(crate) mod outcome;
 pub(crate) mod record;

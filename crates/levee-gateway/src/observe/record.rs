@@ -113,15 +113,17 @@ impl Recorder {
         self.full.load(Ordering::Relaxed)
     }
 
-    /// Hands a line to the writer; never blocks.
-    pub fn record(&self, line: &TapeLine) {
+    /// Hands a line to the writer; never blocks. `live`: the credentials
+    /// the running generation holds now (tokens issued since the tape
+    /// started), redacted too.
+    pub fn record(&self, line: &TapeLine, live: &crate::observe::redact::Secrets) {
         if self.is_full() {
             return;
         }
         let Ok(text) = serde_json::to_string(line) else {
             return;
         };
-        let text = self.secrets.load().text(text);
+        let text = live.text(self.secrets.load().text(text));
         if let Err(TrySendError::Full(_)) = self.tx.try_send(text) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -168,7 +170,7 @@ mod tests {
             )),
             ..TapeLine::default()
         };
-        r.record(&line);
+        r.record(&line, &crate::observe::redact::Secrets::default());
         // Dropping the recorder waits for its writer to finish the tape.
         drop(r);
         let text = std::fs::read_to_string(&path).unwrap_or_default();

@@ -98,7 +98,7 @@ impl Reloader {
         match next(&old, config, hash) {
             Ok((next, kept)) => {
                 if let Some(r) = &next.recorder {
-                    r.add_secrets(&next.secrets);
+                    r.add_secrets(&next.secrets.snapshot());
                 }
                 let next = Arc::new(next);
                 self.current.store(Arc::clone(&next));
@@ -183,7 +183,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
         })
         .collect();
     let keys = caller_keys(&config)?;
-    let secrets = crate::observe::redact::Secrets::new(providers.iter().flat_map(|p| p.secrets()));
+    let secrets = crate::runtime::shared::live_secrets(&providers);
     let census = old.census.next(&config);
     let generation = old.generation.next(hash, old.clock.unix_ms());
     let shared = Shared {

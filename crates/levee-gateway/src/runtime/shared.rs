@@ -77,8 +77,9 @@ pub struct Shared {
     pub(crate) grace_over: Arc<crate::runtime::shutdown::GraceOver>,
     /// `--record`: where upstream exchanges are written.
     pub(crate) recorder: Option<Arc<crate::observe::record::Recorder>>,
-    /// The provider keys, redacted from error bodies, logs and tapes.
-    pub(crate) secrets: crate::observe::redact::Secrets,
+    /// The provider keys and every credential a platform obtained since,
+    /// redacted from answers, logs and tapes.
+    pub(crate) secrets: crate::observe::live_secrets::LiveSecrets,
     /// Callers and deadlines seen in traffic, targets' observed latency.
     pub(crate) census: crate::observe::census::Census,
     /// Set with `telemetry.otlp_endpoint`: spans exported over OTLP/HTTP.
@@ -182,11 +183,7 @@ impl Shared {
             })
             .collect::<Result<Vec<_>, _>>()?;
         // A cloud platform's credentials (keys, tokens) as loaded now, too.
-        let secrets = crate::observe::redact::Secrets::new(
-            providers
-                .iter()
-                .flat_map(|p| p.secrets().map(str::to_owned).chain(p.platform.secrets())),
-        );
+        let secrets = live_secrets(&providers);
         let routes = config
             .routes
             .iter()
@@ -377,6 +374,22 @@ fn idempotency_backend(
         }),
     };
     idempotency
+}
+
+/// The secrets of `providers`: their keys as loaded, and what their
+/// platforms learn while they run.
+pub(crate) fn live_secrets(
+    providers: &[Arc<ProviderRuntime>],
+) -> crate::observe::live_secrets::LiveSecrets {
+    let base = providers
+        .iter()
+        .flat_map(|p| p.secrets().map(str::to_owned).chain(p.platform.secrets()))
+        .collect();
+    let sources = providers
+        .iter()
+        .filter_map(|p| p.platform.learned())
+        .collect();
+    crate::observe::live_secrets::LiveSecrets::new(base, sources)
 }
 
 #[cfg(test)]

@@ -150,12 +150,18 @@ pub fn local_dial(
 ) -> Local {
     let mut text = format!("shutdown_grace: 5s\n{config}");
     for i in 0..mocks.len() {
-        text = text.replace(&format!("{{mock{i}}}"), &format!("http://mock{i}.test"));
+        text = text.replace(
+            &format!("{{mock{i}}}"),
+            &format!("http://mock{i}.localhost"),
+        );
     }
     let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
     let dialed = mocks.clone();
     let mock_at = move |uri: &http::Uri| {
-        let host = uri.host()?.strip_prefix("mock")?.strip_suffix(".test")?;
+        let host = uri
+            .host()?
+            .strip_prefix("mock")?
+            .strip_suffix(".localhost")?;
         dialed.get(host.parse::<usize>().ok()?).map(|m| m.connect())
     };
     let dial: levee_gateway::transport::Dial =

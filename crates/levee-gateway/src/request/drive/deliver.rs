@@ -118,7 +118,7 @@ impl Driver<'_> {
         let provider = &shared.providers[route.targets[target].provider];
         let mut headers = parts.headers;
         // A provider may echo the key in a successful answer's head too.
-        shared.secrets.headers(&mut headers);
+        shared.secrets.get().headers(&mut headers);
         Delivered::Done(Ok(Answer::Stream(relayed(
             parts.status,
             headers,
@@ -187,7 +187,7 @@ impl Driver<'_> {
         };
         let provider = &shared.providers[route.targets[target].provider];
         let mut parts = parts;
-        shared.secrets.headers(&mut parts.headers);
+        shared.secrets.get().headers(&mut parts.headers);
         let stored_headers = self.lease.is_some().then(|| {
             let mut headers = HeaderMap::new();
             copy_headers(&parts.headers, &mut headers);

@@ -218,10 +218,10 @@ impl Driver<'_> {
             shared.clock.unix_ms(),
         );
         let mut headers = resp.headers().clone();
-        shared.secrets.headers(&mut headers);
-        let body = shared
-            .secrets
-            .bytes(read_capped(resp.into_body(), MAX_ERROR_BODY, until).await);
+        let body = read_capped(resp.into_body(), MAX_ERROR_BODY, until).await;
+        let secrets = shared.secrets.get();
+        secrets.headers(&mut headers);
+        let body = secrets.bytes(body);
         let foreign = is_foreign(status, &body);
         self.last_error = Some(LastError {
             status,

@@ -353,7 +353,7 @@ impl Observer {
     /// Writes a finished tape line.
     pub(super) fn record(&self, line: &TapeLine) {
         if let Some(r) = &self.shared.recorder {
-            r.record(line);
+            r.record(line, &self.shared.secrets.get());
         }
     }
 }

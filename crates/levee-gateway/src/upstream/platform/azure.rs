@@ -33,7 +33,14 @@ pub struct Azure {
 struct TokenFile {
     path: PathBuf,
     cached: Mutex<Option<Cached>>,
+    /// Each token read, told to the redaction for a day (an Entra ID
+    /// access token lives at most that long).
+    learned: std::sync::Arc<crate::observe::live_secrets::Learned>,
 }
+
+/// How long a token read from a `token_file` stays redacted after it was
+/// last read: an Entra ID access token lives 24 hours at most.
+const TOKEN_FILE_KEEP_MS: u64 = 24 * 3600 * 1000;
 
 #[derive(Debug, Clone)]
 struct Cached {
@@ -60,6 +67,7 @@ impl Azure {
             token: token_file.map(|path| TokenFile {
                 path,
                 cached: Mutex::new(None),
+                learned: std::sync::Arc::default(),
             }),
         }
     }
@@ -143,6 +151,12 @@ impl Platform for Azure {
     fn probe(&self, _unix_ms: u64) -> Pending<'_> {
         Box::pin(std::future::ready(self.read_token()))
     }
+
+    fn learned(&self) -> Option<std::sync::Arc<crate::observe::live_secrets::Learned>> {
+        self.token
+            .as_ref()
+            .map(|t| std::sync::Arc::clone(&t.learned))
+    }
 }
 
 impl TokenFile {
@@ -165,6 +179,10 @@ impl TokenFile {
         let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| format!("{} holds characters a header cannot carry", where_()))?;
         value.set_sensitive(true);
+        self.learned.learn(
+            token,
+            crate::clock::unix_ms().saturating_add(TOKEN_FILE_KEEP_MS),
+        );
         *cached = Some(Cached {
             stamp,
             value: value.clone(),

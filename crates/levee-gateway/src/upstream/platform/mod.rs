@@ -123,6 +123,12 @@ pub(crate) trait Platform: std::fmt::Debug + Send + Sync {
     fn probe(&self, _unix_ms: u64) -> Pending<'_> {
         done()
     }
+
+    /// The credentials the platform obtains while it runs (tokens it is
+    /// issued, keys it re-reads), told to the redaction as it gets them.
+    fn learned(&self) -> Option<std::sync::Arc<crate::observe::live_secrets::Learned>> {
+        None
+    }
 }
 
 /// An adaptation step with nothing to do.
@@ -213,6 +219,11 @@ impl PlatformRuntime {
     /// See [`Platform::secrets`].
     pub fn secrets(&self) -> Vec<String> {
         self.0.as_ref().map(|p| p.secrets()).unwrap_or_default()
+    }
+
+    /// See [`Platform::learned`].
+    pub(crate) fn learned(&self) -> Option<std::sync::Arc<crate::observe::live_secrets::Learned>> {
+        self.0.as_ref().and_then(|p| p.learned())
     }
 
     /// See [`Platform::probe`].

@@ -107,7 +107,15 @@ struct CredentialsFile {
     path: PathBuf,
     profile: String,
     state: Mutex<FileState>,
+    /// Each set of keys read, told to the redaction for a day after it was
+    /// last read (a rotated key may still be echoed by an attempt signed
+    /// with it; a session token lives 12 hours at most).
+    learned: Arc<crate::observe::live_secrets::Learned>,
 }
+
+/// How long keys read from a credentials file stay redacted after they
+/// were last read.
+const FILE_KEYS_KEEP_MS: u64 = 24 * 3600 * 1000;
 
 #[derive(Default)]
 struct FileState {
@@ -377,6 +385,13 @@ impl Platform for Bedrock {
         }
     }
 
+    fn learned(&self) -> Option<Arc<crate::observe::live_secrets::Learned>> {
+        match &self.source {
+            Source::File(file) => Some(Arc::clone(&file.learned)),
+            Source::Env(_) => None,
+        }
+    }
+
     /// `levee check --probe`: the credentials load.
     fn probe(&self, _unix_ms: u64) -> Pending<'_> {
         Box::pin(std::future::ready(self.keys().map(|_| ())))
@@ -436,6 +451,15 @@ impl CredentialsFile {
                     "cannot read the AWS shared credentials file {path}: {e}"
                 )),
             };
+            if let Ok(keys) = &loaded {
+                let until = crate::clock::unix_ms().saturating_add(FILE_KEYS_KEEP_MS);
+                for secret in [&keys.access_key_id, &keys.secret_access_key]
+                    .into_iter()
+                    .chain(keys.session_token.as_ref())
+                {
+                    self.learned.learn(secret, until);
+                }
+            }
             state.stamp = Some(stamp);
             state.loaded = Some(loaded);
         }
@@ -486,6 +510,7 @@ fn file_source(
         path,
         profile,
         state: Mutex::new(FileState::default()),
+        learned: Arc::default(),
     }))
 }
 

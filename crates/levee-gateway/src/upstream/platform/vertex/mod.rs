@@ -300,6 +300,10 @@ impl Platform for Vertex {
     fn probe(&self, unix_ms: u64) -> Pending<'_> {
         Box::pin(self.probe_token(unix_ms))
     }
+
+    fn learned(&self) -> Option<Arc<crate::observe::live_secrets::Learned>> {
+        self.tokens.as_ref().map(|t| Arc::clone(&t.learned))
+    }
 }
 
 /// A native Messages body as Vertex takes it: `model` taken out (left in

@@ -203,7 +203,7 @@ fn credentials_are_required_and_a_bad_key_file_is_named_without_its_contents() {
 
 #[test]
 fn the_assertion_is_an_rs256_jwt_bearer_grant_for_the_token_endpoint() {
-    let key = ServiceAccount::load(Path::new(KEY), Some("http://mock0.test/token")).unwrap();
+    let key = ServiceAccount::load(Path::new(KEY), Some("http://mock0.localhost/token")).unwrap();
     let jwt = key.assertion(1_700_000_000).unwrap();
     let public = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -76,13 +76,10 @@ impl ServiceAccount {
             .map(str::to_string)
             .or(file.token_uri)
             .unwrap_or_else(|| GOOGLE_TOKEN_URL.to_string());
-        match token_url.parse::<http::Uri>() {
-            Ok(u) if matches!(u.scheme_str(), Some("https" | "http")) && u.host().is_some() => {}
-            _ => {
-                return Err(format!(
-                    "the token endpoint `{token_url}` (`token_url`, else the key's `token_uri`) is not an http(s) URL"
-                ))
-            }
+        if let Err(why) = levee_config::check_credential_url(&token_url) {
+            return Err(format!(
+                "the token endpoint (`token_url`, else the key's `token_uri`): {why}"
+            ));
         }
         Ok(ServiceAccount {
             file: path.to_path_buf(),
@@ -156,6 +153,8 @@ pub(super) struct Tokens {
     pub(super) flight: tokio::sync::Mutex<()>,
     /// A background refresh is running.
     pub(super) refreshing: AtomicBool,
+    /// Each token issued, told to the redaction for its lifetime.
+    pub(super) learned: Arc<crate::observe::live_secrets::Learned>,
 }
 
 impl Tokens {
@@ -171,6 +170,7 @@ impl Tokens {
             cache: Mutex::new(Cache::default()),
             flight: tokio::sync::Mutex::new(()),
             refreshing: AtomicBool::new(false),
+            learned: Arc::default(),
         }
     }
 
@@ -323,6 +323,12 @@ impl Tokens {
             })?;
         value.set_sensitive(true);
         let lifetime = Duration::from_secs(granted.expires_in.unwrap_or(3600).max(1));
+        // Redacted for its lifetime and a minute more (a late echo).
+        let keep = u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX);
+        self.learned.learn(
+            &granted.access_token,
+            unix_ms.saturating_add(keep).saturating_add(60_000),
+        );
         let margin = MAX_MARGIN.min(lifetime / 10);
         Ok(Token {
             value,
