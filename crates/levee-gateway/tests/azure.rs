@@ -77,7 +77,8 @@ async fn an_entra_token_file_is_read_again_when_it_changes() {
     std::fs::write(&file, "").unwrap();
     // An empty file: the attempt cannot be authorised, and says so.
     let r = chat(&env, CHAT).await;
-    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("x-levee-reason"), "credentials_unavailable");
     assert!(
         attempts_labelled(&env.metrics(), "credentials") >= 1.0,
         "{}",

@@ -247,7 +247,8 @@ async fn a_credentials_file_that_changes_is_read_again() {
     // A file that is gone fails the attempt as `credentials`, saying what to fix.
     std::fs::remove_file(&file.path).unwrap();
     let r = messages(&env, MESSAGES).await;
-    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("x-levee-reason"), "credentials_unavailable");
     let metrics = env.metrics();
     assert!(
         attempts_labelled(&metrics, "credentials") >= 1.0,
@@ -319,7 +320,7 @@ async fn no_secret_reaches_the_logs_answers_or_metrics() {
     let unsigned = messages(&env, MESSAGES).await;
     assert_eq!(
         (ok.status, cut.status, refused.status, unsigned.status),
-        (200, 200, 403, 502)
+        (200, 200, 403, 503)
     );
     for r in [&ok, &cut, &refused, &unsigned] {
         assert_no_secret("an answer", &format!("{:?}{}", r.headers, r.text()));

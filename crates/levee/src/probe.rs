@@ -128,7 +128,11 @@ async fn credentials(p: &Provider, mut probe: Probe, limit: Duration) -> Probe {
         ),
         Ok(Err(e)) => fail(probe, Step::Credentials, e.to_string()),
         Ok(Ok(())) => {
-            probe.steps.push(format!("credentials {} ms", ms(t)));
+            let from = platform
+                .credential_source()
+                .map(|s| format!(" from {s}"))
+                .unwrap_or_default();
+            probe.steps.push(format!("credentials{from} {} ms", ms(t)));
             probe
         }
     }

@@ -61,6 +61,10 @@ pub enum Why {
     StateUnavailable,
     /// The shutdown grace period ended before the answer.
     ShuttingDown,
+    /// The last target's credentials could not be had (a token endpoint or
+    /// a metadata service that refuses or is down, keys that expired with
+    /// no refresh): nothing was sent to it.
+    CredentialsUnavailable,
 }
 
 impl From<Reason> for Why {
@@ -95,7 +99,7 @@ impl Why {
     /// Every value, for the test that checks each row against what a caller
     /// receives.
     #[cfg(test)]
-    pub const ALL: [Why; 20] = [
+    pub const ALL: [Why; 21] = [
         Why::Policy(Reason::DeadlineExceeded),
         Why::Policy(Reason::Shed),
         Why::Policy(Reason::CircuitOpen),
@@ -116,6 +120,7 @@ impl Why {
         Why::NotImplemented,
         Why::StateUnavailable,
         Why::ShuttingDown,
+        Why::CredentialsUnavailable,
     ];
 
     /// The table: this answer's status, label and `x-should-retry`.
@@ -140,6 +145,9 @@ impl Why {
             Why::NotImplemented => row(StatusCode::NOT_IMPLEMENTED, "not_implemented"),
             Why::StateUnavailable => row(StatusCode::SERVICE_UNAVAILABLE, "state_unavailable"),
             Why::ShuttingDown => row(StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            Why::CredentialsUnavailable => {
+                row(StatusCode::SERVICE_UNAVAILABLE, "credentials_unavailable")
+            }
         }
     }
 

@@ -137,6 +137,18 @@ impl RequestOutcome {
     }
 }
 
+/// Why a request failed, as its answer and its books say it: the
+/// planner's reason, or `credentials_unavailable` when the last attempt
+/// was never sent for want of its target's credentials.
+pub(crate) fn failure_why(reason: Reason, last: Option<AttemptResult>) -> Why {
+    match last {
+        Some(AttemptResult::Credentials) if reason == Reason::UpstreamError => {
+            Why::CredentialsUnavailable
+        }
+        _ => Why::Policy(reason),
+    }
+}
+
 impl From<Reason> for RequestOutcome {
     fn from(r: Reason) -> Self {
         RequestOutcome::Failed(Why::Policy(r))

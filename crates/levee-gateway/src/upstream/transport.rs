@@ -133,6 +133,20 @@ impl Write for Conn {
     }
 }
 
+/// The connections a platform's credential requests take (an instance's
+/// metadata service, STS): TCP, plus TLS with the web's roots for https.
+pub(crate) fn credentials_connector() -> Connector {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(std::time::Duration::from_secs(2)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Connector::Net(https)
+}
+
 /// How a provider's connections are made: TCP (plus TLS offering, by
 /// ALPN, what its `http2` key allows), or in-memory pipes when `dial` is given.
 pub(crate) fn connector(p: &Provider, dial: Option<&Dial>) -> Connector {

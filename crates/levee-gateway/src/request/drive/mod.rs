@@ -7,7 +7,7 @@
 //! tape).
 
 use crate::http::collect::{collect_limited, CollectError};
-use crate::http::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict};
+use crate::http::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict, Why};
 use crate::observe::event::RequestEvent;
 use crate::observe::event::{Finished, LastError};
 use crate::observe::outcome::AttemptResult;
@@ -259,10 +259,15 @@ impl Driver<'_> {
         let provider_said = last_error
             .as_ref()
             .and_then(|e| Dialect::provider_message(&e.body));
-        let mut err = LeveeError::failure(
-            f,
-            failure_message(f, attempts, self.obs.last_result(), provider_said),
-        )
+        let message = failure_message(f, attempts, self.obs.last_result(), provider_said);
+        let why = crate::observe::outcome::failure_why(f.reason, self.obs.last_result());
+        let mut err = match why {
+            Why::Policy(_) => LeveeError::failure(f, message),
+            other => LeveeError::of(
+                other,
+                format!("levee: {} after {attempts} attempt(s): the target's credentials could not be had, so nothing was sent; the gateway's log says why", other.as_str()),
+            ),
+        }
         .attempts(attempts);
         match last_error {
             // A deterministic client error: the provider's own verdict, unchanged.

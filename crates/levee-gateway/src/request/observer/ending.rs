@@ -166,17 +166,22 @@ impl Observer {
             .attempts_per_request
             .observe(f64::from(attempts));
         let at = shared.clock.now();
-        self.count_outcome(f.reason.into(), at);
+        let why = crate::observe::outcome::failure_why(f.reason, self.last_result);
+        self.count_outcome(RequestOutcome::Failed(why), at);
         if attempts == 0 || !f.upstream_status {
-            shared.metrics.reject(f.reason);
+            shared.metrics.reject(why);
         }
         let added = at
             .saturating_since(self.arrived)
             .saturating_sub(self.outside);
         shared.metrics.added_latency.observe(added.as_secs_f64());
+        let status = match why {
+            crate::http::respond::Why::CredentialsUnavailable => 503,
+            _ => f.status,
+        };
         let summary = Summary {
-            outcome: f.reason.into(),
-            failure: Some((f.status, last_error)),
+            outcome: RequestOutcome::Failed(why),
+            failure: Some((status, last_error)),
             added,
             last_result: self.last_result,
             model,

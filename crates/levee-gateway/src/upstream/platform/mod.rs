@@ -124,6 +124,12 @@ pub(crate) trait Platform: std::fmt::Debug + Send + Sync {
         done()
     }
 
+    /// Where the platform's credentials come from, in words (`levee check
+    /// --probe` says it).
+    fn credential_source(&self) -> Option<String> {
+        None
+    }
+
     /// The credentials the platform obtains while it runs (tokens it is
     /// issued, keys it re-reads), told to the redaction as it gets them.
     fn learned(&self) -> Option<std::sync::Arc<crate::observe::live_secrets::Learned>> {
@@ -149,7 +155,9 @@ fn adapt(
         levee_config::Platform::Direct => None,
         levee_config::Platform::Azure { .. } => Some(Box::new(azure::Azure::of(p))),
         levee_config::Platform::Gemini => Some(Box::new(gemini::Gemini)),
-        levee_config::Platform::Bedrock { .. } => Some(Box::new(bedrock::Bedrock::of(p)?)),
+        levee_config::Platform::Bedrock { .. } => {
+            Some(Box::new(bedrock::Bedrock::of(p, connector)?))
+        }
         levee_config::Platform::Vertex { .. } => Some(Box::new(vertex::Vertex::of(p, connector)?)),
     })
 }
@@ -219,6 +227,11 @@ impl PlatformRuntime {
     /// See [`Platform::secrets`].
     pub fn secrets(&self) -> Vec<String> {
         self.0.as_ref().map(|p| p.secrets()).unwrap_or_default()
+    }
+
+    /// See [`Platform::credential_source`].
+    pub fn credential_source(&self) -> Option<String> {
+        self.0.as_ref().and_then(|p| p.credential_source())
     }
 
     /// See [`Platform::learned`].

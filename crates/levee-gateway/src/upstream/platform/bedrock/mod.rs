@@ -55,11 +55,14 @@ use serde_json::{Map, Value};
 use super::{Pending, Platform, PlatformError};
 use events::{error_name, is_event_stream, ErrorAnswer, EventStreamSse};
 
+mod chain;
+mod credentials;
 mod events;
 use crate::error::BoxError;
 use crate::http::outbound::Outbound;
 use crate::observe::redact::Secrets;
 use crate::upstream::body::{Reframe, Step, UpstreamBody};
+use credentials::*;
 use levee_config::Provider;
 
 /// The `anthropic_version` Bedrock requires in the body.
@@ -89,6 +92,10 @@ enum Source {
     Env(Arc<Keys>),
     /// The shared credentials file, looked at on every signature.
     File(CredentialsFile),
+    /// The rest of the default chain (a credential_process, web identity,
+    /// container credentials, the instance profile): fetched, kept and
+    /// refreshed before they expire.
+    Fetched(Arc<chain::Fetched>),
 }
 
 /// One set of credentials: the signer's identity and the values to redact.
@@ -102,28 +109,6 @@ struct Keys {
     session_token: Option<String>,
 }
 
-/// The shared credentials file and the keys last read from it.
-struct CredentialsFile {
-    path: PathBuf,
-    profile: String,
-    state: Mutex<FileState>,
-    /// Each set of keys read, told to the redaction for a day after it was
-    /// last read (a rotated key may still be echoed by an attempt signed
-    /// with it; a session token lives 12 hours at most).
-    learned: Arc<crate::observe::live_secrets::Learned>,
-}
-
-/// How long keys read from a credentials file stay redacted after they
-/// were last read.
-const FILE_KEYS_KEEP_MS: u64 = 24 * 3600 * 1000;
-
-#[derive(Default)]
-struct FileState {
-    /// Modification time and length when last read.
-    stamp: Option<(Option<SystemTime>, u64)>,
-    loaded: Option<Result<Arc<Keys>, String>>,
-}
-
 impl fmt::Debug for Bedrock {
     /// Where the credentials come from, never what they are.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -135,6 +120,7 @@ impl fmt::Debug for Bedrock {
             Source::File(file) => d
                 .field("credentials_file", &file.path)
                 .field("profile", &file.profile),
+            Source::Fetched(f) => d.field("credentials", &f.how.source()),
         };
         d.finish()
     }
@@ -143,18 +129,29 @@ impl fmt::Debug for Bedrock {
 impl Bedrock {
     /// The provider `p` (of `api: bedrock`), its credentials found as the
     /// module's documentation says, with the process's environment.
-    pub(super) fn of(p: &Provider) -> Result<Self, PlatformError> {
+    pub(super) fn of(
+        p: &Provider,
+        connector: Option<&crate::upstream::transport::Connector>,
+    ) -> Result<Self, PlatformError> {
         match &p.platform {
             levee_config::Platform::Bedrock {
                 region,
                 profile,
                 credentials_file,
-            } => Self::new(
-                &p.name,
-                region,
-                profile.as_deref(),
-                credentials_file.as_deref(),
-            ),
+            } => {
+                let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+                let connector = connector
+                    .cloned()
+                    .unwrap_or_else(crate::upstream::transport::credentials_connector);
+                Self::with_env_via(
+                    &p.name,
+                    region,
+                    profile.as_deref(),
+                    credentials_file.as_deref(),
+                    &env,
+                    connector,
+                )
+            }
             _ => Err(PlatformError::Credentials {
                 provider: p.name.clone(),
                 detail: "not an `api: bedrock` provider".to_string(),
@@ -162,25 +159,28 @@ impl Bedrock {
         }
     }
 
-    /// The provider `provider` in `region`, its credentials found as the
-    /// module's documentation says, with the process's environment.
-    pub(crate) fn new(
-        provider: &str,
-        region: &str,
-        profile: Option<&str>,
-        credentials_file: Option<&Path>,
-    ) -> Result<Self, PlatformError> {
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        Self::with_env(provider, region, profile, credentials_file, &env)
-    }
-
-    /// [`Bedrock::new`] with the environment given as a lookup.
+    /// The provider `provider` in `region`, its credentials found with the
+    /// environment given as a lookup.
+    #[cfg(test)]
     pub(crate) fn with_env(
         provider: &str,
         region: &str,
         profile: Option<&str>,
         credentials_file: Option<&Path>,
         env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, PlatformError> {
+        let connector = crate::upstream::transport::credentials_connector();
+        Self::with_env_via(provider, region, profile, credentials_file, env, connector)
+    }
+
+    /// [`Bedrock::with_env`], fetched credentials asked through `connector`.
+    fn with_env_via(
+        provider: &str,
+        region: &str,
+        profile: Option<&str>,
+        credentials_file: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+        connector: crate::upstream::transport::Connector,
     ) -> Result<Self, PlatformError> {
         let fail = |detail: String| PlatformError::Credentials {
             provider: provider.to_string(),
@@ -203,9 +203,7 @@ impl Bedrock {
         };
         let source = match from_env {
             Some(s) => s,
-            None => file_source(credentials_file, profile, env).ok_or_else(|| {
-                missing("no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the provider's `credentials_file:`, or AWS_SHARED_CREDENTIALS_FILE or HOME so the shared credentials file can be found".into())
-            })?,
+            None => chain_source(provider, region, profile, credentials_file, env, connector)?,
         };
         let bedrock = Bedrock {
             provider: provider.to_string(),
@@ -246,7 +244,7 @@ impl Bedrock {
     /// Signs the attempt (SigV4 at `unix_ms`), after moving a caller's
     /// `anthropic-beta` into the body.
     async fn sign(&self, req: &mut Outbound<Bytes>, unix_ms: u64) -> Result<(), PlatformError> {
-        let keys = self.keys()?;
+        let keys = self.keys_at(unix_ms).await?;
         let beta = HeaderName::from_static("anthropic-beta");
         if let Some(betas) = req.fields.get(&beta).and_then(|v| v.to_str().ok()) {
             if let Some(body) = with_betas(&req.body, betas) {
@@ -276,11 +274,32 @@ impl Bedrock {
     }
 
     /// The credentials now: the environment's, or the file's (read again
-    /// when it changed since it was last read).
+    /// when it changed since it was last read), or the fetched ones held.
     fn keys(&self) -> Result<Arc<Keys>, PlatformError> {
         match &self.source {
             Source::Env(keys) => Ok(Arc::clone(keys)),
             Source::File(file) => file.keys().map_err(|detail| self.error(detail)),
+            Source::Fetched(f) => f
+                .cached()
+                .ok_or_else(|| self.error(format!("{}: not fetched yet", f.how.source()))),
+        }
+    }
+
+    /// The credentials to sign with at `unix_ms`: fetched (or refreshed)
+    /// first when they come from a fetched source.
+    async fn keys_at(&self, unix_ms: u64) -> Result<Arc<Keys>, PlatformError> {
+        match &self.source {
+            Source::Fetched(f) => f.keys(unix_ms).await.map_err(|detail| self.error(detail)),
+            _ => self.keys(),
+        }
+    }
+
+    /// Where the credentials come from, in words.
+    fn source_name(&self) -> String {
+        match &self.source {
+            Source::Env(_) => "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".to_string(),
+            Source::File(f) => format!("profile `{}` of {}", f.profile, f.path.display()),
+            Source::Fetched(f) => f.how.source(),
         }
     }
 
@@ -388,13 +407,18 @@ impl Platform for Bedrock {
     fn learned(&self) -> Option<Arc<crate::observe::live_secrets::Learned>> {
         match &self.source {
             Source::File(file) => Some(Arc::clone(&file.learned)),
+            Source::Fetched(f) => Some(Arc::clone(&f.learned)),
             Source::Env(_) => None,
         }
     }
 
     /// `levee check --probe`: the credentials load.
-    fn probe(&self, _unix_ms: u64) -> Pending<'_> {
-        Box::pin(std::future::ready(self.keys().map(|_| ())))
+    fn probe(&self, unix_ms: u64) -> Pending<'_> {
+        Box::pin(async move { self.keys_at(unix_ms).await.map(|_| ()) })
+    }
+
+    fn credential_source(&self) -> Option<String> {
+        Some(self.source_name())
     }
 }
 
@@ -426,160 +450,12 @@ impl Keys {
     }
 }
 
-impl CredentialsFile {
-    /// The profile's keys; the file is read again when its modification time
-    /// or length is not what it was at the last read (one `stat` a call).
-    fn keys(&self) -> Result<Arc<Keys>, String> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let path = self.path.display();
-        let stamp = match std::fs::metadata(&self.path) {
-            Ok(m) => (m.modified().ok(), m.len()),
-            Err(e) => {
-                state.stamp = None;
-                state.loaded = None;
-                return Err(format!(
-                    "cannot read the AWS shared credentials file {path}: {e}; create it, or point `credentials_file:` (or AWS_SHARED_CREDENTIALS_FILE) at it"
-                ));
-            }
-        };
-        if state.stamp != Some(stamp) || state.loaded.is_none() {
-            let loaded = match std::fs::read_to_string(&self.path) {
-                Ok(text) => parse_profile(&text, &self.profile)
-                    .map(|(id, secret, token)| Arc::new(Keys::new(id, secret, token)))
-                    .map_err(|why| format!("AWS shared credentials file {path}: {why}")),
-                Err(e) => Err(format!(
-                    "cannot read the AWS shared credentials file {path}: {e}"
-                )),
-            };
-            if let Ok(keys) = &loaded {
-                let until = crate::clock::unix_ms().saturating_add(FILE_KEYS_KEEP_MS);
-                for secret in [&keys.access_key_id, &keys.secret_access_key]
-                    .into_iter()
-                    .chain(keys.session_token.as_ref())
-                {
-                    self.learned.learn(secret, until);
-                }
-            }
-            state.stamp = Some(stamp);
-            state.loaded = Some(loaded);
-        }
-        match &state.loaded {
-            Some(loaded) => loaded.clone(),
-            None => Err(format!("AWS shared credentials file {path}: not read")),
-        }
-    }
-}
-
 /// Whether `region` reads as an AWS region name (`us-east-1`).
 fn is_region(region: &str) -> bool {
     !region.is_empty()
         && region
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-}
-
-/// The keys `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` hold (with
-/// `AWS_SESSION_TOKEN`): `Ok(None)` when neither is set, `Err` when only
-/// one is.
-fn env_keys(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Source>, String> {
-    match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-        (Some(id), Some(secret)) => Ok(Some(Source::Env(Arc::new(Keys::new(
-            id,
-            secret,
-            env("AWS_SESSION_TOKEN"),
-        ))))),
-        (Some(_), None) => Err("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not: set both, or neither to read the shared credentials file".into()),
-        (None, Some(_)) => Err("AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not: set both, or neither to read the shared credentials file".into()),
-        (None, None) => Ok(None),
-    }
-}
-
-/// The shared credentials file's `profile` (else `AWS_PROFILE`, else
-/// `default`), not read yet; `None` when no file can be found.
-fn file_source(
-    credentials_file: Option<&Path>,
-    profile: Option<&str>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Option<Source> {
-    let path = credentials_path(credentials_file, env)?;
-    let profile = profile
-        .map(str::to_string)
-        .or_else(|| env("AWS_PROFILE"))
-        .unwrap_or_else(|| "default".to_string());
-    Some(Source::File(CredentialsFile {
-        path,
-        profile,
-        state: Mutex::new(FileState::default()),
-        learned: Arc::default(),
-    }))
-}
-
-/// Where the shared credentials file is: the provider's `credentials_file`
-/// (a leading `~/` is the home directory), else
-/// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`.
-fn credentials_path(
-    configured: Option<&Path>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Option<PathBuf> {
-    let home = || env("HOME").map(PathBuf::from);
-    let expand = |p: &Path| match p.strip_prefix("~") {
-        Ok(rest) => home().map(|h| h.join(rest)),
-        Err(_) => Some(p.to_path_buf()),
-    };
-    match configured {
-        Some(p) => expand(p),
-        None => match env("AWS_SHARED_CREDENTIALS_FILE") {
-            Some(p) => expand(Path::new(&p)),
-            None => home().map(|h| h.join(".aws").join("credentials")),
-        },
-    }
-}
-
-type Parsed = (String, String, Option<String>);
-
-/// The access key id, secret key and session token of `profile` in a
-/// shared credentials file (INI: `[profile]` sections, `key = value`
-/// lines, `#` and `;` comments). Errors name what is missing, never a value.
-fn parse_profile(text: &str, profile: &str) -> Result<Parsed, String> {
-    let mut found = false;
-    let mut inside = false;
-    let (mut id, mut secret, mut token) = (None, None, None);
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            inside = name.trim() == profile;
-            found |= inside;
-            continue;
-        }
-        if !inside {
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        let value = value.trim().to_string();
-        match key.trim().to_ascii_lowercase().as_str() {
-            "aws_access_key_id" => id = Some(value),
-            "aws_secret_access_key" => secret = Some(value),
-            "aws_session_token" | "aws_security_token" => token = Some(value),
-            _ => {}
-        }
-    }
-    if !found {
-        return Err(format!(
-            "it has no `[{profile}]` profile; add one, or name another with `profile:` or AWS_PROFILE"
-        ));
-    }
-    let id = id
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| format!("profile `{profile}` has no aws_access_key_id"))?;
-    let secret = secret
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| format!("profile `{profile}` has no aws_secret_access_key"))?;
-    Ok((id, secret, token.filter(|v| !v.is_empty())))
 }
 
 fn is_anthropic_field(name: &HeaderName) -> bool {

@@ -263,7 +263,13 @@ fn missing_credentials_say_what_to_set_and_never_show_a_secret() {
     .unwrap_err()
     .to_string();
     assert!(half.contains("AWS_SECRET_ACCESS_KEY is not"), "{half}");
-    let none = Bedrock::with_env("p", "us-east-1", None, None, &env_of(&[]))
+    // Nothing in the environment or the files: the chain ends at the
+    // instance profile, as the AWS SDKs' does; with IMDS off, nothing is
+    // left, and the error says what to set.
+    let imds = Bedrock::with_env("p", "us-east-1", None, None, &env_of(&[])).unwrap();
+    assert!(format!("{imds:?}").contains("IMDSv2"), "{imds:?}");
+    let off = [("AWS_EC2_METADATA_DISABLED", "true")];
+    let none = Bedrock::with_env("p", "us-east-1", None, None, &env_of(&off))
         .unwrap_err()
         .to_string();
     assert!(none.contains("no AWS credentials"), "{none}");
