@@ -36,12 +36,16 @@ async fn the_v1_api_is_served_with_the_api_key() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn without_a_key_the_azure_mock_refuses_and_nothing_is_retried() {
+async fn without_a_key_or_an_identity_nothing_is_sent_and_the_answer_says_why() {
+    // No `api_key_env`, no `token_file`: the environment's managed
+    // identity is asked for a token (here, no metadata service answers),
+    // and the resource is never sent a request without credentials.
     let env = local(&["faults: []"], &config(""));
     let r = chat(&env, CHAT).await;
-    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("x-levee-reason"), "credentials_unavailable");
     let s = env.stats(0);
-    assert_eq!(s.unauthorized, 1, "{s:?}");
+    assert_eq!((s.requests_total, s.unauthorized), (0, 0), "{s:?}");
 }
 
 #[tokio::test(start_paused = true)]

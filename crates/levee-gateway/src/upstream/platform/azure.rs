@@ -25,6 +25,9 @@ pub struct Azure {
     provider: String,
     api_version: Option<String>,
     token: Option<TokenFile>,
+    /// Neither a key nor a token file: Entra ID tokens from the
+    /// environment's workload or managed identity.
+    entra: Option<std::sync::Arc<super::entra::EntraTokens>>,
 }
 
 /// An Entra ID token kept in a file: read again when its modification time
@@ -49,15 +52,36 @@ struct Cached {
 }
 
 impl Azure {
-    /// The provider `p` (of `api: azure`).
-    pub(super) fn of(p: &levee_config::Provider) -> Self {
-        match &p.platform {
+    /// The provider `p` (of `api: azure`); with neither `api_key_env` nor
+    /// `token_file`, its tokens come from the environment's identity,
+    /// asked through `connector` (the provider's, else the network).
+    pub(super) fn of(
+        p: &levee_config::Provider,
+        connector: Option<&crate::upstream::transport::Connector>,
+    ) -> Result<Self, PlatformError> {
+        let mut me = match &p.platform {
             levee_config::Platform::Azure {
                 api_version,
                 token_file,
             } => Self::new(&p.name, api_version.clone(), token_file.clone()),
             _ => Self::new(&p.name, None, None),
+        };
+        if me.token.is_none() && p.api_key_env.is_none() {
+            let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+            let source = super::entra::Source::from_env(&env).map_err(|detail| {
+                PlatformError::Credentials {
+                    provider: p.name.clone(),
+                    detail,
+                }
+            })?;
+            let connector = connector
+                .cloned()
+                .unwrap_or_else(crate::upstream::transport::credentials_connector);
+            me.entra = Some(std::sync::Arc::new(super::entra::EntraTokens::new(
+                source, connector,
+            )));
         }
+        Ok(me)
     }
 
     fn new(provider: &str, api_version: Option<String>, token_file: Option<PathBuf>) -> Self {
@@ -69,6 +93,7 @@ impl Azure {
                 cached: Mutex::new(None),
                 learned: std::sync::Arc::default(),
             }),
+            entra: None,
         }
     }
 
@@ -136,26 +161,56 @@ impl Platform for Azure {
         }
         Ok(Some((out, body.clone())))
     }
-    /// Whether a token file is read at each attempt.
+    /// Whether a token file is read, or an identity's token set, at each
+    /// attempt.
     fn authorizes(&self) -> bool {
-        self.token.is_some()
+        self.token.is_some() || self.entra.is_some()
     }
 
     /// Sets `authorization: Bearer <token>` from the token file, read again
-    /// when it changed.
-    fn authorize<'a>(&'a self, req: &'a mut Outbound<Bytes>, _unix_ms: u64) -> Pending<'a> {
-        Box::pin(std::future::ready(self.send_token(req)))
+    /// when it changed, or the identity's token.
+    fn authorize<'a>(&'a self, req: &'a mut Outbound<Bytes>, unix_ms: u64) -> Pending<'a> {
+        match &self.entra {
+            Some(e) => {
+                Box::pin(
+                    async move { super::set_bearer(req, &self.provider, e.bearer(unix_ms).await) },
+                )
+            }
+            None => Box::pin(std::future::ready(self.send_token(req))),
+        }
     }
 
-    /// The token file can be read and holds a token.
-    fn probe(&self, _unix_ms: u64) -> Pending<'_> {
-        Box::pin(std::future::ready(self.read_token()))
+    /// The token file can be read and holds a token, or the identity
+    /// issues one.
+    fn probe(&self, unix_ms: u64) -> Pending<'_> {
+        match &self.entra {
+            Some(e) => Box::pin(async move {
+                e.bearer(unix_ms)
+                    .await
+                    .map(|_| ())
+                    .map_err(|detail| PlatformError::Credentials {
+                        provider: self.provider.clone(),
+                        detail,
+                    })
+            }),
+            None => Box::pin(std::future::ready(self.read_token())),
+        }
     }
 
     fn learned(&self) -> Option<std::sync::Arc<crate::observe::live_secrets::Learned>> {
-        self.token
-            .as_ref()
-            .map(|t| std::sync::Arc::clone(&t.learned))
+        match (&self.token, &self.entra) {
+            (Some(t), _) => Some(std::sync::Arc::clone(&t.learned)),
+            (None, Some(e)) => Some(std::sync::Arc::clone(&e.learned)),
+            (None, None) => None,
+        }
+    }
+
+    fn credential_source(&self) -> Option<String> {
+        match (&self.token, &self.entra) {
+            (Some(t), _) => Some(format!("token_file {}", t.path.display())),
+            (None, Some(e)) => Some(e.source.describe()),
+            (None, None) => Some("api_key_env".to_string()),
+        }
     }
 }
 

@@ -25,6 +25,7 @@ use crate::upstream::transport::Connector;
 
 mod azure;
 mod bedrock;
+mod entra;
 mod gemini;
 mod google;
 mod vertex;
@@ -153,7 +154,7 @@ fn adapt(
 ) -> Result<Option<Box<dyn Platform>>, PlatformError> {
     Ok(match &p.platform {
         levee_config::Platform::Direct => None,
-        levee_config::Platform::Azure { .. } => Some(Box::new(azure::Azure::of(p))),
+        levee_config::Platform::Azure { .. } => Some(Box::new(azure::Azure::of(p, connector)?)),
         levee_config::Platform::Gemini => Some(Box::new(gemini::Gemini)),
         levee_config::Platform::Bedrock { .. } => {
             Some(Box::new(bedrock::Bedrock::of(p, connector)?))

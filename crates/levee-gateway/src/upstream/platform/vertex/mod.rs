@@ -48,8 +48,10 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use serde_json::Value;
 
 use super::{Pending, Platform, PlatformError};
-use tokens::{ServiceAccount, Tokens};
+use grants::Grant;
+use tokens::Tokens;
 
+mod grants;
 mod tokens;
 use crate::clock::Clock;
 use crate::http::outbound::Outbound;
@@ -102,7 +104,7 @@ impl std::fmt::Debug for Vertex {
             .field(
                 "auth",
                 &match &self.tokens {
-                    Some(t) => format!("service-account key {}", t.key.file.display()),
+                    Some(t) => t.grant.describe(),
                     None => "access token from api_key_env".to_string(),
                 },
             )
@@ -156,18 +158,17 @@ impl Vertex {
             }
             (Some(_), None) => None,
             (None, file) => {
-                let path = match file {
-                    Some(f) => f.clone(),
-                    None => match std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS") {
-                        Some(f) if !f.is_empty() => PathBuf::from(f),
-                        _ => return Err(PlatformError::MissingCredentials {
-                            provider: p.name.clone(),
-                            detail: "Vertex AI needs credentials: set `credentials_file` to a service-account key (JSON), export GOOGLE_APPLICATION_CREDENTIALS naming one, or set `api_key_env` to a variable holding an access token".into(),
-                        }),
-                    },
-                };
-                let key = ServiceAccount::load(&path, token_url.as_deref()).map_err(err)?;
-                Some(Arc::new(Tokens::new(&p.name, key, connector.clone())))
+                let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+                let path = file
+                    .clone()
+                    .or_else(|| env("GOOGLE_APPLICATION_CREDENTIALS").map(PathBuf::from))
+                    .or_else(|| Grant::well_known(&env));
+                let grant = match path {
+                    Some(path) => Grant::load(&path, token_url.as_deref()),
+                    None => Grant::metadata(&env),
+                }
+                .map_err(err)?;
+                Some(Arc::new(Tokens::new(&p.name, grant, connector.clone())))
             }
         };
         Ok(Vertex {
@@ -303,6 +304,20 @@ impl Platform for Vertex {
 
     fn learned(&self) -> Option<Arc<crate::observe::live_secrets::Learned>> {
         self.tokens.as_ref().map(|t| Arc::clone(&t.learned))
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        self.tokens
+            .as_ref()
+            .map(|t| t.grant.secrets())
+            .unwrap_or_default()
+    }
+
+    fn credential_source(&self) -> Option<String> {
+        Some(match &self.tokens {
+            Some(t) => t.grant.describe(),
+            None => "an access token from api_key_env".to_string(),
+        })
     }
 }
 

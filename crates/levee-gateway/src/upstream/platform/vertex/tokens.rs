@@ -144,7 +144,7 @@ pub(super) struct Cache {
 /// A service account's tokens: cached, refreshed one request at a time.
 pub(super) struct Tokens {
     pub(super) provider: String,
-    pub(super) key: ServiceAccount,
+    pub(super) grant: super::grants::Grant,
     pub(super) client: Client<Connector, Full<Bytes>>,
     pub(super) clock: Clock,
     pub(super) cache: Mutex<Cache>,
@@ -158,10 +158,10 @@ pub(super) struct Tokens {
 }
 
 impl Tokens {
-    pub(super) fn new(provider: &str, key: ServiceAccount, connector: Connector) -> Self {
+    pub(super) fn new(provider: &str, grant: super::grants::Grant, connector: Connector) -> Self {
         Tokens {
             provider: provider.to_string(),
-            key,
+            grant,
             // A token lasts about an hour: no connection is kept for the next.
             client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
@@ -265,19 +265,21 @@ impl Tokens {
         self.cache().token = None;
     }
 
-    /// One JWT bearer grant at the token endpoint.
+    /// One token request: the grant's, at its endpoint.
     pub(super) async fn fetch(&self, unix_ms: u64) -> Result<Token, String> {
         let started = self.clock.now();
-        let url = &self.key.token_url;
-        let assertion = self.key.assertion(unix_ms / 1000)?;
-        let form = format!(
-            "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion={assertion}"
-        );
-        let req = http::Request::post(url.as_str())
-            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .header(ACCEPT, "application/json")
-            .body(Full::new(Bytes::from(form)))
-            .map_err(|_| format!("the token endpoint `{url}` is not a usable URL"))?;
+        let asked = self.grant.request(unix_ms)?;
+        let url = &asked.url;
+        let req = match asked.form {
+            Some(form) => http::Request::post(url.as_str())
+                .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .header(ACCEPT, "application/json")
+                .body(Full::new(Bytes::from(form))),
+            None => http::Request::get(url.as_str())
+                .header("metadata-flavor", "Google")
+                .body(Full::new(Bytes::new())),
+        }
+        .map_err(|_| format!("the token endpoint `{url}` is not a usable URL"))?;
         let exchange = async {
             let resp = self
                 .client
@@ -302,8 +304,8 @@ impl Tokens {
             })??;
         if !status.is_success() {
             return Err(format!(
-                "the token endpoint {url} refused the service-account key in {} ({status}){}",
-                self.key.file.display(),
+                "the token endpoint {url} refused the {} ({status}){}",
+                self.grant.describe(),
                 grant_error(&body)
             ));
         }

@@ -1,0 +1,199 @@
+//! Entra ID tokens for an Azure OpenAI provider with neither a key nor a
+//! token file: AKS workload identity (the federated token traded at the
+//! authority) and a managed identity (`IDENTITY_ENDPOINT`). Each endpoint
+//! is a fake in this process; a spying upstream must see the token it
+//! issued. The identity is found through the process's environment, so
+//! this file's one test walks both sources in turn.
+
+mod support;
+use levee_config::Config;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const WATCHDOG: Duration = Duration::from_secs(30);
+const CHAT_ANSWER: &str = r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
+
+/// The bearer each request to the upstream carried, and the requests each
+/// fake token endpoint got.
+#[derive(Default)]
+struct Seen {
+    bearers: Mutex<Vec<String>>,
+    hits: Mutex<HashMap<String, usize>>,
+}
+
+async fn read_head_and_body(conn: &mut tokio::io::DuplexStream) -> Option<(String, String)> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_string();
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let l = l.to_ascii_lowercase();
+                    l.strip_prefix("content-length:")
+                        .map(|v| v.trim().to_string())
+                })
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                let body = String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
+                return Some((head, body));
+            }
+        }
+        match conn.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn field(head: &str, name: &str) -> Option<String> {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) {
+    let first = head.lines().next().unwrap_or("").to_string();
+    *seen
+        .hits
+        .lock()
+        .unwrap()
+        .entry(format!("{host} {first}"))
+        .or_default() += 1;
+    match host {
+        "login.localhost"
+            if first.starts_with("POST /tenant-1/oauth2/v2.0/token")
+                && body.contains("grant_type=client_credentials")
+                && body.contains("client_assertion=aks%2Dsa%2Djwt") =>
+        {
+            (200, r#"{"access_token":"eyJ.workload-token-0001","expires_in":3599,"token_type":"Bearer"}"#.into())
+        }
+        "identity.localhost"
+            if first.contains("resource=https://cognitiveservices.azure.com")
+                && field(head, "x-identity-header").as_deref() == Some("app-service-secret") =>
+        {
+            (200, r#"{"access_token":"eyJ.managed-token-0001","expires_on":"4102444800","token_type":"Bearer"}"#.into())
+        }
+        "azure.localhost" => {
+            let bearer = field(head, "authorization").unwrap_or_default();
+            seen.bearers.lock().unwrap().push(bearer);
+            (200, CHAT_ANSWER.to_string())
+        }
+        _ => (403, format!("unexpected {first}")),
+    }
+}
+
+fn fakes(seen: Arc<Seen>) -> levee_gateway::transport::Dial {
+    Arc::new(move |uri: &http::Uri| {
+        let host = uri.host()?.to_string();
+        if !["login.localhost", "identity.localhost", "azure.localhost"].contains(&host.as_str()) {
+            return None;
+        }
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let Some((head, body)) = read_head_and_body(&mut server).await else {
+                return;
+            };
+            let (status, answer) = answer_for(&seen, &host, &head, &body);
+            let resp = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = server.write_all(resp.as_bytes()).await;
+        });
+        Some(client)
+    })
+}
+
+fn gateway(seen: &Arc<Seen>) -> Local {
+    local_dial(
+        vec![],
+        "providers:\n  az: { api: azure, base_url: \"http://azure.localhost\" }\nroutes:\n  - targets: [az]\n",
+        fakes(Arc::clone(seen)),
+    )
+}
+
+async fn ask(env: &Local) -> Resp {
+    watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await
+}
+
+const VARS: [&str; 6] = [
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_CLIENT_ID",
+    "AZURE_TENANT_ID",
+    "AZURE_AUTHORITY_HOST",
+    "IDENTITY_ENDPOINT",
+    "IDENTITY_HEADER",
+];
+
+#[tokio::test(start_paused = true)]
+async fn workload_and_managed_identity_issue_the_bearer_the_upstream_sees() {
+    let dir = std::env::temp_dir().join(format!("levee-entra-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let jwt = dir.join("token");
+    std::fs::write(&jwt, "aks-sa-jwt\n").unwrap();
+    let set = |vars: &[(&str, &str)]| {
+        for v in VARS {
+            std::env::remove_var(v);
+        }
+        for (k, v) in vars {
+            std::env::set_var(k, v);
+        }
+    };
+
+    // AKS workload identity: the projected token, traded at the authority.
+    set(&[
+        ("AZURE_FEDERATED_TOKEN_FILE", jwt.to_str().unwrap()),
+        ("AZURE_CLIENT_ID", "client-1"),
+        ("AZURE_TENANT_ID", "tenant-1"),
+        ("AZURE_AUTHORITY_HOST", "http://login.localhost/"),
+    ]);
+    let seen = Arc::new(Seen::default());
+    let env = gateway(&seen);
+    for _ in 0..2 {
+        let r = ask(&env).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(
+        *seen.bearers.lock().unwrap(),
+        [
+            "Bearer eyJ.workload-token-0001",
+            "Bearer eyJ.workload-token-0001"
+        ]
+    );
+
+    // A managed identity (App Service, Container Apps).
+    set(&[
+        ("IDENTITY_ENDPOINT", "http://identity.localhost/msi/token"),
+        ("IDENTITY_HEADER", "app-service-secret"),
+    ]);
+    let seen = Arc::new(Seen::default());
+    let env = gateway(&seen);
+    let r = ask(&env).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        *seen.bearers.lock().unwrap(),
+        ["Bearer eyJ.managed-token-0001"]
+    );
+
+    // An identity endpoint over plain http to another host is refused.
+    set(&[
+        ("IDENTITY_ENDPOINT", "http://identity.example.com/msi/token"),
+        ("IDENTITY_HEADER", "x"),
+    ]);
+    let config = Config::parse(
+        "providers:\n  az: { api: azure, base_url: \"https://r.openai.azure.com\" }\n",
+    )
+    .unwrap();
+    let e = levee_gateway::preflight::PlatformRuntime::new(&config.providers[0]).unwrap_err();
+    assert!(e.to_string().contains("IDENTITY_ENDPOINT"), "{e}");
+    set(&[]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

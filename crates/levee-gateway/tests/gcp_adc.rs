@@ -1,0 +1,186 @@
+//! Application Default Credentials for Vertex AI past a service-account
+//! key: user credentials (`authorized_user`, the refresh-token grant) and
+//! the metadata server (GKE workload identity, GCE, Cloud Run) at the
+//! address `GCE_METADATA_HOST` gives. Each endpoint is a fake in this
+//! process; a spying upstream must see the token it issued. The metadata
+//! server is found through the process's environment, so this file's one
+//! test walks both sources in turn.
+
+mod support;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const WATCHDOG: Duration = Duration::from_secs(30);
+const MESSAGES: &str =
+    r#"{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
+const ANSWER: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}"#;
+
+/// The bearer each request to the upstream carried, and the requests each
+/// fake token endpoint got.
+#[derive(Default)]
+struct Seen {
+    bearers: Mutex<Vec<String>>,
+    hits: Mutex<HashMap<String, usize>>,
+}
+
+async fn read_head_and_body(conn: &mut tokio::io::DuplexStream) -> Option<(String, String)> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_string();
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let l = l.to_ascii_lowercase();
+                    l.strip_prefix("content-length:")
+                        .map(|v| v.trim().to_string())
+                })
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                let body = String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
+                return Some((head, body));
+            }
+        }
+        match conn.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn field(head: &str, name: &str) -> Option<String> {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) {
+    let first = head.lines().next().unwrap_or("").to_string();
+    *seen
+        .hits
+        .lock()
+        .unwrap()
+        .entry(format!("{host} {first}"))
+        .or_default() += 1;
+    let token = |t: &str| {
+        (
+            200,
+            format!(r#"{{"access_token":"{t}","expires_in":3600,"token_type":"Bearer"}}"#),
+        )
+    };
+    match host {
+        "oauth.localhost"
+            if body.contains("grant_type=refresh_token")
+                && body.contains("client_id=cid")
+                && body.contains("refresh_token=rt%2Dsecret") =>
+        {
+            token("ya29.user-token-0001")
+        }
+        "metadata.localhost"
+            if first.contains("/computeMetadata/v1/instance/service-accounts/default/token")
+                && field(head, "metadata-flavor").as_deref() == Some("Google") =>
+        {
+            token("ya29.metadata-token-0001")
+        }
+        "vertex.localhost" => {
+            let bearer = field(head, "authorization").unwrap_or_default();
+            seen.bearers.lock().unwrap().push(bearer);
+            (200, ANSWER.to_string())
+        }
+        _ => (403, format!("unexpected {first}")),
+    }
+}
+
+fn fakes(seen: Arc<Seen>) -> levee_gateway::transport::Dial {
+    Arc::new(move |uri: &http::Uri| {
+        let host = uri.host()?.to_string();
+        if !["oauth.localhost", "metadata.localhost", "vertex.localhost"].contains(&host.as_str()) {
+            return None;
+        }
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let Some((head, body)) = read_head_and_body(&mut server).await else {
+                return;
+            };
+            let (status, answer) = answer_for(&seen, &host, &head, &body);
+            let resp = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = server.write_all(resp.as_bytes()).await;
+        });
+        Some(client)
+    })
+}
+
+fn gateway(seen: &Arc<Seen>, extra: &str) -> Local {
+    local_dial(
+        vec![],
+        &format!("providers:\n  vx: {{ api: vertex, region: us-east5, project: p, base_url: \"http://vertex.localhost\"{extra} }}\nroutes:\n  - targets: [{{ provider: vx, model: claude-x }}]\n"),
+        fakes(Arc::clone(seen)),
+    )
+}
+
+async fn ask(env: &Local) -> Resp {
+    watchdog(
+        WATCHDOG,
+        env.post(
+            "/v1/messages",
+            MESSAGES,
+            &[("anthropic-version", "2023-06-01")],
+        ),
+    )
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn user_credentials_and_the_metadata_server_issue_the_bearer_the_upstream_sees() {
+    let dir = std::env::temp_dir().join(format!("levee-gcp-adc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::env::remove_var("GOOGLE_APPLICATION_CREDENTIALS");
+    std::env::set_var("HOME", &dir);
+
+    // User credentials (`gcloud auth application-default login`).
+    let user = dir.join("user.json");
+    std::fs::write(
+        &user,
+        r#"{"type":"authorized_user","client_id":"cid","client_secret":"csecret-0001","refresh_token":"rt-secret"}"#,
+    )
+    .unwrap();
+    let seen = Arc::new(Seen::default());
+    let env = gateway(
+        &seen,
+        &format!(
+            ", credentials_file: \"{}\", token_url: \"http://oauth.localhost/token\"",
+            user.display()
+        ),
+    );
+    for _ in 0..2 {
+        let r = ask(&env).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(
+        *seen.bearers.lock().unwrap(),
+        ["Bearer ya29.user-token-0001", "Bearer ya29.user-token-0001"]
+    );
+
+    // No file anywhere: the metadata server, where GCE_METADATA_HOST says.
+    std::env::set_var("GCE_METADATA_HOST", "metadata.localhost");
+    let seen = Arc::new(Seen::default());
+    let env = gateway(&seen, "");
+    let r = ask(&env).await;
+    std::env::remove_var("GCE_METADATA_HOST");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        *seen.bearers.lock().unwrap(),
+        ["Bearer ya29.metadata-token-0001"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
