@@ -52,7 +52,8 @@ impl<'a> Said<'a> {
         let mut said = Said::default();
         for (name, value) in h {
             let slot = match name.as_str() {
-                n if n == headers::X_API_KEY.as_str() => &mut said.api_key,
+                // Azure's clients send their key as `api-key`.
+                n if n == headers::X_API_KEY.as_str() || n == "api-key" => &mut said.api_key,
                 "authorization" => &mut said.authorization,
                 n if n == headers::IDEMPOTENCY_KEY.as_str() => &mut said.idempotency_key,
                 n if n == headers::X_STAINLESS_RETRY_COUNT.as_str() => {

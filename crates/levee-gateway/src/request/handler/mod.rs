@@ -28,6 +28,7 @@ use std::time::Duration;
 mod admit;
 mod caller;
 mod keys;
+pub(crate) mod native;
 use admit::*;
 use caller::*;
 use keys::*;
@@ -49,7 +50,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let dialect = Dialect::of_request(req.uri().path(), req.headers());
+    let dialect = Dialect::of_request(native::canonical(req.uri().path()), req.headers());
     // The answer's future (every await on the request path, ~2.5 KiB) has
     // an allocation of its own, freed as soon as the response head is
     // ready. Held inline it would be part of the connection's service
@@ -78,7 +79,7 @@ where
     let mut note = None;
     let id = request_id(&shared, req.headers());
     // The path and method as the refusal's log line names them (no copy).
-    let path = path_label(req.uri().path());
+    let path = path_label(native::canonical(req.uri().path()));
     let method = req.method().clone();
     let arrived = shared.clock.now();
     let mut admitted = false;
@@ -173,7 +174,8 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let asked = req.uri().path();
+    let native = native::of(req.uri().path());
+    let asked = native.as_ref().map_or(req.uri().path(), |n| n.path);
     if asked == paths::MODELS || asked.starts_with("/v1/models/") {
         if req.method() != Method::GET {
             return Err(LeveeError::of(Why::MethodNotAllowed, "levee: use GET"));
@@ -191,6 +193,7 @@ where
     let caller = authenticate(shared, &Said::of(req.headers()))?;
     let (kind, only_provider) = origin_of(shared, kind, asked).await?;
     let (parts, body) = read_body(shared, req).await?;
+    let (parts, body) = as_served(native.as_ref(), parts, body)?;
     let once = !post_only && !idempotent(&parts.method);
     let (route, path, model, stream, rewrite) = match kind {
         Kind::Served(_) | Kind::CountTokens => {
@@ -312,6 +315,22 @@ async fn stored_origin(
         printable(id)
     );
     Err(LeveeError::of(Why::NotFound, msg))
+}
+
+/// A cloud client's request as the endpoint it names: that path (no
+/// query), its body with the path's model and without the cloud's fields.
+fn as_served(
+    native: Option<&native::Native>,
+    mut parts: http::request::Parts,
+    body: Bytes,
+) -> Result<(http::request::Parts, Bytes), LeveeError> {
+    let Some(n) = native else {
+        return Ok((parts, body));
+    };
+    parts.uri = http::Uri::from_static(n.path);
+    let body = native::body(n, &body)
+        .ok_or_else(|| LeveeError::bad_request("levee: the request body must be a JSON object"))?;
+    Ok((parts, body))
 }
 
 /// What the path asks of Levee: an endpoint it serves, or a provider path
