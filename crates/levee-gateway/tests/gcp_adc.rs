@@ -1,6 +1,7 @@
 //! Application Default Credentials for Vertex AI past a service-account
-//! key: user credentials (`authorized_user`, the refresh-token grant) and
-//! the metadata server (GKE workload identity, GCE, Cloud Run) at the
+//! key: user credentials (`authorized_user`, the refresh-token grant),
+//! workload identity federation (`external_account`: STS, then service
+//! account impersonation) and the metadata server (GKE workload identity, GCE, Cloud Run) at the
 //! address `GCE_METADATA_HOST` gives. Each endpoint is a fake in this
 //! process; a spying upstream must see the token it issued. The metadata
 //! server is found through the process's environment, so this file's one
@@ -88,6 +89,23 @@ fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) 
         {
             token("ya29.metadata-token-0001")
         }
+        "sts.localhost"
+            if body.contains("subject_token=subject%2Djwt")
+                && body.contains("token%2Dexchange") =>
+        {
+            token("sts-federated-token-0001")
+        }
+        "iam.localhost"
+            if first.contains(":generateAccessToken")
+                && field(head, "authorization").as_deref()
+                    == Some("Bearer sts-federated-token-0001") =>
+        {
+            (
+                200,
+                r#"{"accessToken":"ya29.impersonated-0001","expireTime":"2099-01-01T00:00:00Z"}"#
+                    .into(),
+            )
+        }
         "vertex.localhost" => {
             let bearer = field(head, "authorization").unwrap_or_default();
             seen.bearers.lock().unwrap().push(bearer);
@@ -100,7 +118,14 @@ fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) 
 fn fakes(seen: Arc<Seen>) -> levee_gateway::transport::Dial {
     Arc::new(move |uri: &http::Uri| {
         let host = uri.host()?.to_string();
-        if !["oauth.localhost", "metadata.localhost", "vertex.localhost"].contains(&host.as_str()) {
+        let known = [
+            "oauth.localhost",
+            "metadata.localhost",
+            "vertex.localhost",
+            "sts.localhost",
+            "iam.localhost",
+        ];
+        if !known.contains(&host.as_str()) {
             return None;
         }
         let (client, mut server) = tokio::io::duplex(64 * 1024);
@@ -169,6 +194,31 @@ async fn user_credentials_and_the_metadata_server_issue_the_bearer_the_upstream_
     assert_eq!(
         *seen.bearers.lock().unwrap(),
         ["Bearer ya29.user-token-0001", "Bearer ya29.user-token-0001"]
+    );
+
+    // Workload identity federation: a file-sourced subject token exchanged
+    // at STS, then traded for the service account's token.
+    let subject = dir.join("subject");
+    std::fs::write(&subject, "subject-jwt\n").unwrap();
+    let federated = dir.join("federated.json");
+    std::fs::write(
+        &federated,
+        format!(
+            r#"{{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/q","subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"http://sts.localhost/v1/token","service_account_impersonation_url":"http://iam.localhost/v1/projects/-/serviceAccounts/levee@p.iam.gserviceaccount.com:generateAccessToken","credential_source":{{"file":"{}"}}}}"#,
+            subject.display()
+        ),
+    )
+    .unwrap();
+    let seen = Arc::new(Seen::default());
+    let env = gateway(
+        &seen,
+        &format!(", credentials_file: \"{}\"", federated.display()),
+    );
+    let r = ask(&env).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        *seen.bearers.lock().unwrap(),
+        ["Bearer ya29.impersonated-0001"]
     );
 
     // No file anywhere: the metadata server, where GCE_METADATA_HOST says.

@@ -29,9 +29,45 @@ pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (y, m, d)
 }
 
+/// Unix milliseconds of an RFC 3339 UTC time (`2026-12-06T07:00:00Z`,
+/// fractions of a second allowed, `+00:00` too).
+pub fn rfc3339_unix_ms(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (date, time) = s.split_once(['T', 't'])?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let time = time
+        .strip_suffix(['Z', 'z'])
+        .or_else(|| time.strip_suffix("+00:00"))?;
+    let mut t = time.split(':');
+    let (h, mi) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let sec: f64 = t.next()?.parse().ok()?;
+    let days = days_from_civil(y, mo, da);
+    let secs = days * 86_400 + h * 3600 + mi * 60;
+    let ms = secs.checked_mul(1000)? + (sec * 1000.0) as i64;
+    u64::try_from(ms).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_times_are_read() {
+        assert_eq!(rfc3339_unix_ms("1970-01-01T00:00:01Z"), Some(1000));
+        assert_eq!(
+            rfc3339_unix_ms("2026-12-06T07:00:00.500Z"),
+            Some(1_796_540_400_500)
+        );
+        assert_eq!(
+            rfc3339_unix_ms("2026-12-06T07:00:00+00:00"),
+            Some(1_796_540_400_000)
+        );
+        assert_eq!(rfc3339_unix_ms("yesterday"), None);
+    }
 
     #[test]
     fn known_dates_and_the_round_trip() {

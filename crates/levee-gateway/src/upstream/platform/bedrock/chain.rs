@@ -409,35 +409,14 @@ fn held(
     let expires_ms = match expiration {
         None => None,
         Some(e) => Some(
-            rfc3339_ms(e).ok_or_else(|| format!("`Expiration` {e:?} is not an RFC 3339 time"))?,
+            levee_wire::civil::rfc3339_unix_ms(e)
+                .ok_or_else(|| format!("`Expiration` {e:?} is not an RFC 3339 time"))?,
         ),
     };
     Ok(Held {
         keys: Arc::new(Keys::new(id, secret, token.filter(|t| !t.is_empty()))),
         expires_ms,
     })
-}
-
-/// Unix milliseconds of an RFC 3339 UTC time (`2026-12-06T07:00:00Z`,
-/// fractions of a second allowed, `+00:00` too).
-pub(super) fn rfc3339_ms(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (date, time) = s.split_once(['T', 't'])?;
-    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
-    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
-    let time = time
-        .strip_suffix(['Z', 'z'])
-        .or_else(|| time.strip_suffix("+00:00"))?;
-    let mut t = time.split(':');
-    let (h, mi) = (
-        t.next()?.parse::<i64>().ok()?,
-        t.next()?.parse::<i64>().ok()?,
-    );
-    let sec: f64 = t.next()?.parse().ok()?;
-    let days = levee_wire::civil::days_from_civil(y, mo, da);
-    let secs = days * 86_400 + h * 3600 + mi * 60;
-    let ms = secs.checked_mul(1000)? + (sec * 1000.0) as i64;
-    u64::try_from(ms).ok()
 }
 
 /// The text of the first `<name>…</name>` in an XML answer.
@@ -592,17 +571,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_sts_and_the_endpoints_write_are_read() {
-        assert_eq!(rfc3339_ms("1970-01-01T00:00:01Z"), Some(1000));
-        assert_eq!(
-            rfc3339_ms("2026-12-06T07:00:00.500Z"),
-            Some(1_796_540_400_500)
-        );
-        assert_eq!(
-            rfc3339_ms("2026-12-06T07:00:00+00:00"),
-            Some(1_796_540_400_000)
-        );
-        assert_eq!(rfc3339_ms("yesterday"), None);
+    fn what_sts_writes_is_read() {
         let xml = b"<R><Credentials><AccessKeyId>ASIA1</AccessKeyId><SessionToken>tok</SessionToken></Credentials></R>";
         assert_eq!(tag(xml, "AccessKeyId").as_deref(), Some("ASIA1"));
         assert_eq!(tag(xml, "Expiration"), None);

@@ -27,6 +27,41 @@ pub(super) enum Grant {
     Metadata {
         base: String,
     },
+    /// Workload identity federation (`external_account`): a subject token
+    /// from a file or a URL, exchanged at Google's STS, then (with
+    /// `service_account_impersonation_url`) traded for a service account's.
+    External(External),
+}
+
+/// An `external_account` credentials file's parts Levee uses.
+#[derive(serde::Deserialize)]
+pub(super) struct External {
+    #[serde(skip)]
+    pub(super) file: PathBuf,
+    pub(super) audience: String,
+    pub(super) subject_token_type: String,
+    pub(super) token_url: String,
+    pub(super) service_account_impersonation_url: Option<String>,
+    pub(super) credential_source: CredentialSource,
+}
+
+/// Where the subject token is read: a file, or a URL (with its headers).
+#[derive(serde::Deserialize)]
+pub(super) struct CredentialSource {
+    pub(super) file: Option<PathBuf>,
+    pub(super) url: Option<String>,
+    #[serde(default)]
+    pub(super) headers: std::collections::HashMap<String, String>,
+    pub(super) format: Option<SourceFormat>,
+    pub(super) environment_id: Option<String>,
+}
+
+/// A subject token as text, or a field of a JSON document.
+#[derive(serde::Deserialize)]
+pub(super) struct SourceFormat {
+    #[serde(rename = "type")]
+    pub(super) kind: Option<String>,
+    pub(super) subject_token_field_name: Option<String>,
 }
 
 /// One token request: where, and the form to post (`None`: a `GET` with
@@ -70,9 +105,7 @@ impl Grant {
                     token_url,
                 })
             }
-            Some("external_account") => Err(format!(
-                "{shown} is a workload identity federation (`external_account`) configuration, which Levee does not read yet: on GKE use workload identity (the metadata server: leave `credentials_file` and GOOGLE_APPLICATION_CREDENTIALS unset), or give a service-account key"
-            )),
+            Some("external_account") => External::load(path, &text).map(Grant::External),
             _ => ServiceAccount::load(path, token_url).map(Grant::ServiceAccount),
         }
     }
@@ -108,6 +141,10 @@ impl Grant {
             Grant::ServiceAccount(k) => format!("service-account key {}", k.file.display()),
             Grant::User { file, .. } => format!("user credentials {}", file.display()),
             Grant::Metadata { base } => format!("the metadata server at {base}"),
+            Grant::External(x) => format!(
+                "workload identity federation configuration {}",
+                x.file.display()
+            ),
         }
     }
 
@@ -139,6 +176,10 @@ impl Grant {
                     enc(refresh_token)
                 )),
             },
+            Grant::External(x) => TokenRequest {
+                url: x.token_url.clone(),
+                form: None,
+            },
             Grant::Metadata { base } => TokenRequest {
                 url: format!(
                     "{base}/computeMetadata/v1/instance/service-accounts/default/token?scopes={}",
@@ -159,5 +200,80 @@ impl Grant {
             } => vec![client_secret.clone(), refresh_token.clone()],
             _ => Vec::new(),
         }
+    }
+}
+
+impl External {
+    /// An `external_account` file's settings, checked: a file or URL
+    /// source (AWS-sourced ones, `environment_id`, are refused), endpoints
+    /// over https (plain http only on loopback or link-local).
+    fn load(path: &Path, text: &[u8]) -> Result<External, String> {
+        let shown = path.display();
+        let mut x: External = serde_json::from_slice(text).map_err(|e| {
+            format!("{shown} is not a complete `external_account` configuration: {e}")
+        })?;
+        x.file = path.to_path_buf();
+        let src = &x.credential_source;
+        if src.environment_id.is_some() {
+            return Err(format!(
+                "{shown}: an AWS-sourced `external_account` is not read; on AWS, give Levee a service-account key or use a file- or URL-sourced configuration"
+            ));
+        }
+        if src.file.is_none() && src.url.is_none() {
+            return Err(format!(
+                "{shown}: `credential_source` names neither a `file` nor a `url`"
+            ));
+        }
+        let urls = [
+            Some(&x.token_url),
+            x.service_account_impersonation_url.as_ref(),
+            src.url.as_ref(),
+        ];
+        for url in urls.into_iter().flatten() {
+            levee_config::check_credential_url(url).map_err(|why| format!("{shown}: {why}"))?;
+        }
+        Ok(x)
+    }
+
+    /// The STS token-exchange form for `subject_token`.
+    pub(super) fn exchange_form(&self, subject_token: &str) -> String {
+        let enc = |v: &str| {
+            percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string()
+        };
+        format!(
+            "grant_type={}&audience={}&scope={}&requested_token_type={}&subject_token={}&subject_token_type={}",
+            enc("urn:ietf:params:oauth:grant-type:token-exchange"),
+            enc(&self.audience),
+            enc(SCOPE),
+            enc("urn:ietf:params:oauth:token-type:access_token"),
+            enc(subject_token),
+            enc(&self.subject_token_type)
+        )
+    }
+
+    /// The subject token from a document read at the source: the whole
+    /// text, or the JSON field the format names.
+    pub(super) fn subject_token(&self, doc: &[u8]) -> Result<String, String> {
+        let format = self.credential_source.format.as_ref();
+        match format.and_then(|f| f.kind.as_deref()) {
+            Some("json") => {
+                let field = format
+                    .and_then(|f| f.subject_token_field_name.as_deref())
+                    .ok_or(
+                        "the credential source's JSON format names no `subject_token_field_name`",
+                    )?;
+                let v: serde_json::Value = serde_json::from_slice(doc)
+                    .map_err(|_| "the credential source is not JSON".to_string())?;
+                v.get(field)
+                    .and_then(|t| t.as_str())
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("the credential source has no `{field}`"))
+            }
+            _ => Ok(String::from_utf8_lossy(doc).trim().to_string()),
+        }
+        .and_then(|t| match t.is_empty() {
+            true => Err("the credential source holds no subject token".to_string()),
+            false => Ok(t),
+        })
     }
 }

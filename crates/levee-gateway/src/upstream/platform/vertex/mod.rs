@@ -51,6 +51,7 @@ use super::{Pending, Platform, PlatformError};
 use grants::Grant;
 use tokens::Tokens;
 
+mod federation;
 mod grants;
 mod tokens;
 use crate::clock::Clock;

@@ -265,11 +265,16 @@ impl Tokens {
         self.cache().token = None;
     }
 
-    /// One token request: the grant's, at its endpoint.
+    /// One token request: the grant's, at its endpoint (a workload
+    /// identity federation's subject token, exchange and impersonation).
     pub(super) async fn fetch(&self, unix_ms: u64) -> Result<Token, String> {
         let started = self.clock.now();
+        if let super::grants::Grant::External(x) = &self.grant {
+            let (token, lifetime) = self.external(x).await?;
+            return self.token(&token, lifetime, started, unix_ms, &x.token_url);
+        }
         let asked = self.grant.request(unix_ms)?;
-        let url = &asked.url;
+        let url = asked.url.clone();
         let req = match asked.form {
             Some(form) => http::Request::post(url.as_str())
                 .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -280,6 +285,20 @@ impl Tokens {
                 .body(Full::new(Bytes::new())),
         }
         .map_err(|_| format!("the token endpoint `{url}` is not a usable URL"))?;
+        let body = self.exchange(req, &url).await?;
+        let granted: Granted = serde_json::from_slice(&body)
+            .map_err(|_| format!("the token endpoint {url} answered without an `access_token`"))?;
+        let lifetime = Duration::from_secs(granted.expires_in.unwrap_or(3600).max(1));
+        self.token(&granted.access_token, lifetime, started, unix_ms, &url)
+    }
+
+    /// One request to a token endpoint, within [`TOKEN_TIMEOUT`]: its body
+    /// when it succeeds, else why not.
+    pub(super) async fn exchange(
+        &self,
+        req: http::Request<Full<Bytes>>,
+        url: &str,
+    ) -> Result<Bytes, String> {
         let exchange = async {
             let resp = self
                 .client
@@ -309,26 +328,31 @@ impl Tokens {
                 grant_error(&body)
             ));
         }
-        #[derive(serde::Deserialize)]
-        pub(super) struct Granted {
-            access_token: String,
-            expires_in: Option<u64>,
-        }
-        let granted: Granted = serde_json::from_slice(&body).map_err(|_| {
-            format!("the token endpoint {url} answered {status} without an `access_token`")
-        })?;
-        let mut value = HeaderValue::try_from(format!("Bearer {}", granted.access_token))
+        Ok(body)
+    }
+
+    /// The token `access_token`, valid for `lifetime` from `started`: the
+    /// header, when to refresh it; told to the redaction for its lifetime.
+    fn token(
+        &self,
+        access_token: &str,
+        lifetime: Duration,
+        started: levee_policy::Instant,
+        unix_ms: u64,
+        url: &str,
+    ) -> Result<Token, String> {
+        let mut value = HeaderValue::try_from(format!("Bearer {access_token}"))
             .ok()
-            .filter(|_| !granted.access_token.is_empty())
+            .filter(|_| !access_token.is_empty())
             .ok_or_else(|| {
                 format!("the token endpoint {url} issued a token a header cannot carry")
             })?;
         value.set_sensitive(true);
-        let lifetime = Duration::from_secs(granted.expires_in.unwrap_or(3600).max(1));
+        let lifetime = lifetime.max(Duration::from_secs(1));
         // Redacted for its lifetime and a minute more (a late echo).
         let keep = u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX);
         self.learned.learn(
-            &granted.access_token,
+            access_token,
             unix_ms.saturating_add(keep).saturating_add(60_000),
         );
         let margin = MAX_MARGIN.min(lifetime / 10);
@@ -338,6 +362,13 @@ impl Tokens {
             refresh_at: started + (lifetime - margin),
         })
     }
+}
+
+/// A token endpoint's answer.
+#[derive(serde::Deserialize)]
+pub(super) struct Granted {
+    pub(super) access_token: String,
+    pub(super) expires_in: Option<u64>,
 }
 
 /// Clears the "background refresh running" flag however the task ends.
