@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 const MESSAGES: &str =
@@ -60,34 +59,6 @@ fn json_creds(expires_in_min: usize) -> String {
     )
 }
 
-/// A request's head and body, read whole from `conn`.
-async fn read_request(conn: &mut tokio::io::DuplexStream) -> Option<(String, String)> {
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_string();
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    let l = l.to_ascii_lowercase();
-                    l.strip_prefix("content-length:")
-                        .map(|v| v.trim().to_string())
-                })
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            if got.len() >= end + 4 + len {
-                let body = String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
-                return Some((head, body));
-            }
-        }
-        match conn.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => got.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
 /// STS's answer to `AssumeRoleWithWebIdentity`, with the test keys.
 fn sts_answer(mins: usize) -> String {
     let c: serde_json::Value = serde_json::from_str(&json_creds(mins)).unwrap();
@@ -98,18 +69,24 @@ fn sts_answer(mins: usize) -> String {
     )
 }
 
+/// The fakes at `imds.localhost`, `creds.localhost` and `sts.localhost`.
+fn fake_endpoints(f: Arc<Fakes>) -> levee_gateway::transport::Dial {
+    fake_hosts(
+        &["imds.localhost", "creds.localhost", "sts.localhost"],
+        Arc::new(move |host: &str, head: &str, body: &str| {
+            let (status, answer) = answer_for(&f, host, head, body);
+            (status, String::new(), answer)
+        }),
+    )
+}
+
 /// What the fake at `host` answers `method path` (with the head's fields
 /// and the body).
 fn answer_for(f: &Fakes, host: &str, head: &str, body: &str) -> (u16, String) {
     let first = head.lines().next().unwrap_or("");
     let mut parts = first.split(' ');
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let field = |name: &str| {
-        head.lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim().to_string())
-    };
+    let field = |name: &str| head_field(head, name);
     *f.hits
         .lock()
         .unwrap()
@@ -146,30 +123,6 @@ fn answer_for(f: &Fakes, host: &str, head: &str, body: &str) -> (u16, String) {
         }
         _ => (403, format!("unexpected {method} {path}")),
     }
-}
-
-/// The fakes at `imds.localhost`, `creds.localhost` and `sts.localhost`.
-fn fake_endpoints(f: Arc<Fakes>) -> levee_gateway::transport::Dial {
-    Arc::new(move |uri: &http::Uri| {
-        let host = uri.host()?.to_string();
-        if !["imds.localhost", "creds.localhost", "sts.localhost"].contains(&host.as_str()) {
-            return None;
-        }
-        let (client, mut server) = tokio::io::duplex(64 * 1024);
-        let f = Arc::clone(&f);
-        tokio::spawn(async move {
-            let Some((head, body)) = read_request(&mut server).await else {
-                return;
-            };
-            let (status, answer) = answer_for(&f, &host, &head, &body);
-            let resp = format!(
-                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-            let _ = server.write_all(resp.as_bytes()).await;
-        });
-        Some(client)
-    })
 }
 
 const CHAIN_VARS: [&str; 12] = [

@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 const SA_KEY: &str = concat!(
@@ -27,65 +26,26 @@ type Seen = Arc<Mutex<Vec<String>>>;
 /// A provider at `http://mirror.test` that answers every request 403 with
 /// its credential fields echoed back; what it saw goes to `seen`.
 fn mirror(seen: Seen) -> levee_gateway::transport::Dial {
-    Arc::new(move |uri: &http::Uri| {
-        if uri.host() != Some("mirror.test") {
-            return None;
-        }
-        let (client, mut server) = tokio::io::duplex(64 * 1024);
-        let seen = Arc::clone(&seen);
-        tokio::spawn(async move {
-            let mut got = Vec::new();
-            let mut chunk = [0u8; 8192];
-            loop {
-                if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&got[..end]).to_string();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(str::to_string)
-                        })
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    if got.len() >= end + 4 + len {
-                        break;
-                    }
-                }
-                match server.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => got.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let head = String::from_utf8_lossy(&got).to_string();
-            let creds: Vec<String> = head
-                .lines()
-                .filter_map(|l| l.split_once(':'))
-                .filter(|(n, _)| {
-                    let n = n.to_ascii_lowercase();
-                    [
-                        "authorization",
-                        "api-key",
-                        "x-api-key",
-                        "x-amz-security-token",
-                    ]
-                    .contains(&n.as_str())
-                })
-                .map(|(_, v)| v.trim().to_string())
-                .collect();
+    fake_hosts(
+        &["mirror.test"],
+        Arc::new(move |_host: &str, head: &str, _body: &str| {
+            let creds: Vec<String> = [
+                "authorization",
+                "api-key",
+                "x-api-key",
+                "x-amz-security-token",
+            ]
+            .iter()
+            .filter_map(|n| head_field(head, n))
+            .collect();
             seen.lock().unwrap().extend(creds.iter().cloned());
             let echoed = creds.join(" | ").replace('"', "'");
             let body = format!(
                 r#"{{"error":{{"message":"forbidden: you sent {echoed}","type":"permission_error","code":"forbidden"}}}}"#
             );
-            let resp = format!(
-                "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\nx-echo: {echoed}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = server.write_all(resp.as_bytes()).await;
-        });
-        Some(client)
-    })
+            (403, format!("x-echo: {echoed}\r\n"), body)
+        }),
+    )
 }
 
 /// The secret parts of what the mirror saw: a bearer's token, a SigV4

@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 const CHAT_ANSWER: &str = r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
@@ -24,38 +23,18 @@ struct Seen {
     hits: Mutex<HashMap<String, usize>>,
 }
 
-async fn read_head_and_body(conn: &mut tokio::io::DuplexStream) -> Option<(String, String)> {
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_string();
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    let l = l.to_ascii_lowercase();
-                    l.strip_prefix("content-length:")
-                        .map(|v| v.trim().to_string())
-                })
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            if got.len() >= end + 4 + len {
-                let body = String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
-                return Some((head, body));
-            }
-        }
-        match conn.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => got.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
+/// The fakes this test reaches, by host.
+const HOSTS: &[&str] = &["login.localhost", "identity.localhost", "azure.localhost"];
 
-fn field(head: &str, name: &str) -> Option<String> {
-    head.lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.trim().to_string())
+/// The fakes, answering as [`answer_for`] says.
+fn fakes(seen: Arc<Seen>) -> levee_gateway::transport::Dial {
+    fake_hosts(
+        HOSTS,
+        Arc::new(move |host: &str, head: &str, body: &str| {
+            let (status, answer) = answer_for(&seen, host, head, body);
+            (status, String::new(), answer)
+        }),
+    )
 }
 
 fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) {
@@ -76,40 +55,17 @@ fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) 
         }
         "identity.localhost"
             if first.contains("resource=https://cognitiveservices.azure.com")
-                && field(head, "x-identity-header").as_deref() == Some("app-service-secret") =>
+                && head_field(head, "x-identity-header").as_deref() == Some("app-service-secret") =>
         {
             (200, r#"{"access_token":"eyJ.managed-token-0001","expires_on":"4102444800","token_type":"Bearer"}"#.into())
         }
         "azure.localhost" => {
-            let bearer = field(head, "authorization").unwrap_or_default();
+            let bearer = head_field(head, "authorization").unwrap_or_default();
             seen.bearers.lock().unwrap().push(bearer);
             (200, CHAT_ANSWER.to_string())
         }
         _ => (403, format!("unexpected {first}")),
     }
-}
-
-fn fakes(seen: Arc<Seen>) -> levee_gateway::transport::Dial {
-    Arc::new(move |uri: &http::Uri| {
-        let host = uri.host()?.to_string();
-        if !["login.localhost", "identity.localhost", "azure.localhost"].contains(&host.as_str()) {
-            return None;
-        }
-        let (client, mut server) = tokio::io::duplex(64 * 1024);
-        let seen = Arc::clone(&seen);
-        tokio::spawn(async move {
-            let Some((head, body)) = read_head_and_body(&mut server).await else {
-                return;
-            };
-            let (status, answer) = answer_for(&seen, &host, &head, &body);
-            let resp = format!(
-                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-            let _ = server.write_all(resp.as_bytes()).await;
-        });
-        Some(client)
-    })
 }
 
 fn gateway(seen: &Arc<Seen>) -> Local {

@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 const MESSAGES: &str =
@@ -27,38 +26,24 @@ struct Seen {
     hits: Mutex<HashMap<String, usize>>,
 }
 
-async fn read_head_and_body(conn: &mut tokio::io::DuplexStream) -> Option<(String, String)> {
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_string();
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    let l = l.to_ascii_lowercase();
-                    l.strip_prefix("content-length:")
-                        .map(|v| v.trim().to_string())
-                })
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            if got.len() >= end + 4 + len {
-                let body = String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
-                return Some((head, body));
-            }
-        }
-        match conn.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => got.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
+/// The fakes this test reaches, by host.
+const HOSTS: &[&str] = &[
+    "oauth.localhost",
+    "metadata.localhost",
+    "vertex.localhost",
+    "sts.localhost",
+    "iam.localhost",
+];
 
-fn field(head: &str, name: &str) -> Option<String> {
-    head.lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.trim().to_string())
+/// The fakes, answering as [`answer_for`] says.
+fn fakes(seen: Arc<Seen>) -> levee_gateway::transport::Dial {
+    fake_hosts(
+        HOSTS,
+        Arc::new(move |host: &str, head: &str, body: &str| {
+            let (status, answer) = answer_for(&seen, host, head, body);
+            (status, String::new(), answer)
+        }),
+    )
 }
 
 fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) {
@@ -85,7 +70,7 @@ fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) 
         }
         "metadata.localhost"
             if first.contains("/computeMetadata/v1/instance/service-accounts/default/token")
-                && field(head, "metadata-flavor").as_deref() == Some("Google") =>
+                && head_field(head, "metadata-flavor").as_deref() == Some("Google") =>
         {
             token("ya29.metadata-token-0001")
         }
@@ -97,7 +82,7 @@ fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) 
         }
         "iam.localhost"
             if first.contains(":generateAccessToken")
-                && field(head, "authorization").as_deref()
+                && head_field(head, "authorization").as_deref()
                     == Some("Bearer sts-federated-token-0001") =>
         {
             (
@@ -107,42 +92,12 @@ fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) 
             )
         }
         "vertex.localhost" => {
-            let bearer = field(head, "authorization").unwrap_or_default();
+            let bearer = head_field(head, "authorization").unwrap_or_default();
             seen.bearers.lock().unwrap().push(bearer);
             (200, ANSWER.to_string())
         }
         _ => (403, format!("unexpected {first}")),
     }
-}
-
-fn fakes(seen: Arc<Seen>) -> levee_gateway::transport::Dial {
-    Arc::new(move |uri: &http::Uri| {
-        let host = uri.host()?.to_string();
-        let known = [
-            "oauth.localhost",
-            "metadata.localhost",
-            "vertex.localhost",
-            "sts.localhost",
-            "iam.localhost",
-        ];
-        if !known.contains(&host.as_str()) {
-            return None;
-        }
-        let (client, mut server) = tokio::io::duplex(64 * 1024);
-        let seen = Arc::clone(&seen);
-        tokio::spawn(async move {
-            let Some((head, body)) = read_head_and_body(&mut server).await else {
-                return;
-            };
-            let (status, answer) = answer_for(&seen, &host, &head, &body);
-            let resp = format!(
-                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-            let _ = server.write_all(resp.as_bytes()).await;
-        });
-        Some(client)
-    })
 }
 
 fn gateway(seen: &Arc<Seen>, extra: &str) -> Local {

@@ -13,8 +13,11 @@
 //! Both answer with a [`Resp`], and the mock's stats are the oracle.
 #![allow(dead_code)]
 
+mod fake_hosts;
 mod http_head;
 mod redis_server;
+#[allow(unused_imports)]
+pub use fake_hosts::{fake_hosts, head_field, read_request, Answer, Handler};
 #[allow(unused_imports)] // each test file uses a part of the kit
 pub use http_head::header;
 #[allow(unused_imports)]
