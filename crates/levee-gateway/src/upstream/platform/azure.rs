@@ -27,7 +27,7 @@ pub struct Azure {
     token: Option<TokenFile>,
     /// Neither a key nor a token file: Entra ID tokens from the
     /// environment's workload or managed identity.
-    entra: Option<std::sync::Arc<super::entra::EntraTokens>>,
+    entra: Option<std::sync::Arc<super::kept::Kept<super::entra::EntraTokens>>>,
 }
 
 /// An Entra ID token kept in a file: read again when its modification time
@@ -77,8 +77,8 @@ impl Azure {
             let connector = connector
                 .cloned()
                 .unwrap_or_else(crate::upstream::transport::credentials_connector);
-            me.entra = Some(std::sync::Arc::new(super::entra::EntraTokens::new(
-                source, connector,
+            me.entra = Some(std::sync::Arc::new(super::kept::Kept::new(
+                super::entra::EntraTokens::new(source, connector),
             )));
         }
         Ok(me)
@@ -173,7 +173,7 @@ impl Platform for Azure {
         match &self.entra {
             Some(e) => {
                 Box::pin(
-                    async move { super::set_bearer(req, &self.provider, e.bearer(unix_ms).await) },
+                    async move { super::set_bearer(req, &self.provider, e.get(unix_ms).await) },
                 )
             }
             None => Box::pin(std::future::ready(self.send_token(req))),
@@ -185,7 +185,7 @@ impl Platform for Azure {
     fn probe(&self, unix_ms: u64) -> Pending<'_> {
         match &self.entra {
             Some(e) => Box::pin(async move {
-                e.bearer(unix_ms)
+                e.get(unix_ms)
                     .await
                     .map(|_| ())
                     .map_err(|detail| PlatformError::Credentials {
@@ -200,7 +200,7 @@ impl Platform for Azure {
     fn learned(&self) -> Option<std::sync::Arc<crate::observe::live_secrets::Learned>> {
         match (&self.token, &self.entra) {
             (Some(t), _) => Some(std::sync::Arc::clone(&t.learned)),
-            (None, Some(e)) => Some(std::sync::Arc::clone(&e.learned)),
+            (None, Some(e)) => Some(std::sync::Arc::clone(&e.inner.learned)),
             (None, None) => None,
         }
     }
@@ -208,7 +208,7 @@ impl Platform for Azure {
     fn credential_source(&self) -> Option<String> {
         match (&self.token, &self.entra) {
             (Some(t), _) => Some(format!("token_file {}", t.path.display())),
-            (None, Some(e)) => Some(e.source.describe()),
+            (None, Some(e)) => Some(e.inner.source.describe()),
             (None, None) => Some("api_key_env".to_string()),
         }
     }

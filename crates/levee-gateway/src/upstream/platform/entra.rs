@@ -25,15 +25,12 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The scope (and resource) of an Azure OpenAI token.
 const SCOPE: &str = "https://cognitiveservices.azure.com/.default";
 const RESOURCE: &str = "https://cognitiveservices.azure.com";
-/// Tokens are asked for again this long before they expire.
-const REFRESH_BEFORE_MS: u64 = 5 * 60 * 1000;
 /// The longest one token request may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes of an answer.
@@ -103,25 +100,29 @@ impl Source {
     }
 }
 
-#[derive(Clone)]
-struct Held {
-    value: HeaderValue,
-    expires_ms: u64,
-}
-
-/// Tokens from one source, kept and refreshed.
+/// Tokens from one source (kept and refreshed by [`super::kept::Kept`]).
 pub(super) struct EntraTokens {
     pub(super) source: Source,
     client: Client<Connector, Full<Bytes>>,
-    held: Mutex<Option<Held>>,
-    flight: tokio::sync::Mutex<()>,
-    refreshing: AtomicBool,
     pub(super) learned: Arc<Learned>,
 }
 
 impl std::fmt::Debug for EntraTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.source.describe())
+    }
+}
+
+impl super::kept::Refetch for EntraTokens {
+    type Value = HeaderValue;
+
+    async fn fetch(&self) -> Result<(HeaderValue, Option<u64>), String> {
+        let (value, expires_ms) = self.fetch_token(crate::clock::unix_ms()).await?;
+        Ok((value, Some(expires_ms)))
+    }
+
+    fn describe(&self) -> String {
+        self.source.describe()
     }
 }
 
@@ -132,62 +133,11 @@ impl EntraTokens {
             client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
                 .build(connector),
-            held: Mutex::new(None),
-            flight: tokio::sync::Mutex::new(()),
-            refreshing: AtomicBool::new(false),
             learned: Arc::default(),
         }
     }
 
-    fn held(&self) -> Option<Held> {
-        self.held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// `Bearer …` good at `now_ms`.
-    pub(super) async fn bearer(self: &Arc<Self>, now_ms: u64) -> Result<HeaderValue, String> {
-        if let Some(h) = self.held() {
-            if now_ms.saturating_add(REFRESH_BEFORE_MS) < h.expires_ms {
-                return Ok(h.value);
-            }
-            if now_ms < h.expires_ms {
-                self.refresh_in_background();
-                return Ok(h.value);
-            }
-        }
-        let _one = self.flight.lock().await;
-        if let Some(h) = self.held().filter(|h| now_ms < h.expires_ms) {
-            return Ok(h.value);
-        }
-        let h = self.fetch(now_ms).await?;
-        self.store(h.clone());
-        Ok(h.value)
-    }
-
-    fn refresh_in_background(self: &Arc<Self>) {
-        if self.refreshing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let me = Arc::clone(self);
-        tokio::spawn(async move {
-            let _one = me.flight.lock().await;
-            match me.fetch(crate::clock::unix_ms()).await {
-                Ok(h) => me.store(h),
-                Err(e) => {
-                    tracing::warn!(target: "levee", source = %me.source.describe(), error = %e, "Entra ID token refresh failed; the current token stays in use until it expires")
-                }
-            }
-            me.refreshing.store(false, Ordering::Release);
-        });
-    }
-
-    fn store(&self, h: Held) {
-        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = Some(h);
-    }
-
-    async fn fetch(&self, now_ms: u64) -> Result<Held, String> {
+    async fn fetch_token(&self, now_ms: u64) -> Result<(HeaderValue, u64), String> {
         let what = self.source.describe();
         let req = self.request()?;
         let exchange = async {
@@ -275,7 +225,7 @@ impl EntraTokens {
     /// A token answer: `expires_in` (seconds, the token endpoint's) or
     /// `expires_on` (unix seconds, a managed identity's; a number or a
     /// string of one).
-    fn read(&self, body: &[u8], now_ms: u64) -> Result<Held, String> {
+    fn read(&self, body: &[u8], now_ms: u64) -> Result<(HeaderValue, u64), String> {
         #[derive(serde::Deserialize)]
         struct Answer {
             access_token: Option<String>,
@@ -306,6 +256,6 @@ impl EntraTokens {
         value.set_sensitive(true);
         self.learned
             .learn(&token, expires_ms.saturating_add(60 * 60 * 1000));
-        Ok(Held { value, expires_ms })
+        Ok((value, expires_ms))
     }
 }

@@ -28,6 +28,7 @@ mod bedrock;
 mod entra;
 mod gemini;
 mod google;
+mod kept;
 mod vertex;
 
 /// The body's top-level `model` (Bedrock, Vertex and Azure deployments put

@@ -37,12 +37,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Keys are fetched again this long before they expire.
-const REFRESH_BEFORE_MS: u64 = 5 * 60 * 1000;
 /// The longest one fetch (every request it makes) may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes of one answer of a credential endpoint.
@@ -87,21 +84,35 @@ impl How {
     }
 }
 
-#[derive(Clone)]
-struct Held {
-    keys: Arc<Keys>,
-    /// Unix ms; `None`: they do not expire.
-    expires_ms: Option<u64>,
-}
-
-/// Keys fetched from one source, kept and refreshed.
+/// Keys fetched from one source (kept and refreshed by
+/// [`super::super::kept::Kept`]).
 pub(super) struct Fetched {
     pub(super) how: How,
     client: Client<Connector, Full<Bytes>>,
-    held: Mutex<Option<Held>>,
-    flight: tokio::sync::Mutex<()>,
-    refreshing: AtomicBool,
     pub(super) learned: Arc<Learned>,
+}
+
+impl super::super::kept::Refetch for Fetched {
+    type Value = Arc<Keys>;
+
+    async fn fetch(&self) -> Result<(Arc<Keys>, Option<u64>), String> {
+        let (keys, expires_ms) = self.fetch_keys().await?;
+        let now = crate::clock::unix_ms();
+        let until = expires_ms.map_or(now.saturating_add(REDACT_UNDATED_MS), |e| {
+            e.saturating_add(REDACT_PAST_EXPIRY_MS)
+        });
+        for secret in [&keys.access_key_id, &keys.secret_access_key]
+            .into_iter()
+            .chain(keys.session_token.as_ref())
+        {
+            self.learned.learn(secret, until);
+        }
+        Ok((keys, expires_ms))
+    }
+
+    fn describe(&self) -> String {
+        self.how.source()
+    }
 }
 
 impl Fetched {
@@ -112,86 +123,11 @@ impl Fetched {
             client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
                 .build(connector),
-            held: Mutex::new(None),
-            flight: tokio::sync::Mutex::new(()),
-            refreshing: AtomicBool::new(false),
             learned: Arc::default(),
         }
     }
 
-    fn held(&self) -> Option<Held> {
-        self.held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The keys held now, if any (for the redaction of an answer).
-    pub(super) fn cached(&self) -> Option<Arc<Keys>> {
-        self.held().map(|h| h.keys)
-    }
-
-    /// Keys good at `now_ms`: the ones held, or fetched now (one fetch at a
-    /// time; the others wait for it).
-    pub(super) async fn keys(self: &Arc<Self>, now_ms: u64) -> Result<Arc<Keys>, String> {
-        if let Some(h) = self.held() {
-            match h.expires_ms {
-                None => return Ok(h.keys),
-                Some(e) if now_ms.saturating_add(REFRESH_BEFORE_MS) < e => return Ok(h.keys),
-                Some(e) if now_ms < e => {
-                    self.refresh_in_background();
-                    return Ok(h.keys);
-                }
-                Some(_) => {}
-            }
-        }
-        let _one = self.flight.lock().await;
-        if let Some(h) = self
-            .held()
-            .filter(|h| h.expires_ms.is_none_or(|e| now_ms < e))
-        {
-            return Ok(h.keys);
-        }
-        let held = self.fetch().await?;
-        self.store(held.clone());
-        Ok(held.keys)
-    }
-
-    fn refresh_in_background(self: &Arc<Self>) {
-        if self.refreshing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let me = Arc::clone(self);
-        tokio::spawn(async move {
-            let _one = me.flight.lock().await;
-            match me.fetch().await {
-                Ok(held) => me.store(held),
-                Err(e) => {
-                    tracing::warn!(target: "levee", source = %me.how.source(), error = %e, "AWS credentials refresh failed; the current keys stay in use until they expire")
-                }
-            }
-            me.refreshing.store(false, Ordering::Release);
-        });
-    }
-
-    fn store(&self, held: Held) {
-        let now = crate::clock::unix_ms();
-        let until = held
-            .expires_ms
-            .map_or(now.saturating_add(REDACT_UNDATED_MS), |e| {
-                e.saturating_add(REDACT_PAST_EXPIRY_MS)
-            });
-        let k = &held.keys;
-        for secret in [&k.access_key_id, &k.secret_access_key]
-            .into_iter()
-            .chain(k.session_token.as_ref())
-        {
-            self.learned.learn(secret, until);
-        }
-        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = Some(held);
-    }
-
-    async fn fetch(&self) -> Result<Held, String> {
+    async fn fetch_keys(&self) -> Result<(Arc<Keys>, Option<u64>), String> {
         let source = self.how.source();
         let fetched = tokio::time::timeout(FETCH_TIMEOUT, async {
             match &self.how {
@@ -244,7 +180,7 @@ impl Fetched {
         role_arn: &str,
         session: &str,
         sts: &str,
-    ) -> Result<Held, String> {
+    ) -> Result<(Arc<Keys>, Option<u64>), String> {
         let token = std::fs::read_to_string(token_file).map_err(|e| {
             format!(
                 "cannot read the web identity token {}: {e}",
@@ -287,7 +223,7 @@ impl Fetched {
         url: &str,
         token: Option<&str>,
         token_file: Option<&Path>,
-    ) -> Result<Held, String> {
+    ) -> Result<(Arc<Keys>, Option<u64>), String> {
         let token = match token_file {
             Some(f) => Some(
                 std::fs::read_to_string(f)
@@ -323,7 +259,7 @@ impl Fetched {
         json_keys(&body)
     }
 
-    async fn imds(&self, endpoint: &str) -> Result<Held, String> {
+    async fn imds(&self, endpoint: &str) -> Result<(Arc<Keys>, Option<u64>), String> {
         let base = endpoint.trim_end_matches('/');
         let put = http::Request::put(format!("{base}/latest/api/token"))
             .header("x-aws-ec2-metadata-token-ttl-seconds", "21600")
@@ -365,7 +301,7 @@ impl Fetched {
 }
 
 /// Runs a `credential_process` and reads its JSON.
-async fn process(command: &str) -> Result<Held, String> {
+async fn process(command: &str) -> Result<(Arc<Keys>, Option<u64>), String> {
     let out = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(command)
@@ -382,7 +318,7 @@ async fn process(command: &str) -> Result<Held, String> {
 
 /// Keys from a JSON answer: a container or IMDS endpoint's (`Token`) or a
 /// credential_process's (`SessionToken`, `Version: 1`).
-fn json_keys(body: &[u8]) -> Result<Held, String> {
+fn json_keys(body: &[u8]) -> Result<(Arc<Keys>, Option<u64>), String> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct Answer {
@@ -405,7 +341,7 @@ fn held(
     secret: String,
     token: Option<String>,
     expiration: Option<&str>,
-) -> Result<Held, String> {
+) -> Result<(Arc<Keys>, Option<u64>), String> {
     let expires_ms = match expiration {
         None => None,
         Some(e) => Some(
@@ -413,10 +349,10 @@ fn held(
                 .ok_or_else(|| format!("`Expiration` {e:?} is not an RFC 3339 time"))?,
         ),
     };
-    Ok(Held {
-        keys: Arc::new(Keys::new(id, secret, token.filter(|t| !t.is_empty()))),
+    Ok((
+        Arc::new(Keys::new(id, secret, token.filter(|t| !t.is_empty()))),
         expires_ms,
-    })
+    ))
 }
 
 /// The text of the first `<name>…</name>` in an XML answer.

@@ -148,8 +148,8 @@ pub(super) fn chain_source(
         }
     }
     match chain::choose(&name, &settings, ambient, region, env) {
-        Ok(Some(how)) => Ok(Source::Fetched(Arc::new(chain::Fetched::new(
-            how, connector,
+        Ok(Some(how)) => Ok(Source::Fetched(Arc::new(super::super::kept::Kept::new(
+            chain::Fetched::new(how, connector),
         )))),
         Ok(None) => file(),
         Err(detail) => Err(PlatformError::Credentials {

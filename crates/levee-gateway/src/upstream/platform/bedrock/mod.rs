@@ -95,7 +95,7 @@ enum Source {
     /// The rest of the default chain (a credential_process, web identity,
     /// container credentials, the instance profile): fetched, kept and
     /// refreshed before they expire.
-    Fetched(Arc<chain::Fetched>),
+    Fetched(Arc<super::kept::Kept<chain::Fetched>>),
 }
 
 /// One set of credentials: the signer's identity and the values to redact.
@@ -120,7 +120,7 @@ impl fmt::Debug for Bedrock {
             Source::File(file) => d
                 .field("credentials_file", &file.path)
                 .field("profile", &file.profile),
-            Source::Fetched(f) => d.field("credentials", &f.how.source()),
+            Source::Fetched(f) => d.field("credentials", &f.inner.how.source()),
         };
         d.finish()
     }
@@ -281,7 +281,7 @@ impl Bedrock {
             Source::File(file) => file.keys().map_err(|detail| self.error(detail)),
             Source::Fetched(f) => f
                 .cached()
-                .ok_or_else(|| self.error(format!("{}: not fetched yet", f.how.source()))),
+                .ok_or_else(|| self.error(format!("{}: not fetched yet", f.inner.how.source()))),
         }
     }
 
@@ -289,7 +289,7 @@ impl Bedrock {
     /// first when they come from a fetched source.
     async fn keys_at(&self, unix_ms: u64) -> Result<Arc<Keys>, PlatformError> {
         match &self.source {
-            Source::Fetched(f) => f.keys(unix_ms).await.map_err(|detail| self.error(detail)),
+            Source::Fetched(f) => f.get(unix_ms).await.map_err(|detail| self.error(detail)),
             _ => self.keys(),
         }
     }
@@ -299,7 +299,7 @@ impl Bedrock {
         match &self.source {
             Source::Env(_) => "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".to_string(),
             Source::File(f) => format!("profile `{}` of {}", f.profile, f.path.display()),
-            Source::Fetched(f) => f.how.source(),
+            Source::Fetched(f) => f.inner.how.source(),
         }
     }
 
@@ -407,7 +407,7 @@ impl Platform for Bedrock {
     fn learned(&self) -> Option<Arc<crate::observe::live_secrets::Learned>> {
         match &self.source {
             Source::File(file) => Some(Arc::clone(&file.learned)),
-            Source::Fetched(f) => Some(Arc::clone(&f.learned)),
+            Source::Fetched(f) => Some(Arc::clone(&f.inner.learned)),
             Source::Env(_) => None,
         }
     }
