@@ -248,3 +248,47 @@ fn the_counter_sees_an_allocation() {
     assert_eq!(allocations() - before, 1);
     drop(v);
 }
+
+#[test]
+fn a_balanced_groups_decisions_make_no_heap_allocation() {
+    // The same traffic on a route whose two targets are one balanced
+    // group: each request orders the members for itself, on the stack.
+    let policy = RoutePolicy::new(
+        &[secs(10), secs(8)],
+        3,
+        Classifier::default(),
+        Backoff::default(),
+        true,
+    )
+    .unwrap()
+    .with_groups(vec![levee_policy::planner::balance::Group {
+        start: 0,
+        weights: vec![2.0, 1.0],
+        strategy: levee_policy::planner::balance::Strategy::WeightedRandom,
+    }])
+    .unwrap();
+    let mut world = World::new();
+    let mut rng = SmallRng::seed_from_u64(3);
+    let mut now = Instant::from_millis(1_000_000);
+    run(
+        &policy,
+        &mut world,
+        &mut rng,
+        &mut now,
+        0..1000,
+        &mut Seen::default(),
+    );
+    let mut seen = Seen::default();
+    let before = allocations();
+    run(
+        &policy,
+        &mut world,
+        &mut rng,
+        &mut now,
+        1000..11_000,
+        &mut seen,
+    );
+    let allocated = allocations() - before;
+    assert_eq!(allocated, 0, "{allocated} heap allocations ({seen:?})");
+    assert!(seen.decisions > 10_000 && seen.fallback > 0, "{seen:?}");
+}

@@ -115,63 +115,105 @@ pub(super) fn order<D: Dependencies + ?Sized, R: Rng + ?Sized>(
         if members.end > targets {
             continue;
         }
-        let mut ready: Vec<(usize, f64, u32)> = Vec::with_capacity(g.weights.len());
-        let mut demoted: Vec<(usize, f64, u32)> = Vec::new();
-        let mut refusing: Vec<usize> = Vec::new();
-        for (t, &w) in members.clone().zip(&g.weights) {
+        let (mut ready, mut demoted, mut refusing) = (Tier::new(), Tier::new(), Tier::new());
+        for (t, &w) in members.zip(&g.weights) {
             let entry = (t, w, deps.in_flight(t).unwrap_or(0));
             match deps.available(t, now) {
                 true if deps.unreachable_lately(t, now) => demoted.push(entry),
                 true => ready.push(entry),
-                false => refusing.push(t),
+                false => refusing.push(entry),
             }
         }
         let mut next = g.start;
-        place(&mut order, &mut next, ready, g.strategy, rng);
-        place(&mut order, &mut next, demoted, g.strategy, rng);
-        for t in refusing {
-            order.slots[next] = u8::try_from(t).unwrap_or(u8::MAX);
-            next += 1;
+        for (tier, strategy) in [
+            (&mut ready, Some(g.strategy)),
+            (&mut demoted, Some(g.strategy)),
+            (&mut refusing, None),
+        ] {
+            tier.place(&mut order, &mut next, strategy, rng);
         }
     }
     order.set = true;
     order
 }
 
-/// Puts `ready` (target, weight, in flight) into `order` from slot `next`
-/// on, by `strategy`.
-fn place<R: Rng + ?Sized>(
-    order: &mut Order,
-    next: &mut usize,
-    mut ready: Vec<(usize, f64, u32)>,
-    strategy: Strategy,
-    rng: &mut R,
-) {
-    while !ready.is_empty() {
-        let pool: Vec<usize> = match strategy {
-            Strategy::WeightedRandom => (0..ready.len()).collect(),
-            Strategy::LeastInFlight => {
-                let least = ready.iter().map(|r| r.2).min().unwrap_or(0);
-                (0..ready.len()).filter(|&i| ready[i].2 == least).collect()
-            }
-        };
-        let i = pick(&pool, |i| ready[i].1, rng);
-        order.slots[*next] = u8::try_from(ready.swap_remove(i).0).unwrap_or(u8::MAX);
-        *next += 1;
+/// Members of one standing in a group — (target, weight, attempts in
+/// flight) — on the stack: a decision makes no heap allocation.
+struct Tier {
+    items: [(usize, f64, u32); MAX_TARGETS],
+    len: usize,
+}
+
+impl Tier {
+    fn new() -> Self {
+        Tier {
+            items: [(0, 0.0, 0); MAX_TARGETS],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, item: (usize, f64, u32)) {
+        if let Some(slot) = self.items.get_mut(self.len) {
+            *slot = item;
+            self.len += 1;
+        }
+    }
+
+    /// Puts the members into `order` from slot `next` on: by `strategy`,
+    /// or as they stand (`None`).
+    fn place<R: Rng + ?Sized>(
+        &mut self,
+        order: &mut Order,
+        next: &mut usize,
+        strategy: Option<Strategy>,
+        rng: &mut R,
+    ) {
+        while self.len > 0 {
+            let items = &self.items[..self.len];
+            let least = items.iter().map(|r| r.2).min().unwrap_or(0);
+            let i = match strategy {
+                None => 0,
+                Some(Strategy::WeightedRandom) => pick(items, |_| true, rng),
+                Some(Strategy::LeastInFlight) => pick(items, |r| r.2 == least, rng),
+            };
+            let target = match strategy {
+                // In config order: take the first, keep the rest in order.
+                None => {
+                    let t = self.items[0].0;
+                    self.items.copy_within(1..self.len, 0);
+                    t
+                }
+                Some(_) => {
+                    let t = self.items[i].0;
+                    self.items[i] = self.items[self.len - 1];
+                    t
+                }
+            };
+            self.len -= 1;
+            order.slots[*next] = u8::try_from(target).unwrap_or(u8::MAX);
+            *next += 1;
+        }
     }
 }
 
-/// One of `pool` at random, in proportion to `weight`.
-fn pick<R: Rng + ?Sized>(pool: &[usize], weight: impl Fn(usize) -> f64, rng: &mut R) -> usize {
-    let total: f64 = pool.iter().map(|&i| weight(i)).sum();
+/// The index of one of `items` that `keep` accepts, at random in
+/// proportion to its weight.
+fn pick<R: Rng + ?Sized>(
+    items: &[(usize, f64, u32)],
+    keep: impl Fn(&(usize, f64, u32)) -> bool,
+    rng: &mut R,
+) -> usize {
+    let total: f64 = items.iter().filter(|r| keep(r)).map(|r| r.1).sum();
     let mut x = rng.gen::<f64>() * total;
-    for &i in pool {
-        x -= weight(i);
+    let mut last = 0;
+    for (i, r) in items.iter().enumerate().filter(|(_, r)| keep(r)) {
+        x -= r.1;
+        last = i;
         if x < 0.0 {
             return i;
         }
     }
-    pool.last().copied().unwrap_or(0)
+    last
 }
 
 /// The planner's dependencies seen through one request's order: the
