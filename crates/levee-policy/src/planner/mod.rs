@@ -233,14 +233,11 @@ impl RoutePolicy {
         {
             req.order = balance::order(&self.groups, self.expected.len(), &*deps, now, rng);
         }
-        match req.order.is_set() {
-            true => {
-                let order = req.order;
-                let mut deps = balance::Ordered { inner: deps, order };
-                self.decide_slots(req, &mut deps, now, rng)
-            }
-            false => self.decide_slots(req, deps, now, rng),
-        }
+        // The planner speaks of the request's slots; the world of targets
+        // (the same while the route has no balanced group).
+        let order = req.order;
+        let mut deps = balance::Ordered { inner: deps, order };
+        self.decide_slots(req, &mut deps, now, rng)
     }
 
     /// [`RoutePolicy::decide`] in the request's slots.

@@ -18,13 +18,8 @@ impl RoutePolicy {
         now: Instant,
         outcome: Outcome,
     ) -> Class {
-        match req.order.is_set() {
-            true => {
-                let order = req.order;
-                self.record_slots(req, &mut Ordered { inner: deps, order }, now, outcome)
-            }
-            false => self.record_slots(req, deps, now, outcome),
-        }
+        let order = req.order;
+        self.record_slots(req, &mut Ordered { inner: deps, order }, now, outcome)
     }
 
     /// The driver could not send the attempt it was told to dispatch (see
@@ -36,37 +31,22 @@ impl RoutePolicy {
         now: Instant,
         refusal: Refusal,
     ) {
-        match req.order.is_set() {
-            true => {
-                let order = req.order;
-                self.refuse_slots(req, &mut Ordered { inner: deps, order }, now, refusal)
-            }
-            false => self.refuse_slots(req, deps, now, refusal),
-        }
+        let order = req.order;
+        self.refuse_slots(req, &mut Ordered { inner: deps, order }, now, refusal)
     }
 
     /// The attempt in flight is past its target's learned p99 with no first
     /// byte: stall evidence for the model's breaker, counted once.
     pub fn stalled<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
-        match req.order.is_set() {
-            true => {
-                let order = req.order;
-                self.stalled_slots(req, &mut Ordered { inner: deps, order }, now)
-            }
-            false => self.stalled_slots(req, deps, now),
-        }
+        let order = req.order;
+        self.stalled_slots(req, &mut Ordered { inner: deps, order }, now)
     }
 
     /// Gives back an in-flight attempt's permit without learning anything
     /// (caller left, driver dropped the attempt).
     pub fn abandon<D: Dependencies>(&self, req: &mut RequestState, deps: &mut D, now: Instant) {
-        match req.order.is_set() {
-            true => {
-                let order = req.order;
-                self.abandon_slots(req, &mut Ordered { inner: deps, order }, now)
-            }
-            false => self.abandon_slots(req, deps, now),
-        }
+        let order = req.order;
+        self.abandon_slots(req, &mut Ordered { inner: deps, order }, now)
     }
 
     /// Records the in-flight attempt's outcome; returns its class.
