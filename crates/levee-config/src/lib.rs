@@ -128,15 +128,19 @@ impl Config {
 
     /// The route for a request, if any.
     pub fn route_for(&self, path: &str, model: &str) -> Option<usize> {
-        // Exact names win over prefixes, wherever they stand in the file.
-        self.routes
-            .iter()
-            .position(|r| r.matcher.is_exact() && r.matcher.matches(path, model))
-            .or_else(|| {
-                self.routes
-                    .iter()
-                    .position(|r| !r.matcher.is_exact() && r.matcher.matches(path, model))
-            })
+        // Exact names win over prefixes, wherever they stand in the file:
+        // one pass, the first other match kept until no exact one comes.
+        let mut first = None;
+        for (i, r) in self.routes.iter().enumerate() {
+            if !r.matcher.matches(path, model) {
+                continue;
+            }
+            if r.matcher.is_exact() {
+                return Some(i);
+            }
+            first.get_or_insert(i);
+        }
+        first
     }
 }
 

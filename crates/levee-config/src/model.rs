@@ -148,19 +148,30 @@ impl Match {
         !self.models.is_empty()
     }
 
+    /// The route's model prefix, when it has a non-empty one.
+    pub fn prefix(&self) -> Option<&str> {
+        self.model_prefix.as_deref().filter(|p| !p.is_empty())
+    }
+
+    /// Whether the prefix ends at a separator (`/` or `:`): removed from
+    /// every model it matches.
+    pub fn ends_at_separator(&self) -> bool {
+        self.prefix().is_some_and(|p| p.ends_with(['/', ':']))
+    }
+
     /// The prefix removed from the caller's model before it goes upstream:
     /// the route's prefix when it ends at a separator (`/` or `:`), with
     /// the separator that follows it in `model` when it does not end in
     /// one itself (`openai` for `openai/gpt-4o`); else nothing (`claude-`
     /// leaves `claude-sonnet-4-5` whole).
     pub fn strip<'a>(&self, model: &'a str) -> &'a str {
-        let Some(p) = self.model_prefix.as_deref().filter(|p| !p.is_empty()) else {
+        let Some(p) = self.prefix() else {
             return model;
         };
         let Some(rest) = model.strip_prefix(p) else {
             return model;
         };
-        if p.ends_with(['/', ':']) {
+        if self.ends_at_separator() {
             return rest;
         }
         rest.strip_prefix(['/', ':']).unwrap_or(model)

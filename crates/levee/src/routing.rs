@@ -52,15 +52,10 @@ fn shadowed(routes: &[Route], lines: &[usize]) -> Vec<String> {
 /// recognise.
 fn names_sent(config: &Config, route: &Route, line: usize) -> Vec<String> {
     let mut out = Vec::new();
-    let Some(prefix) = route
-        .matcher
-        .model_prefix
-        .as_deref()
-        .filter(|p| !p.is_empty())
-    else {
+    let Some(prefix) = route.matcher.prefix() else {
         return out;
     };
-    let strips = route.matcher.strip(&format!("{prefix}x")) == "x";
+    let strips = route.matcher.ends_at_separator();
     for target in &route.targets {
         let provider = &config.providers[target.provider];
         if let Some(own) = &target.model {

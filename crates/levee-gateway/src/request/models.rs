@@ -294,15 +294,10 @@ pub async fn list(shared: &Shared) -> Vec<Entry> {
 /// again on the way up); the model itself when the prefix is part of
 /// model names (`claude-`) and the model has it; else none.
 fn id_for(route: &levee_config::Route, model: &str) -> Option<String> {
-    let Some(prefix) = route
-        .matcher
-        .model_prefix
-        .as_deref()
-        .filter(|p| !p.is_empty())
-    else {
+    let Some(prefix) = route.matcher.prefix() else {
         return Some(model.to_string());
     };
-    if prefix.ends_with(['/', ':']) {
+    if route.matcher.ends_at_separator() {
         return Some(format!("{prefix}{model}"));
     }
     if model.starts_with(prefix) {
