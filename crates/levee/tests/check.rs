@@ -409,3 +409,47 @@ fn each_route_is_run_through_three_incidents_and_a_route_worse_than_no_gateway_i
     assert_eq!(out.matches(" ok\n").count(), 3, "{out}");
     assert!(!err.contains("warning"), "{err}");
 }
+
+#[test]
+fn routing_warnings_name_the_lines_of_what_would_reach_the_wrong_model() {
+    let text = r#"providers:
+  anthropic: { api: anthropic, base_url: https://api.anthropic.com }
+  openai: { api: openai, base_url: https://api.openai.com/v1 }
+  bedrock: { api: bedrock, region: us-east-1 }
+routes:
+  - match: { model_prefix: "gpt-4o" }
+    targets: [{ provider: openai, model: gpt-4o }]
+  - match: { model_prefix: "gpt-4o-mini" }
+    targets: [openai]
+  - match: { model_prefix: "claude/" }
+    targets: [anthropic]
+  - match: { model_prefix: "claude-" }
+    targets:
+      - anthropic
+      - { provider: bedrock, model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0" }
+  - match: { models: [gpt-4o] }
+    targets: [openai]
+"#;
+    let out = check_config("routing.yaml", text);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    for want in [
+        "line 8: route `gpt-4o-mini` is never reached: route `gpt-4o` (line 6)",
+        "line 6: route `gpt-4o` sends every model that starts with `gpt-4o` to openai as `gpt-4o`",
+        "line 10: route `claude/` sends anthropic `claude/…` without `claude/`",
+        // The failover once documented: every Claude model answered by Sonnet.
+        "line 12: route `claude-` sends every model that starts with `claude-` to bedrock",
+    ] {
+        assert!(text.contains(want), "{want}\n{text}");
+    }
+    // An exact name is never hidden by a prefix.
+    assert!(!text.contains("route `gpt-4o` is never reached"), "{text}");
+    // The shipped example routes nothing to the wrong model.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../levee.example.yaml");
+    let out = check(&["--config", example, "--allow-missing-env"]);
+    assert!(!stdout(&out).contains("\nrouting\n"), "{}", stdout(&out));
+}
