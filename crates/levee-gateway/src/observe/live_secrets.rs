@@ -80,11 +80,13 @@ pub struct LiveSecrets {
 impl LiveSecrets {
     /// `base` (the configured keys) and the platforms' `sources`.
     pub fn new(base: Vec<String>, sources: Vec<Arc<Learned>>) -> Self {
+        // Built once here: the base, and what kept sources learned under
+        // an earlier generation.
         let live = LiveSecrets {
-            current: ArcSwap::from_pointee(Secrets::new(&base)),
+            current: ArcSwap::from_pointee(Secrets::default()),
             base,
             sources,
-            seen: AtomicU64::new(0),
+            seen: AtomicU64::new(u64::MAX),
             rebuilding: Mutex::new(()),
         };
         live.rebuild(live.versions());
@@ -115,7 +117,7 @@ impl LiveSecrets {
             .rebuilding
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if self.seen.load(Ordering::Acquire) == v && v != 0 {
+        if self.seen.load(Ordering::Acquire) == v {
             return;
         }
         let now = crate::clock::unix_ms();

@@ -148,7 +148,8 @@ impl Grant {
         }
     }
 
-    /// The token request to make at `unix_ms`.
+    /// The token request to make at `unix_ms` (a federation's takes
+    /// several steps: `Tokens::external`).
     pub(super) fn request(&self, unix_ms: u64) -> Result<TokenRequest, String> {
         let enc = |v: &str| {
             percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string()
@@ -176,10 +177,12 @@ impl Grant {
                     enc(refresh_token)
                 )),
             },
-            Grant::External(x) => TokenRequest {
-                url: x.token_url.clone(),
-                form: None,
-            },
+            Grant::External(x) => {
+                return Err(format!(
+                    "{}: a federation's token is exchanged in steps, not one request",
+                    x.file.display()
+                ))
+            }
             Grant::Metadata { base } => TokenRequest {
                 url: format!(
                     "{base}/computeMetadata/v1/instance/service-accounts/default/token?scopes={}",
