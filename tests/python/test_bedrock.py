@@ -66,9 +66,10 @@ def test_a_mid_stream_exception_reaches_the_sdk_as_an_error(bedrock_mock):
     assert "modelStreamErrorException" in str(failed.value)
 
 
-def bedrock_gateway(workdir, bedrock_mock, anthropic_mock=None) -> Gateway:
-    """Levee with a Bedrock provider signing from a shared credentials file,
-    behind an Anthropic provider when `anthropic_mock` is given."""
+def bedrock_gateway(workdir, bedrock_mock, anthropic_mock=None, model: str = MODEL) -> Gateway:
+    """Levee with a Bedrock provider signing from a shared credentials file
+    (its target naming `model`), behind an Anthropic provider when
+    `anthropic_mock` is given."""
     creds = workdir / "aws-credentials"
     creds.write_text(
         f"[levee]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n"
@@ -77,7 +78,7 @@ def bedrock_gateway(workdir, bedrock_mock, anthropic_mock=None) -> Gateway:
         f'  bedrock: {{ api: bedrock, base_url: "{bedrock_mock.url}", region: {REGION}, '
         f'credentials_file: "{creds}", profile: levee }}\n'
     )
-    targets = f'      - {{ provider: bedrock, model: "{MODEL}" }}\n'
+    targets = f'      - {{ provider: bedrock, model: "{model}" }}\n'
     if anthropic_mock is not None:
         providers = (
             f'  anthropic: {{ api: anthropic, base_url: "{anthropic_mock.url}", '

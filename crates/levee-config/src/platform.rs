@@ -21,7 +21,8 @@ pub enum ApiKind {
     Azure,
     /// The Gemini API's OpenAI-compatible endpoint.
     Gemini,
-    /// Anthropic models on Amazon Bedrock (`InvokeModel`), SigV4-signed.
+    /// Amazon Bedrock, SigV4-signed: Anthropic's models by `InvokeModel`,
+    /// every other model by the Converse API.
     Bedrock,
     /// Anthropic models on Google Vertex AI (`rawPredict`), OAuth2 tokens.
     Vertex,

@@ -3,7 +3,9 @@
 //! may fall back from a provider of one dialect to a provider of the other.
 //! Requests, responses, SSE streams (event by event) and error bodies are
 //! translated both ways through typed models of each dialect ([`openai`],
-//! [`anthropic`]) and `TryFrom` conversions between them.
+//! [`anthropic`]) and `TryFrom` conversions between them. Messages requests
+//! are also written for Amazon Bedrock's Converse API, and its answers
+//! read back as Messages answers ([`converse`]).
 //!
 //! It is honest about limits: where a request uses something the other
 //! dialect cannot carry (several choices, logprobs, audio, documents,
@@ -17,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod anthropic;
+pub mod converse;
 mod de;
 pub mod error;
 pub mod openai;

@@ -118,7 +118,7 @@ async fn fetch(p: &ProviderRuntime) -> Result<Vec<Listed>, String> {
         }
         let resp = p.send(req).await.map_err(|e| e.to_string())?;
         let resp = match p.platform.maps_answers() {
-            true => p.platform.answer(resp, false),
+            true => p.platform.answer(resp, false, &path),
             false => resp,
         };
         let status = resp.status();

@@ -102,6 +102,11 @@ fn forbidden(name: &str, message: &str) -> Refused {
     aws_error(StatusCode::FORBIDDEN, true, name, message)
 }
 
+/// A `ValidationException` saying `message`.
+pub(super) fn validation(message: &str) -> Refused {
+    invalid(message)
+}
+
 fn invalid(message: &str) -> Refused {
     aws_error(
         StatusCode::BAD_REQUEST,
@@ -117,8 +122,13 @@ pub(super) fn accept(
     now_unix_s: u64,
 ) -> Result<Accepted, Refused> {
     verify(parts, &body, now_unix_s)?;
-    let (model, stream) = operation(parts)?;
-    let (native, beta) = native_body(&body, &model, stream)?;
+    let (model, op) = operation(parts)?;
+    let stream = matches!(op, Op::InvokeStream | Op::ConverseStream);
+    let converse = matches!(op, Op::Converse | Op::ConverseStream);
+    let (native, beta) = match converse {
+        true => (super::converse::native_body(&body, &model, stream)?, None),
+        false => native_body(&body, &model, stream)?,
+    };
     set_path(parts, "/v1/messages")?;
     for name in [
         "authorization",
@@ -140,7 +150,7 @@ pub(super) fn accept(
     Ok(Accepted {
         body: native,
         native: MockApi::Anthropic,
-        ctx: Ctx::Bedrock,
+        ctx: Ctx::Bedrock { converse },
     })
 }
 
@@ -387,14 +397,23 @@ fn signature(
     Some(signature)
 }
 
-/// The model id and whether the answer streams, from the path.
-fn operation(parts: &http::request::Parts) -> Result<(String, bool), Refused> {
+/// The operations served.
+#[derive(Clone, Copy)]
+enum Op {
+    Invoke,
+    InvokeStream,
+    Converse,
+    ConverseStream,
+}
+
+/// The model id and the operation, from the path.
+fn operation(parts: &http::request::Parts) -> Result<(String, Op), Refused> {
     let unknown = || {
         aws_error(
             StatusCode::NOT_FOUND,
             false,
             "UnknownOperationException",
-            "levee mock (bedrock) serves POST /model/{modelId}/invoke and /model/{modelId}/invoke-with-response-stream",
+            "levee mock (bedrock) serves POST /model/{modelId}/invoke, /invoke-with-response-stream, /converse and /converse-stream",
         )
     };
     if parts.method != http::Method::POST {
@@ -406,20 +425,26 @@ fn operation(parts: &http::request::Parts) -> Result<(String, bool), Refused> {
         .strip_prefix("/model/")
         .ok_or_else(unknown)?;
     let (id, op) = rest.split_once('/').ok_or_else(unknown)?;
-    let stream = match op {
-        "invoke" => false,
-        "invoke-with-response-stream" => true,
+    let op = match op {
+        "invoke" => Op::Invoke,
+        "invoke-with-response-stream" => Op::InvokeStream,
+        "converse" => Op::Converse,
+        "converse-stream" => Op::ConverseStream,
         _ => return Err(unknown()),
     };
     let id = percent_encoding::percent_decode_str(id)
         .decode_utf8()
         .map_err(|_| invalid("The provided model identifier is invalid."))?;
-    if id.is_empty() || !id.contains("anthropic") || id.contains(char::is_whitespace) {
+    let any_model = matches!(op, Op::Converse | Op::ConverseStream);
+    if id.is_empty() || id.contains(char::is_whitespace) {
+        return Err(invalid("The provided model identifier is invalid."));
+    }
+    if !any_model && !id.contains("anthropic") {
         return Err(invalid(&format!(
             "The provided model identifier is invalid: '{id}' is not an Anthropic model id (like anthropic.claude-3-5-sonnet-20241022-v2:0) or inference profile."
         )));
     }
-    Ok((id.into_owned(), stream))
+    Ok((id.into_owned(), op))
 }
 
 /// Whether `v` is an `anthropic_version` Bedrock takes: Bedrock's own
@@ -486,8 +511,9 @@ fn native_body(body: &[u8], model: &str, stream: bool) -> Result<(Bytes, Option<
     Ok((Bytes::from(bytes), beta))
 }
 
-/// The Anthropic answer in Bedrock's framing and error shapes.
-pub(super) fn encode(resp: Response<MockBody>) -> Response<MockBody> {
+/// The Anthropic answer in Bedrock's framing and error shapes (a Converse
+/// operation's when `converse`).
+pub(super) fn encode(resp: Response<MockBody>, converse: bool) -> Response<MockBody> {
     let (mut parts, body) = resp.into_parts();
     parts.headers.insert("x-amzn-requestid", request_id());
     if parts.status.is_success() {
@@ -496,6 +522,10 @@ pub(super) fn encode(resp: Response<MockBody>) -> Response<MockBody> {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !sse && converse {
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            return Response::from_parts(parts, body.map_full(super::converse::answer));
+        }
         if !sse {
             return Response::from_parts(parts, body);
         }
@@ -503,12 +533,18 @@ pub(super) fn encode(resp: Response<MockBody>) -> Response<MockBody> {
             CONTENT_TYPE,
             HeaderValue::from_static("application/vnd.amazon.eventstream"),
         );
-        parts.headers.insert(
-            "x-amzn-bedrock-content-type",
-            HeaderValue::from_static("application/json"),
-        );
+        if !converse {
+            parts.headers.insert(
+                "x-amzn-bedrock-content-type",
+                HeaderValue::from_static("application/json"),
+            );
+        }
         parts.headers.remove(CACHE_CONTROL);
-        return Response::from_parts(parts, body.reframed(Box::new(Framer::default())));
+        let framer = Framer {
+            converse: converse.then_some((0, 0)),
+            ..Framer::default()
+        };
+        return Response::from_parts(parts, body.reframed(Box::new(framer)));
     }
     let (status, name) = error_of(parts.status);
     parts.status = status;
@@ -559,10 +595,12 @@ fn native_message(body: &[u8]) -> String {
     }
 }
 
-/// SSE events to event-stream frames: one `chunk` frame per event.
+/// SSE events to event-stream frames: one `chunk` frame per event, or a
+/// Converse stream's events (with the usage seen so far).
 #[derive(Default)]
 struct Framer {
     pending: Vec<u8>,
+    converse: Option<(u64, u64)>,
 }
 
 impl Reframe for Framer {
@@ -571,8 +609,17 @@ impl Reframe for Framer {
         let mut out = Vec::new();
         while let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
             let event: Vec<u8> = self.pending.drain(..end + 2).collect();
-            if let Some(data) = sse_data(&event) {
-                write_frame(&mut out, &chunk_message(&data));
+            let Some(data) = sse_data(&event) else {
+                continue;
+            };
+            match self.converse.as_mut() {
+                None => write_frame(&mut out, &chunk_message(&data)),
+                Some(usage) => {
+                    let json: Value = serde_json::from_slice(&data).unwrap_or(Value::Null);
+                    for (kind, payload) in super::converse::events(&json, usage) {
+                        write_frame(&mut out, &converse_message(kind, payload));
+                    }
+                }
             }
         }
         Bytes::from(out)
@@ -623,6 +670,22 @@ fn chunk_message(json: &[u8]) -> Message {
             string(":message-type", "event"),
         ],
         Bytes::from(payload),
+    )
+}
+
+/// A Converse stream event `kind` carrying `payload`, with Bedrock's `p`
+/// padding field in it.
+fn converse_message(kind: &'static str, mut payload: Value) -> Message {
+    let len = payload.to_string().len();
+    payload["p"] =
+        Value::from(&"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123"[..(len % 57)]);
+    Message::new_from_parts(
+        vec![
+            string(":event-type", kind),
+            string(":content-type", "application/json"),
+            string(":message-type", "event"),
+        ],
+        Bytes::from(payload.to_string()),
     )
 }
 

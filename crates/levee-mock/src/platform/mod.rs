@@ -15,6 +15,7 @@ use crate::MockApi;
 
 mod azure;
 pub(crate) mod bedrock;
+mod converse;
 pub(crate) mod vertex;
 
 /// A cloud request, accepted and rewritten into its dialect's own.
@@ -31,8 +32,11 @@ pub(crate) struct Accepted {
 pub(crate) enum Ctx {
     Azure,
     Vertex,
-    /// Bedrock: SSE to event-stream frames, errors to Bedrock's shapes.
-    Bedrock,
+    /// Bedrock: SSE to event-stream frames, errors to Bedrock's shapes;
+    /// `converse`: a Converse operation's answer shapes.
+    Bedrock {
+        converse: bool,
+    },
 }
 
 /// What the clouds' faces keep between requests.
@@ -74,7 +78,7 @@ pub(crate) fn encode(ctx: &Ctx, resp: Response<MockBody>) -> Response<MockBody> 
     match ctx {
         Ctx::Azure => azure::encode(resp),
         Ctx::Vertex => vertex::encode(resp),
-        Ctx::Bedrock => bedrock::encode(resp),
+        Ctx::Bedrock { converse } => bedrock::encode(resp, *converse),
     }
 }
 

@@ -67,6 +67,17 @@ const PARAMS: [&str; 31] = [
     "stream_options",
 ];
 
+/// `key` as a `'static` name when it is a parameter a translation may
+/// refuse by name.
+pub(crate) fn known_param(key: &str) -> Option<&'static str> {
+    PARAMS.iter().find(|p| **p == key).copied()
+}
+
+/// Why a top-level field with no counterpart cannot be carried.
+pub(crate) fn reason_of(field: &str) -> Reason {
+    reason_for(field)
+}
+
 /// Fields that change nothing about the answer and may be left behind.
 pub fn droppable(field: &str, value: &Value) -> bool {
     match field {

@@ -36,7 +36,11 @@ impl Driver<'_> {
             Ok(Err(e)) => (Outcome::ConnectError, crate::upstream::failure_result(&e)),
             Ok(Ok(resp)) => {
                 let resp = if provider.platform.maps_answers() {
-                    provider.platform.answer(resp, self.ctx.stream)
+                    provider.platform.answer(
+                        resp,
+                        self.ctx.stream,
+                        self.ctx.plans[d.target].uri.path(),
+                    )
                 } else {
                     resp
                 };

@@ -16,7 +16,12 @@ impl Platform for Gemini {
         true
     }
 
-    fn answer(&self, resp: Response<UpstreamBody>, _stream: bool) -> Response<UpstreamBody> {
+    fn answer(
+        &self,
+        resp: Response<UpstreamBody>,
+        _stream: bool,
+        _path: &str,
+    ) -> Response<UpstreamBody> {
         google::errors(resp, levee_wire::Dialect::OpenAi)
     }
 }

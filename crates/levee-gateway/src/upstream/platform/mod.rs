@@ -110,8 +110,14 @@ pub(crate) trait Platform: std::fmt::Debug + Send + Sync {
         false
     }
 
-    /// The answer in the dialect's own wire format.
-    fn answer(&self, resp: Response<UpstreamBody>, _stream: bool) -> Response<UpstreamBody> {
+    /// The answer in the dialect's own wire format. `path`: the path the
+    /// attempt was sent to (it names the cloud's operation and model).
+    fn answer(
+        &self,
+        resp: Response<UpstreamBody>,
+        _stream: bool,
+        _path: &str,
+    ) -> Response<UpstreamBody> {
         resp
     }
 
@@ -209,10 +215,15 @@ impl PlatformRuntime {
     }
 
     /// See [`Platform::answer`].
-    pub fn answer(&self, resp: Response<UpstreamBody>, stream: bool) -> Response<UpstreamBody> {
+    pub fn answer(
+        &self,
+        resp: Response<UpstreamBody>,
+        stream: bool,
+        path: &str,
+    ) -> Response<UpstreamBody> {
         match &self.0 {
             None => resp,
-            Some(p) => p.answer(resp, stream),
+            Some(p) => p.answer(resp, stream, path),
         }
     }
 
@@ -268,7 +279,7 @@ mod tests {
         let g = PlatformRuntime(Some(Box::new(gemini::Gemini)));
         assert!(g.maps_answers());
         let google = r#"[{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}]"#;
-        let r = g.answer(answer(429, google), false);
+        let r = g.answer(answer(429, google), false, "/");
         assert_eq!(r.status(), 429);
         let body = r.into_body().collect().await.unwrap().to_bytes();
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
@@ -280,7 +291,7 @@ mod tests {
         );
         assert!(v["error"].get("type").is_some(), "OpenAI's shape: {v}");
         // A success passes as it is.
-        let ok = g.answer(answer(200, r#"{"id":"x"}"#), false);
+        let ok = g.answer(answer(200, r#"{"id":"x"}"#), false, "/");
         let body = ok.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], br#"{"id":"x"}"#);
     }

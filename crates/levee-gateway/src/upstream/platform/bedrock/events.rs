@@ -155,6 +155,8 @@ pub(super) struct EventStreamSse {
     done: bool,
     /// Taken out of exception messages.
     redact: Secrets,
+    /// A Converse stream's translation into Messages events.
+    converse: Option<levee_translate::converse::ConverseToMessages>,
 }
 
 impl EventStreamSse {
@@ -163,7 +165,16 @@ impl EventStreamSse {
             buf: BytesMut::new(),
             done: false,
             redact,
+            converse: None,
         }
+    }
+
+    /// The stream of a Converse attempt for `model`, its message named `id`.
+    pub(super) fn conversing(mut self, model: &str, id: &str) -> Self {
+        self.converse = Some(levee_translate::converse::ConverseToMessages::new(
+            model, id,
+        ));
+        self
     }
 
     /// The SSE text of every whole frame in the buffer (empty when none is
@@ -181,6 +192,13 @@ impl EventStreamSse {
             let frame = self.buf.split_to(total).freeze();
             let message = aws_smithy_eventstream::frame::read_message_from(frame)
                 .map_err(|e| StreamError::Frame(e.to_string()))?;
+            let converse_event = frame_str(&message, ":message-type").unwrap_or("event") == "event";
+            if let (Some(t), true) = (self.converse.as_mut(), converse_event) {
+                let kind = frame_str(&message, ":event-type").unwrap_or("");
+                t.event(kind, message.payload(), &mut out)
+                    .map_err(|e| StreamError::Frame(e.to_string()))?;
+                continue;
+            }
             if let Some(end) = sse_of(&message, &self.redact, &mut out) {
                 self.done = end;
             }
@@ -207,7 +225,11 @@ impl Reframe for EventStreamSse {
 
     fn end(&mut self) -> Step {
         if self.buf.is_empty() {
-            Step::Last(None)
+            let mut out = Vec::new();
+            if let Some(t) = self.converse.as_mut().filter(|_| !self.done) {
+                t.finish(&mut out);
+            }
+            Step::Last((!out.is_empty()).then(|| Bytes::from(out)))
         } else {
             Step::Fail(StreamError::Truncated(self.buf.len()).into())
         }

@@ -1,5 +1,7 @@
-//! Amazon Bedrock, Anthropic models: the Messages API under Bedrock's
-//! `InvokeModel` and `InvokeModelWithResponseStream`.
+//! Amazon Bedrock: Anthropic's models by the Messages API under Bedrock's
+//! `InvokeModel` and `InvokeModelWithResponseStream`, every other model by
+//! the Converse API (`converse`: the request written as Converse, the answer
+//! read back as a Messages answer).
 //!
 //! - Request: `POST /model/{modelId}/invoke` (or
 //!   `/invoke-with-response-stream` when the body asked for a stream), the
@@ -56,6 +58,7 @@ use super::{Pending, Platform, PlatformError};
 use events::{error_name, is_event_stream, ErrorAnswer, EventStreamSse};
 
 mod chain;
+mod converse;
 mod credentials;
 mod events;
 use crate::error::BoxError;
@@ -246,8 +249,10 @@ impl Bedrock {
     async fn sign(&self, req: &mut Outbound<Bytes>, unix_ms: u64) -> Result<(), PlatformError> {
         let keys = self.keys_at(unix_ms).await?;
         let beta = HeaderName::from_static("anthropic-beta");
+        let invoke = converse::converse_model(req.uri.path()).is_none();
         if let Some(betas) = req.fields.get(&beta).and_then(|v| v.to_str().ok()) {
-            if let Some(body) = with_betas(&req.body, betas) {
+            // Betas are Anthropic's: a Converse model has none to turn on.
+            if let Some(body) = with_betas(&req.body, betas).filter(|_| invoke) {
                 req.body = body;
             }
         }
@@ -333,6 +338,9 @@ impl Platform for Bedrock {
             }
         };
         let stream = matches!(fields.remove("stream"), Some(Value::Bool(true)));
+        if !converse::uses_invoke(&model) {
+            return converse::target(&fields, &model, stream).map(Some);
+        }
         fields
             .entry("anthropic_version")
             .or_insert_with(|| Value::String(ANTHROPIC_VERSION.to_string()));
@@ -360,10 +368,24 @@ impl Platform for Bedrock {
         true
     }
     /// The answer in the Messages API's own wire format.
-    fn answer(&self, resp: Response<UpstreamBody>, stream: bool) -> Response<UpstreamBody> {
+    /// A Converse answer (the attempt's `path` says so) is read back as a
+    /// Messages answer.
+    fn answer(
+        &self,
+        resp: Response<UpstreamBody>,
+        stream: bool,
+        path: &str,
+    ) -> Response<UpstreamBody> {
         let (mut parts, body) = resp.into_parts();
         if parts.status.is_success() {
+            let conversed = converse::converse_model(path)
+                .map(|model| (model, converse::message_id(&parts.headers)));
             if !stream || !is_event_stream(&parts.headers) {
+                let Some((model, id)) = conversed else {
+                    return Response::from_parts(parts, body);
+                };
+                parts.headers.remove(CONTENT_LENGTH);
+                let body = body.reframed(converse::ConverseAnswer::new(model, id));
                 return Response::from_parts(parts, body);
             }
             parts.headers.insert(
@@ -371,8 +393,11 @@ impl Platform for Bedrock {
                 HeaderValue::from_static("text/event-stream; charset=utf-8"),
             );
             parts.headers.remove(CONTENT_LENGTH);
-            let sse = body.reframed(EventStreamSse::new(self.redactor()));
-            return Response::from_parts(parts, sse);
+            let mut events = EventStreamSse::new(self.redactor());
+            if let Some((model, id)) = conversed {
+                events = events.conversing(&model, &id);
+            }
+            return Response::from_parts(parts, body.reframed(events));
         }
         let name = error_name(&parts.headers);
         // Bedrock's model timeout is a 408; its Anthropic equivalent,

@@ -284,7 +284,12 @@ impl Platform for Vertex {
     }
     /// Google's error bodies in the dialect's shape. A 401 also drops the
     /// cached token, so the next attempt asks for a new one.
-    fn answer(&self, resp: Response<UpstreamBody>, _stream: bool) -> Response<UpstreamBody> {
+    fn answer(
+        &self,
+        resp: Response<UpstreamBody>,
+        _stream: bool,
+        _path: &str,
+    ) -> Response<UpstreamBody> {
         let status = resp.status();
         if status == StatusCode::UNAUTHORIZED {
             if let Some(tokens) = &self.tokens {
