@@ -118,7 +118,7 @@ pub enum Problem {
         name: String,
         problem: RouteProblem,
     },
-    #[error("a key needs exactly one of `sha256` (the sha256 of the caller's key) or `env` (a variable holding the key)")]
+    #[error("a key needs exactly one of `sha256` (the sha256 of the caller's key), `env` (a variable holding the key), or the pair `access_key_id` (16 to 128 letters and digits) and `secret_access_key_env` (a variable holding its secret), for SigV4-signed requests")]
     KeySource,
     #[error(
         "`idempotency.max_entries` must be at least 1 and `idempotency.max_bytes` at least 1024"

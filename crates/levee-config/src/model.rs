@@ -269,13 +269,23 @@ pub enum CallerKey {
     Sha256 { name: String, digest: [u8; 32] },
     /// The key itself, read from this environment variable at start.
     Env { name: String, var: String },
+    /// A key pair for AWS Signature Version 4: requests signed with the
+    /// secret access key read from `var` (the AWS SDKs' and boto3's way to
+    /// authenticate) carry this caller's name.
+    Signing {
+        name: String,
+        access_key_id: String,
+        var: String,
+    },
 }
 
 impl CallerKey {
     /// The caller's name: what logs, metrics and the allowance call it.
     pub fn name(&self) -> &str {
         match self {
-            CallerKey::Sha256 { name, .. } | CallerKey::Env { name, .. } => name,
+            CallerKey::Sha256 { name, .. }
+            | CallerKey::Env { name, .. }
+            | CallerKey::Signing { name, .. } => name,
         }
     }
 }

@@ -275,6 +275,10 @@ pub struct RawKey {
     pub name: Option<String>,
     pub sha256: Option<Sha256Digest>,
     pub env: Option<String>,
+    /// An AWS-style key pair, for SigV4-signed requests: the access key id.
+    pub access_key_id: Option<String>,
+    /// The variable holding the pair's secret access key.
+    pub secret_access_key_env: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

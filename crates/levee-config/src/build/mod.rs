@@ -192,10 +192,16 @@ fn keys(src: Source<'_>, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> 
     let mut keys = Vec::with_capacity(raw.len());
     for (i, k) in raw.iter().enumerate() {
         let name = k.name.clone().unwrap_or_else(|| format!("key{}", i + 1));
-        keys.push(match (&k.sha256, &k.env) {
-            (Some(d), None) => CallerKey::Sha256 { name, digest: d.0 },
-            (None, Some(var)) => CallerKey::Env {
+        let pair = (&k.access_key_id, &k.secret_access_key_env);
+        keys.push(match (&k.sha256, &k.env, pair) {
+            (Some(d), None, (None, None)) => CallerKey::Sha256 { name, digest: d.0 },
+            (None, Some(var), (None, None)) => CallerKey::Env {
                 name,
+                var: var.clone(),
+            },
+            (None, None, (Some(id), Some(var))) if is_access_key_id(id) => CallerKey::Signing {
+                name,
+                access_key_id: id.clone(),
                 var: var.clone(),
             },
             _ => {
@@ -205,6 +211,12 @@ fn keys(src: Source<'_>, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> 
         });
     }
     Ok(keys)
+}
+
+/// Whether `id` reads as an access key id: 16 to 128 letters and digits,
+/// as AWS's own and S3-compatible stores' are.
+fn is_access_key_id(id: &str) -> bool {
+    (16..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 fn idempotency(

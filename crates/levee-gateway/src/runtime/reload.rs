@@ -26,7 +26,7 @@
 //! the writer. The crate is already in the build (the Redis client uses it).
 
 pub use crate::runtime::generation::hash_of;
-use crate::runtime::shared::{caller_keys, RouteRuntime, SetupError, Shared};
+use crate::runtime::shared::{caller_keys, signing_keys, RouteRuntime, SetupError, Shared};
 use crate::upstream::ProviderRuntime;
 use arc_swap::ArcSwap;
 use levee_config::Config;
@@ -183,6 +183,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
         })
         .collect();
     let keys = caller_keys(&config)?;
+    let signing = signing_keys(&config)?;
     let secrets = crate::runtime::shared::live_secrets(&providers);
     let census = old.census.next(&config);
     let generation = old.generation.next(hash, old.clock.unix_ms());
@@ -193,6 +194,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
         providers,
         routes,
         keys,
+        signing,
         idempotency: Arc::clone(&old.idempotency),
         redis: old.redis.clone(),
         origins: Arc::clone(&old.origins),

@@ -67,6 +67,8 @@ pub struct Shared {
     pub(crate) routes: Vec<Arc<RouteRuntime>>,
     /// sha256 digests of accepted caller keys (empty: no caller auth).
     pub(crate) keys: Vec<[u8; 32]>,
+    /// The SigV4 key pairs among them, with their secrets.
+    pub(crate) signing: Vec<SigningKey>,
     pub(crate) idempotency: Arc<dyn IdempotencyBackend>,
     /// Set with `state: { backend: redis }`.
     pub(crate) redis: Option<Arc<RedisState>>,
@@ -190,6 +192,7 @@ impl Shared {
             .map(|r| Arc::new(RouteRuntime::new(r)))
             .collect();
         let keys = caller_keys(&config)?;
+        let signing = signing_keys(&config)?;
         let idempotency = idempotency_backend(&config, redis.as_ref());
         Ok(Shared {
             config,
@@ -198,6 +201,7 @@ impl Shared {
             providers,
             routes,
             keys,
+            signing,
             idempotency,
             redis,
             origins: Arc::default(),
@@ -331,17 +335,45 @@ pub fn caller_keys(config: &Config) -> Result<Vec<[u8; 32]>, SetupError> {
 }
 
 /// The sha256 of one accepted caller key (`levee check` reads keys through
-/// this too).
+/// this too); a key pair's identity, made from its secret.
 pub fn caller_key(key: &CallerKey) -> Result<[u8; 32], SetupError> {
+    let read = |name: &String, var: &String| {
+        std::env::var(var).map_err(|_| SetupError::MissingCallerKey {
+            name: name.clone(),
+            var: var.clone(),
+        })
+    };
     match key {
         CallerKey::Sha256 { digest, .. } => Ok(*digest),
-        CallerKey::Env { name, var } => std::env::var(var)
-            .map(|v| Sha256::digest(v.as_bytes()).into())
-            .map_err(|_| SetupError::MissingCallerKey {
+        CallerKey::Env { name, var } => {
+            read(name, var).map(|v| Sha256::digest(v.as_bytes()).into())
+        }
+        CallerKey::Signing { name, var, .. } => read(name, var).map(|s| pair_digest(&s)),
+    }
+}
+
+/// The SigV4 key pairs among the caller keys, their secrets read now.
+pub(crate) fn signing_keys(config: &Config) -> Result<Vec<SigningKey>, SetupError> {
+    let mut pairs = Vec::new();
+    for key in &config.keys {
+        if let CallerKey::Signing {
+            name,
+            access_key_id,
+            var,
+        } = key
+        {
+            let secret = std::env::var(var).map_err(|_| SetupError::MissingCallerKey {
                 name: name.clone(),
                 var: var.clone(),
-            }),
+            })?;
+            pairs.push(SigningKey {
+                digest: pair_digest(&secret),
+                access_key_id: access_key_id.clone(),
+                secret,
+            });
+        }
     }
+    Ok(pairs)
 }
 
 /// The idempotency store: in memory, or Redis with the local store beside it.
@@ -390,6 +422,31 @@ pub(crate) fn live_secrets(
         .filter_map(|p| p.platform.learned())
         .collect();
     crate::observe::live_secrets::LiveSecrets::new(base, sources)
+}
+
+/// One key pair the gateway issued.
+pub(crate) struct SigningKey {
+    pub(crate) access_key_id: String,
+    pub(crate) secret: String,
+    /// The caller's identity (the pair's entry in `Shared::keys`).
+    pub(crate) digest: [u8; 32],
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The identity of a pair whose secret is `secret`: a digest no bearer key
+/// can match without knowing the secret.
+pub(crate) fn pair_digest(secret: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"levee sigv4 key pair\0");
+    h.update(secret.as_bytes());
+    h.finalize().into()
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! Amazon Bedrock's Converse API, one way: a Messages request written as a
+//! Amazon Bedrock's Converse API: a Messages request written as a
 //! `Converse` / `ConverseStream` request, and the answers (a whole
 //! `ConverseResponse`, or a `ConverseStream` event by event) written back
-//! as Messages answers. Converse is how Bedrock serves every model of its
+//! as Messages answers; and the other way (`reverse`), for clients that
+//! call Levee with Converse requests. Converse is how Bedrock serves every model of its
 //! catalogue (Llama, Mistral, Nova, Cohere, DeepSeek, Claude) with one
 //! request shape; an OpenAI chat request reaches it through the Messages
 //! translation first.
@@ -18,9 +19,11 @@
 
 mod answer;
 mod events;
+mod reverse;
 
 pub use answer::{message_from_converse, stop_reason};
 pub use events::ConverseToMessages;
+pub use reverse::{converse_from_message, messages_from_converse, MessagesToConverse};
 
 use serde_json::{json, Map, Value};
 

@@ -16,6 +16,9 @@ pub(super) fn bearer_token(v: &[u8]) -> &[u8] {
 /// the credentials it sent, else anonymous. `Err` (401) when gateway keys
 /// are configured and none matches.
 pub(super) fn authenticate(shared: &Shared, said: &Said) -> Result<Caller, LeveeError> {
+    if sigv4::is_signed(said.authorization) {
+        return signer(shared, said.authorization);
+    }
     let presented = said.credentials();
     if shared.keys.is_empty() {
         return Ok(Caller::Presented(presented));
@@ -29,6 +32,28 @@ pub(super) fn authenticate(shared: &Shared, said: &Said) -> Result<Caller, Levee
         }
         _ => {
             let msg = "levee: missing or invalid API key for this gateway";
+            Err(LeveeError::of(Why::Unauthorized, msg))
+        }
+    }
+}
+
+/// The caller of a SigV4-signed request: the key pair its access key id
+/// names (its signature is checked once the body is read), or without
+/// gateway keys, the access key id as the credentials it presented.
+fn signer(shared: &Shared, authorization: Option<&HeaderValue>) -> Result<Caller, LeveeError> {
+    let id = authorization.and_then(sigv4::access_key_id);
+    if shared.keys.is_empty() {
+        let presented = id.and_then(|id| HeaderValue::from_str(id).ok());
+        return Ok(Caller::Presented(presented.map(|v| (v, false))));
+    }
+    match shared
+        .signing
+        .iter()
+        .find(|k| Some(k.access_key_id.as_str()) == id)
+    {
+        Some(k) => Ok(Caller::Checked(k.digest)),
+        None => {
+            let msg = "levee: the request is signed with an access key id that is not one of this gateway's keys";
             Err(LeveeError::of(Why::Unauthorized, msg))
         }
     }

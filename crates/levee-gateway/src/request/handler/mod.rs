@@ -26,9 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod admit;
+mod aws_answer;
 mod caller;
 mod keys;
 pub(crate) mod native;
+pub(crate) mod sigv4;
 use admit::*;
 use caller::*;
 use keys::*;
@@ -77,6 +79,7 @@ where
     B::Error: Into<BoxError>,
 {
     let mut note = None;
+    let aws = native::aws_shape(req.uri().path());
     let id = request_id(&shared, req.headers());
     // The path and method as the refusal's log line names them (no copy).
     let path = path_label(native::canonical(req.uri().path()));
@@ -103,6 +106,9 @@ where
         // answer (admitted or not) is answered 503 rather than cut.
         observer::report(&shared, RequestEvent::ShuttingDown);
         let mut resp = crate::runtime::shutdown::cut_short(dialect, sent.into_inner());
+        if let Some(shape) = aws {
+            resp = aws_answer::reshape(resp, shape).await;
+        }
         with_request_id(resp.headers_mut(), id);
         return resp;
     };
@@ -133,6 +139,9 @@ where
         }
     };
     let mut resp = noted(&shared, resp, note);
+    if let Some(shape) = aws {
+        resp = aws_answer::reshape(resp, shape).await;
+    }
     with_request_id(resp.headers_mut(), id);
     resp
 }
@@ -176,14 +185,18 @@ where
 {
     let native = native::of(req.uri().path());
     let asked = native.as_ref().map_or(req.uri().path(), |n| n.path);
-    if asked == paths::MODELS || asked.starts_with("/v1/models/") {
+    let models = asked == paths::MODELS || asked.starts_with("/v1/models/");
+    if models {
+        let asked = asked.to_string();
         if req.method() != Method::GET {
             return Err(LeveeError::of(Why::MethodNotAllowed, "levee: use GET"));
         }
         // The models are the deployment's map: as private as the routes.
         authenticate(shared, &Said::of(req.headers()))?;
-        let query = req.uri().query();
-        return crate::request::models::answer(shared, dialect, asked, query).await;
+        let (parts, _) = req.into_parts();
+        sigv4::verify(shared, &parts, &[])?;
+        let query = parts.uri.query();
+        return crate::request::models::answer(shared, dialect, &asked, query).await;
     }
     let kind = endpoint(shared, req.method(), asked)?;
     let post_only = matches!(kind, Kind::Served(_) | Kind::CountTokens);
@@ -193,6 +206,8 @@ where
     let caller = authenticate(shared, &Said::of(req.headers()))?;
     let (kind, only_provider) = origin_of(shared, kind, asked).await?;
     let (parts, body) = read_body(shared, req).await?;
+    // A signed request's signature covers its body: checked once it is read.
+    sigv4::verify(shared, &parts, &body)?;
     let (parts, body) = as_served(native.as_ref(), parts, body)?;
     let once = !post_only && !idempotent(&parts.method);
     let (route, path, model, stream, rewrite) = match kind {
@@ -328,8 +343,8 @@ fn as_served(
         return Ok((parts, body));
     };
     parts.uri = http::Uri::from_static(n.path);
-    let body = native::body(n, &body)
-        .ok_or_else(|| LeveeError::bad_request("levee: the request body must be a JSON object"))?;
+    let body = native::body(n, &body, &mut parts.headers)
+        .map_err(|e| LeveeError::bad_request(format!("levee: {e}")))?;
     Ok((parts, body))
 }
 

@@ -9,6 +9,14 @@
 //!   for a stream; `…/models/count-tokens:rawPredict`), the model in the
 //!   path and `anthropic_version` in the body.
 //!
+//! - anthropic's `AnthropicBedrock` client and boto3's `invoke_model` and
+//!   `invoke_model_with_response_stream`: `/model/{id}/invoke` and
+//!   `/model/{id}/invoke-with-response-stream`, the model id in the path,
+//!   `anthropic_version` and an `anthropic_beta` array in the body; and
+//!   boto3's `converse` and `converse_stream`: `/model/{id}/converse` and
+//!   `/converse-stream`, a Converse request read as a Messages request. Its
+//!   answer goes back in AWS's shapes (`aws_answer`).
+//!
 //! Each becomes the endpoint Levee serves (its route found by the model
 //! in the path, so fallback, retries and the breaker apply as to any
 //! request), and its answer, already in the dialect the client reads, goes
@@ -26,6 +34,29 @@ pub(crate) struct Native {
     pub(crate) model: Option<String>,
     /// Fields of the cloud's own to take out of the body.
     pub(crate) strip: &'static [&'static str],
+    /// The path says the answer streams (`stream: true` is set in the body).
+    pub(crate) stream: bool,
+    /// The body is a Converse request, read as a Messages request.
+    pub(crate) converse: bool,
+}
+
+/// How a request that came in AWS's Bedrock shape is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AwsShape {
+    pub(crate) stream: bool,
+    pub(crate) converse: bool,
+}
+
+/// Whether a request to `path` came in AWS's Bedrock shape, and so is
+/// answered in it.
+pub(crate) fn aws_shape(path: &str) -> Option<AwsShape> {
+    if !path.starts_with("/model/") {
+        return None;
+    }
+    of(path).map(|n| AwsShape {
+        stream: n.stream,
+        converse: n.converse,
+    })
 }
 
 /// The endpoint a native path is served as (the path itself when it is
@@ -41,6 +72,9 @@ pub(crate) fn canonical(path: &str) -> &str {
 pub(crate) fn of(path: &str) -> Option<Native> {
     if let Some(rest) = path.strip_prefix("/openai/") {
         return resource_path(rest);
+    }
+    if let Some(rest) = path.strip_prefix("/model/") {
+        return invoke_path(rest);
     }
     let rest = path.strip_prefix("/v1").unwrap_or(path);
     let rest = rest.strip_prefix("/projects/")?;
@@ -59,6 +93,8 @@ fn resource_path(rest: &str) -> Option<Native> {
             path,
             model: None,
             strip: &[],
+            stream: false,
+            converse: false,
         });
     }
     let (deployment, op) = rest.strip_prefix("deployments/")?.split_once('/')?;
@@ -75,6 +111,30 @@ fn resource_path(rest: &str) -> Option<Native> {
         path,
         model: Some(deployment),
         strip: &[],
+        stream: false,
+        converse: false,
+    })
+}
+
+fn invoke_path(rest: &str) -> Option<Native> {
+    let (id, op) = rest.rsplit_once('/')?;
+    let (stream, converse) = match op {
+        "invoke" => (false, false),
+        "invoke-with-response-stream" => (true, false),
+        "converse" => (false, true),
+        "converse-stream" => (true, true),
+        _ => return None,
+    };
+    let model = percent_encoding::percent_decode_str(id)
+        .decode_utf8()
+        .ok()?
+        .into_owned();
+    (!model.is_empty()).then_some(Native {
+        path: paths::MESSAGES,
+        model: Some(model),
+        strip: &["anthropic_version", "anthropic_beta"],
+        stream,
+        converse,
     })
 }
 
@@ -102,33 +162,65 @@ fn publisher_path(rest: &str) -> Option<Native> {
             path: paths::COUNT_TOKENS,
             model: None,
             strip: &["anthropic_version"],
+            stream: false,
+            converse: false,
         }),
         (m, "rawPredict" | "streamRawPredict") if !m.is_empty() && !m.contains('/') => {
             Some(Native {
                 path: paths::MESSAGES,
                 model: Some(model),
                 strip: &["anthropic_version"],
+                stream: false,
+                converse: false,
             })
         }
         _ => None,
     }
 }
 
-/// `body` as the served endpoint takes it: the path's model set, the
-/// cloud's own fields taken out. `None`: not a JSON object.
-pub(crate) fn body(n: &Native, body: &Bytes) -> Option<Bytes> {
+/// `body` as the served endpoint takes it: the path's model set (and
+/// `stream` when the path says so), the cloud's own fields taken out, an
+/// `anthropic_beta` array moved into the `anthropic-beta` field of
+/// `headers`; a Converse request read as a Messages request. `Err`: why
+/// it cannot be (not a JSON object, a Converse field with no Messages
+/// counterpart).
+pub(crate) fn body(
+    n: &Native,
+    body: &Bytes,
+    headers: &mut http::HeaderMap,
+) -> Result<Bytes, String> {
     if n.model.is_none() && n.strip.is_empty() {
-        return Some(body.clone());
+        return Ok(body.clone());
     }
+    let model = n.model.as_deref().unwrap_or("");
+    if n.converse {
+        return levee_translate::converse::messages_from_converse(body, model, n.stream)
+            .map(Bytes::from)
+            .map_err(|e| e.to_string());
+    }
+    let not_object = || "the request body must be a JSON object".to_string();
     let mut object: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(body).ok()?;
+        serde_json::from_slice(body).map_err(|_| not_object())?;
+    if let Some(serde_json::Value::Array(betas)) = object.get("anthropic_beta") {
+        let names: Vec<&str> = betas.iter().filter_map(|b| b.as_str()).collect();
+        if let Ok(v) = http::HeaderValue::from_str(&names.join(",")) {
+            if !names.is_empty() {
+                headers.insert("anthropic-beta", v);
+            }
+        }
+    }
     for f in n.strip {
         object.remove(*f);
+    }
+    if n.stream {
+        object.insert("stream".into(), serde_json::Value::Bool(true));
     }
     if let Some(m) = &n.model {
         object.insert("model".into(), serde_json::Value::String(m.clone()));
     }
-    serde_json::to_vec(&object).ok().map(Bytes::from)
+    serde_json::to_vec(&object)
+        .map(Bytes::from)
+        .map_err(|_| not_object())
 }
 
 #[cfg(test)]
@@ -165,14 +257,42 @@ mod tests {
     fn the_body_gets_the_paths_model_and_loses_the_clouds_fields() {
         let n = of("/v1/projects/p/locations/r/publishers/anthropic/models/claude-x:rawPredict")
             .unwrap();
+        let mut h = http::HeaderMap::new();
         let b = body(
             &n,
             &Bytes::from_static(br#"{"anthropic_version":"vertex-2023-10-16","max_tokens":5}"#),
+            &mut h,
         )
         .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(v["model"], "claude-x");
         assert!(v.get("anthropic_version").is_none());
-        assert_eq!(body(&n, &Bytes::from_static(b"[1]")), None);
+        assert!(body(&n, &Bytes::from_static(b"[1]"), &mut h).is_err());
+        let n = of("/model/anthropic.claude-x%3A0/invoke-with-response-stream").unwrap();
+        assert_eq!(
+            (n.path, n.model.as_deref(), n.stream),
+            (paths::MESSAGES, Some("anthropic.claude-x:0"), true)
+        );
+        let b = body(
+            &n,
+            &Bytes::from_static(br#"{"anthropic_version":"bedrock-2023-05-31","anthropic_beta":["a-1","b-2"],"max_tokens":5}"#),
+            &mut h,
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(
+            (v["model"].as_str(), v["stream"].as_bool()),
+            (Some("anthropic.claude-x:0"), Some(true))
+        );
+        assert!(v.get("anthropic_beta").is_none() && v.get("anthropic_version").is_none());
+        assert_eq!(h["anthropic-beta"], "a-1,b-2");
+        assert_eq!(
+            aws_shape("/model/m/converse-stream"),
+            Some(AwsShape {
+                stream: true,
+                converse: true
+            })
+        );
+        assert_eq!(aws_shape("/model/m/converse-x"), None);
     }
 }
