@@ -6,7 +6,9 @@
 //! this process at the address the SDKs' variables point to; Levee's
 //! environment holds no keys. Keys near their expiry are fetched again in
 //! the background; an endpoint that refuses leaves the target answering
-//! `credentials_unavailable`.
+//! `credentials_unavailable`. Keys fetched at run time, and the ones that
+//! replace them, never reach a caller or the log when a provider echoes
+//! them back.
 //!
 //! The chain reads the process's environment, so this file's one test
 //! walks every source in turn.
@@ -36,6 +38,10 @@ struct Fakes {
     expires_in_min: AtomicUsize,
     /// Refuse every credential request.
     refuse: AtomicBool,
+    /// Issue a new key pair and session token each time (for the echo).
+    rotate: AtomicBool,
+    /// Every credential-bearing field the echoing provider was sent.
+    echoed: Mutex<Vec<String>>,
 }
 
 /// The temporary test keys, as an endpoint's JSON (`Token`).
@@ -69,11 +75,41 @@ fn sts_answer(mins: usize) -> String {
     )
 }
 
-/// The fakes at `imds.localhost`, `creds.localhost` and `sts.localhost`.
+/// Keys unlike the mock's, new for each `n` (for the echo).
+fn rotated_creds(n: usize, expires_in_min: usize) -> String {
+    json_creds(expires_in_min)
+        .replace(TEST_SESSION_ACCESS_KEY_ID, &format!("ASIAROTATED{n:09}"))
+        .replace(
+            TEST_SECRET_ACCESS_KEY,
+            &format!("rotated/secret/access/key/{n:09}"),
+        )
+        .replace(TEST_SESSION_TOKEN, &format!("rotated-session-token-{n:09}"))
+}
+
+/// The fakes at `imds.localhost`, `creds.localhost` and `sts.localhost`,
+/// and a provider at `mirror.localhost` that answers 403 with every
+/// credential field it was sent echoed in a header and its body.
 fn fake_endpoints(f: Arc<Fakes>) -> levee_gateway::transport::Dial {
     fake_hosts(
-        &["imds.localhost", "creds.localhost", "sts.localhost"],
+        &[
+            "imds.localhost",
+            "creds.localhost",
+            "sts.localhost",
+            "mirror.localhost",
+        ],
         Arc::new(move |host: &str, head: &str, body: &str| {
+            if host == "mirror.localhost" {
+                let sent: Vec<String> = ["authorization", "x-amz-security-token"]
+                    .iter()
+                    .filter_map(|n| head_field(head, n))
+                    .collect();
+                f.echoed.lock().unwrap().extend(sent.iter().cloned());
+                let echo = sent.join(" | ").replace('"', "'");
+                let body = format!(r#"{{"message":"forbidden: you sent {echo}"}}"#);
+                let extra =
+                    format!("x-echo: {echo}\r\nx-amzn-errortype: AccessDeniedException\r\n");
+                return (403, extra, body);
+            }
             let (status, answer) = answer_for(&f, host, head, body);
             (status, String::new(), answer)
         }),
@@ -97,7 +133,10 @@ fn answer_for(f: &Fakes, host: &str, head: &str, body: &str) -> (u16, String) {
     }
     let mins = f.expires_in_min.load(Ordering::SeqCst);
     let issue = |answer: String| {
-        f.issued.fetch_add(1, Ordering::SeqCst);
+        let n = f.issued.fetch_add(1, Ordering::SeqCst);
+        if f.rotate.load(Ordering::SeqCst) {
+            return (200, rotated_creds(n, mins));
+        }
         (200, answer)
     };
     let imds_session = field("x-aws-ec2-metadata-token").as_deref() == Some("imds-session");
@@ -259,15 +298,68 @@ async fn credential_process(f: &Arc<Fakes>, home: &std::path::Path, logs: &Logs)
     assert_eq!(r.status, 200, "{}\n{}", r.text(), logs.text());
 }
 
+/// Keys fetched from the instance profile, refreshed (rotated) in the
+/// background, echoed by a provider: no key id, secret or token reaches the
+/// caller's answer or the log.
+async fn fetched_keys_echoed_are_redacted(f: &Arc<Fakes>, home: &std::path::Path, logs: &Logs) {
+    f.rotate.store(true, Ordering::SeqCst);
+    f.expires_in_min.store(4, Ordering::SeqCst);
+    only(
+        &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://imds.localhost")],
+        home,
+    );
+    let env = local_dial(
+        vec![],
+        "providers:\n  br: { api: bedrock, base_url: \"http://mirror.localhost\", region: us-east-1 }\nroutes:\n  - targets: [{ provider: br, model: \"anthropic.claude-x\" }]\n    retry: { max_attempts: 1 }\n",
+        fake_endpoints(Arc::clone(f)),
+    );
+    let mut answers = String::new();
+    for _ in 0..4 {
+        let r = ask(&env).await;
+        assert_eq!(r.status, 403, "{}", r.text());
+        answers.push_str(&format!("{:?}\n{}\n", r.headers, r.text()));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let echoed = f.echoed.lock().unwrap().clone();
+    let mut secrets: Vec<String> = Vec::new();
+    for v in &echoed {
+        match v.split("Credential=").nth(1) {
+            Some(rest) => secrets.push(rest.split('/').next().unwrap_or("").to_string()),
+            None => secrets.push(v.clone()),
+        }
+    }
+    secrets.sort();
+    secrets.dedup();
+    let tokens = secrets
+        .iter()
+        .filter(|s| s.starts_with("rotated-session-token-"))
+        .count();
+    assert!(
+        tokens >= 2,
+        "the keys were rotated while in use: {secrets:?}"
+    );
+    assert!(answers.contains("forbidden: you sent"), "{answers}");
+    for s in &secrets {
+        assert!(
+            !answers.contains(s.as_str()),
+            "`{s}` reached the caller:\n{answers}"
+        );
+        assert!(!logs.text().contains(s.as_str()), "`{s}` reached the log");
+    }
+    f.rotate.store(false, Ordering::SeqCst);
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_source_of_the_chain_signs_with_what_its_endpoint_issued() {
-    let (logs, _guard) = capture_logs(tracing::Level::WARN);
+    // INFO: the request log's summary lines too.
+    let (logs, _guard) = capture_logs(tracing::Level::INFO);
     let home = std::env::temp_dir().join(format!("levee-aws-chain-{}", std::process::id()));
     std::fs::create_dir_all(&home).unwrap();
     let f = Arc::new(Fakes::default());
     f.expires_in_min.store(60, Ordering::SeqCst);
     endpoints_in_turn(&f, &home, &logs).await;
     credential_process(&f, &home, &logs).await;
+    fetched_keys_echoed_are_redacted(&f, &home, &logs).await;
 
     // Keys within five minutes of their expiry are fetched again in the
     // background while they are still used.

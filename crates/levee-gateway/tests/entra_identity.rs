@@ -3,11 +3,14 @@
 //! authority) and a managed identity (`IDENTITY_ENDPOINT`). Each endpoint
 //! is a fake in this process; a spying upstream must see the token it
 //! issued. The identity is found through the process's environment, so
-//! this file's one test walks both sources in turn.
+//! this file's one test walks both sources in turn. Tokens issued at run
+//! time, and the ones that replace them, never reach a caller or the log
+//! when the provider echoes them back.
 
 mod support;
 use levee_config::Config;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
@@ -21,6 +24,10 @@ const CHAT_ANSWER: &str = r#"{"id":"c","object":"chat.completion","created":1,"m
 struct Seen {
     bearers: Mutex<Vec<String>>,
     hits: Mutex<HashMap<String, usize>>,
+    /// The upstream answers 403 with the bearer echoed, and each token
+    /// issued is new and within its refresh window.
+    echo: std::sync::atomic::AtomicBool,
+    issued: std::sync::atomic::AtomicUsize,
 }
 
 /// The fakes this test reaches, by host.
@@ -51,6 +58,11 @@ fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) 
                 && body.contains("grant_type=client_credentials")
                 && body.contains("client_assertion=aks%2Dsa%2Djwt") =>
         {
+            let n = seen.issued.fetch_add(1, Ordering::SeqCst);
+            if seen.echo.load(Ordering::SeqCst) {
+                let t = format!(r#"{{"access_token":"eyJ.rotated-token-{n:04}","expires_in":120,"token_type":"Bearer"}}"#);
+                return (200, t);
+            }
             (200, r#"{"access_token":"eyJ.workload-token-0001","expires_in":3599,"token_type":"Bearer"}"#.into())
         }
         "identity.localhost"
@@ -61,7 +73,11 @@ fn answer_for(seen: &Seen, host: &str, head: &str, body: &str) -> (u16, String) 
         }
         "azure.localhost" => {
             let bearer = head_field(head, "authorization").unwrap_or_default();
-            seen.bearers.lock().unwrap().push(bearer);
+            seen.bearers.lock().unwrap().push(bearer.clone());
+            if seen.echo.load(Ordering::SeqCst) {
+                let echo = format!(r#"{{"error":{{"message":"forbidden: you sent {bearer}","type":"invalid_request_error","code":"403"}}}}"#);
+                return (403, echo);
+            }
             (200, CHAT_ANSWER.to_string())
         }
         _ => (403, format!("unexpected {first}")),
@@ -88,6 +104,46 @@ const VARS: [&str; 6] = [
     "IDENTITY_ENDPOINT",
     "IDENTITY_HEADER",
 ];
+
+/// Workload-identity tokens near their expiry, so each use refreshes them
+/// in the background, echoed back by the provider.
+async fn workload_tokens_echoed_are_redacted(jwt: &std::path::Path, set: &dyn Fn(&[(&str, &str)])) {
+    let (logs, _guard) = capture_logs(tracing::Level::INFO);
+    set(&[
+        ("AZURE_FEDERATED_TOKEN_FILE", jwt.to_str().unwrap()),
+        ("AZURE_CLIENT_ID", "client-1"),
+        ("AZURE_TENANT_ID", "tenant-1"),
+        ("AZURE_AUTHORITY_HOST", "http://login.localhost/"),
+    ]);
+    let seen = Arc::new(Seen::default());
+    seen.echo.store(true, Ordering::SeqCst);
+    let env = gateway(&seen);
+    let mut answers = String::new();
+    for _ in 0..4 {
+        let r = ask(&env).await;
+        assert_eq!(r.status, 403, "{}", r.text());
+        answers.push_str(&format!("{:?}\n{}\n", r.headers, r.text()));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut tokens: Vec<String> = seen
+        .bearers
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b.strip_prefix("Bearer ").map(str::to_string))
+        .collect();
+    tokens.sort();
+    tokens.dedup();
+    assert!(tokens.len() >= 2, "rotated while in use: {tokens:?}");
+    assert!(answers.contains("forbidden: you sent"), "{answers}");
+    for t in &tokens {
+        assert!(
+            !answers.contains(t.as_str()),
+            "`{t}` reached the caller:\n{answers}"
+        );
+        assert!(!logs.text().contains(t.as_str()), "`{t}` reached the log");
+    }
+}
 
 #[tokio::test(start_paused = true)]
 async fn workload_and_managed_identity_issue_the_bearer_the_upstream_sees() {
@@ -138,6 +194,10 @@ async fn workload_and_managed_identity_issue_the_bearer_the_upstream_sees() {
         *seen.bearers.lock().unwrap(),
         ["Bearer eyJ.managed-token-0001"]
     );
+
+    // Tokens rotated while in use and echoed by the provider stay out of
+    // the caller's answer and the log.
+    workload_tokens_echoed_are_redacted(&jwt, &set).await;
 
     // An identity endpoint over plain http to another host is refused.
     set(&[
