@@ -105,6 +105,9 @@ const VARS: [&str; 6] = [
     "IDENTITY_HEADER",
 ];
 
+/// Sets exactly the given identity variables.
+type SetVars<'a> = dyn Fn(&[(&str, &str)]) + 'a;
+
 /// Workload-identity tokens near their expiry, so each use refreshes them
 /// in the background, echoed back by the provider.
 async fn workload_tokens_echoed_are_redacted(jwt: &std::path::Path, set: &dyn Fn(&[(&str, &str)])) {
