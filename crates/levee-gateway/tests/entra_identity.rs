@@ -110,7 +110,7 @@ type SetVars<'a> = dyn Fn(&[(&str, &str)]) + 'a;
 
 /// Workload-identity tokens near their expiry, so each use refreshes them
 /// in the background, echoed back by the provider.
-async fn workload_tokens_echoed_are_redacted(jwt: &std::path::Path, set: &dyn Fn(&[(&str, &str)])) {
+async fn workload_tokens_echoed_are_redacted(jwt: &std::path::Path, set: &SetVars<'_>) {
     let (logs, _guard) = capture_logs(tracing::Level::INFO);
     set(&[
         ("AZURE_FEDERATED_TOKEN_FILE", jwt.to_str().unwrap()),
