@@ -110,6 +110,14 @@ impl MockBody {
 
     /// The same body with a whole body's bytes replaced by `f` of them (a
     /// cloud's error shape); a stream is left as it is.
+    /// The whole body, when it is one piece.
+    pub(crate) fn full_bytes(&self) -> Option<&Bytes> {
+        match &self.kind {
+            Kind::Full(b) => b.as_ref(),
+            Kind::Stream(_) => None,
+        }
+    }
+
     pub(crate) fn map_full(mut self, f: impl FnOnce(&[u8]) -> Bytes) -> MockBody {
         if let Kind::Full(Some(bytes)) = &mut self.kind {
             *bytes = f(bytes);

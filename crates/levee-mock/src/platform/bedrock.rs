@@ -29,21 +29,15 @@
 //!   503 and 529 as 503 `ServiceUnavailableException`, 408
 //!   `ModelTimeoutException`, 400 `ValidationException`, …).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, UNIX_EPOCH};
-
-use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
-use aws_sigv4::sign::v4;
-use aws_smithy_runtime_api::client::identity::Identity;
-use aws_smithy_types::date_time::{DateTime, Format};
 use aws_smithy_types::event_stream::{Header, HeaderValue as FrameValue, Message};
 use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::sigv4::verify;
 use super::{set_path, Accepted, Ctx, Refused};
 use crate::body::{MockBody, Reframe};
 use crate::MockApi;
@@ -60,11 +54,6 @@ pub const TEST_SESSION_TOKEN: &str = "levee-mock-session-token";
 
 /// The `anthropic_version` Bedrock requires.
 const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
-
-/// How far a request's `x-amz-date` may be from the mock's clock.
-const MAX_SKEW_S: u64 = 15 * 60;
-
-const SIGNATURE_MISMATCH: &str = "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details.";
 
 /// A Bedrock error answer: `{"message"}`, `x-amzn-errortype` and a request id.
 fn aws_error(status: StatusCode, auth: bool, name: &str, message: &str) -> Refused {
@@ -98,7 +87,7 @@ fn request_id() -> HeaderValue {
     )
 }
 
-fn forbidden(name: &str, message: &str) -> Refused {
+pub(super) fn forbidden(name: &str, message: &str) -> Refused {
     aws_error(StatusCode::FORBIDDEN, true, name, message)
 }
 
@@ -123,6 +112,19 @@ pub(super) fn accept(
 ) -> Result<Accepted, Refused> {
     verify(parts, &body, now_unix_s)?;
     let (model, op) = operation(parts)?;
+    if let (Op::Invoke, Some(family)) = (op, super::embed::family(&model)) {
+        let native = super::embed::native_body(family, &body, &model)?;
+        set_path(parts, "/v1/embeddings")?;
+        signed_fields_removed(parts);
+        return Ok(Accepted {
+            body: native,
+            native: MockApi::OpenAi,
+            ctx: Ctx::Bedrock {
+                converse: false,
+                embed: Some(family),
+            },
+        });
+    }
     let stream = matches!(op, Op::InvokeStream | Op::ConverseStream);
     let converse = matches!(op, Op::Converse | Op::ConverseStream);
     let (native, beta) = match converse {
@@ -130,14 +132,7 @@ pub(super) fn accept(
         false => native_body(&body, &model, stream)?,
     };
     set_path(parts, "/v1/messages")?;
-    for name in [
-        "authorization",
-        "x-amz-date",
-        "x-amz-security-token",
-        "x-amz-content-sha256",
-    ] {
-        parts.headers.remove(name);
-    }
+    signed_fields_removed(parts);
     parts
         .headers
         .insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
@@ -150,251 +145,26 @@ pub(super) fn accept(
     Ok(Accepted {
         body: native,
         native: MockApi::Anthropic,
-        ctx: Ctx::Bedrock { converse },
+        ctx: Ctx::Bedrock {
+            converse,
+            embed: None,
+        },
     })
 }
 
-/// The parts of an `Authorization: AWS4-HMAC-SHA256 …` field.
-struct Authorization<'a> {
-    access_key_id: &'a str,
-    date: &'a str,
-    region: &'a str,
-    service: &'a str,
-    signed_headers: Vec<&'a str>,
-    signature: &'a str,
-}
-
-fn parse_authorization(value: &str) -> Option<Authorization<'_>> {
-    let rest = value.strip_prefix("AWS4-HMAC-SHA256 ")?;
-    let (mut credential, mut signed, mut signature) = (None, None, None);
-    for part in rest.split(',') {
-        match part.trim().split_once('=') {
-            Some(("Credential", v)) => credential = Some(v),
-            Some(("SignedHeaders", v)) => signed = Some(v),
-            Some(("Signature", v)) => signature = Some(v),
-            _ => {}
-        }
+/// The request without SigV4's fields (the dialect API wants none).
+fn signed_fields_removed(parts: &mut http::request::Parts) {
+    for name in [
+        "authorization",
+        "x-amz-date",
+        "x-amz-security-token",
+        "x-amz-content-sha256",
+    ] {
+        parts.headers.remove(name);
     }
-    let scope: Vec<&str> = credential?.split('/').collect();
-    let [access_key_id, date, region, service, "aws4_request"] = scope[..] else {
-        return None;
-    };
-    Some(Authorization {
-        access_key_id,
-        date,
-        region,
-        service,
-        signed_headers: signed?.split(';').collect(),
-        signature: signature?,
-    })
-}
-
-/// Unix seconds of an `x-amz-date` (`20240102T030405Z`).
-fn parse_amz_date(v: &str) -> Option<u64> {
-    let b = v.as_bytes();
-    let shape = b.len() == 16
-        && b[8] == b'T'
-        && b[15] == b'Z'
-        && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit);
-    if !shape {
-        return None;
-    }
-    let rfc3339 = format!(
-        "{}-{}-{}T{}:{}:{}Z",
-        &v[..4],
-        &v[4..6],
-        &v[6..8],
-        &v[9..11],
-        &v[11..13],
-        &v[13..15]
-    );
-    let t = DateTime::from_str(&rfc3339, Format::DateTime).ok()?;
-    u64::try_from(t.secs()).ok()
-}
-
-/// `x-amz-date`'s form of unix seconds.
-fn amz_date(secs: u64) -> String {
-    let t = DateTime::from_secs(i64::try_from(secs).unwrap_or(i64::MAX));
-    t.fmt(Format::DateTime)
-        .map(|s| s.chars().filter(|c| *c != '-' && *c != ':').collect())
-        .unwrap_or_default()
-}
-
-/// Checks the request's SigV4 signature as Bedrock does.
-fn verify(parts: &http::request::Parts, body: &[u8], now: u64) -> Result<(), Refused> {
-    let field = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let auth = authorization(field("authorization"))?;
-    let token = session_token(&auth, field("x-amz-security-token"))?;
-    let signed_at = signing_time(&auth, field("x-amz-date"), now)?;
-    let signs = |name: &str| auth.signed_headers.contains(&name);
-    if !signs("host") || !signs("x-amz-date") || (token.is_some() && !signs("x-amz-security-token"))
-    {
-        return Err(forbidden(
-            "InvalidSignatureException",
-            "'Host', 'X-Amz-Date' (and with temporary credentials 'X-Amz-Security-Token') must be SignedHeaders in the AWS Authorization.",
-        ));
-    }
-    let expected = signature(parts, body, &auth, token, signed_at)
-        .ok_or_else(|| forbidden("InvalidSignatureException", SIGNATURE_MISMATCH))?;
-    if expected != auth.signature {
-        return Err(forbidden("InvalidSignatureException", SIGNATURE_MISMATCH));
-    }
-    Ok(())
-}
-
-/// The `Authorization` field's parts: present, complete, and scoped to
-/// the `bedrock` service.
-fn authorization(field: Option<&str>) -> Result<Authorization<'_>, Refused> {
-    let Some(auth) = field else {
-        return Err(forbidden(
-            "MissingAuthenticationTokenException",
-            "Missing Authentication Token",
-        ));
-    };
-    let auth = parse_authorization(auth).ok_or_else(|| {
-        forbidden(
-            "IncompleteSignatureException",
-            "Authorization header requires 'Credential', 'Signature' and 'SignedHeaders' parameters (AWS4-HMAC-SHA256 Credential=KEY/DATE/REGION/bedrock/aws4_request, SignedHeaders=…, Signature=…).",
-        )
-    })?;
-    if auth.service != "bedrock" {
-        return Err(forbidden(
-            "InvalidSignatureException",
-            &format!(
-                "Credential should be scoped to correct service: 'bedrock', not '{}'.",
-                auth.service
-            ),
-        ));
-    }
-    Ok(auth)
-}
-
-/// The session token the access key id requires (`None` for long-term
-/// credentials), checked against the request's `x-amz-security-token`: an
-/// unknown key id, or a token missing, extra or wrong, is refused.
-fn session_token(
-    auth: &Authorization<'_>,
-    given: Option<&str>,
-) -> Result<Option<&'static str>, Refused> {
-    let unrecognized = || {
-        forbidden(
-            "UnrecognizedClientException",
-            "The security token included in the request is invalid.",
-        )
-    };
-    let token = match auth.access_key_id {
-        TEST_ACCESS_KEY_ID => None,
-        TEST_SESSION_ACCESS_KEY_ID => Some(TEST_SESSION_TOKEN),
-        _ => return Err(unrecognized()),
-    };
-    if given != token {
-        return Err(unrecognized());
-    }
-    Ok(token)
-}
-
-/// Unix seconds of the request's `x-amz-date`: present, in ISO 8601 basic
-/// format, on the credential scope's date, and within [`MAX_SKEW_S`] of
-/// `now`.
-fn signing_time(auth: &Authorization<'_>, date: Option<&str>, now: u64) -> Result<u64, Refused> {
-    let Some(date) = date else {
-        return Err(forbidden(
-            "IncompleteSignatureException",
-            "Authorization header requires existence of a 'X-Amz-Date' header.",
-        ));
-    };
-    let Some(signed_at) = parse_amz_date(date) else {
-        return Err(forbidden(
-            "IncompleteSignatureException",
-            &format!("Date must be in ISO-8601 'basic format'. Got '{date}'. See http://en.wikipedia.org/wiki/ISO_8601"),
-        ));
-    };
-    if !date.starts_with(auth.date) || auth.date.len() != 8 {
-        return Err(forbidden(
-            "InvalidSignatureException",
-            &format!(
-                "Credential should be scoped to a valid date: '{}' is not the date of X-Amz-Date '{date}'.",
-                auth.date
-            ),
-        ));
-    }
-    if signed_at + MAX_SKEW_S < now {
-        return Err(forbidden(
-            "InvalidSignatureException",
-            &format!(
-                "Signature expired: {date} is now earlier than {} ({} - 15 min.)",
-                amz_date(now - MAX_SKEW_S),
-                amz_date(now)
-            ),
-        ));
-    }
-    if signed_at > now + MAX_SKEW_S {
-        return Err(forbidden(
-            "InvalidSignatureException",
-            &format!(
-                "Signature not yet current: {date} is still later than {} ({} + 15 min.)",
-                amz_date(now + MAX_SKEW_S),
-                amz_date(now)
-            ),
-        ));
-    }
-    Ok(signed_at)
-}
-
-/// The signature the AWS SDK's signer gives this request over the fields
-/// it names (`None` when a named field is missing).
-fn signature(
-    parts: &http::request::Parts,
-    body: &[u8],
-    auth: &Authorization<'_>,
-    token: Option<&str>,
-    signed_at: u64,
-) -> Option<String> {
-    let authority = parts.uri.authority().map(|a| a.as_str());
-    let mut fields: Vec<(&str, &str)> = Vec::new();
-    for name in &auth.signed_headers {
-        // The signer writes these two from the time and the credentials.
-        if matches!(*name, "x-amz-date" | "x-amz-security-token") {
-            continue;
-        }
-        let mut values = parts.headers.get_all(*name).iter().peekable();
-        if values.peek().is_none() {
-            // HTTP/2 carries the host as `:authority`.
-            fields.push((name, authority.filter(|_| *name == "host")?));
-        }
-        for v in values {
-            fields.push((name, v.to_str().ok()?));
-        }
-    }
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let request = SignableRequest::new(
-        parts.method.as_str(),
-        path,
-        fields.into_iter(),
-        SignableBody::Bytes(body),
-    )
-    .ok()?;
-    let identity = Identity::from(Credentials::new(
-        auth.access_key_id,
-        TEST_SECRET_ACCESS_KEY,
-        token.map(str::to_string),
-        None,
-        "levee-mock",
-    ));
-    let mut settings = SigningSettings::default();
-    // Exactly the fields the client signed.
-    settings.excluded_headers = None;
-    let params = v4::SigningParams::builder()
-        .identity(&identity)
-        .region(auth.region)
-        .name("bedrock")
-        .time(UNIX_EPOCH + Duration::from_secs(signed_at))
-        .settings(settings)
-        .build()
-        .ok()?
-        .into();
-    let (_, signature) = sign(request, &params).ok()?.into_parts();
-    Some(signature)
+    parts
+        .headers
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
 }
 
 /// The operations served.
@@ -439,7 +209,8 @@ fn operation(parts: &http::request::Parts) -> Result<(String, Op), Refused> {
     if id.is_empty() || id.contains(char::is_whitespace) {
         return Err(invalid("The provided model identifier is invalid."));
     }
-    if !any_model && !id.contains("anthropic") {
+    let embeds = matches!(op, Op::Invoke) && super::embed::family(&id).is_some();
+    if !any_model && !embeds && !id.contains("anthropic") {
         return Err(invalid(&format!(
             "The provided model identifier is invalid: '{id}' is not an Anthropic model id (like anthropic.claude-3-5-sonnet-20241022-v2:0) or inference profile."
         )));
@@ -513,7 +284,11 @@ fn native_body(body: &[u8], model: &str, stream: bool) -> Result<(Bytes, Option<
 
 /// The Anthropic answer in Bedrock's framing and error shapes (a Converse
 /// operation's when `converse`).
-pub(super) fn encode(resp: Response<MockBody>, converse: bool) -> Response<MockBody> {
+pub(super) fn encode(
+    resp: Response<MockBody>,
+    converse: bool,
+    embed: Option<super::embed::Family>,
+) -> Response<MockBody> {
     let (mut parts, body) = resp.into_parts();
     parts.headers.insert("x-amzn-requestid", request_id());
     if parts.status.is_success() {
@@ -522,6 +297,16 @@ pub(super) fn encode(resp: Response<MockBody>, converse: bool) -> Response<MockB
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        if let (false, Some(family)) = (sse, embed) {
+            let native = body.full_bytes().cloned().unwrap_or_default();
+            let (answer, tokens) = super::embed::answer(family, &native);
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            parts.headers.insert(
+                "x-amzn-bedrock-input-token-count",
+                HeaderValue::from(tokens),
+            );
+            return Response::from_parts(parts, body.map_full(move |_| answer));
+        }
         if !sse && converse {
             parts.headers.remove(http::header::CONTENT_LENGTH);
             return Response::from_parts(parts, body.map_full(super::converse::answer));
@@ -697,6 +482,11 @@ fn write_frame(out: &mut Vec<u8>, message: &Message) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_credential_types::Credentials;
+    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+    use aws_sigv4::sign::v4;
+    use aws_smithy_runtime_api::client::identity::Identity;
+    use std::time::{Duration, UNIX_EPOCH};
 
     const NOW: u64 = 1_704_164_645; // 2024-01-02T03:04:05Z
 

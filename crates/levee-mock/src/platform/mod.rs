@@ -16,6 +16,8 @@ use crate::MockApi;
 mod azure;
 pub(crate) mod bedrock;
 mod converse;
+mod embed;
+mod sigv4;
 pub(crate) mod vertex;
 
 /// A cloud request, accepted and rewritten into its dialect's own.
@@ -33,9 +35,11 @@ pub(crate) enum Ctx {
     Azure,
     Vertex,
     /// Bedrock: SSE to event-stream frames, errors to Bedrock's shapes;
-    /// `converse`: a Converse operation's answer shapes.
+    /// `converse`: a Converse operation's answer shapes; `embed`: an
+    /// embedding model's.
     Bedrock {
         converse: bool,
+        embed: Option<embed::Family>,
     },
 }
 
@@ -78,7 +82,7 @@ pub(crate) fn encode(ctx: &Ctx, resp: Response<MockBody>) -> Response<MockBody> 
     match ctx {
         Ctx::Azure => azure::encode(resp),
         Ctx::Vertex => vertex::encode(resp),
-        Ctx::Bedrock { converse } => bedrock::encode(resp, *converse),
+        Ctx::Bedrock { converse, embed } => bedrock::encode(resp, *converse, *embed),
     }
 }
 

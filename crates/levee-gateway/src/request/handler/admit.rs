@@ -543,6 +543,8 @@ fn carry(
     let provider = &shared.providers[route.targets[t].provider];
     let (caller, path, body) = (r.dialect, r.path, &r.body);
     let (prepared, dropped) = match route.on_untranslatable {
+        // The target's platform takes the request as the caller wrote it.
+        _ if provider.platform.carries(caller, path) => (crossing::Prepared::Same, Vec::new()),
         OnUntranslatable::Drop => crossing::prepare_dropping(caller, provider.api, path, body, to),
         _ => (
             crossing::prepare(caller, provider.api, path, body, to),

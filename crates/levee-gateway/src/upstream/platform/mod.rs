@@ -93,6 +93,13 @@ pub(crate) trait Platform: std::fmt::Debug + Send + Sync {
         Ok(None)
     }
 
+    /// Whether the platform takes a request of `caller`'s dialect on `path`
+    /// as it is, though its provider speaks the other dialect (Bedrock's
+    /// embedding models take OpenAI's embeddings requests).
+    fn carries(&self, _caller: levee_wire::Dialect, _path: &str) -> bool {
+        false
+    }
+
     /// Whether [`Platform::authorize`] adds anything (the request path
     /// skips the call otherwise).
     fn authorizes(&self) -> bool {
@@ -225,6 +232,11 @@ impl PlatformRuntime {
             None => resp,
             Some(p) => p.answer(resp, stream, path),
         }
+    }
+
+    /// See [`Platform::carries`].
+    pub fn carries(&self, caller: levee_wire::Dialect, path: &str) -> bool {
+        self.0.as_ref().is_some_and(|p| p.carries(caller, path))
     }
 
     /// See [`Platform::authorizes`].

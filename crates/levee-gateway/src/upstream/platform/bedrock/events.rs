@@ -87,6 +87,8 @@ pub(super) struct ErrorAnswer {
     name: Option<String>,
     /// Taken out of the message.
     redact: Secrets,
+    /// Written as an OpenAI error (an embeddings request's caller).
+    openai: bool,
 }
 
 impl ErrorAnswer {
@@ -96,11 +98,30 @@ impl ErrorAnswer {
             status,
             name,
             redact,
+            openai: false,
         }
+    }
+
+    /// The error in OpenAI's shape, for an OpenAI caller.
+    pub(super) fn in_openai_shape(mut self) -> Self {
+        self.openai = true;
+        self
     }
 
     fn mapped(&mut self) -> Bytes {
         let message = self.redact.text(error_message(&self.read, self.status));
+        if self.openai {
+            let (kind, code) =
+                levee_wire::error::labels(levee_wire::Dialect::OpenAi, self.status.as_u16());
+            let message = match &self.name {
+                Some(name) => format!("Amazon Bedrock {name}: {message}"),
+                None => message,
+            };
+            let v = serde_json::json!({
+                "error": { "message": message, "type": kind, "param": null, "code": code },
+            });
+            return Bytes::from(v.to_string());
+        }
         let by_status =
             levee_wire::error::labels(levee_wire::Dialect::Anthropic, self.status.as_u16()).0;
         let (kind, message) = match &self.name {

@@ -1,7 +1,8 @@
 //! Amazon Bedrock: Anthropic's models by the Messages API under Bedrock's
 //! `InvokeModel` and `InvokeModelWithResponseStream`, every other model by
 //! the Converse API (`converse`: the request written as Converse, the answer
-//! read back as a Messages answer).
+//! read back as a Messages answer), and OpenAI's embeddings on Titan and
+//! Cohere models (`embed`).
 //!
 //! - Request: `POST /model/{modelId}/invoke` (or
 //!   `/invoke-with-response-stream` when the body asked for a stream), the
@@ -60,6 +61,7 @@ use events::{error_name, is_event_stream, ErrorAnswer, EventStreamSse};
 mod chain;
 mod converse;
 mod credentials;
+mod embed;
 mod events;
 use crate::error::BoxError;
 use crate::http::outbound::Outbound;
@@ -240,7 +242,7 @@ impl Bedrock {
         } else if path.starts_with("/v1/models") {
             format!("Amazon Bedrock lists models in its control-plane API, not at {path}: provider `{provider}` cannot answer it")
         } else {
-            format!("Amazon Bedrock serves only POST /v1/messages (InvokeModel and InvokeModelWithResponseStream), not {path}: provider `{provider}` cannot answer it")
+            format!("Amazon Bedrock serves POST /v1/messages (InvokeModel, Converse) and /v1/embeddings (Titan and Cohere models), not {path}: provider `{provider}` cannot answer it")
         }
     }
 
@@ -321,6 +323,15 @@ impl Platform for Bedrock {
     /// request; `Err` for what Bedrock does not serve.
     fn target(&self, path: &str, body: &Bytes) -> Result<Option<(String, Bytes)>, String> {
         let bare = path.split_once('?').map_or(path, |(p, _)| p);
+        if bare == levee_wire::paths::EMBEDDINGS {
+            let fields: Map<String, Value> = serde_json::from_slice(body)
+                .map_err(|_| "the embeddings request is not a JSON object".to_string())?;
+            let model = match fields.get("model") {
+                Some(Value::String(m)) if !m.is_empty() => m.clone(),
+                _ => return Err("the embeddings request has no `model`".to_string()),
+            };
+            return embed::target(&fields, &model).map(Some);
+        }
         if bare != "/v1/messages" {
             return Err(self.not_served(bare));
         }
@@ -358,6 +369,12 @@ impl Platform for Bedrock {
         true
     }
 
+    /// OpenAI's embeddings, for Titan and Cohere models, in the caller's
+    /// own dialect.
+    fn carries(&self, caller: levee_wire::Dialect, path: &str) -> bool {
+        caller == levee_wire::Dialect::OpenAi && path == levee_wire::paths::EMBEDDINGS
+    }
+
     /// Signs the attempt (SigV4 at `unix_ms`), after moving a caller's
     /// `anthropic-beta` into the body.
     fn authorize<'a>(&'a self, req: &'a mut Outbound<Bytes>, unix_ms: u64) -> Pending<'a> {
@@ -377,6 +394,17 @@ impl Platform for Bedrock {
         path: &str,
     ) -> Response<UpstreamBody> {
         let (mut parts, body) = resp.into_parts();
+        let embeds = embed::family_of_path(path).is_some();
+        if parts.status.is_success() && embeds {
+            let model = path.trim_start_matches("/model/");
+            let model = model.rsplit_once('/').map_or(model, |(m, _)| m);
+            let model = percent_encoding::percent_decode_str(model)
+                .decode_utf8_lossy()
+                .into_owned();
+            let answer = embed::EmbedAnswer::new(model, &parts.headers);
+            parts.headers.remove(CONTENT_LENGTH);
+            return Response::from_parts(parts, body.reframed(answer));
+        }
         if parts.status.is_success() {
             let conversed = converse::converse_model(path)
                 .map(|model| (model, converse::message_id(&parts.headers)));
@@ -410,7 +438,11 @@ impl Platform for Bedrock {
         {
             parts.status = StatusCode::GATEWAY_TIMEOUT;
         }
-        let mapped = body.reframed(ErrorAnswer::new(parts.status, name, self.redactor()));
+        let mut error = ErrorAnswer::new(parts.status, name, self.redactor());
+        if embeds {
+            error = error.in_openai_shape();
+        }
+        let mapped = body.reframed(error);
         parts
             .headers
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
