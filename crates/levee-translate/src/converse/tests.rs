@@ -277,3 +277,117 @@ fn a_stream_without_its_usage_still_ends_and_one_cut_short_does_not() {
     assert!(events.iter().all(|(k, _)| k != "message_stop"));
     assert!(!cut.finished());
 }
+
+#[test]
+fn a_converse_request_reads_as_a_messages_request() {
+    let body = json!({
+        "messages": [
+            { "role": "user", "content": [{ "text": "Look." }, { "cachePoint": { "type": "default" } },
+                { "image": { "format": "png", "source": { "bytes": "iVBO" } } }] },
+            { "role": "assistant", "content": [{ "toolUse": { "toolUseId": "t", "name": "f", "input": { "a": 1 } } }] },
+            { "role": "user", "content": [{ "toolResult": { "toolUseId": "t", "content": [{ "json": { "ok": true } }], "status": "error" } }] },
+        ],
+        "system": [{ "text": "Be brief." }],
+        "inferenceConfig": { "maxTokens": 50, "topP": 0.5, "stopSequences": ["X"] },
+        "toolConfig": { "tools": [{ "toolSpec": { "name": "f", "inputSchema": { "json": { "type": "object" } } } }],
+            "toolChoice": { "any": {} } },
+        "additionalModelRequestFields": { "top_k": 3 },
+    });
+    let out = messages_from_converse(body.to_string().as_bytes(), "claude-x", true).unwrap();
+    let m: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        (
+            m["model"].as_str(),
+            m["stream"].as_bool(),
+            m["max_tokens"].as_u64()
+        ),
+        (Some("claude-x"), Some(true), Some(50))
+    );
+    assert_eq!(m["top_p"], 0.5);
+    assert_eq!(m["top_k"], 3);
+    assert_eq!(m["stop_sequences"], json!(["X"]));
+    assert_eq!(
+        m["system"],
+        json!([{ "type": "text", "text": "Be brief." }])
+    );
+    let user = &m["messages"][0]["content"];
+    assert_eq!(
+        user[0],
+        json!({ "type": "text", "text": "Look.", "cache_control": { "type": "ephemeral" } })
+    );
+    assert_eq!(
+        user[1]["source"],
+        json!({ "type": "base64", "media_type": "image/png", "data": "iVBO" })
+    );
+    assert_eq!(
+        m["messages"][1]["content"][0],
+        json!({ "type": "tool_use", "id": "t", "name": "f", "input": { "a": 1 } })
+    );
+    let result = &m["messages"][2]["content"][0];
+    assert_eq!(
+        (
+            result["is_error"].as_bool(),
+            result["content"][0]["text"].as_str()
+        ),
+        (Some(true), Some(r#"{"ok":true}"#))
+    );
+    assert_eq!(m["tool_choice"], json!({ "type": "any" }));
+    assert_eq!(m["tools"][0]["input_schema"], json!({ "type": "object" }));
+    // No maxTokens: the Messages API's default; guardrails have no counterpart.
+    let m: Value =
+        serde_json::from_slice(&messages_from_converse(br#"{"messages":[]}"#, "m", false).unwrap())
+            .unwrap();
+    assert_eq!(m["max_tokens"], crate::DEFAULT_MAX_TOKENS);
+    let e =
+        messages_from_converse(br#"{"messages":[],"guardrailConfig":{}}"#, "m", false).unwrap_err();
+    assert!(e.detail.contains("guardrailConfig"), "{e}");
+}
+
+#[test]
+fn a_messages_answer_writes_as_converse_whole_and_event_by_event() {
+    let answer = json!({ "id": "m", "type": "message", "role": "assistant", "model": "x",
+        "content": [{ "type": "text", "text": "Hi" }, { "type": "tool_use", "id": "t", "name": "f", "input": {} }],
+        "stop_reason": "tool_use", "usage": { "input_tokens": 4, "output_tokens": 2 } });
+    let c: Value =
+        serde_json::from_slice(&converse_from_message(answer.to_string().as_bytes()).unwrap())
+            .unwrap();
+    assert_eq!(c["stopReason"], "tool_use");
+    assert_eq!(
+        c["output"]["message"]["content"][1]["toolUse"]["toolUseId"],
+        "t"
+    );
+    assert_eq!(
+        c["usage"],
+        json!({ "inputTokens": 4, "outputTokens": 2, "totalTokens": 6 })
+    );
+    let mut w = MessagesToConverse::default();
+    let mut kinds = Vec::new();
+    let mut last = Value::Null;
+    for e in [
+        json!({ "type": "message_start", "message": { "usage": { "input_tokens": 7, "output_tokens": 1 } } }),
+        json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } }),
+        json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": "Hi" } }),
+        json!({ "type": "content_block_stop", "index": 0 }),
+        json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn" }, "usage": { "output_tokens": 3 } }),
+        json!({ "type": "message_stop" }),
+    ] {
+        for (k, p) in w.event(&e) {
+            kinds.push(k);
+            last = p;
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "messageStart",
+            "contentBlockDelta",
+            "contentBlockStop",
+            "messageStop",
+            "metadata"
+        ]
+    );
+    assert_eq!(
+        last["usage"],
+        json!({ "inputTokens": 7, "outputTokens": 3, "totalTokens": 10 })
+    );
+}

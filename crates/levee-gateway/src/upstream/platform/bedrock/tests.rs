@@ -528,3 +528,87 @@ fn error_answers_become_anthropic_errors_of_the_matching_type() {
     let v = error_answer(503, None, "");
     assert_eq!(v["error"]["type"], "overloaded_error");
 }
+
+fn converse_event(kind: &'static str, payload: &str) -> Bytes {
+    frame(
+        vec![
+            string(":event-type", kind),
+            string(":content-type", "application/json"),
+            string(":message-type", "event"),
+        ],
+        payload.as_bytes(),
+    )
+}
+
+#[test]
+fn a_converse_stream_reads_as_messages_events_and_its_exceptions_as_errors() {
+    let wire = [
+        converse_event("messageStart", r#"{"role":"assistant","p":"ab"}"#),
+        converse_event(
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"Hi"},"p":"abcd"}"#,
+        ),
+        converse_event("contentBlockStop", r#"{"contentBlockIndex":0}"#),
+        converse_event("messageStop", r#"{"stopReason":"end_turn"}"#),
+        converse_event(
+            "metadata",
+            r#"{"usage":{"inputTokens":5,"outputTokens":2,"totalTokens":7},"metrics":{"latencyMs":3}}"#,
+        ),
+    ]
+    .concat();
+    for split in [1, 13, wire.len()] {
+        let parts: Vec<Bytes> = wire.chunks(split).map(Bytes::copy_from_slice).collect();
+        let events = EventStreamSse::new(Secrets::default()).conversing("meta.llama", "msg_bdrk_x");
+        let text = read_all(body_of(parts).reframed(events)).unwrap();
+        let events = levee_wire::sse::events(&text);
+        let kinds: Vec<&str> = events.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ],
+            "read {split} bytes at a time"
+        );
+        assert_eq!(events[4].1["usage"]["input_tokens"], 5);
+    }
+    // A throttling exception mid-stream: the Messages error event, then the end.
+    let parts = vec![
+        converse_event("messageStart", r#"{"role":"assistant"}"#),
+        exception("throttlingException", "slow down"),
+        converse_event(
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"x"}}"#,
+        ),
+    ];
+    let events = EventStreamSse::new(Secrets::default()).conversing("m", "i");
+    let text = read_all(body_of(parts).reframed(events)).unwrap();
+    let events = levee_wire::sse::events(&text);
+    assert_eq!(events.len(), 2, "{text}");
+    assert_eq!(events[1].1["error"]["type"], "rate_limit_error");
+}
+
+#[test]
+fn a_converse_model_goes_to_converse_and_an_anthropic_one_to_invoke() {
+    let b = env_keys();
+    let body = Bytes::from_static(
+        br#"{"model":"mistral.mistral-large-2407-v1:0","max_tokens":9,"messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+    );
+    let (path, out) = b.target("/v1/messages", &body).unwrap().unwrap();
+    assert_eq!(
+        path,
+        "/model/mistral.mistral-large-2407-v1%3A0/converse-stream"
+    );
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["inferenceConfig"]["maxTokens"], 9);
+    assert_eq!(v["messages"][0]["content"][0]["text"], "hi");
+    assert!(v.get("anthropic_version").is_none(), "{v}");
+    let claude =
+        Bytes::from_static(br#"{"model":"anthropic.claude-x","max_tokens":9,"messages":[]}"#);
+    let (path, _) = b.target("/v1/messages", &claude).unwrap().unwrap();
+    assert_eq!(path, "/model/anthropic.claude-x/invoke");
+}
