@@ -1,8 +1,10 @@
 """The clouds' own clients, pointed at Levee with only a new base URL and a
 Levee key: openai's `AzureOpenAI` (a deployment in the path, `api-version`,
-the key as `api-key`) and anthropic's `AnthropicVertex` (the model in a
+the key as `api-key`), anthropic's `AnthropicVertex` (the model in a
 `rawPredict` / `streamRawPredict` path, `anthropic_version` in the body, the
-key as its bearer). Levee serves each as the endpoint it names, through the
+key as its bearer), and anthropic's `AnthropicBedrock` and boto3 (invoke,
+invoke-with-response-stream, converse, converse-stream; SigV4-signed with a
+key pair Levee issues). Levee serves each as the endpoint it names, through the
 ordinary routes, in front of strict one-dialect mocks; the answers parse
 into the SDKs' own types.
 """
@@ -162,22 +164,30 @@ def test_the_anthropic_bedrock_client_signs_with_a_levee_key_pair(signing_gatewa
     assert an.stats()["by_model"].get("claude-sonnet-4-5") == 2
 
 
+def boto3_at(url: str, secret: str = PAIR_SECRET):
+    """boto3's bedrock-runtime client at `url`, signing with the pair's key
+    id and `secret`, with its own retries off (it ignores
+    `x-should-retry: false`)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=url,
+        aws_access_key_id=PAIR_ID,
+        aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
 def test_boto3_invoke_model_is_served_through_levee(signing_gateway):
     import json
 
-    import boto3
-    from botocore.config import Config
     from botocore.exceptions import ClientError
 
     gw, bedrock, _ = signing_gateway
-    client = boto3.client(
-        "bedrock-runtime",
-        region_name="us-east-1",
-        endpoint_url=gw.url,
-        aws_access_key_id=PAIR_ID,
-        aws_secret_access_key=PAIR_SECRET,
-        config=Config(retries={"max_attempts": 1}),
-    )
+    client = boto3_at(gw.url)
     body = json.dumps(
         {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": WEATHER_MESSAGES}
     )
@@ -192,14 +202,7 @@ def test_boto3_invoke_model_is_served_through_levee(signing_gateway):
     assert bedrock.stats()["by_model"].get(CLAUDE_ON_BEDROCK) == 2
 
     # Levee's refusals reach boto3 as the exception classes Bedrock's would.
-    forged = boto3.client(
-        "bedrock-runtime",
-        region_name="us-east-1",
-        endpoint_url=gw.url,
-        aws_access_key_id=PAIR_ID,
-        aws_secret_access_key="wrong-secret",
-        config=Config(retries={"max_attempts": 1}),
-    )
+    forged = boto3_at(gw.url, secret="wrong-secret")
     with pytest.raises(ClientError) as refused:
         forged.invoke_model(modelId=CLAUDE_ON_BEDROCK, body=body)
     assert refused.value.response["Error"]["Code"] == "UnrecognizedClientException"
@@ -208,18 +211,8 @@ def test_boto3_invoke_model_is_served_through_levee(signing_gateway):
 
 
 def test_boto3_converse_is_served_through_levee(signing_gateway):
-    import boto3
-    from botocore.config import Config
-
     gw, bedrock, an = signing_gateway
-    client = boto3.client(
-        "bedrock-runtime",
-        region_name="us-east-1",
-        endpoint_url=gw.url,
-        aws_access_key_id=PAIR_ID,
-        aws_secret_access_key=PAIR_SECRET,
-        config=Config(retries={"max_attempts": 1}),
-    )
+    client = boto3_at(gw.url)
     messages = [{"role": "user", "content": [{"text": "What is the weather in Paris?"}]}]
     r = client.converse(modelId=CLAUDE_ON_BEDROCK, messages=messages, inferenceConfig={"maxTokens": 64})
     assert r["output"]["message"]["content"][0]["text"] and r["stopReason"] == "end_turn"
