@@ -120,6 +120,8 @@ pub enum Problem {
     },
     #[error("a key needs exactly one of `sha256` (the sha256 of the caller's key), `env` (a variable holding the key), or the pair `access_key_id` (16 to 128 letters and digits) and `secret_access_key_env` (a variable holding its secret), for SigV4-signed requests")]
     KeySource,
+    #[error("an `admin.allowed_hosts` entry must be a host name like `levee-admin` or `levee.default.svc.cluster.local` (no scheme, port or path; `*.example.internal` for any name under one)")]
+    AllowedHost,
     #[error(
         "`idempotency.max_entries` must be at least 1 and `idempotency.max_bytes` at least 1024"
     )]
@@ -161,6 +163,8 @@ pub enum RouteProblem {
     ZeroAttemptTimeout,
     #[error("`passthrough` entry `{entry}`: {why}")]
     Passthrough { entry: String, why: &'static str },
+    #[error("`passthrough_methods` entry `{method}` {why}")]
+    PassthroughMethod { method: String, why: &'static str },
     #[error("`match` has exact names (`model`/`models`) and `model_prefix`: a route matches exact names or a prefix, not both; split it in two routes")]
     ExactAndPrefix,
     #[error("`match.models` is empty or names an empty model: list the exact names, like `[gpt-4o, gpt-4o-2024-08-06]`")]

@@ -57,6 +57,10 @@ pub const BUILTIN_MOCK_ANTHROPIC: &str = "mock-anthropic";
 pub struct Config {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
+    /// Host names besides its own addresses the admin listener answers to
+    /// (a Kubernetes Service's name: `levee-admin`,
+    /// `levee.default.svc.cluster.local`); lower case.
+    pub admin_allowed_hosts: Vec<String>,
     pub shutdown_grace: Duration,
     pub limits: Limits,
     pub providers: Vec<Provider>,

@@ -198,6 +198,9 @@ pub struct Route {
     /// Provider paths carried unchanged besides the endpoints Levee serves
     /// itself: each exact, or a prefix when it ends in `/`.
     pub passthrough: Vec<String>,
+    /// The methods the passthrough paths take (default `GET`, `POST`,
+    /// `DELETE`); another is a 405.
+    pub passthrough_methods: Vec<http::Method>,
     /// What a target that cannot carry a request does with it.
     pub on_untranslatable: crate::values::OnUntranslatable,
     /// How many targets the route's first entry has: 1, or its balanced

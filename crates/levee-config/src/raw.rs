@@ -38,6 +38,8 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub listen: Option<ListenAddr>,
+    /// Host names (a Kubernetes Service's) the admin listener answers to.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,6 +124,8 @@ pub struct RawRoute {
     /// Further provider paths this route carries unchanged (exact, or a
     /// prefix ending in `/`).
     pub passthrough: Option<Vec<String>>,
+    /// The methods the passthrough paths take.
+    pub passthrough_methods: Option<Vec<String>>,
     pub on_untranslatable: Option<crate::values::OnUntranslatable>,
 }
 

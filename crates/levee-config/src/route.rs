@@ -183,6 +183,7 @@ fn resolve_route(
     )
     .map_err(|e| RouteError::new(&[Key("deadline")], e))?;
     let passthrough = passthrough(r.passthrough.as_deref().unwrap_or_default())?;
+    let passthrough_methods = passthrough_methods(r)?;
     Ok(Route {
         name: name.to_string(),
         matcher,
@@ -194,6 +195,7 @@ fn resolve_route(
             .with_groups(groups)
             .map_err(|e| RouteError::new(&[Key("targets")], e))?,
         passthrough,
+        passthrough_methods,
         on_untranslatable: r.on_untranslatable.unwrap_or_default(),
         first_entry,
         budget: budget(r.retry.as_ref())?,
@@ -445,6 +447,48 @@ fn passthrough(entries: &[String]) -> Result<Vec<String>, RouteError> {
             return Err(RouteError::new(&[Key("passthrough"), Index(i)], problem));
         }
         out.push(e.clone());
+    }
+    Ok(out)
+}
+
+/// The methods a passthrough path takes by default.
+const PASSTHROUGH_METHODS: [http::Method; 3] =
+    [http::Method::GET, http::Method::POST, http::Method::DELETE];
+
+/// `passthrough_methods:` checked: each one of HTTP's own request methods
+/// a provider API uses (`GET`, `HEAD`, `POST`, `PUT`, `PATCH`, `DELETE`,
+/// `OPTIONS`), only beside `passthrough`. Default `GET`, `POST`, `DELETE`.
+fn passthrough_methods(r: &RawRoute) -> Result<Vec<http::Method>, RouteError> {
+    let Some(listed) = &r.passthrough_methods else {
+        return Ok(PASSTHROUGH_METHODS.to_vec());
+    };
+    let at = |i: usize| [Key("passthrough_methods"), Index(i)];
+    if r.passthrough.is_none() {
+        let problem = RouteProblem::PassthroughMethod {
+            method: String::new(),
+            why: "is set without `passthrough`: list the paths too, or leave it out",
+        };
+        return Err(RouteError::new(&[Key("passthrough_methods")], problem));
+    }
+    let mut out = Vec::with_capacity(listed.len());
+    for (i, m) in listed.iter().enumerate() {
+        let method = match m.as_str() {
+            "GET" => http::Method::GET,
+            "HEAD" => http::Method::HEAD,
+            "POST" => http::Method::POST,
+            "PUT" => http::Method::PUT,
+            "PATCH" => http::Method::PATCH,
+            "DELETE" => http::Method::DELETE,
+            "OPTIONS" => http::Method::OPTIONS,
+            _ => {
+                let problem = RouteProblem::PassthroughMethod {
+                    method: m.chars().take(20).collect(),
+                    why: "is not one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS (upper case)",
+                };
+                return Err(RouteError::new(&at(i), problem));
+            }
+        };
+        out.push(method);
     }
     Ok(out)
 }

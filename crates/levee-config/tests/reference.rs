@@ -37,6 +37,7 @@ const PROVIDER: &str = "openai";
 fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
     match path {
         "keys[].name" => vec![("keys[].env", "LEVEE_TEST_KEY")],
+        "routes[].passthrough_methods" => vec![("routes[].passthrough", "[\"/v1/files\"]")],
         "keys[].access_key_id" => vec![("keys[].secret_access_key_env", "LEVEE_TEST_SECRET")],
         "keys[].secret_access_key_env" => {
             vec![("keys[].access_key_id", "LEVEEBILLING0001")]

@@ -270,3 +270,30 @@ fn passthrough_paths_are_paths_under_v1_that_levee_does_not_serve_itself() {
         levee_config::defaults::MAX_ATTEMPTS
     );
 }
+
+#[test]
+fn passthrough_methods_and_admin_hosts_are_checked_where_written() {
+    let (line, msg) = refused(
+        "routes:\n  - passthrough: [\"/v1/files\"]\n    passthrough_methods: [GET, TRACE]\n",
+    );
+    assert_eq!(line, 3, "{msg}");
+    assert!(msg.contains("`TRACE`") && msg.contains("PATCH"), "{msg}");
+    let (_, msg) = refused("routes:\n  - passthrough_methods: [GET]\n");
+    assert!(msg.contains("without `passthrough`"), "{msg}");
+    let c = Config::parse("routes:\n  - passthrough: [\"/v1/files\"]\n").unwrap();
+    let methods: Vec<&str> = c.routes[0]
+        .passthrough_methods
+        .iter()
+        .map(|m| m.as_str())
+        .collect();
+    assert_eq!(methods, ["GET", "POST", "DELETE"]);
+    let (line, msg) = refused("admin:\n  allowed_hosts: [levee-admin, \"http://x:9090\"]\n");
+    assert_eq!(line, 2, "{msg}");
+    assert!(msg.contains("host name"), "{msg}");
+    let c = Config::parse("admin: { allowed_hosts: [Levee-Admin, \"*.svc.cluster.local\"] }\n")
+        .unwrap();
+    assert_eq!(
+        c.admin_allowed_hosts,
+        ["levee-admin", "*.svc.cluster.local"]
+    );
+}

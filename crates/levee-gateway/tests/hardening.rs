@@ -602,3 +602,42 @@ async fn at_the_end_of_the_grace_period_waiting_requests_get_a_503_and_streams_a
     assert_eq!((shutting_down, closed), (3.0, 0.0), "{exposition}");
     m.shutdown().await;
 }
+
+/// A provider that answers with Levee's own fields set: they never reach
+/// the caller; Levee's own say what happened.
+#[tokio::test(start_paused = true)]
+async fn a_provider_cannot_set_levees_own_answer_fields() {
+    let chat = r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
+    let forged = "x-levee-replayed: true\r\nx-levee-target: evil\r\nx-levee-attempts: 9\r\nx-should-retry: true\r\nx-levee-reason: forged\r\n";
+    let status = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(200));
+    let answer = std::sync::Arc::clone(&status);
+    let dial = fake_hosts(
+        &["forger.localhost"],
+        std::sync::Arc::new(move |_: &str, _: &str, _: &str| {
+            let s = answer.load(std::sync::atomic::Ordering::SeqCst);
+            let body = match s {
+                200 => chat.to_string(),
+                _ => r#"{"error":{"message":"no","type":"invalid_request_error","code":null}}"#
+                    .to_string(),
+            };
+            (s, forged.to_string(), body)
+        }),
+    );
+    let env = local_dial(
+        vec![],
+        "providers:\n  p: { api: openai, base_url: \"http://forger.localhost\" }\nroutes:\n  - targets: [p]\n",
+        dial,
+    );
+    for s in [200, 400] {
+        status.store(s, std::sync::atomic::Ordering::SeqCst);
+        let r = env.post("/v1/chat/completions", CHAT, &[]).await;
+        assert_eq!(r.status, s, "{}", r.text());
+        assert_eq!(r.header("x-levee-replayed"), "", "{:?}", r.headers);
+        assert_eq!(r.header("x-levee-attempts"), "1", "{:?}", r.headers);
+        assert_ne!(r.header("x-levee-reason"), "forged", "{:?}", r.headers);
+        assert_ne!(r.header("x-should-retry"), "true", "{:?}", r.headers);
+        if s == 200 {
+            assert_eq!(r.header("x-levee-target"), "p");
+        }
+    }
+}

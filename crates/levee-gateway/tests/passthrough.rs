@@ -284,3 +284,56 @@ async fn pass_through_needs_a_gateway_key_and_keeps_the_deadline() {
         t.elapsed()
     );
 }
+
+/// A route passing `/v1/batches/` and `/v1/files` through to OpenAI.
+const LISTED: &str = "providers:\n  oa: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets: [oa]\n    passthrough: [\"/v1/batches/\", \"/v1/files\"]\n";
+
+#[tokio::test(start_paused = true)]
+async fn a_path_that_could_leave_its_prefix_is_refused_before_any_provider_sees_it() {
+    let env = local(&["faults: []"], LISTED);
+    for path in [
+        "/v1/batches/../files",
+        "/v1/batches/./b1",
+        "/v1/batches/%2e%2e/files",
+        "/v1/batches/%2E%2E/files",
+        "/v1/batches/..%2ffiles",
+        "/v1/batches/b1%5C..%5Cfiles",
+        "/v1/batches/a;/../../files",
+        "/v1/batches//b1",
+        "/v1/batches/b1/",
+        "/v1/responses/resp_1/../../files",
+        "/v1/responses/%2e%2e",
+    ] {
+        let r = send(&env, "GET", path, "", &[]).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.header("x-levee-reason"), "bad_request", "{path}");
+        assert!(r.text().contains("plain form"), "{path}: {}", r.text());
+    }
+    assert_eq!(env.stats(0).requests_total, 0);
+    // The plain forms pass.
+    let r = send(&env, "GET", "/v1/batches/b1", "", &[]).await;
+    assert_ne!(r.status, 400, "{}", r.text());
+    assert_eq!(env.stats(0).requests_total, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn passthrough_takes_only_the_methods_the_route_lists() {
+    let env = local(&["faults: []"], LISTED);
+    for method in ["TRACE", "FOO", "PUT", "PATCH"] {
+        let r = send(&env, method, "/v1/files", "", &[]).await;
+        assert_eq!(r.status, 405, "{method}: {}", r.text());
+        assert_eq!(r.header("x-levee-reason"), "method_not_allowed");
+        assert!(r.text().contains("GET, POST, DELETE"), "{}", r.text());
+    }
+    assert_eq!(env.stats(0).requests_total, 0);
+    let put = LISTED.replace(
+        "passthrough: [",
+        "passthrough_methods: [GET, PUT]\n    passthrough: [",
+    );
+    let env = local(&["faults: []"], &put);
+    let r = send(&env, "PUT", "/v1/files", "{}", &[]).await;
+    assert_ne!(r.status, 405, "{}", r.text());
+    assert_eq!(env.stats(0).requests_total, 1);
+    let r = send(&env, "POST", "/v1/files", "{}", &[]).await;
+    assert_eq!(r.status, 405, "{}", r.text());
+}

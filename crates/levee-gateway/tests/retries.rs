@@ -156,7 +156,8 @@ async fn bad_requests_are_answered_in_dialect_without_touching_a_provider() {
         ("/v1/chat/completions", "{not json", 400),
         ("/v1/chat/completions", r#"{"messages":[]}"#, 400),
         ("/v1/nope", CHAT, 404),
-        ("/../../etc/passwd", CHAT, 404),
+        // A dot segment is refused as such (400), not looked up (404).
+        ("/../../etc/passwd", CHAT, 400),
     ] {
         let r = env.post(path, body, &[]).await;
         assert_eq!(r.status, status, "{path} {body}");

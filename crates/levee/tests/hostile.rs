@@ -776,7 +776,9 @@ fn deadlines_that_are_not_deadlines(g: SocketAddr) {
 
 /// Path traversal, plain and percent-encoded: never served, never forwarded.
 fn paths_that_escape(g: SocketAddr) {
-    // Path traversal, plain and percent-encoded: 404 in the path's dialect
+    // Path traversal, plain and percent-encoded: a 400 in the path's
+    // dialect for a dot segment or an escaped dot or slash (refused before
+    // any route is looked up), a 404 for a path that is merely unknown
     // (nothing is served from disk and nothing is forwarded), or a bare 400
     // from the HTTP layer for a target it cannot parse.
     for (target, d) in [
@@ -799,7 +801,11 @@ fn paths_that_escape(g: SocketAddr) {
             Answer::Resp(r) if r.status == 400 && r.header("x-levee-reason").is_none() => {
                 assert_refused_or_closed(&what, &a, &[400])
             }
-            _ => assert_dialect_4xx(&what, &a, d, Some(404)),
+            _ => {
+                let ambiguous = target.contains("..") || target.to_ascii_lowercase().contains("%2");
+                let status = if ambiguous { 400 } else { 404 };
+                assert_dialect_4xx(&what, &a, d, Some(status))
+            }
         }
         if let Answer::Resp(r) = &a {
             assert!(!r.text().contains("root:"), "{what}: served a file");

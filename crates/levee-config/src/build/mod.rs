@@ -12,8 +12,8 @@ use crate::model::{
     StateBackend, Telemetry,
 };
 use crate::raw::{
-    RawCaller, RawConfig, RawIdempotency, RawKey, RawLimits, RawMatch, RawRoute, RawState,
-    RawTarget,
+    RawAdmin, RawCaller, RawConfig, RawIdempotency, RawKey, RawLimits, RawMatch, RawRoute,
+    RawState, RawTarget,
 };
 use crate::values::{Api, BackendKind};
 use crate::{Caller, Config, BUILTIN_MOCK, BUILTIN_MOCK_ANTHROPIC};
@@ -46,9 +46,13 @@ impl Config {
         Ok(Config {
             listen: addr(raw.listen.map(|a| a.0), defaults::LISTEN),
             admin_listen: addr(
-                raw.admin.and_then(|a| a.listen).map(|a| a.0),
+                raw.admin
+                    .as_ref()
+                    .and_then(|a| a.listen.as_ref())
+                    .map(|a| a.0),
                 defaults::ADMIN_LISTEN,
             ),
+            admin_allowed_hosts: allowed_hosts(src, raw.admin.as_ref())?,
             shutdown_grace: raw.shutdown_grace.map_or(defaults::SHUTDOWN_GRACE, |d| d.0),
             limits: limits(src, raw.limits.as_ref())?,
             providers,
@@ -211,6 +215,34 @@ fn keys(src: Source<'_>, raw: &[RawKey]) -> Result<Vec<CallerKey>, ConfigError> 
         });
     }
     Ok(keys)
+}
+
+/// `admin.allowed_hosts` checked: each a DNS name (letters, digits, `-`
+/// and `.`, optionally `*.` in front for any name under it), kept in lower
+/// case.
+fn allowed_hosts(src: Source<'_>, admin: Option<&RawAdmin>) -> Result<Vec<String>, ConfigError> {
+    let listed = admin
+        .and_then(|a| a.allowed_hosts.as_deref())
+        .unwrap_or_default();
+    let mut out = Vec::with_capacity(listed.len());
+    for (i, h) in listed.iter().enumerate() {
+        let name = h.strip_prefix("*.").unwrap_or(h);
+        let ok = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !ok {
+            let path = [Key("admin"), Key("allowed_hosts"), Index(i)];
+            return Err(ConfigError::at(src, &path, Problem::AllowedHost));
+        }
+        out.push(h.to_ascii_lowercase());
+    }
+    Ok(out)
 }
 
 /// Whether `id` reads as an access key id: 16 to 128 letters and digits,

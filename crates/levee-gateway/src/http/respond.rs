@@ -339,6 +339,7 @@ pub fn relayed<B>(
     target: Option<&HeaderValue>,
 ) -> Response<B> {
     drop_hop_by_hop(&mut upstream);
+    drop_levees_own(&mut upstream);
     let mut out = Response::new(body);
     *out.status_mut() = status;
     *out.headers_mut() = upstream;
@@ -374,10 +375,35 @@ const HOP_BY_HOP: [&str; 8] = [
     "content-length",
 ];
 
-/// Copies an upstream response's end-to-end headers.
+/// Whether `name` is one of the fields Levee writes itself (`x-levee-*`,
+/// `x-should-retry`): a provider's are dropped, so that only Levee speaks
+/// for Levee (a provider's `x-levee-replayed: true` once reached a caller
+/// on a fresh answer, and OpenAI's own `x-should-retry` would contradict
+/// Levee's).
+pub fn is_levees_own(name: &str) -> bool {
+    name.starts_with("x-levee-") || name == "x-should-retry"
+}
+
+/// Removes the fields Levee writes itself from a provider's answer.
+pub fn drop_levees_own(h: &mut HeaderMap) {
+    if !h.keys().any(|n| is_levees_own(n.as_str())) {
+        return;
+    }
+    let theirs: Vec<http::HeaderName> = h
+        .keys()
+        .filter(|n| is_levees_own(n.as_str()))
+        .cloned()
+        .collect();
+    for n in theirs {
+        h.remove(n);
+    }
+}
+
+/// Copies an upstream response's end-to-end headers, without the fields
+/// Levee writes itself.
 pub fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
     for (n, v) in from {
-        if !is_hop_by_hop(n.as_str()) {
+        if !is_hop_by_hop(n.as_str()) && !is_levees_own(n.as_str()) {
             to.append(n.clone(), v.clone());
         }
     }

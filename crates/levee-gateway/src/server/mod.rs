@@ -205,8 +205,9 @@ pub async fn serve_admin(
                 let generations = Arc::clone(&generations);
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let shared = generations.current();
+                    let allowed = &shared.config.admin_allowed_hosts;
                     let answer = match bound {
-                        Some(bound) if !admin_host_ok(bound, &req) => misdirected(),
+                        Some(bound) if !admin_host_ok(bound, allowed, &req) => misdirected(),
                         _ => admin(&shared, &req),
                     };
                     async move { Ok::<_, Infallible>(answer) }
@@ -235,17 +236,41 @@ pub const ADMIN_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; base
 ///   probe or a scrape by pod IP). An address is never a DNS-rebinding
 ///   name: a browser sends the name the page was loaded from.
 ///
+/// - a name in `allowed` (`admin.allowed_hosts`: a Kubernetes Service's
+///   name, on any port, since a Service may map its own port), or under a
+///   `*.` entry's name.
+///
 /// A request naming nothing (HTTP/1.0 without `Host`) does not come from
 /// a browser and is answered.
-pub fn admin_host_ok<B>(bound: SocketAddr, req: &Request<B>) -> bool {
+pub fn admin_host_ok<B>(bound: SocketAddr, allowed: &[String], req: &Request<B>) -> bool {
     let named = match req.uri().authority() {
         Some(a) => Some(a.as_str().as_bytes()),
         None => req.headers().get(http::header::HOST).map(|v| v.as_bytes()),
     };
     match named {
         None => true,
-        Some(v) => names_admin(bound, v),
+        Some(v) => names_admin(bound, v) || names_allowed(allowed, v),
     }
+}
+
+/// Whether the authority `v` names one of the `allowed` host names.
+fn names_allowed(allowed: &[String], v: &[u8]) -> bool {
+    if allowed.is_empty() {
+        return false;
+    }
+    let Ok(authority) = http::uri::Authority::try_from(v) else {
+        return false;
+    };
+    if authority.as_str().contains('@') || authority.as_str().ends_with(':') {
+        return false;
+    }
+    let host = authority.host().trim_end_matches('.').to_ascii_lowercase();
+    allowed.iter().any(|a| match a.strip_prefix("*.") {
+        Some(parent) => host
+            .strip_suffix(parent)
+            .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+        None => host == *a,
+    })
 }
 
 /// Whether the authority `v` (`host[:port]`) names the admin listener bound at `bound`.
@@ -350,6 +375,41 @@ mod tests {
     fn ok(bound: &str, host: &str) -> bool {
         let bound: SocketAddr = bound.parse().expect("test address");
         names_admin(bound, host.as_bytes())
+    }
+
+    #[test]
+    fn a_service_name_in_allowed_hosts_is_answered_and_no_other_name() {
+        let allowed = vec!["levee-admin".to_string(), "*.svc.cluster.local".to_string()];
+        let bound: SocketAddr = "0.0.0.0:9090".parse().unwrap();
+        let host = |h: &str| {
+            let req = Request::get("/metrics").header("host", h).body(()).unwrap();
+            admin_host_ok(bound, &allowed, &req)
+        };
+        for h in [
+            "levee-admin:9090",
+            "LEVEE-ADMIN:80",
+            "levee-admin",
+            "levee.default.svc.cluster.local:9090",
+            "levee.default.svc.cluster.local.:9090",
+        ] {
+            assert!(host(h), "{h}");
+        }
+        for h in [
+            "levee-admin.evil.example:9090",
+            "svc.cluster.local:9090",
+            "xsvc.cluster.local:9090",
+            "evil.example:9090",
+            "user@levee-admin:9090",
+            "levee-admin:",
+        ] {
+            assert!(!host(h), "{h}");
+        }
+        // Without the list, a name is refused as before.
+        let req = Request::get("/")
+            .header("host", "levee-admin:9090")
+            .body(())
+            .unwrap();
+        assert!(!admin_host_ok(bound, &[], &req));
     }
 
     #[test]

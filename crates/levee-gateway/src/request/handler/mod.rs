@@ -348,13 +348,57 @@ fn as_served(
     Ok((parts, body))
 }
 
+/// Why `path` could be read as another path by whatever normalises it
+/// after Levee (`None`: it is plain).
+fn ambiguous_path(path: &str) -> Option<&'static str> {
+    if path.contains('\\') {
+        return Some("a backslash");
+    }
+    if path.contains(';') {
+        return Some("a `;` parameter");
+    }
+    let lower = path.to_ascii_lowercase();
+    if ["%2e", "%2f", "%5c"].iter().any(|e| lower.contains(e)) {
+        return Some("an escaped dot, slash or backslash");
+    }
+    let mut segments = path.split('/').skip(1);
+    if segments.any(|s| s.is_empty() || s == "." || s == "..") {
+        return Some("an empty, `.` or `..` segment");
+    }
+    None
+}
+
 /// What the path asks of Levee: an endpoint it serves, or a provider path
 /// a route passes through; else a 404 that lists what it serves.
 fn endpoint(shared: &Shared, method: &Method, asked: &str) -> Result<Kind, LeveeError> {
     if let Some(path) = PATHS.iter().copied().find(|p| *p == asked) {
         return Ok(Kind::Served(path));
     }
-    pass_through(shared, method, asked).ok_or_else(|| {
+    // A path that a proxy or a provider could read as another (a dot
+    // segment, an escaped dot, slash or backslash, a backslash, an empty
+    // segment, a `;` parameter) is refused, never matched: matched on its
+    // raw form and normalised further on, `/v1/batches/../files` would
+    // leave the prefix it was let in by.
+    if let Some(why) = ambiguous_path(asked) {
+        let msg = format!(
+            "levee: the path `{}` has {why}: send the path in its plain form",
+            printable(asked)
+        );
+        return Err(LeveeError::bad_request(msg));
+    }
+    let kind = pass_through(shared, method, asked);
+    if let Some(Kind::Listed { route, .. }) = kind {
+        let allowed = &shared.config.routes[route].passthrough_methods;
+        if !allowed.contains(method) {
+            let names: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+            let msg = format!(
+                "levee: this path is passed through for {} only (the route's passthrough_methods)",
+                names.join(", ")
+            );
+            return Err(LeveeError::of(Why::MethodNotAllowed, msg));
+        }
+    }
+    kind.ok_or_else(|| {
         let msg = format!(
             "levee: no such endpoint `{}`; use one of {}, {} or a path a route lists in `passthrough`",
             printable(asked),
