@@ -130,6 +130,10 @@ pub enum Problem {
     HeaderLimitTooSmall,
     #[error("`state.{0}` applies only with `backend: redis`: remove it or set `backend: redis`")]
     RedisOnly(&'static str),
+    #[error("`state.tls` needs a `rediss://` URL (TLS); with `redis://` the connection would be plain text")]
+    RedisTlsScheme,
+    #[error("`state.tls` needs `cert_file` and `key_file` together (mutual TLS), or neither")]
+    RedisClientPair,
     #[error("provider `{0}`: `http2_max_streams` applies only to HTTP/2, and `http2: never` speaks HTTP/1.1: remove it or set `http2: auto` or `http2: always`")]
     Http2MaxStreamsUnused(String),
 }

@@ -350,7 +350,27 @@ pub enum StateBackend {
         /// The most bytes of stored answers the shared store holds, over
         /// every replica and caller.
         max_bytes: u64,
+        /// How to reach it beyond the URL: TLS files, a password.
+        connect: RedisConnect,
     },
+}
+
+/// How Levee reaches Redis beyond its URL.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedisConnect {
+    /// TLS settings (the URL is `rediss://`).
+    pub tls: Option<RedisTls>,
+    /// The variable holding the password (read at start, never printed).
+    pub password_env: Option<String>,
+}
+
+/// TLS to Redis: a private CA, and a client certificate for mutual TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    /// PEM certificates trusted for the server (else the public web PKI).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate chain and key, together.
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// Where traces go.

@@ -303,6 +303,19 @@ pub struct RawState {
     pub timeout: Option<Dur>,
     pub on_unavailable: Option<OnUnavailable>,
     pub max_bytes: Option<u64>,
+    /// TLS to Redis (with a `rediss://` URL).
+    pub tls: Option<RawRedisTls>,
+    /// The variable holding Redis's password (an ACL user's, with the user
+    /// in the URL).
+    pub password_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedisTls {
+    pub ca_file: Option<std::path::PathBuf>,
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -66,6 +66,20 @@ fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
             ("providers.<name>.region", "us-east5"),
             ("providers.<name>.project", "my-project"),
         ],
+        "state.tls" | "state.tls.ca_file" => vec![
+            ("state.backend", "redis"),
+            ("state.url", "\"rediss://localhost:6380\""),
+        ],
+        "state.tls.cert_file" => vec![
+            ("state.backend", "redis"),
+            ("state.url", "\"rediss://localhost:6380\""),
+            ("state.tls.key_file", "/k.pem"),
+        ],
+        "state.tls.key_file" => vec![
+            ("state.backend", "redis"),
+            ("state.url", "\"rediss://localhost:6380\""),
+            ("state.tls.cert_file", "/c.pem"),
+        ],
         p if p.starts_with("state.") && p != "state.backend" => vec![("state.backend", "redis")],
         // A balanced group stands where the base's target is: no provider
         // of its own, a member on one.

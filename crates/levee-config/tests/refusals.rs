@@ -297,3 +297,26 @@ fn passthrough_methods_and_admin_hosts_are_checked_where_written() {
         ["levee-admin", "*.svc.cluster.local"]
     );
 }
+
+#[test]
+fn redis_tls_needs_a_tls_url_and_a_whole_client_pair() {
+    let (line, msg) = refused(
+        "state:\n  backend: redis\n  url: \"redis://r:6379\"\n  tls: { ca_file: /ca.pem }\n",
+    );
+    assert_eq!(line, 4, "{msg}");
+    assert!(msg.contains("rediss://"), "{msg}");
+    let (_, msg) = refused(
+        "state:\n  backend: redis\n  url: \"rediss://r:6380\"\n  tls: { cert_file: /c.pem }\n",
+    );
+    assert!(
+        msg.contains("cert_file") && msg.contains("key_file"),
+        "{msg}"
+    );
+    let (_, msg) = refused("state:\n  password_env: X\n");
+    assert!(
+        msg.contains("state.password_env") && msg.contains("backend: redis"),
+        "{msg}"
+    );
+    Config::parse("state: { backend: redis, url: \"rediss://r:6380\", tls: { ca_file: /ca.pem, cert_file: /c.pem, key_file: /k.pem }, password_env: P }\n")
+        .expect("a whole TLS setting is read (its files are read at start)");
+}

@@ -29,6 +29,7 @@ pub mod census {
 /// key.
 pub mod preflight {
     pub use crate::runtime::shared::caller_key;
+    pub use crate::state::{check_backend, RedisSetupError};
     pub use crate::upstream::platform::{PlatformError, PlatformRuntime};
     pub use crate::upstream::{provider_auth, provider_extras, UpstreamError};
 }

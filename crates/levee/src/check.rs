@@ -214,6 +214,10 @@ fn key_problems(config: &Config, path: &Path) -> Vec<(bool, String)> {
             out.push((missing, format!("{line}{}", problem.error)));
         }
     }
+    if let Err(e) = levee_gateway::preflight::check_backend(&config.state) {
+        let line = at(&[Seg::Key("state"), Seg::Key(e.key())]);
+        out.push((e.is_missing(), format!("{line}{e}")));
+    }
     for (i, key) in config.keys.iter().enumerate() {
         if let Err(e) = levee_gateway::preflight::caller_key(key) {
             let line = at(&[Seg::Key("keys"), Seg::Index(i), Seg::Key("env")]);

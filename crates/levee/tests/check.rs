@@ -453,3 +453,26 @@ routes:
     let out = check(&["--config", example, "--allow-missing-env"]);
     assert!(!stdout(&out).contains("\nrouting\n"), "{}", stdout(&out));
 }
+
+#[test]
+fn an_unreadable_redis_ca_file_is_named_by_check() {
+    let text = "state:\n  backend: redis\n  url: \"rediss://redis.internal:6380\"\n  tls: { ca_file: /nonexistent/levee-redis-ca.pem }\n";
+    let out = check_config("redis-ca.yaml", text);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let all = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        all.contains("ca_file")
+            && all.contains("/nonexistent/levee-redis-ca.pem")
+            && all.contains("line 4"),
+        "{all}"
+    );
+    let not_pem = file("not-a-ca.pem", "hello\n");
+    let text = text.replace(
+        "/nonexistent/levee-redis-ca.pem",
+        &not_pem.display().to_string(),
+    );
+    let out = check_config("redis-ca-2.yaml", &text);
+    let all = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("no PEM certificate"), "{all}");
+}

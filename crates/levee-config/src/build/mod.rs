@@ -8,8 +8,8 @@ use crate::defaults;
 use crate::error::{ConfigError, Problem, Source};
 use crate::locate::Seg::{self, Index, Key};
 use crate::model::{
-    derived_max_in_flight, CallerKey, IdempotencySettings, InFlightCap, Limits, Provider, Route,
-    StateBackend, Telemetry,
+    derived_max_in_flight, CallerKey, IdempotencySettings, InFlightCap, Limits, Provider,
+    RedisConnect, RedisTls, Route, StateBackend, Telemetry,
 };
 use crate::raw::{
     RawAdmin, RawCaller, RawConfig, RawIdempotency, RawKey, RawLimits, RawMatch, RawRoute,
@@ -245,6 +245,37 @@ fn allowed_hosts(src: Source<'_>, admin: Option<&RawAdmin>) -> Result<Vec<String
     Ok(out)
 }
 
+/// `state.tls` and `state.password_env` checked: TLS only with a
+/// `rediss://` URL, a client certificate with its key. (The files are read,
+/// and the variable, by `levee check` and at start.)
+fn redis_connect(src: Source<'_>, s: &RawState, url: &str) -> Result<RedisConnect, ConfigError> {
+    let at = |keys: &[&'static str], p: Problem| {
+        let path: Vec<_> = keys.iter().map(|k| Key(k)).collect();
+        ConfigError::at(src, &path, p)
+    };
+    let tls = match &s.tls {
+        None => None,
+        Some(t) => {
+            if !url.starts_with("rediss://") {
+                return Err(at(&["state", "tls"], Problem::RedisTlsScheme));
+            }
+            let client = match (&t.cert_file, &t.key_file) {
+                (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+                (None, None) => None,
+                _ => return Err(at(&["state", "tls"], Problem::RedisClientPair)),
+            };
+            Some(RedisTls {
+                ca_file: t.ca_file.clone(),
+                client,
+            })
+        }
+    };
+    Ok(RedisConnect {
+        tls,
+        password_env: s.password_env.clone(),
+    })
+}
+
 /// Whether `id` reads as an access key id: 16 to 128 letters and digits,
 /// as AWS's own and S3-compatible stores' are.
 fn is_access_key_id(id: &str) -> bool {
@@ -282,6 +313,8 @@ fn state(src: Source<'_>, raw: Option<&RawState>) -> Result<StateBackend, Config
             ("timeout", s.timeout.is_some()),
             ("on_unavailable", s.on_unavailable.is_some()),
             ("max_bytes", s.max_bytes.is_some()),
+            ("tls", s.tls.is_some()),
+            ("password_env", s.password_env.is_some()),
         ];
         return match set.iter().find(|(_, is_set)| *is_set) {
             Some((key, _)) => {
@@ -291,11 +324,14 @@ fn state(src: Source<'_>, raw: Option<&RawState>) -> Result<StateBackend, Config
             None => Ok(StateBackend::Memory),
         };
     }
+    let url = s
+        .url
+        .as_ref()
+        .map_or_else(|| defaults::REDIS_URL.to_string(), |u| u.0.clone());
+    let connect = redis_connect(src, s, &url)?;
     Ok(StateBackend::Redis {
-        url: s
-            .url
-            .as_ref()
-            .map_or_else(|| defaults::REDIS_URL.to_string(), |u| u.0.clone()),
+        url,
+        connect,
         key_prefix: s
             .key_prefix
             .clone()

@@ -162,12 +162,14 @@ impl Shared {
             StateBackend::Memory => None,
             StateBackend::Redis {
                 url,
+                connect,
                 key_prefix,
                 replicas,
                 timeout,
                 ..
             } => Some(Arc::new(RedisState::new(
                 url,
+                connect,
                 key_prefix,
                 *replicas,
                 *timeout,

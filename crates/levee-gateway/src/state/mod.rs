@@ -81,27 +81,142 @@ impl std::fmt::Debug for RedisState {
 
 /// Why the Redis backend could not be set up (the URL shown redacted).
 #[derive(Debug, thiserror::Error)]
-#[error("state.url `{url}` is not a Redis URL like `redis://127.0.0.1:6379`: {source}")]
-pub struct RedisSetupError {
-    url: String,
-    source: redis::RedisError,
+pub enum RedisSetupError {
+    #[error("state.url `{url}` is not a Redis URL like `redis://127.0.0.1:6379`: {source}")]
+    Url {
+        url: String,
+        source: redis::RedisError,
+    },
+    #[error("state.tls: {what} `{path}` cannot be read: {source}")]
+    File {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("state.tls: the certificates for `{url}` cannot be used: {source}")]
+    Tls {
+        url: String,
+        source: redis::RedisError,
+    },
+    #[error("state.password_env: environment variable `{0}` is not set; export it, or put the password in the URL")]
+    Password(String),
+}
+
+impl RedisSetupError {
+    /// The `state` key at fault.
+    pub fn key(&self) -> &'static str {
+        match self {
+            RedisSetupError::Url { .. } => "url",
+            RedisSetupError::File { .. } | RedisSetupError::Tls { .. } => "tls",
+            RedisSetupError::Password(_) => "password_env",
+        }
+    }
+
+    /// Whether this is a value missing from the environment (`levee check
+    /// --allow-missing-env` warns).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, RedisSetupError::Password(_))
+    }
+}
+
+/// `levee check`: the Redis client `state` would make can be made (its TLS
+/// files read and parsed, its password variable set); nothing is
+/// connected. `Ok` for the memory backend.
+pub fn check_backend(state: &levee_config::StateBackend) -> Result<(), RedisSetupError> {
+    match state {
+        levee_config::StateBackend::Memory => Ok(()),
+        levee_config::StateBackend::Redis { url, connect, .. } => client(url, connect).map(|_| ()),
+    }
+}
+
+/// The Redis client for `url`: its password from `connect.password_env`
+/// when set, and for a `rediss://` URL TLS by rustls, trusting the web PKI
+/// or `tls.ca_file`, with `tls.cert_file` and `key_file` for mutual TLS.
+fn client(
+    url: &str,
+    connect: &levee_config::RedisConnect,
+) -> Result<redis::Client, RedisSetupError> {
+    use redis::IntoConnectionInfo;
+    let shown = || levee_config::redact_url(url);
+    let mut info = url
+        .into_connection_info()
+        .map_err(|source| RedisSetupError::Url {
+            url: shown(),
+            source,
+        })?;
+    if let Some(var) = &connect.password_env {
+        let password = std::env::var(var).map_err(|_| RedisSetupError::Password(var.clone()))?;
+        let settings = info.redis_settings().clone().set_password(password);
+        info = info.set_redis_settings(settings);
+    }
+    if url.starts_with("rediss://") {
+        // The one crypto provider Levee builds (ring); the Redis client asks
+        // for the process default.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let Some(tls) = &connect.tls else {
+        return redis::Client::open(info).map_err(|source| RedisSetupError::Url {
+            url: shown(),
+            source,
+        });
+    };
+    let read = |what: &'static str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|source| RedisSetupError::File {
+            what,
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let root_cert = tls
+        .ca_file
+        .as_deref()
+        .map(|p| read("ca_file", p))
+        .transpose()?;
+    if let (Some(pem), Some(path)) = (&root_cert, &tls.ca_file) {
+        if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+            return Err(RedisSetupError::File {
+                what: "ca_file",
+                path: path.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "it holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                ),
+            });
+        }
+    }
+    let client_tls = match &tls.client {
+        Some((cert, key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("cert_file", cert)?,
+            client_key: read("key_file", key)?,
+        }),
+        None => None,
+    };
+    let certs = redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    };
+    redis::Client::build_with_tls(info, certs).map_err(|source| RedisSetupError::Tls {
+        url: shown(),
+        source,
+    })
 }
 
 impl RedisState {
     /// Connects lazily: a Redis that is down at start is a fallback, not a failure.
     pub fn new(
         url: &str,
+        connect: &levee_config::RedisConnect,
         prefix: &str,
         replicas: u32,
         timeout: Duration,
         clock: Clock,
         fallbacks: Family<crate::observe::metrics::WhatLabel, Counter>,
     ) -> Result<Self, RedisSetupError> {
-        let err = |source| RedisSetupError {
+        let err = |source| RedisSetupError::Url {
             url: levee_config::redact_url(url),
             source,
         };
-        let client = redis::Client::open(url).map_err(err)?;
+        let client = client(url, connect)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(250)))
             .set_response_timeout(Some(Duration::from_millis(250)))

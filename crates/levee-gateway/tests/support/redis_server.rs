@@ -14,8 +14,16 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts one on 127.0.0.1:`port`; `None` when it cannot be started.
     pub fn start(port: u16) -> Option<RedisServer> {
+        RedisServer::start_with(&["--port".to_string(), port.to_string()], port)
+    }
+
+    /// Starts one listening as `listen` says (`--port P`, or `--port 0
+    /// --tls-port P` with its certificate arguments) on 127.0.0.1:`port`.
+    #[allow(dead_code)]
+    pub fn start_with(listen: &[String], port: u16) -> Option<RedisServer> {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(listen)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
