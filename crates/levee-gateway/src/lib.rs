@@ -296,6 +296,14 @@ pub async fn spawn_with(
     let shared = first_generation(config, &opts, recorder).await?;
     let reloader = Arc::new(runtime::reload::Reloader::new(Arc::clone(&shared)));
     let (stop, rx) = watch::channel(false);
+    if let Some(redis) = &shared.redis {
+        let gauge = shared.metrics.state_replicas.clone();
+        tokio::spawn(state::replicas::announce_until(
+            Arc::clone(redis),
+            gauge,
+            rx.clone(),
+        ));
+    }
     let mut rx_public = rx.clone();
     let mut rx_admin = rx.clone();
     let mut workers = Vec::with_capacity(opts.extra_workers);

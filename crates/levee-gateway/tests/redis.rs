@@ -618,3 +618,54 @@ async fn a_response_created_through_one_replica_is_read_through_the_other() {
     b.shutdown().await;
     a.stop().await;
 }
+
+/// GETs `path` from the admin listener at `admin`.
+async fn admin_get(env: &Env, admin: std::net::SocketAddr, path: &str) -> String {
+    let req = http::Request::get(format!("http://{admin}{path}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    Resp::read(env.client.request(req).await.unwrap())
+        .await
+        .text()
+}
+
+/// Waits (polling every 100 ms) until replica `admin`'s gauge reads `n`.
+async fn replicas_become(env: &Env, admin: std::net::SocketAddr, n: f64) {
+    watchdog(WATCHDOG, async {
+        loop {
+            let m = admin_get(env, admin, "/metrics").await;
+            if metric(&m, "levee_state_replicas", &[]) == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn replicas_count_each_other_by_their_leases() {
+    let Some(r) = redis().await else { return };
+    // `replicas: 2` in the config; the leases say how many there really are.
+    let (a, b) = replicas(r.port, "faults: []", "").await;
+    replicas_become(&a, a.gw.admin_addr, 2.0).await;
+    replicas_become(&a, b.admin_addr, 2.0).await;
+    let page = admin_get(&a, a.gw.admin_addr, "/").await;
+    assert!(page.contains("2 live (leases in Redis)"), "{page}");
+    // A third replica joins; then one leaves: counted within a renewal.
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nstate: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"t{}\", replicas: 2, timeout: 50ms }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
+        r.port,
+        r.port,
+        a.mocks[0].url()
+    );
+    let c = spawn_text(&text, 9).await;
+    replicas_become(&a, a.gw.admin_addr, 3.0).await;
+    c.shutdown().await;
+    b.shutdown().await;
+    replicas_become(&a, a.gw.admin_addr, 1.0).await;
+    // One replica live, but the config's 2 is the floor of N.
+    let page = admin_get(&a, a.gw.admin_addr, "/").await;
+    assert!(page.contains("1/2 of every allowance"), "{page}");
+    a.stop().await;
+}

@@ -167,6 +167,7 @@ pub struct Metrics {
     pub fallbacks: Family<RouteReason, Counter>,
     pub replayed: Counter,
     pub state_fallbacks: Family<WhatLabel, Counter>,
+    pub state_replicas: Gauge,
     pub idempotency_local: Counter,
     pub translation_refused: Family<RouteProviderReason, Counter>,
     pub tokens: Family<TokensLabel, Counter>,
@@ -184,7 +185,7 @@ pub struct Metrics {
 }
 
 /// Every metric's name and help text.
-const HELP: [(&str, &str); 25] = [
+const HELP: [(&str, &str); 26] = [
     (
         "levee_requests",
         "Logical requests by route and outcome (success or the x-levee-reason)",
@@ -256,6 +257,10 @@ const HELP: [(&str, &str); 25] = [
     (
         "levee_state_fallback",
         "Shared-state operations served locally because Redis was slow or down",
+    ),
+    (
+        "levee_state_replicas",
+        "Live replicas sharing the state store, counted by their leases in Redis (each enforces 1/N of every allowance while Redis is unreachable)",
     ),
     (
         "levee_idempotency_local",
@@ -343,6 +348,7 @@ impl Metrics {
             fallbacks: reg(&mut r, "levee_fallbacks", Family::default()),
             replayed: reg(&mut r, "levee_idempotency_replayed", Counter::default()),
             state_fallbacks: reg(&mut r, "levee_state_fallback", Family::default()),
+            state_replicas: reg(&mut r, "levee_state_replicas", Gauge::default()),
             idempotency_local: reg(&mut r, "levee_idempotency_local", Counter::default()),
             translation_refused: reg(&mut r, "levee_translation_refused", Family::default()),
             tokens: reg(&mut r, "levee_tokens", Family::default()),

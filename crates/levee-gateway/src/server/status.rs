@@ -113,6 +113,7 @@ pub fn render(shared: &Shared) -> String {
             .saturating_sub(shared.generation.loaded_unix_ms)
             / 1000,
     );
+    replicas(shared, &mut out);
     success(shared, &mut out);
     providers(shared, &mut out);
     routes(shared, &mut out);
@@ -122,6 +123,23 @@ pub fn render(shared: &Shared) -> String {
     census(&report, &mut out);
     out.push_str("</body></html>\n");
     out
+}
+
+/// With a shared state store: the replicas counted by their leases, and the
+/// share of each allowance a replica enforces while the store is
+/// unreachable.
+fn replicas(shared: &Shared, out: &mut String) {
+    let Some(redis) = &shared.redis else { return };
+    let counted = match redis.live_replicas() {
+        Some(n) => format!("{n} live (leases in Redis)"),
+        None => "not counted yet".to_string(),
+    };
+    let _ = write!(
+        out,
+        "<p class=\"sub\" id=\"replicas\">replicas: <b>{counted}</b> · while Redis is unreachable each enforces 1/{} of every allowance (<code>state.replicas</code> {} is the floor)</p>",
+        redis.replicas_now(),
+        redis.replicas,
+    );
 }
 
 /// How a route's success ratio is shown: its class (`ok`, `warn`, `bad`,

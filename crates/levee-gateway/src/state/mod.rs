@@ -11,7 +11,8 @@
 //!
 //! Every Redis call has a small time budget (default 5 ms). When Redis is slow
 //! or down, Levee keeps serving: the allowance falls back to a local limiter at
-//! 1/N of the rate (N = `state.replicas`), idempotency to the local store; a
+//! 1/N of the rate (N = the replicas last counted by their leases in Redis,
+//! `replicas`, never below `state.replicas`), idempotency to the local store; a
 //! metric counts each fallback and one warning per minute is logged. After
 //! three failures in a row Redis is skipped for a second (so a dead Redis
 //! costs nothing per request), then tried again: sharing resumes by itself
@@ -20,6 +21,7 @@
 mod allowance;
 pub(crate) mod idempotency;
 pub(crate) mod origins;
+pub(crate) mod replicas;
 pub use allowance::SharedMeter;
 
 use crate::clock::Clock;
@@ -41,6 +43,8 @@ pub(crate) enum StateUse {
     Idempotency,
     /// Where each stored response was created.
     StoredObjects,
+    /// The replicas' leases (how many share each allowance).
+    Replicas,
 }
 
 impl StateUse {
@@ -50,6 +54,7 @@ impl StateUse {
             StateUse::Allowance => "allowance",
             StateUse::Idempotency => "idempotency",
             StateUse::StoredObjects => "stored_objects",
+            StateUse::Replicas => "replicas",
         }
     }
 }
@@ -60,7 +65,12 @@ pub struct RedisState {
     conn: ConnectionManager,
     prefix: String,
     timeout: Duration,
+    /// `state.replicas`: the floor of N, and N before a count is seen.
     pub replicas: u32,
+    /// This replica's id in the leases.
+    id: String,
+    /// The live replicas last counted (0: none yet).
+    live: std::sync::atomic::AtomicU32,
     clock: Clock,
     skip_until_ns: AtomicU64,
     failures_in_a_row: AtomicU64,
@@ -228,6 +238,8 @@ impl RedisState {
             prefix: prefix.to_string(),
             timeout,
             replicas: replicas.max(1),
+            id: uuid::Uuid::now_v7().to_string(),
+            live: std::sync::atomic::AtomicU32::new(0),
             clock,
             skip_until_ns: AtomicU64::new(0),
             failures_in_a_row: AtomicU64::new(0),

@@ -10,7 +10,10 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct SharedRate {
     meters: Vec<(levee_policy::allowance::Meter, crate::state::SharedMeter)>,
-    local: Mutex<levee_policy::allowance::Allowance>,
+    limits: levee_policy::allowance::Limits,
+    /// The local allowance and the N it is 1/N for (made again when the
+    /// replica count changes).
+    local: Mutex<(u32, levee_policy::allowance::Allowance)>,
 }
 
 impl SharedRate {
@@ -19,7 +22,7 @@ impl SharedRate {
         limits: levee_policy::allowance::Limits,
         replicas: u32,
     ) -> Option<SharedRate> {
-        use levee_policy::allowance::{Allowance, Limits, Meter};
+        use levee_policy::allowance::Meter;
         let n = u64::from(replicas.max(1));
         let mut meters = Vec::new();
         if let Some(rpm) = limits.requests_per_minute {
@@ -55,19 +58,10 @@ impl SharedRate {
         if meters.is_empty() {
             return None;
         }
-        let share = |v: Option<u64>| v.map(|v| (v / n).max(1));
-        let local = Allowance::new(Limits {
-            requests_per_minute: limits
-                .requests_per_minute
-                .map(|r| (u64::from(r) / n).max(1) as u32),
-            request_burst: (u64::from(limits.request_burst) / n).max(1) as u32,
-            tokens_per_minute: share(limits.tokens_per_minute),
-            input_tokens_per_minute: share(limits.input_tokens_per_minute),
-            output_tokens_per_minute: share(limits.output_tokens_per_minute),
-        });
         Some(SharedRate {
             meters,
-            local: Mutex::new(local),
+            limits,
+            local: Mutex::new((replicas.max(1), local_share(limits, n))),
         })
     }
 
@@ -92,9 +86,13 @@ impl SharedRate {
             priority: levee_policy::allowance::Priority::High,
             ..Default::default()
         };
-        self.local
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let n = redis.replicas_now();
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        if local.0 != n {
+            *local = (n, local_share(self.limits, u64::from(n)));
+        }
+        local
+            .1
             .take(now, &ask)
             .map(|_| ())
             .map_err(|until| until.saturating_since(now))
@@ -119,6 +117,26 @@ impl SharedRate {
             .filter(|(_, back)| *back != 0)
             .collect()
     }
+}
+
+/// 1/`n` of each meter of `limits` (at least one unit each).
+fn local_share(
+    limits: levee_policy::allowance::Limits,
+    n: u64,
+) -> levee_policy::allowance::Allowance {
+    use levee_policy::allowance::{Allowance, Limits};
+    let n = n.max(1);
+    let share = |v: Option<u64>| v.map(|v| (v / n).max(1));
+    Allowance::new(Limits {
+        requests_per_minute: limits
+            .requests_per_minute
+            .map(|r| u32::try_from((u64::from(r) / n).max(1)).unwrap_or(u32::MAX)),
+        request_burst: u32::try_from((u64::from(limits.request_burst) / n).max(1))
+            .unwrap_or(u32::MAX),
+        tokens_per_minute: share(limits.tokens_per_minute),
+        input_tokens_per_minute: share(limits.input_tokens_per_minute),
+        output_tokens_per_minute: share(limits.output_tokens_per_minute),
+    })
 }
 
 /// The units of `meter` a request of `cost` spends.
