@@ -130,6 +130,14 @@ pub enum Problem {
     HeaderLimitTooSmall,
     #[error("`state.{0}` applies only with `backend: redis`: remove it or set `backend: redis`")]
     RedisOnly(&'static str),
+    #[error("`state.nodes` lists a cluster's seed nodes or the sentinels: set `mode: cluster` or `mode: sentinel`, or use `url` for one server")]
+    RedisNodesStandalone,
+    #[error("`mode: cluster` and `mode: sentinel` need `nodes`: the cluster's seed nodes, or the sentinels, as Redis URLs")]
+    RedisNodesNeeded,
+    #[error("`mode: sentinel` needs `sentinel_master`: the primary's name the sentinels know (`sentinel monitor NAME …`)")]
+    RedisSentinelMaster,
+    #[error("`sentinel_master` applies only with `mode: sentinel`")]
+    RedisMasterWithoutSentinel,
     #[error("`state.tls` needs a `rediss://` URL (TLS); with `redis://` the connection would be plain text")]
     RedisTlsScheme,
     #[error("`state.tls` needs `cert_file` and `key_file` together (mutual TLS), or neither")]

@@ -33,7 +33,7 @@ pub use duration::parse_duration;
 pub use error::{yaml_message, ConfigError, Problem, RouteProblem};
 pub use model::{
     derived_max_in_flight, Caller, CallerKey, IdempotencySettings, InFlightCap, Limits, Match,
-    Provider, RedisConnect, RedisTls, Route, StateBackend, Target, Telemetry,
+    Provider, RedisConnect, RedisMode, RedisTls, Route, StateBackend, Target, Telemetry,
 };
 pub use platform::{check_credential_url, is_local_host, ApiKind, ModelNames, Platform};
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};

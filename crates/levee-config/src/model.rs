@@ -351,13 +351,45 @@ pub enum StateBackend {
         /// every replica and caller.
         max_bytes: u64,
         /// How to reach it beyond the URL: TLS files, a password.
-        connect: RedisConnect,
+        connect: Box<RedisConnect>,
     },
+}
+
+/// How Redis is deployed (`state.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One server at `state.url`.
+    #[default]
+    Standalone,
+    /// A Redis Cluster found from the seed `state.nodes`.
+    Cluster,
+    /// A primary the sentinels at `state.nodes` name for `sentinel_master`.
+    Sentinel,
+}
+
+impl<'de> serde::Deserialize<'de> for RedisMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::values::one_of(
+            d,
+            "state.mode",
+            &[
+                ("standalone", RedisMode::Standalone),
+                ("cluster", RedisMode::Cluster),
+                ("sentinel", RedisMode::Sentinel),
+            ],
+        )
+    }
 }
 
 /// How Levee reaches Redis beyond its URL.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RedisConnect {
+    /// How Redis is deployed.
+    pub mode: RedisMode,
+    /// A cluster's seed nodes, or the sentinels (Redis URLs).
+    pub nodes: Vec<String>,
+    /// The primary's name the sentinels know.
+    pub sentinel_master: Option<String>,
     /// TLS settings (the URL is `rediss://`).
     pub tls: Option<RedisTls>,
     /// The variable holding the password (read at start, never printed).

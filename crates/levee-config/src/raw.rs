@@ -308,6 +308,12 @@ pub struct RawState {
     /// The variable holding Redis's password (an ACL user's, with the user
     /// in the URL).
     pub password_env: Option<String>,
+    /// `standalone`, `cluster` or `sentinel`.
+    pub mode: Option<crate::model::RedisMode>,
+    /// A cluster's seed nodes, or the sentinels.
+    pub nodes: Option<Vec<RedisUrl>>,
+    /// The primary's name the sentinels know.
+    pub sentinel_master: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

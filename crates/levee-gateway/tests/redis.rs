@@ -373,7 +373,7 @@ async fn shutdown_releases_the_leases_this_replica_holds_in_redis() {
         .unwrap();
     let states = |conn: &mut redis::aio::MultiplexedConnection| {
         let mut conn = conn.clone();
-        let pattern = format!("{prefix}:idem:*");
+        let pattern = format!("{{{prefix}}}:idem:*");
         async move {
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg(&pattern)
@@ -413,7 +413,7 @@ async fn stored_bytes(port: u16, prefix: &str) -> u64 {
         .await
         .expect("redis connection");
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}:idem:*"))
+        .arg(format!("{{{prefix}}}:idem:*"))
         .query_async(&mut c)
         .await
         .expect("KEYS");

@@ -1225,7 +1225,7 @@ fn sigterm_answers_waiting_requests_and_releases_redis_leases() {
         "the request reaches the provider",
         || json_u64(&mock.stats(), "in_flight") == Some(1),
     );
-    let keys = redis_cli(port, &["--scan", "--pattern", "sigterm:idem:*"]).unwrap_or_default();
+    let keys = redis_cli(port, &["--scan", "--pattern", "{sigterm}:idem:*"]).unwrap_or_default();
     assert_eq!(keys.lines().count(), 1, "one lease held: {keys:?}");
     let state = redis_cli(port, &["HGET", keys.trim(), "state"]);
     assert_eq!(state.as_deref(), Some("inflight"));
@@ -1249,7 +1249,7 @@ fn sigterm_answers_waiting_requests_and_releases_redis_leases() {
         }
         Answer::Closed => panic!("the waiting request got no response at all"),
     }
-    let left = redis_cli(port, &["--scan", "--pattern", "sigterm:idem:*"])
+    let left = redis_cli(port, &["--scan", "--pattern", "{sigterm}:idem:*"])
         .expect("redis answers the scan after the gateway exits");
     assert!(
         left.is_empty(),

@@ -9,7 +9,7 @@ use crate::error::{ConfigError, Problem, Source};
 use crate::locate::Seg::{self, Index, Key};
 use crate::model::{
     derived_max_in_flight, CallerKey, IdempotencySettings, InFlightCap, Limits, Provider,
-    RedisConnect, RedisTls, Route, StateBackend, Telemetry,
+    RedisConnect, RedisMode, RedisTls, Route, StateBackend, Telemetry,
 };
 use crate::raw::{
     RawAdmin, RawCaller, RawConfig, RawIdempotency, RawKey, RawLimits, RawMatch, RawRoute,
@@ -253,6 +253,24 @@ fn redis_connect(src: Source<'_>, s: &RawState, url: &str) -> Result<RedisConnec
         let path: Vec<_> = keys.iter().map(|k| Key(k)).collect();
         ConfigError::at(src, &path, p)
     };
+    let mode = s.mode.unwrap_or_default();
+    let nodes: Vec<String> = s.nodes.iter().flatten().map(|n| n.0.clone()).collect();
+    let problem = match (mode, nodes.is_empty(), &s.sentinel_master) {
+        (RedisMode::Standalone, false, _) => Some(("nodes", Problem::RedisNodesStandalone)),
+        (RedisMode::Cluster | RedisMode::Sentinel, true, _) => {
+            Some(("mode", Problem::RedisNodesNeeded))
+        }
+        (RedisMode::Sentinel, false, None) => Some(("mode", Problem::RedisSentinelMaster)),
+        (RedisMode::Standalone | RedisMode::Cluster, _, Some(_)) => {
+            Some(("sentinel_master", Problem::RedisMasterWithoutSentinel))
+        }
+        _ => None,
+    };
+    if let Some((key, p)) = problem {
+        return Err(at(&["state", key], p));
+    }
+    // With nodes, their scheme says whether TLS is on.
+    let url = nodes.first().map_or(url, String::as_str);
     let tls = match &s.tls {
         None => None,
         Some(t) => {
@@ -271,6 +289,9 @@ fn redis_connect(src: Source<'_>, s: &RawState, url: &str) -> Result<RedisConnec
         }
     };
     Ok(RedisConnect {
+        mode,
+        nodes,
+        sentinel_master: s.sentinel_master.clone(),
         tls,
         password_env: s.password_env.clone(),
     })
@@ -315,6 +336,9 @@ fn state(src: Source<'_>, raw: Option<&RawState>) -> Result<StateBackend, Config
             ("max_bytes", s.max_bytes.is_some()),
             ("tls", s.tls.is_some()),
             ("password_env", s.password_env.is_some()),
+            ("mode", s.mode.is_some()),
+            ("nodes", s.nodes.is_some()),
+            ("sentinel_master", s.sentinel_master.is_some()),
         ];
         return match set.iter().find(|(_, is_set)| *is_set) {
             Some((key, _)) => {
@@ -328,7 +352,7 @@ fn state(src: Source<'_>, raw: Option<&RawState>) -> Result<StateBackend, Config
         .url
         .as_ref()
         .map_or_else(|| defaults::REDIS_URL.to_string(), |u| u.0.clone());
-    let connect = redis_connect(src, s, &url)?;
+    let connect = Box::new(redis_connect(src, s, &url)?);
     Ok(StateBackend::Redis {
         url,
         connect,

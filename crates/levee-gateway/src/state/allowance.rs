@@ -84,7 +84,7 @@ impl RedisState {
         for (m, cost) in meters {
             let emission = m.emission_us();
             let capacity = m.capacity.max(1);
-            inv.key(format!("{}:rl:{}{}", self.prefix, provider, m.suffix))
+            inv.key(allowance_key(&self.prefix, provider, m.suffix))
                 .arg(emission)
                 .arg(emission * (capacity - 1) as f64)
                 // A request larger than the bucket goes when it is full.
@@ -108,10 +108,17 @@ impl RedisState {
         units: i64,
     ) -> Option<()> {
         let mut inv = SETTLE.prepare_invoke();
-        inv.key(format!("{}:rl:{}{}", self.prefix, provider, meter.suffix))
+        inv.key(allowance_key(&self.prefix, provider, meter.suffix))
             .arg(meter.emission_us())
             .arg(units);
         let _: u64 = self.run(super::StateUse::Allowance, inv).await?;
         Some(())
     }
+}
+
+/// `{prefix:rl:provider}suffix`: one allowance's meters share a hash tag,
+/// so a Redis Cluster keeps them in one slot (the script reads them
+/// together) while different allowances spread over the cluster.
+fn allowance_key(prefix: &str, provider: &str, suffix: &str) -> String {
+    format!("{{{prefix}:rl:{provider}}}{suffix}")
 }

@@ -20,14 +20,15 @@
 
 mod allowance;
 pub(crate) mod idempotency;
+mod link;
 pub(crate) mod origins;
 pub(crate) mod replicas;
 pub use allowance::SharedMeter;
+pub use link::{check_backend, RedisSetupError};
 
 use crate::clock::Clock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use redis::aio::ConnectionManager;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -62,7 +63,7 @@ impl StateUse {
 /// The Redis connection, with its time budget and the degradation logic
 /// both jobs share.
 pub struct RedisState {
-    conn: ConnectionManager,
+    conn: link::Link,
     prefix: String,
     timeout: Duration,
     /// `state.replicas`: the floor of N, and N before a count is seen.
@@ -89,128 +90,6 @@ impl std::fmt::Debug for RedisState {
     }
 }
 
-/// Why the Redis backend could not be set up (the URL shown redacted).
-#[derive(Debug, thiserror::Error)]
-pub enum RedisSetupError {
-    #[error("state.url `{url}` is not a Redis URL like `redis://127.0.0.1:6379`: {source}")]
-    Url {
-        url: String,
-        source: redis::RedisError,
-    },
-    #[error("state.tls: {what} `{path}` cannot be read: {source}")]
-    File {
-        what: &'static str,
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("state.tls: the certificates for `{url}` cannot be used: {source}")]
-    Tls {
-        url: String,
-        source: redis::RedisError,
-    },
-    #[error("state.password_env: environment variable `{0}` is not set; export it, or put the password in the URL")]
-    Password(String),
-}
-
-impl RedisSetupError {
-    /// The `state` key at fault.
-    pub fn key(&self) -> &'static str {
-        match self {
-            RedisSetupError::Url { .. } => "url",
-            RedisSetupError::File { .. } | RedisSetupError::Tls { .. } => "tls",
-            RedisSetupError::Password(_) => "password_env",
-        }
-    }
-
-    /// Whether this is a value missing from the environment (`levee check
-    /// --allow-missing-env` warns).
-    pub fn is_missing(&self) -> bool {
-        matches!(self, RedisSetupError::Password(_))
-    }
-}
-
-/// `levee check`: the Redis client `state` would make can be made (its TLS
-/// files read and parsed, its password variable set); nothing is
-/// connected. `Ok` for the memory backend.
-pub fn check_backend(state: &levee_config::StateBackend) -> Result<(), RedisSetupError> {
-    match state {
-        levee_config::StateBackend::Memory => Ok(()),
-        levee_config::StateBackend::Redis { url, connect, .. } => client(url, connect).map(|_| ()),
-    }
-}
-
-/// The Redis client for `url`: its password from `connect.password_env`
-/// when set, and for a `rediss://` URL TLS by rustls, trusting the web PKI
-/// or `tls.ca_file`, with `tls.cert_file` and `key_file` for mutual TLS.
-fn client(
-    url: &str,
-    connect: &levee_config::RedisConnect,
-) -> Result<redis::Client, RedisSetupError> {
-    use redis::IntoConnectionInfo;
-    let shown = || levee_config::redact_url(url);
-    let mut info = url
-        .into_connection_info()
-        .map_err(|source| RedisSetupError::Url {
-            url: shown(),
-            source,
-        })?;
-    if let Some(var) = &connect.password_env {
-        let password = std::env::var(var).map_err(|_| RedisSetupError::Password(var.clone()))?;
-        let settings = info.redis_settings().clone().set_password(password);
-        info = info.set_redis_settings(settings);
-    }
-    if url.starts_with("rediss://") {
-        // The one crypto provider Levee builds (ring); the Redis client asks
-        // for the process default.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    let Some(tls) = &connect.tls else {
-        return redis::Client::open(info).map_err(|source| RedisSetupError::Url {
-            url: shown(),
-            source,
-        });
-    };
-    let read = |what: &'static str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|source| RedisSetupError::File {
-            what,
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    let root_cert = tls
-        .ca_file
-        .as_deref()
-        .map(|p| read("ca_file", p))
-        .transpose()?;
-    if let (Some(pem), Some(path)) = (&root_cert, &tls.ca_file) {
-        if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
-            return Err(RedisSetupError::File {
-                what: "ca_file",
-                path: path.display().to_string(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "it holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-                ),
-            });
-        }
-    }
-    let client_tls = match &tls.client {
-        Some((cert, key)) => Some(redis::ClientTlsConfig {
-            client_cert: read("cert_file", cert)?,
-            client_key: read("key_file", key)?,
-        }),
-        None => None,
-    };
-    let certs = redis::TlsCertificates {
-        client_tls,
-        root_cert,
-    };
-    redis::Client::build_with_tls(info, certs).map_err(|source| RedisSetupError::Tls {
-        url: shown(),
-        source,
-    })
-}
-
 impl RedisState {
     /// Connects lazily: a Redis that is down at start is a fallback, not a failure.
     pub fn new(
@@ -222,17 +101,7 @@ impl RedisState {
         clock: Clock,
         fallbacks: Family<crate::observe::metrics::WhatLabel, Counter>,
     ) -> Result<Self, RedisSetupError> {
-        let err = |source| RedisSetupError::Url {
-            url: levee_config::redact_url(url),
-            source,
-        };
-        let client = client(url, connect)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(250)))
-            .set_response_timeout(Some(Duration::from_millis(250)))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(err)?;
+        let conn = link::link(url, connect)?;
         Ok(RedisState {
             conn,
             prefix: prefix.to_string(),
@@ -335,8 +204,11 @@ impl RedisState {
             self.skipped(what);
             return None;
         }
-        let mut conn = self.conn.clone();
-        let called = tokio::time::timeout(budget, inv.invoke_async::<T>(&mut conn)).await;
+        let called = tokio::time::timeout(budget, async {
+            let mut conn = self.conn.get().await?;
+            inv.invoke_async::<T>(&mut conn).await
+        })
+        .await;
         self.settle(what, called)
     }
 
@@ -348,8 +220,11 @@ impl RedisState {
         cmd: redis::Cmd,
         budget: Duration,
     ) -> Option<T> {
-        let mut conn = self.conn.clone();
-        let called = tokio::time::timeout(budget, cmd.query_async::<T>(&mut conn)).await;
+        let called = tokio::time::timeout(budget, async {
+            let mut conn = self.conn.get().await?;
+            cmd.query_async::<T>(&mut conn).await
+        })
+        .await;
         self.settle(what, called)
     }
 
@@ -359,9 +234,11 @@ impl RedisState {
     /// outlives the per-CPU worker runtimes, which stop first at shutdown —
     /// when the leases still held are released.
     pub(crate) async fn connect_here(&self, budget: Duration) {
-        let mut conn = self.conn.clone();
-        let _ =
-            tokio::time::timeout(budget, redis::cmd("PING").query_async::<String>(&mut conn)).await;
+        let _ = tokio::time::timeout(budget, async {
+            let mut conn = self.conn.get().await?;
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        })
+        .await;
     }
 
     /// One script invocation within `budget`, outside the degradation logic
@@ -372,8 +249,11 @@ impl RedisState {
         inv: redis::ScriptInvocation<'_>,
         budget: Duration,
     ) -> Option<T> {
-        let mut conn = self.conn.clone();
-        match tokio::time::timeout(budget, inv.invoke_async::<T>(&mut conn)).await {
+        let called = tokio::time::timeout(budget, async {
+            let mut conn = self.conn.get().await?;
+            inv.invoke_async::<T>(&mut conn).await
+        });
+        match called.await {
             Ok(Ok(v)) => Some(v),
             _ => None,
         }
@@ -392,6 +272,7 @@ impl RedisState {
                 Some(v)
             }
             Ok(Err(e)) => {
+                self.conn.failed(&e);
                 self.degraded(what, &e.to_string());
                 None
             }

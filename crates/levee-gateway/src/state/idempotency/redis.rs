@@ -40,8 +40,8 @@ return {'done', redis.call('HGET', k, 'status'), redis.call('HGET', k, 'headers'
 // stop storing a busy caller's answers for good). An answer over the
 // per-answer limit (ARGV[6]), or one that would take its bucket past its
 // share (ARGV[7]) or the store past its bound (ARGV[10]), is not stored and
-// the key is freed. The counters' names are made here, so the store needs a
-// Redis that is not a cluster (as the other scripts do).
+// the key is freed. The counters' names are made here: they share the
+// entry's hash tag, so a Redis Cluster serves them from the entry's slot.
 const COMPLETE_SCRIPT: &str = r#"
 local k = KEYS[1]
 if redis.call('HGET', k, 'lease') ~= ARGV[1] then return 0 end
@@ -110,20 +110,24 @@ fn lease_ms() -> u64 {
     u64::try_from(LEASE.as_millis()).unwrap_or(10_000)
 }
 
-/// `prefix:idem:<caller>:<key>`; the caller is its digest's first 16 bytes.
+/// `{prefix}:idem:<caller>:<key>`; the caller is its digest's first 16
+/// bytes. Every idempotency key and byte counter shares the hash tag
+/// `{prefix}`: the store's bound is counted over all of them in the same
+/// script that stores an answer, so a Redis Cluster must keep them in one
+/// slot (one shard holds the idempotency store; the allowances spread).
 fn idem_key(redis: &RedisState, caller: &[u8; 32], key: &str) -> String {
-    format!("{}:idem:{}:{key}", redis.prefix(), hex(&caller[..16]))
+    format!("{{{}}}:idem:{}:{key}", redis.prefix(), hex(&caller[..16]))
 }
 
-/// `prefix:idem-bytes:<caller>`: the prefix of the counters of the bytes a
-/// caller's bucket has stored (one per window, see the complete script).
+/// `{prefix}:idem-bytes:<caller>`: the prefix of the counters of the bytes
+/// a caller's bucket has stored (one per window, see the complete script).
 fn bytes_key(redis: &RedisState, caller: &[u8; 32]) -> String {
-    format!("{}:idem-bytes:{}", redis.prefix(), hex(&caller[..16]))
+    format!("{{{}}}:idem-bytes:{}", redis.prefix(), hex(&caller[..16]))
 }
 
-/// `prefix:idem-bytes-all`: the prefix of the whole store's counters.
+/// `{prefix}:idem-bytes-all`: the prefix of the whole store's counters.
 fn all_bytes_key(redis: &RedisState) -> String {
-    format!("{}:idem-bytes-all", redis.prefix())
+    format!("{{{}}}:idem-bytes-all", redis.prefix())
 }
 
 fn hex(b: &[u8]) -> String {
