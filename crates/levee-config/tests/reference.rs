@@ -66,6 +66,18 @@ fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
             ("providers.<name>.region", "us-east5"),
             ("providers.<name>.project", "my-project"),
         ],
+        // `mode`'s default (standalone) refuses the `nodes` its examples
+        // need, so its default is stated in words, not checked here.
+        "state.mode" | "state.nodes" => vec![
+            ("state.backend", "redis"),
+            ("state.mode", "cluster"),
+            ("state.nodes", "[\"redis://10.0.0.7:6379\"]"),
+        ],
+        "state.sentinel_master" => vec![
+            ("state.backend", "redis"),
+            ("state.mode", "sentinel"),
+            ("state.nodes", "[\"redis://10.0.0.7:26379\"]"),
+        ],
         "state.tls" | "state.tls.ca_file" => vec![
             ("state.backend", "redis"),
             ("state.url", "\"rediss://localhost:6380\""),

@@ -320,3 +320,28 @@ fn redis_tls_needs_a_tls_url_and_a_whole_client_pair() {
     Config::parse("state: { backend: redis, url: \"rediss://r:6380\", tls: { ca_file: /ca.pem, cert_file: /c.pem, key_file: /k.pem }, password_env: P }\n")
         .expect("a whole TLS setting is read (its files are read at start)");
 }
+
+#[test]
+fn redis_modes_need_their_nodes_and_master_and_nothing_else() {
+    let (line, msg) = refused("state:\n  backend: redis\n  mode: cluster\n");
+    assert_eq!(line, 3, "{msg}");
+    assert!(msg.contains("need `nodes`"), "{msg}");
+    let (_, msg) = refused("state:\n  backend: redis\n  nodes: [\"redis://a:1\"]\n");
+    assert!(msg.contains("mode: cluster"), "{msg}");
+    let (_, msg) =
+        refused("state:\n  backend: redis\n  mode: sentinel\n  nodes: [\"redis://s:26379\"]\n");
+    assert!(msg.contains("sentinel_master"), "{msg}");
+    let (_, msg) = refused("state:\n  backend: redis\n  sentinel_master: levee\n");
+    assert!(msg.contains("only with `mode: sentinel`"), "{msg}");
+    let (_, msg) = refused("state:\n  backend: redis\n  mode: ring\n");
+    assert!(
+        msg.contains("standalone") && msg.contains("cluster"),
+        "{msg}"
+    );
+    let c = Config::parse("state: { backend: redis, mode: sentinel, nodes: [\"redis://s:26379\"], sentinel_master: levee }\n").unwrap();
+    let StateBackend::Redis { connect, .. } = &c.state else {
+        panic!()
+    };
+    assert_eq!(connect.mode, levee_config::RedisMode::Sentinel);
+    assert_eq!(connect.nodes, ["redis://s:26379"]);
+}

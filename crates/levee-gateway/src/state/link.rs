@@ -70,6 +70,12 @@ pub(crate) enum Link {
 }
 
 impl Link {
+    /// Whether this is a cluster (whose writes `WAIT` cannot follow: the
+    /// command is not routed to the key's primary).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Link::Cluster { .. })
+    }
+
     /// A connection, made now when there is none.
     pub(crate) async fn get(&self) -> RedisResult<Conn> {
         match self {

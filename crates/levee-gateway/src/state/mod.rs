@@ -72,6 +72,9 @@ pub struct RedisState {
     id: String,
     /// The live replicas last counted (0: none yet).
     live: std::sync::atomic::AtomicU32,
+    /// The primary has Redis replicas: writes that must survive a failover
+    /// wait for one to acknowledge.
+    replicated: std::sync::atomic::AtomicBool,
     clock: Clock,
     skip_until_ns: AtomicU64,
     failures_in_a_row: AtomicU64,
@@ -109,6 +112,7 @@ impl RedisState {
             replicas: replicas.max(1),
             id: uuid::Uuid::now_v7().to_string(),
             live: std::sync::atomic::AtomicU32::new(0),
+            replicated: std::sync::atomic::AtomicBool::new(false),
             clock,
             skip_until_ns: AtomicU64::new(0),
             failures_in_a_row: AtomicU64::new(0),

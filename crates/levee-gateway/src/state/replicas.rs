@@ -66,7 +66,36 @@ impl RedisState {
         let budget = self.timeout.max(Duration::from_millis(250));
         let n: u32 = self.run_within(StateUse::Replicas, inv, budget).await?;
         self.live.store(n.max(1), Ordering::Relaxed);
+        if !self.conn.is_cluster() {
+            let info = redis::cmd("INFO").arg("replication").clone();
+            if let Some(text) = self
+                .query_within::<String>(StateUse::Replicas, info, budget)
+                .await
+            {
+                let replicas = text
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .unwrap_or(0);
+                self.replicated.store(replicas > 0, Ordering::Relaxed);
+            }
+        }
         Some(n)
+    }
+
+    /// After a write that must survive a failover (an idempotency claim,
+    /// a stored answer): waits for one Redis replica to acknowledge it
+    /// (`WAIT 1`, within the state timeout), where the primary has
+    /// replicas. `false`: none acknowledged in time (the caller goes on).
+    pub(crate) async fn wait_replicated(&self) -> bool {
+        if !self.replicated.load(Ordering::Relaxed) {
+            return true;
+        }
+        let ms = u64::try_from(self.timeout.as_millis()).unwrap_or(5).max(1);
+        let wait = redis::cmd("WAIT").arg(1).arg(ms).clone();
+        let budget = self.timeout + Duration::from_millis(50);
+        let acked: Option<i64> = self.query_within(StateUse::Idempotency, wait, budget).await;
+        acked.is_some_and(|n| n >= 1)
     }
 
     /// Takes this replica's lease back (at shutdown), best effort.

@@ -204,6 +204,10 @@ impl RedisBackend {
             parts[3] = self.read_body(&k, len).await?;
             parts[0] = b"done".to_vec();
         }
+        if parts.first().map(Vec::as_slice) == Some(b"lead") {
+            // The claim must outlive a failover before the request goes out.
+            self.redis.wait_replicated().await;
+        }
         Some(match parts.first().map(Vec::as_slice) {
             Some(b"lead") => Claimed::Lead(super::Lease::Redis(self.lease(caller, k, id))),
             Some(b"follow") => Claimed::Follow(Follow::Poll),
@@ -315,10 +319,15 @@ impl Lease {
         // Writing a large answer takes longer than a lookup: size the budget.
         let len = stored.body.len() as u64;
         let budget = self.redis.timeout() + Duration::from_millis(len / BYTES_PER_MS + 1);
-        let _: Option<i64> = self
+        let stored: Option<i64> = self
             .redis
             .run_within(crate::state::StateUse::Idempotency, inv, budget)
             .await;
+        if stored == Some(1) {
+            // The answer is served after this returns: stored where a
+            // promoted replica has it too.
+            self.redis.wait_replicated().await;
+        }
         self.redis.unhold(&self.id);
     }
 }
