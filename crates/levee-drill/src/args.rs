@@ -78,6 +78,16 @@ pub struct Exercise {
     /// How long the state store stays paused.
     #[arg(long, default_value = "2s", value_name = "DURATION")]
     pub pause_for: String,
+    /// Kill the gateway's Redis primary mid-run (`SHUTDOWN NOSAVE NOW
+    /// FORCE`), e.g. `redis://127.0.0.1:6379`; loopback only. With a
+    /// Sentinel-managed pair the sentinel then promotes the replica. Every
+    /// request carries an `idempotency-key`; after the run each key answered
+    /// before the kill is sent again, and one not replayed ran twice.
+    #[arg(long, value_name = "REDIS_URL")]
+    pub kill_state: Option<String>,
+    /// When the primary is killed, since the drill's start.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub kill_at: String,
     /// A second gateway replica: callers fail over as `levee_client` does —
     /// one immediate attempt on the other replica when one sent no response
     /// at all, never after an HTTP answer, never with a sleep; the replica
@@ -101,6 +111,8 @@ impl Default for Exercise {
             pause_state: None,
             pause_at: "1s".into(),
             pause_for: "2s".into(),
+            kill_state: None,
+            kill_at: "1s".into(),
             failover: None,
             stop_pid: None,
             stop_at: "1s".into(),
@@ -125,6 +137,22 @@ pub struct StatePause {
     pub url: String,
     pub at: Duration,
     pub length: Duration,
+}
+
+impl Plan {
+    /// Whether every request carries an `idempotency-key` (the state
+    /// store's exercises count what ran unshared, or twice).
+    pub fn keyed(&self) -> bool {
+        self.pause.is_some() || self.kill.is_some()
+    }
+}
+
+/// Killing the state store's primary.
+#[derive(Debug, Clone)]
+pub struct StateKill {
+    /// `redis://HOST:PORT[/DB]`, host loopback.
+    pub url: String,
+    pub at: Duration,
 }
 
 /// Stopping one replica.
@@ -167,6 +195,8 @@ pub struct Plan {
     pub fault_text: Vec<String>,
     /// `--pause-state`: pause the state store mid-run.
     pub pause: Option<StatePause>,
+    /// `--kill-state`: kill the state store's primary mid-run.
+    pub kill: Option<StateKill>,
     /// `--failover`: the second replica callers fail over to.
     pub failover: Option<Target>,
     /// `--stop-pid`: stop a replica mid-run.
@@ -276,6 +306,7 @@ impl DrillArgs {
         let duration = self.check_load()?;
         let (faults, window) = self.check_faults(duration)?;
         let (pause, failover, stop) = self.exercise.check(duration)?;
+        let kill = self.exercise.check_kill(duration)?;
         Ok(Plan {
             gateway,
             mock,
@@ -291,6 +322,7 @@ impl DrillArgs {
             plot: self.plot.clone(),
             fault_text: self.faults.clone(),
             pause,
+            kill,
             failover,
             stop,
         })
@@ -384,6 +416,24 @@ fn flag(flag: &'static str, value: String, reason: &str) -> DrillError {
 type Checked = (Option<StatePause>, Option<Target>, Option<ReplicaStop>);
 
 impl Exercise {
+    /// Checks `--kill-state` and `--kill-at` against the run's `duration`.
+    fn check_kill(&self, duration: Duration) -> Result<Option<StateKill>, DrillError> {
+        let Some(url) = &self.kill_state else {
+            return Ok(None);
+        };
+        let at = parse_duration(&self.kill_at)
+            .filter(|d| *d < duration)
+            .ok_or_else(|| DrillError::Flag {
+                flag: "kill-at",
+                value: self.kill_at.clone(),
+                reason: "must be a duration within --duration, like 1s or 500ms".to_owned(),
+            })?;
+        Ok(Some(StateKill {
+            url: target::parse_redis("kill-state", url)?,
+            at,
+        }))
+    }
+
     /// Checks the exercise flags against the run's `duration`.
     fn check(&self, duration: Duration) -> Result<Checked, DrillError> {
         let within = |flag: &'static str, text: &str| {

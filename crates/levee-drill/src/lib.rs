@@ -20,6 +20,7 @@
 mod args;
 mod clock;
 mod error;
+mod kill;
 mod load;
 mod plot;
 pub mod report;

@@ -132,6 +132,8 @@ pub struct Report {
     pub state_pause: Option<StatePauseReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replica_stop: Option<ReplicaStopReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_kill: Option<crate::kill::StateKillReport>,
     /// Upstream rps at each 100 ms step, for the plot (not in the JSON).
     #[serde(skip)]
     pub series: Vec<(f64, f64)>,
@@ -336,6 +338,7 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         client_errors: a.client_errors,
         state_pause: state_pause(plan, m),
         replica_stop: replica_stop(plan, m),
+        state_kill: crate::kill::state_kill(plan, m),
         series: curves.series,
         offered: curves.offered,
         fault_text: plan.fault_text.clone(),
@@ -477,6 +480,9 @@ impl Report {
         if let Some(r) = &self.replica_stop {
             r.write_human(&mut s);
         }
+        if let Some(k) = &self.state_kill {
+            k.write_human(&mut s);
+        }
         s
     }
 
@@ -605,6 +611,7 @@ mod tests {
                     error: None,
                     idempotency: None,
                     failed_over: false,
+                    key: None,
                 }
             })
             .chain(std::iter::once(Record {
@@ -616,6 +623,7 @@ mod tests {
                 error: None,
                 idempotency: None,
                 failed_over: false,
+                key: None,
             }))
             .collect();
         Measured {
@@ -625,6 +633,8 @@ mod tests {
             clear_failed: None,
             paused: None,
             stopped: None,
+            killed: None,
+            recheck: None,
         }
     }
 

@@ -151,3 +151,117 @@ async fn without_failover_the_calls_after_the_stop_fail() {
         "{r:?}"
     );
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+fn started(listen: &[String], port: u16) -> Option<RedisServer> {
+    let s = RedisServer::start_with(listen, port);
+    if s.is_none() {
+        assert!(
+            std::env::var_os("LEVEE_REQUIRE_REDIS").is_none(),
+            "redis-server is required"
+        );
+    }
+    s
+}
+
+/// A primary, its replica and a sentinel watching them as `levee`.
+async fn sentinel_pair(dir: &std::path::Path) -> Option<(RedisServer, RedisServer, RedisServer)> {
+    let (pp, rp, sp) = (free_port(), free_port(), free_port());
+    let primary = started(&["--port".into(), pp.to_string()], pp)?;
+    primary.ready(WATCHDOG).await;
+    let replica = started(
+        &[
+            "--port".into(),
+            rp.to_string(),
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            pp.to_string(),
+        ],
+        rp,
+    )?;
+    replica.ready(WATCHDOG).await;
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!("port {sp}\nbind 127.0.0.1\nsentinel monitor levee 127.0.0.1 {pp} 1\nsentinel down-after-milliseconds levee 1000\nsentinel failover-timeout levee 5000\n"),
+    )
+    .unwrap();
+    let sentinel = started(&[conf.display().to_string(), "--sentinel".into()], sp)?;
+    sentinel.ready(WATCHDOG).await;
+    // The replica has synced before the load starts.
+    let synced = async {
+        loop {
+            let out = std::process::Command::new("redis-cli")
+                .args(["-p", &rp.to_string(), "info", "replication"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            if out.contains("master_link_status:up") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(WATCHDOG, synced)
+        .await
+        .expect("the replica syncs");
+    Some((primary, replica, sentinel))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_state_primary_runs_no_completed_key_twice() {
+    let dir = std::env::temp_dir().join(format!("levee-drill-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some((primary, _replica, sentinel)) = sentinel_pair(&dir).await else {
+        return;
+    };
+    let mock = levee_mock::spawn("127.0.0.1:0".parse().unwrap(), Default::default())
+        .await
+        .unwrap();
+    let state = format!(
+        "state: {{ backend: redis, mode: sentinel, nodes: [\"redis://127.0.0.1:{}\"], sentinel_master: levee, key_prefix: kill, timeout: 50ms }}\n",
+        sentinel.port
+    );
+    let gw = levee_gateway::spawn(config(&mock.url(), &state), 7, std::future::pending())
+        .await
+        .unwrap();
+    let mut a = args(format!("http://{}", gw.addr), mock.url());
+    a.rate = 30.0;
+    a.duration = "6s".into();
+    a.exercise.kill_state = Some(format!("redis://127.0.0.1:{}", primary.port));
+    a.exercise.kill_at = "1s".into();
+    let plan = a.plan().expect("plan");
+    let report = tokio::time::timeout(WATCHDOG, levee_drill::run(&plan, false))
+        .await
+        .expect("the drill ends")
+        .expect("the drill runs");
+    let json = serde_json::to_value(&report).unwrap();
+    eprintln!("{json}");
+    let k = report
+        .state_kill
+        .as_ref()
+        .expect("state_kill in the report");
+    assert!(k.killed_at_seconds.is_some(), "{json}");
+    assert_eq!(k.keyed_requests, 180, "{json}");
+    assert_eq!(
+        report.outcomes.get("success"),
+        Some(&180),
+        "served throughout: {json}"
+    );
+    assert!(
+        k.keys_checked >= 20,
+        "the keys answered before the kill: {json}"
+    );
+    assert_eq!(k.keys_run_twice, 0, "no completed key ran twice: {json}");
+    assert_eq!(k.keys_unanswered, 0, "{json}");
+    gw.shutdown().await;
+    mock.shutdown().await;
+    drop(primary);
+    let _ = std::fs::remove_dir_all(&dir);
+}

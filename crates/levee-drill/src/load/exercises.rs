@@ -1,5 +1,6 @@
-//! The exercises besides the fault: pausing the state store (`CLIENT PAUSE`)
-//! and stopping a replica, each at its time in the run.
+//! The exercises besides the fault: pausing the state store (`CLIENT PAUSE`),
+//! killing its primary (`SHUTDOWN NOSAVE NOW FORCE`) and stopping a
+//! replica, each at its time in the run.
 
 use std::time::{Duration, Instant};
 
@@ -60,21 +61,58 @@ async fn pause_state(
         .map_err(|e| format!("CLIENT PAUSE failed: {e}"))
 }
 
-/// Connects to the state store to pause and picks how to stop a replica.
+/// `SHUTDOWN NOSAVE NOW FORCE`: the primary exits at once (as a crash
+/// would, nothing saved); the connection closing is the answer.
+async fn kill_state(mut conn: redis::aio::MultiplexedConnection) -> Result<(), String> {
+    let cmd = redis::cmd("SHUTDOWN")
+        .arg("NOSAVE")
+        .arg("NOW")
+        .arg("FORCE")
+        .clone();
+    match tokio::time::timeout(CONTROL_TIMEOUT, cmd.query_async::<()>(&mut conn)).await {
+        Err(_) => Err(format!("SHUTDOWN got no answer within {CONTROL_TIMEOUT:?}")),
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e))
+            if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() =>
+        {
+            Ok(())
+        }
+        Ok(Err(e)) => Err(format!("SHUTDOWN failed: {e}")),
+    }
+}
+
+/// The connections the state exercises use: to pause the store, to kill
+/// its primary.
+pub(super) struct StateConns {
+    pause: Option<redis::aio::MultiplexedConnection>,
+    kill: Option<redis::aio::MultiplexedConnection>,
+}
+
+/// A connection to `url`, or the drill's error naming it.
+async fn state_conn(url: &str) -> Result<redis::aio::MultiplexedConnection, DrillError> {
+    connect_state(url)
+        .await
+        .map_err(|reason| DrillError::StateUnreachable {
+            url: levee_config::redact_url(url),
+            reason,
+        })
+}
+
+/// Connects to the state store to pause or kill and picks how to stop a
+/// replica.
 pub(super) async fn prepare_exercises(
     plan: &Plan,
     stop: Option<StopHook>,
-) -> Result<(Option<redis::aio::MultiplexedConnection>, Option<StopHook>), DrillError> {
-    let state =
-        match &plan.pause {
-            None => None,
-            Some(p) => Some(connect_state(&p.url).await.map_err(|reason| {
-                DrillError::StateUnreachable {
-                    url: levee_config::redact_url(&p.url),
-                    reason,
-                }
-            })?),
-        };
+) -> Result<(StateConns, Option<StopHook>), DrillError> {
+    let pause = match &plan.pause {
+        None => None,
+        Some(p) => Some(state_conn(&p.url).await?),
+    };
+    let kill = match &plan.kill {
+        None => None,
+        Some(k) => Some(state_conn(&k.url).await?),
+    };
+    let state = StateConns { pause, kill };
     let stop = match (&plan.stop, stop) {
         (Some(_), Some(hook)) => Some(hook),
         (Some(s), None) => s.pid.map(|pid| signal_hook(pid, s.signal)),
@@ -85,15 +123,34 @@ pub(super) async fn prepare_exercises(
 
 pub(super) type Event = tokio::task::JoinHandle<Result<Duration, String>>;
 
-/// Schedules the state store's pause and the replica's stop; each task ends
-/// with when it happened (since `t0`).
+/// The scheduled exercises: the store's pause, its primary's kill, the
+/// replica's stop.
+pub(super) struct Events {
+    pub(super) pausing: Option<Event>,
+    pub(super) killing: Option<Event>,
+    pub(super) stopping: Option<Event>,
+}
+
+/// Schedules the state store's pause and kill and the replica's stop; each
+/// task ends with when it happened (since `t0`).
 pub(super) fn spawn_events(
     plan: &Plan,
     t0: Instant,
-    state: Option<redis::aio::MultiplexedConnection>,
+    state: StateConns,
     stop: Option<StopHook>,
-) -> (Option<Event>, Option<Event>) {
-    let pausing = match (&plan.pause, state) {
+) -> Events {
+    let killing = match (&plan.kill, state.kill) {
+        (Some(k), Some(conn)) => {
+            let at = k.at;
+            Some(tokio::spawn(async move {
+                clock::sleep_until(t0 + at).await;
+                let started = clock::now().duration_since(t0);
+                kill_state(conn).await.map(|()| started)
+            }))
+        }
+        _ => None,
+    };
+    let pausing = match (&plan.pause, state.pause) {
         (Some(p), Some(conn)) => {
             let (at, length) = (p.at, p.length);
             Some(tokio::spawn(async move {
@@ -115,7 +172,11 @@ pub(super) fn spawn_events(
         }
         _ => None,
     };
-    (pausing, stopping)
+    Events {
+        pausing,
+        killing,
+        stopping,
+    }
 }
 
 /// The result of a scheduled pause or stop (long over by now).

@@ -66,6 +66,8 @@ pub struct Record {
     pub idempotency: Option<String>,
     /// The first replica sent no response and the second was asked.
     pub failed_over: bool,
+    /// The `idempotency-key` it carried.
+    pub key: Option<String>,
 }
 
 /// One reading of the mock's `requests_total`, since the drill's start.
@@ -90,6 +92,10 @@ pub struct Measured {
     pub paused: Option<Result<Duration, String>>,
     /// When the replica was stopped (since the start), or why it was not.
     pub stopped: Option<Result<Duration, String>>,
+    /// When the state store's primary was killed, or why it was not.
+    pub killed: Option<Result<Duration, String>>,
+    /// The keys answered before the kill, sent again after the run.
+    pub recheck: Option<requests::Recheck>,
 }
 
 /// Idle pooled connections are dropped after this: below the gateway's own
@@ -158,7 +164,7 @@ pub async fn run(
             stop_rx.clone(),
         ))
     });
-    let (pausing, stopping) = spawn_events(plan, t0, state, stop);
+    let events = spawn_events(plan, t0, state, stop);
     let mut records = load(plan, &offsets, t0, &counters, before).await;
     // A last look at the mock once everything is answered.
     tokio::time::sleep(POLL_EVERY).await;
@@ -182,14 +188,24 @@ pub async fn run(
         error: None,
         idempotency: None,
         failed_over: false,
+        key: None,
     }));
+    let killed = finished(events.killing).await;
+    let recheck = match &killed {
+        Some(Ok(at)) => {
+            Some(requests::recheck(plan, &records, &requests::run_id(before), *at).await)
+        }
+        _ => None,
+    };
     Ok(Measured {
         records,
         samples,
         poll_failures,
         clear_failed,
-        paused: finished(pausing).await,
-        stopped: finished(stopping).await,
+        paused: finished(events.pausing).await,
+        stopped: finished(events.stopping).await,
+        killed,
+        recheck,
     })
 }
 

@@ -211,26 +211,13 @@ pub(super) async fn send_all(
             .collect(),
         first: std::sync::atomic::AtomicUsize::new(0),
     });
-    let timeout_ms = u64::try_from(plan.timeout.as_millis()).unwrap_or(u64::MAX);
     let patience = plan.timeout + STRAGGLER_MARGIN;
-    // Unique across runs against one mock: its counter only grows.
-    let run_id = format!("{}-{before}", std::process::id());
+    let run_id = run_id(before);
     for (i, offset) in offsets.iter().enumerate() {
         let due = t0 + *offset;
         clock::sleep_until(due).await;
-        let body = serde_json::json!({
-            "model": plan.model,
-            "max_tokens": 16,
-            "messages": [{ "role": "user", "content": format!("levee drill request {i}") }],
-        });
-        let call = Call {
-            body: Bytes::from(body.to_string()),
-            timeout_ms,
-            key: plan
-                .pause
-                .is_some()
-                .then(|| format!("levee-drill-{run_id}-{i}")),
-        };
+        let call = call_for(plan, &run_id, i);
+        let key = call.key.clone();
         let (client, replicas, tx) = (load_client.clone(), replicas.clone(), tx.clone());
         counters.sent.fetch_add(1, Relaxed);
         tokio::spawn(async move {
@@ -246,9 +233,92 @@ pub(super) async fn send_all(
                 error: a.error,
                 idempotency: a.idempotency,
                 failed_over: a.failed_over,
+                key,
             });
         });
     }
+}
+
+/// The run's id in its idempotency keys: unique across runs against one
+/// mock (its counter only grows).
+pub(super) fn run_id(before: u64) -> String {
+    format!("{}-{before}", std::process::id())
+}
+
+/// What request `i` of the run sends: the same body and key each time it
+/// is made.
+fn call_for(plan: &Plan, run_id: &str, i: usize) -> Call {
+    let body = serde_json::json!({
+        "model": plan.model,
+        "max_tokens": 16,
+        "messages": [{ "role": "user", "content": format!("levee drill request {i}") }],
+    });
+    Call {
+        body: Bytes::from(body.to_string()),
+        timeout_ms: u64::try_from(plan.timeout.as_millis()).unwrap_or(u64::MAX),
+        key: plan.keyed().then(|| format!("levee-drill-{run_id}-{i}")),
+    }
+}
+
+/// What sending one key again found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recheck {
+    /// Keys answered before the kill and sent again.
+    pub checked: u64,
+    /// Answered again without `x-levee-replayed: true`: the key ran twice.
+    pub ran_twice: u64,
+    /// Not answered (with success) the second time.
+    pub unanswered: u64,
+}
+
+/// Sends again (one at a time, at most 500) every key whose answer (a
+/// success) was complete before `until`: a stored answer comes back
+/// replayed; any other success means the key ran a second time. (A key
+/// answered after the kill may never have been stored: the store was gone
+/// when its answer was.)
+pub(super) async fn recheck(
+    plan: &Plan,
+    records: &[Record],
+    run_id: &str,
+    until: Duration,
+) -> Recheck {
+    let client = super::new_client(Some(super::CONTROL_TIMEOUT));
+    let url = plan.gateway.url(paths::CHAT_COMPLETIONS);
+    let mut out = Recheck::default();
+    let prefix = format!("levee-drill-{run_id}-");
+    let answered = records
+        .iter()
+        .filter(|r| r.kind == "success" && r.latency.is_some_and(|l| r.sent + l < until))
+        .filter_map(|r| {
+            r.key
+                .as_deref()?
+                .strip_prefix(&prefix)?
+                .parse::<usize>()
+                .ok()
+        });
+    for i in answered.take(500) {
+        let call = call_for(plan, run_id, i);
+        out.checked += 1;
+        let Ok(req) = build(&url, &call, Duration::ZERO) else {
+            out.unanswered += 1;
+            continue;
+        };
+        let resp = tokio::time::timeout(plan.timeout + STRAGGLER_MARGIN, client.request(req)).await;
+        match resp {
+            Ok(Ok(r)) if r.status().is_success() => {
+                let replayed = r
+                    .headers()
+                    .get("x-levee-replayed")
+                    .is_some_and(|v| v == "true");
+                let _ = r.into_body().collect().await;
+                if !replayed {
+                    out.ran_twice += 1;
+                }
+            }
+            _ => out.unanswered += 1,
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -98,22 +98,31 @@ impl Link {
                     return Ok(Conn::Manager(m));
                 }
                 let primary = client.lock().await.async_get_client().await?;
-                let m = ConnectionManager::new_lazy_with_config(primary, config.clone())?;
+                // Connected now (not lazily): the call that asked the
+                // sentinels has the rest of its budget to use it, and one
+                // that runs out of it leaves nothing half made behind.
+                let m = ConnectionManager::new_with_config(primary, config.clone()).await?;
                 *conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.clone());
                 Ok(Conn::Manager(m))
             }
         }
     }
 
-    /// A call failed with `e`: under Sentinel, a connection error or a
+    /// A call failed with `e` (`None`: it timed out). Under Sentinel, a
+    /// connection error, a timeout (a dead primary's address may answer
+    /// nothing within the state's small budget, never with an error) or a
     /// write refused by a demoted primary (`READONLY`) means the primary
-    /// may have moved, so the next call asks the sentinels again.
-    pub(crate) fn failed(&self, e: &RedisError) {
+    /// may have moved, so the next call asks the sentinels again. (Redis
+    /// is skipped for a second after three failures in a row, so the
+    /// sentinels are asked at most a few times a second.)
+    pub(crate) fn failed(&self, e: Option<&RedisError>) {
         if let Link::Sentinel { conn, .. } = self {
-            let moved = e.is_io_error()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal()
-                || e.code() == Some("READONLY");
+            let moved = e.is_none_or(|e| {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.code() == Some("READONLY")
+            });
             if moved {
                 *conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }

@@ -276,11 +276,12 @@ impl RedisState {
                 Some(v)
             }
             Ok(Err(e)) => {
-                self.conn.failed(&e);
+                self.conn.failed(Some(&e));
                 self.degraded(what, &e.to_string());
                 None
             }
             Err(_) => {
+                self.conn.failed(None);
                 self.degraded(what, "timed out");
                 None
             }

@@ -87,6 +87,12 @@ impl RedisState {
     /// a stored answer): waits for one Redis replica to acknowledge it
     /// (`WAIT 1`, within the state timeout), where the primary has
     /// replicas. `false`: none acknowledged in time (the caller goes on).
+    ///
+    /// `WAIT` holds the connection it is sent on, which every call shares:
+    /// a replica that does not acknowledge (gone, or a primary just
+    /// promoted that has none yet) would hold every call for the timeout.
+    /// So one unacknowledged `WAIT` stops the waiting until the next lease
+    /// renewal finds a replica again (within 3 s).
     pub(crate) async fn wait_replicated(&self) -> bool {
         if !self.replicated.load(Ordering::Relaxed) {
             return true;
@@ -95,7 +101,11 @@ impl RedisState {
         let wait = redis::cmd("WAIT").arg(1).arg(ms).clone();
         let budget = self.timeout + Duration::from_millis(50);
         let acked: Option<i64> = self.query_within(StateUse::Idempotency, wait, budget).await;
-        acked.is_some_and(|n| n >= 1)
+        let ok = acked.is_some_and(|n| n >= 1);
+        if !ok {
+            self.replicated.store(false, Ordering::Relaxed);
+        }
+        ok
     }
 
     /// Takes this replica's lease back (at shutdown), best effort.
