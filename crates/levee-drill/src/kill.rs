@@ -36,6 +36,29 @@ pub struct StateKillReport {
     pub keys_run_twice: u64,
     /// Of those, not answered with success the second time.
     pub keys_unanswered: u64,
+    /// The most provider requests in any one second before the kill, and
+    /// from it on: set beside the provider's `rate_limit`, how far the
+    /// shared allowance was overrun while each replica held only its share.
+    pub upstream_peak_per_second_before: u64,
+    pub upstream_peak_per_second_after: u64,
+}
+
+/// The most provider requests the mock counted in any one second whose
+/// start lies in `[from, to)`.
+fn peak_per_second(samples: &[crate::load::Sample], from: Duration, to: Duration) -> u64 {
+    let mut peak = 0;
+    for (i, s) in samples.iter().enumerate() {
+        if s.at < from || s.at >= to {
+            continue;
+        }
+        let end = s.at + Duration::from_secs(1);
+        if let Some(e) = samples[i..].iter().take_while(|e| e.at <= end).last() {
+            if e.at >= end - Duration::from_millis(150) {
+                peak = peak.max(e.upstream.saturating_sub(s.upstream));
+            }
+        }
+    }
+    peak
 }
 
 /// The report of the kill, when the plan had one.
@@ -65,6 +88,8 @@ pub(crate) fn state_kill(plan: &Plan, m: &Measured) -> Option<StateKillReport> {
         keys_checked: recheck.checked,
         keys_run_twice: recheck.ran_twice,
         keys_unanswered: recheck.unanswered,
+        upstream_peak_per_second_before: peak_per_second(&m.samples, Duration::ZERO, from),
+        upstream_peak_per_second_after: peak_per_second(&m.samples, from, Duration::MAX),
     })
 }
 
@@ -92,6 +117,11 @@ impl StateKillReport {
             s,
             "  keys sent again     {} answered before the kill: {} ran twice, {} not answered",
             self.keys_checked, self.keys_run_twice, self.keys_unanswered
+        );
+        let _ = writeln!(
+            s,
+            "  provider req/s peak {} before the kill, {} from it on (compare with the provider's rate_limit)",
+            self.upstream_peak_per_second_before, self.upstream_peak_per_second_after
         );
     }
 }

@@ -260,6 +260,15 @@ async fn killing_the_state_primary_runs_no_completed_key_twice() {
     );
     assert_eq!(k.keys_run_twice, 0, "no completed key ran twice: {json}");
     assert_eq!(k.keys_unanswered, 0, "{json}");
+    // 30 calls a second: the provider saw about that many in each second.
+    assert!(
+        (20..=45).contains(&k.upstream_peak_per_second_before),
+        "{json}"
+    );
+    assert!(
+        (20..=45).contains(&k.upstream_peak_per_second_after),
+        "{json}"
+    );
     gw.shutdown().await;
     mock.shutdown().await;
     drop(primary);

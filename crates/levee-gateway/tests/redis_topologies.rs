@@ -66,27 +66,32 @@ fn started(listen: Vec<String>, port: u16) -> Option<RedisServer> {
 }
 
 /// Three cluster-enabled nodes joined into one cluster (no replicas).
+/// A cluster-enabled node on `port`, its state in `dir` (so that a node
+/// started again on the same port rejoins as itself).
+async fn cluster_node(dir: &Path, port: u16) -> Option<RedisServer> {
+    let conf = dir.join(format!("nodes-{port}.conf")).display().to_string();
+    let p = port.to_string();
+    let listen = args(&[
+        "--port",
+        &p,
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        &conf,
+        "--cluster-node-timeout",
+        "2000",
+        "--dir",
+        &dir.display().to_string(),
+    ]);
+    let node = started(listen, port)?;
+    node.ready(WATCHDOG).await;
+    Some(node)
+}
+
 async fn cluster(dir: &Path) -> Option<Vec<RedisServer>> {
     let mut nodes = Vec::new();
     for _ in 0..3 {
-        let port = free_port();
-        let conf = dir.join(format!("nodes-{port}.conf")).display().to_string();
-        let p = port.to_string();
-        let listen = args(&[
-            "--port",
-            &p,
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            &conf,
-            "--cluster-node-timeout",
-            "2000",
-            "--dir",
-            &dir.display().to_string(),
-        ]);
-        let node = started(listen, port)?;
-        node.ready(WATCHDOG).await;
-        nodes.push(node);
+        nodes.push(cluster_node(dir, free_port()).await?);
     }
     let addrs: Vec<String> = nodes
         .iter()
@@ -204,10 +209,54 @@ async fn reshard_under_load(a: &Env, b: std::net::SocketAddr, nodes: &[RedisServ
     );
 }
 
+/// Stops the node that now holds the slots of both nodes' halves, keeps
+/// sending requests (served on local state while its slots are down), then
+/// starts it again on its port: the cluster heals, and a key shared by
+/// both replicas runs once again.
+async fn restart_under_load(
+    a: &Env,
+    b: std::net::SocketAddr,
+    dir: &Path,
+    nodes: &mut Vec<RedisServer>,
+) {
+    let port = nodes[1].port;
+    let first = nodes[0].port;
+    drop(nodes.remove(1));
+    for i in 0..10 {
+        let key = format!("while-down-{i}");
+        let r = post_to(a, b, &[("idempotency-key", &key), ("x-timeout-ms", "5000")]).await;
+        assert!(matches!(r.status, 200 | 429), "{}: {}", r.status, r.text());
+    }
+    nodes.insert(
+        1,
+        cluster_node(dir, port)
+            .await
+            .expect("the node starts again"),
+    );
+    until("the cluster heals", || {
+        cli(first, &["cluster", "info"]).is_some_and(|i| i.contains("cluster_state:ok"))
+    })
+    .await;
+    let shared_again = async {
+        for i in 0.. {
+            let key = format!("healed-{i}");
+            let before = a.stats(0).requests_total;
+            let h = [("idempotency-key", key.as_str()), ("x-timeout-ms", "5000")];
+            let x = post_to(a, a.gw.addr, &h).await;
+            let y = post_to(a, b, &h).await;
+            if x.status == 200 && x.body == y.body && a.stats(0).requests_total - before == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    watchdog(WATCHDOG, shared_again).await;
+}
+
 #[tokio::test]
 async fn replicas_share_a_redis_cluster_through_a_resharding() {
     let dir = scratch("cluster");
-    let Some(nodes) = cluster(&dir).await else {
+    let Some(mut nodes) = cluster(&dir).await else {
         return;
     };
     let seeds: Vec<String> = nodes
@@ -239,6 +288,7 @@ async fn replicas_share_a_redis_cluster_through_a_resharding() {
     );
     reshard_under_load(&a, b.addr, &nodes).await;
     one_key_runs_once(&a, b.addr, "after").await;
+    restart_under_load(&a, b.addr, &dir, &mut nodes).await;
     b.shutdown().await;
     a.stop().await;
     drop(nodes);
