@@ -476,3 +476,17 @@ fn an_unreadable_redis_ca_file_is_named_by_check() {
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("no PEM certificate"), "{all}");
 }
+
+#[test]
+fn check_reads_every_redis_deployment_without_connecting() {
+    for state in [
+        "state: { backend: redis, url: \"redis://127.0.0.1:6379\" }\n",
+        "state: { backend: redis, mode: cluster, nodes: [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\"] }\n",
+        "state: { backend: redis, mode: sentinel, nodes: [\"redis://127.0.0.1:26379\"], sentinel_master: levee }\n",
+    ] {
+        let out = check_config("redis-modes.yaml", state);
+        let all = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{state}{all}");
+        assert!(!all.contains("panicked"), "{all}");
+    }
+}

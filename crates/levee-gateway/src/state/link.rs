@@ -176,7 +176,7 @@ impl RedisSetupError {
 pub fn check_backend(state: &levee_config::StateBackend) -> Result<(), RedisSetupError> {
     match state {
         levee_config::StateBackend::Memory => Ok(()),
-        levee_config::StateBackend::Redis { url, connect, .. } => link(url, connect).map(|_| ()),
+        levee_config::StateBackend::Redis { url, connect, .. } => prepare(url, connect).map(|_| ()),
     }
 }
 
@@ -188,6 +188,28 @@ pub(crate) fn link(
     url: &str,
     connect: &levee_config::RedisConnect,
 ) -> Result<Link, RedisSetupError> {
+    match prepare(url, connect)? {
+        // Made here, not in `prepare`: the manager starts a task, so it
+        // needs a runtime (`levee check` has none).
+        Prepared::Single(client, config) => ConnectionManager::new_lazy_with_config(client, config)
+            .map(Link::Single)
+            .map_err(|source| RedisSetupError::Url {
+                url: levee_config::redact_url(url),
+                source,
+            }),
+        Prepared::Link(link) => Ok(link),
+    }
+}
+
+/// The way to Redis, all its settings read and checked, nothing started.
+enum Prepared {
+    Single(redis::Client, redis::aio::ConnectionManagerConfig),
+    Link(Link),
+}
+
+/// Reads and checks every setting of the way to Redis: URLs, the password
+/// variable, the TLS files. Starts nothing.
+fn prepare(url: &str, connect: &levee_config::RedisConnect) -> Result<Prepared, RedisSetupError> {
     use levee_config::RedisMode;
     let first = connect.nodes.first().map_or(url, String::as_str);
     if first.starts_with("rediss://") {
@@ -222,9 +244,7 @@ pub(crate) fn link(
                 Some(c) => redis::Client::build_with_tls(info, c).map_err(bad_url(url))?,
                 None => redis::Client::open(info).map_err(bad_url(url))?,
             };
-            let m =
-                ConnectionManager::new_lazy_with_config(client, manager()).map_err(bad_url(url))?;
-            Ok(Link::Single(m))
+            Ok(Prepared::Single(client, manager()))
         }
         RedisMode::Cluster => {
             let mut b =
@@ -239,12 +259,14 @@ pub(crate) fn link(
                 b = b.certs(c);
             }
             let client = b.build().map_err(bad_url(first))?;
-            Ok(Link::Cluster {
+            Ok(Prepared::Link(Link::Cluster {
                 client,
                 conn: tokio::sync::Mutex::new(None),
-            })
+            }))
         }
-        RedisMode::Sentinel => sentinel(connect, password.as_deref(), certs, manager()),
+        RedisMode::Sentinel => {
+            sentinel(connect, password.as_deref(), certs, manager()).map(Prepared::Link)
+        }
     }
 }
 
