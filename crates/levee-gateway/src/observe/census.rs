@@ -249,7 +249,8 @@ impl Census {
 
     /// Counts one request on `route` with the resolved `deadline`. `key` is
     /// the index of the gateway key that matched (`None` without keys);
-    /// `header` the `x-levee-caller` value.
+    /// `header` the `x-levee-caller` value. Returns the caller's slot: its
+    /// name, bounded as the census bounds names ([`Census::caller_label`]).
     pub fn admitted(
         &self,
         key: Option<usize>,
@@ -257,8 +258,8 @@ impl Census {
         route: usize,
         deadline: Duration,
         now: Instant,
-    ) {
-        {
+    ) -> usize {
+        let slot = {
             let mut c = lock(&self.callers);
             let slot = match key.and_then(|k| self.key_slots.get(k)) {
                 Some(&s) => s,
@@ -268,10 +269,22 @@ impl Census {
             s.requests += 1;
             s.deadlines.record(ms(deadline));
             s.counter.inc();
-        }
+            slot
+        };
         if let Some(w) = self.windows.get(route) {
             lock(w).slot(now.since_origin().as_secs()).requests += 1;
         }
+        slot
+    }
+
+    /// The caller label of `slot`: a gateway key's name, a name a caller
+    /// gave in `x-levee-caller` (the first 64), else `other`, or
+    /// `anonymous` for a request that named none.
+    pub(crate) fn caller_label(&self, slot: usize) -> String {
+        lock(&self.callers)
+            .slots
+            .get(slot)
+            .map_or_else(|| OTHER.to_string(), |s| s.name.to_string())
     }
 
     /// Counts one finished attempt on `route`'s `target` that took `took`.

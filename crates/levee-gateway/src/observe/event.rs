@@ -76,8 +76,6 @@ pub(crate) struct TokensUsed {
     pub target: usize,
     /// The fault domain (model) the attempt was admitted in, at the provider.
     pub domain: u16,
-    /// The caller, as an index into `callers:`.
-    pub caller: Option<u16>,
     pub used: levee_policy::allowance::Cost,
 }
 

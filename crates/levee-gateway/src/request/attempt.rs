@@ -257,7 +257,6 @@ impl AttemptFinisher {
         Some(TokensUsed {
             target: t,
             domain: permit.domain(),
-            caller: permit.grant().caller,
             used,
         })
     }

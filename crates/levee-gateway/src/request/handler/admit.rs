@@ -182,7 +182,7 @@ pub(super) async fn admit(
     let arrived = shared.clock.now();
     let said = Said::of(&r.parts.headers);
     let (deadline, stream_deadline) = resolve_deadline(shared, route, &r, &said, arrived)?;
-    shared.census.admitted(
+    let caller_slot = shared.census.admitted(
         r.caller.key_index(&shared.keys),
         said.caller.map(HeaderValue::as_bytes),
         r.route,
@@ -212,6 +212,7 @@ pub(super) async fn admit(
         id,
         said: &said,
         path_and_query,
+        caller_slot,
     };
     let mut obs = observer_of(shared, &r, origin);
     if r.only_provider.is_some() {
@@ -310,6 +311,8 @@ pub(super) struct Origin<'a, 'h> {
     pub(super) id: &'a HeaderValue,
     pub(super) said: &'a Said<'h>,
     pub(super) path_and_query: &'a str,
+    /// The caller's slot in the census.
+    pub(super) caller_slot: usize,
 }
 
 /// The observer of an admitted request: its route, its trace, and who
@@ -334,6 +337,7 @@ fn observer_of(shared: &Arc<Shared>, r: &Inbound, o: Origin<'_, '_>) -> Observer
             id: o.id.clone(),
             key: r.caller.key_index(&shared.keys),
             caller: o.said.caller.cloned(),
+            caller_slot: u32::try_from(o.caller_slot).unwrap_or(u32::MAX),
             path: r.path,
             dialect: r.dialect,
             stream: r.stream,

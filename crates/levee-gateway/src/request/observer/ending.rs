@@ -327,6 +327,8 @@ impl Observer {
                     upstream_error = upstream_error.as_deref().unwrap_or(""),
                     stream_bytes,
                     stream_ms,
+                    input_tokens = self.tokens.map(|t| t.input),
+                    output_tokens = self.tokens.map(|t| t.output),
                     "request"
                 )
             };

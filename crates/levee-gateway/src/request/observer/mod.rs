@@ -105,6 +105,8 @@ pub(crate) struct Asked {
     pub key: Option<usize>,
     /// `x-levee-caller`, as the caller named itself.
     pub caller: Option<http::HeaderValue>,
+    /// The caller's slot in the census (its bounded label).
+    pub caller_slot: u32,
     pub path: &'static str,
     pub dialect: Dialect,
     pub stream: bool,
@@ -147,6 +149,8 @@ pub(crate) struct Observer {
     counted: bool,
     /// The target whose answer was delivered.
     answered_by: Option<usize>,
+    /// The tokens the answer's usage reported (`None`: none reported).
+    tokens: Option<levee_policy::allowance::Cost>,
 }
 
 impl Observer {
@@ -178,6 +182,7 @@ impl Observer {
             committed: None,
             counted: false,
             answered_by: None,
+            tokens: None,
         }
     }
 
@@ -301,8 +306,16 @@ impl Observer {
     }
 
     /// An answer's tokens: counted in `levee_tokens_total` by route,
-    /// provider, model, caller and kind.
-    fn tokens_used(&self, t: TokensUsed) {
+    /// provider, model, caller and kind, and kept for the log line. The
+    /// caller is the census's bounded name for it (a key's name, its
+    /// `x-levee-caller` name, `other` past 64 names, `anonymous`), listed
+    /// in `callers:` or not.
+    fn tokens_used(&mut self, t: TokensUsed) {
+        let sum = self.tokens.unwrap_or_default();
+        self.tokens = Some(levee_policy::allowance::Cost {
+            input: sum.input.saturating_add(t.used.input),
+            output: sum.output.saturating_add(t.used.output),
+        });
         let shared = &self.shared;
         let route = &shared.config.routes[self.route];
         let p = route.targets[t.target].provider;
@@ -312,7 +325,7 @@ impl Observer {
                 u32::try_from(self.route).unwrap_or(u32::MAX),
                 u32::try_from(p).unwrap_or(u32::MAX),
                 t.domain,
-                t.caller.map_or(u32::MAX, u32::from),
+                self.asked.caller_slot,
                 output,
             )
         };
@@ -331,10 +344,7 @@ impl Observer {
                     route: route.name.clone(),
                     provider: provider.name.clone(),
                     model,
-                    caller: t
-                        .caller
-                        .and_then(|c| shared.config.callers.get(usize::from(c)))
-                        .map_or(String::new(), |c| c.name.clone()),
+                    caller: shared.census.caller_label(self.asked.caller_slot as usize),
                     kind,
                 }
             });
