@@ -1,0 +1,64 @@
+//! Tokens are counted by a bounded caller name, listed in `callers:` or
+//! not, and logged with the request. Its own binary: it reads the log, and
+//! a log callsite first reached by another test without a subscriber can
+//! stay silenced for the whole binary.
+
+mod support;
+use std::time::Duration;
+use support::*;
+
+const WATCHDOG: Duration = Duration::from_secs(30);
+const CONFIG: &str =
+    "providers:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets: [p]\n";
+
+/// `levee_tokens_total` names every caller, listed in `callers:` or not:
+/// the name it gave in `x-levee-caller`, `anonymous` when it gave none, and
+/// `other` past the 64 names the census keeps apart. The request log line
+/// carries the answer's tokens.
+#[tokio::test(start_paused = true)]
+async fn tokens_are_counted_by_a_bounded_caller_name_and_logged() {
+    let (logs, _guard) = capture_logs(tracing::Level::INFO);
+    let env = local(&["faults: []"], CONFIG);
+    let post = |caller: Option<String>| {
+        let env = &env;
+        async move {
+            let h: Vec<(&str, &str)> = caller
+                .as_deref()
+                .map(|c| vec![("x-levee-caller", c)])
+                .unwrap_or_default();
+            watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &h)).await
+        }
+    };
+    assert_eq!(post(Some("billing".into())).await.status, 200);
+    assert_eq!(post(None).await.status, 200);
+    for i in 0..100 {
+        assert_eq!(post(Some(format!("svc-{i}"))).await.status, 200);
+    }
+    let m = env.metrics();
+    let input = |caller: &str| {
+        metric(
+            &m,
+            "levee_tokens_total",
+            &[&format!("caller=\"{caller}\""), "kind=\"input\""],
+        )
+    };
+    assert!(input("billing") > 0.0, "{m}");
+    assert!(input("anonymous") > 0.0, "{m}");
+    assert!(
+        input("other") > 0.0,
+        "names past the 64th share one label: {m}"
+    );
+    let callers: std::collections::BTreeSet<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("levee_tokens_total{"))
+        .filter_map(|l| l.split("caller=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(callers.len() <= 64 + 2, "{} caller labels", callers.len());
+    let text = logs.text();
+    assert!(
+        text.contains("caller=\"billing\"")
+            && text.contains("input_tokens=14")
+            && text.contains("output_tokens=8"),
+        "{text}"
+    );
+}
