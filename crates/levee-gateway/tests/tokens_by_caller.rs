@@ -62,3 +62,46 @@ async fn tokens_are_counted_by_a_bounded_caller_name_and_logged() {
         "{text}"
     );
 }
+
+/// An OpenAI stream whose caller did not ask for usage (the SDKs' default)
+/// is counted all the same: Levee asks the provider for the usage chunk
+/// and leaves it, and every chunk's `"usage":null`, out of the caller's
+/// stream. A caller that asked gets its usage as before.
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_did_not_ask_for_usage_is_counted_and_unchanged() {
+    let env = local(&["faults: []"], CONFIG);
+    let plain = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", plain, &[])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    assert!(
+        !text.contains("usage"),
+        "the caller's stream has no usage: {text}"
+    );
+    assert!(
+        text.contains("\"choices\":[{") && text.ends_with("data: [DONE]\n\n"),
+        "{text}"
+    );
+    for event in text.split("\n\n").filter(|e| e.starts_with("data: {")) {
+        assert!(
+            event.ends_with("]}"),
+            "as the provider sends it without usage: {event}"
+        );
+    }
+    let m = env.metrics();
+    let output = metric(&m, "levee_tokens_total", &["kind=\"output\""]);
+    assert!(output > 0.0, "the stream's tokens were counted: {m}");
+
+    let asked = r#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", asked, &[])).await;
+    let text = r.text();
+    assert!(
+        text.contains("\"usage\":{") && text.contains("\"usage\":null"),
+        "{text}"
+    );
+    let m = env.metrics();
+    assert!(
+        metric(&m, "levee_tokens_total", &["kind=\"output\""]) > output,
+        "{m}"
+    );
+}

@@ -267,6 +267,23 @@ pub fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Result<Bytes, Inspec
     serde_json::to_vec(&v).map(Bytes::from).map_err(invalid)
 }
 
+/// A chat completions stream body that asks for usage in its last chunk
+/// (`stream_options.include_usage: true`), when it does not already;
+/// `None` when it does (or is not a JSON object).
+pub fn asking_usage(body: &Bytes) -> Option<Bytes> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let obj = v.as_object_mut()?;
+    let options = obj
+        .entry("stream_options")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    let options = options.as_object_mut()?;
+    if options.get("include_usage") == Some(&serde_json::Value::Bool(true)) {
+        return None;
+    }
+    options.insert("include_usage".into(), serde_json::Value::Bool(true));
+    serde_json::to_vec(&v).ok().map(Bytes::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -203,3 +203,68 @@ mod data_tests {
         assert_eq!(super::data_of(b"event: ping\n\n"), None);
     }
 }
+
+/// `events` (whole SSE events) as OpenAI sends them to a caller that did
+/// not ask for usage: without the usage-only chunk (no choices,
+/// `"choices":[]`, and a `usage` object) and without the `"usage":null`
+/// that every other chunk carries once usage is asked for. Levee asks for
+/// it when the caller did not (`stream_options.include_usage`) to count the
+/// stream's tokens; the caller's stream is then byte for byte what it would
+/// have been. (Azure's first chunk also has no choices, but no usage: it
+/// stays. `,"usage":null` cannot occur inside a JSON string, where every
+/// quote is escaped.)
+pub fn without_usage_chunk(events: Bytes) -> Bytes {
+    const NULL: &[u8] = b",\"usage\":null";
+    fn find(hay: &[u8], needle: &[u8]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
+    }
+    fn usage_only(event: &[u8]) -> bool {
+        find(event, b"\"choices\":[]") && find(event, b"\"usage\":{")
+    }
+    if !usage_only(&events) && !find(&events, NULL) {
+        return events;
+    }
+    let mut out = Vec::with_capacity(events.len());
+    let mut rest = &events[..];
+    while !rest.is_empty() {
+        // One event: up to and including its blank line (`\n\n`, or the
+        // same with `\r\n`).
+        let end = rest
+            .windows(2)
+            .position(|w| w == b"\n\n")
+            .map_or(rest.len(), |i| i + 2);
+        let (event, tail) = rest.split_at(end);
+        if !usage_only(event) {
+            let mut e = event;
+            while let Some(i) = e.windows(NULL.len()).position(|w| w == NULL) {
+                out.extend_from_slice(&e[..i]);
+                e = &e[i + NULL.len()..];
+            }
+            out.extend_from_slice(e);
+        }
+        rest = tail;
+    }
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_usage_chunk_is_left_out() {
+        let stream = "data: {\"choices\":[],\"prompt_filter_results\":[]}\n\n\
+             data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n\
+             data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n\
+             data: [DONE]\n\n";
+        let out = without_usage_chunk(Bytes::from(stream));
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "data: {\"choices\":[],\"prompt_filter_results\":[]}\n\n\
+             data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+             data: [DONE]\n\n"
+        );
+        let plain = Bytes::from_static(b"data: {\"choices\":[{\"delta\":{}}]}\n\n");
+        assert_eq!(without_usage_chunk(plain.clone()), plain);
+    }
+}

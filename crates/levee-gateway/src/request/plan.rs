@@ -20,6 +20,9 @@ pub(crate) struct Plan {
     /// The caller's parameters left out for this target (the route's
     /// `on_untranslatable: drop`), comma-separated.
     pub(crate) dropped: Option<String>,
+    /// Levee asked for the usage chunk the caller did not: it is left out
+    /// of the caller's stream.
+    pub(crate) strip_usage: bool,
 }
 
 impl Plan {

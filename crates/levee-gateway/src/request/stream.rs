@@ -34,6 +34,9 @@ pub struct RelayStart {
     /// Translates the upstream's events into the caller's dialect, event by
     /// event, when the target speaks the other dialect.
     pub translate: Option<levee_translate::StreamTranslator>,
+    /// Leave OpenAI's usage chunk out (Levee asked for it, the caller did
+    /// not).
+    pub strip_usage: bool,
 }
 
 /// The body of a committed stream.
@@ -74,6 +77,8 @@ pub struct RelayBody {
     /// The commit point.
     committed_at: levee_policy::Instant,
     _holds: Holds,
+    /// Leave OpenAI's usage chunk out of what the caller gets.
+    strip_usage: bool,
 }
 
 /// What a committed stream keeps until it ends: its route bulkhead slot and
@@ -101,6 +106,7 @@ impl RelayBody {
             dialect,
             clock,
             mut translate,
+            strip_usage,
         } = start;
         let chunks = recording.then(|| vec![String::from_utf8_lossy(&first).into_owned()]);
         let mut usage = crate::upstream::allowance::StreamUsage::default();
@@ -108,6 +114,7 @@ impl RelayBody {
         // The tape keeps what the provider sent; the caller gets it translated.
         let first = match translate.as_mut() {
             Some(t) => t.push(&first),
+            None if strip_usage => crate::http::sse::without_usage_chunk(first),
             None => first,
         };
         RelayBody {
@@ -130,6 +137,7 @@ impl RelayBody {
             bytes: 0,
             end: None,
             committed_at: clock.now(),
+            strip_usage,
             _holds: holds,
         }
     }
@@ -304,6 +312,9 @@ impl RelayBody {
                         }
                         let whole = match this.translate.as_mut() {
                             Some(t) => t.push(&whole),
+                            None if this.strip_usage => {
+                                crate::http::sse::without_usage_chunk(whole)
+                            }
                             None => whole,
                         };
                         if whole.is_empty() {

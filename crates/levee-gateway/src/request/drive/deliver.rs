@@ -112,6 +112,7 @@ impl Driver<'_> {
             translate: self.ctx.plans[target]
                 .crossing
                 .and_then(|c| c.stream(shared.clock.unix_ms() / 1000)),
+            strip_usage: self.ctx.plans[target].strip_usage,
         };
         let grace = crate::runtime::shutdown::GraceWatch::new(&shared.grace_over);
         let relay = RelayBody::new(start, body, finisher, recording, holds, grace);

@@ -452,6 +452,7 @@ pub(super) fn prepare_targets(
             }
         };
         let provider = &shared.providers[route.targets[t].provider];
+        let (body, strip_usage) = ask_usage(shared, r, t, route, crossing.is_none(), body);
         // A cloud platform may move the model into the path and reshape
         // the body; a request it cannot serve skips the target.
         let (body, uri, skip) = match provider.platform.target(upstream_path, &body) {
@@ -484,10 +485,38 @@ pub(super) fn prepare_targets(
             skip,
             held,
             dropped,
+            strip_usage,
         });
     }
     refuse_if_none_can_carry(shared, route, &plans, refused, platform_refused)?;
     Ok(plans)
+}
+
+/// An OpenAI chat stream to an OpenAI provider (the dialect's own API, or
+/// a server that speaks it) that did not ask for usage is sent asking for
+/// it, so that its tokens are counted; `true`: the extra chunk is to be
+/// left out of the caller's stream. (The clouds' OpenAI endpoints are left
+/// as the caller wrote them: an older Azure `api-version` refuses
+/// `stream_options`.)
+fn ask_usage(
+    shared: &Shared,
+    r: &Inbound,
+    t: usize,
+    route: &levee_config::Route,
+    same_dialect: bool,
+    body: Bytes,
+) -> (Bytes, bool) {
+    let p = &shared.config.providers[route.targets[t].provider];
+    let fits = same_dialect
+        && r.stream
+        && r.dialect == Dialect::OpenAi
+        && r.path == paths::CHAT_COMPLETIONS
+        && p.api == Api::OpenAi
+        && p.platform == levee_config::Platform::Direct;
+    match fits.then(|| inspect::asking_usage(&body)).flatten() {
+        Some(asked) => (asked, true),
+        None => (body, false),
+    }
 }
 
 /// Whether the route's `on_untranslatable: fail` refuses the request now
