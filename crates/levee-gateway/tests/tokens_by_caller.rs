@@ -39,7 +39,11 @@ async fn tokens_are_counted_by_a_bounded_caller_name_and_logged() {
         metric(
             &m,
             "levee_tokens_total",
-            &[&format!("caller=\"{caller}\""), "kind=\"input\""],
+            &[
+                &format!("caller=\"{caller}\""),
+                "kind=\"input\"",
+                "outcome=\"delivered\"",
+            ],
         )
     };
     assert!(input("billing") > 0.0, "{m}");

@@ -39,7 +39,7 @@ fn lookup<'l>(list: &'l [(Box<str>, BySecond)], a: &str, b: &str) -> Option<&'l 
 /// A `levee_tokens_total` series by numbers: route and provider indices,
 /// the model's fault domain at the provider, the caller's index (`u32::MAX`:
 /// not listed), output (`true`) or input.
-pub type TokensKey = (u32, u32, u16, u32, bool);
+pub type TokensKey = (u32, u32, u16, u32, bool, bool);
 
 impl Handles {
     fn inc(&self, a: &str, b: &str, make: impl FnOnce() -> Counter) {
@@ -123,6 +123,10 @@ pub struct TokensLabel {
     pub caller: String,
     /// `input` or `output`.
     pub kind: &'static str,
+    /// `delivered`: the answer reached the caller (the request succeeded);
+    /// `undelivered`: the provider did the work and nobody received it (the
+    /// caller left, its deadline ended a stream, the gateway shut down).
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

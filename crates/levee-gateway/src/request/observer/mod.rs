@@ -151,6 +151,8 @@ pub(crate) struct Observer {
     answered_by: Option<usize>,
     /// The tokens the answer's usage reported (`None`: none reported).
     tokens: Option<levee_policy::allowance::Cost>,
+    /// The answer's tokens, counted when the request's outcome is.
+    pending_tokens: Option<TokensUsed>,
 }
 
 impl Observer {
@@ -183,6 +185,7 @@ impl Observer {
             counted: false,
             answered_by: None,
             tokens: None,
+            pending_tokens: None,
         }
     }
 
@@ -247,6 +250,9 @@ impl Observer {
     /// `levee_requests_total` and the route's recent window alike.
     fn count_outcome(&mut self, outcome: RequestOutcome, at: Instant) {
         self.counted = true;
+        if let Some(t) = self.pending_tokens.take() {
+            self.count_tokens(t, outcome == RequestOutcome::Success);
+        }
         self.shared.metrics.request(self.route_name(), outcome);
         self.shared.census.answered(self.route, outcome, at);
     }
@@ -316,6 +322,20 @@ impl Observer {
             input: sum.input.saturating_add(t.used.input),
             output: sum.output.saturating_add(t.used.output),
         });
+        // Counted with the request's outcome (delivered or not), known at
+        // its end; an earlier answer's tokens, replaced, reached nobody.
+        if let Some(earlier) = self.pending_tokens.replace(t) {
+            self.count_tokens(earlier, false);
+        }
+        if self.counted {
+            if let Some(t) = self.pending_tokens.take() {
+                self.count_tokens(t, true);
+            }
+        }
+    }
+
+    /// Counts an answer's tokens in `levee_tokens_total`, `delivered` or not.
+    fn count_tokens(&self, t: TokensUsed, delivered: bool) {
         let shared = &self.shared;
         let route = &shared.config.routes[self.route];
         let p = route.targets[t.target].provider;
@@ -327,6 +347,7 @@ impl Observer {
                 t.domain,
                 self.asked.caller_slot,
                 output,
+                delivered,
             )
         };
         let kinds = [
@@ -346,6 +367,11 @@ impl Observer {
                     model,
                     caller: shared.census.caller_label(self.asked.caller_slot as usize),
                     kind,
+                    outcome: if delivered {
+                        "delivered"
+                    } else {
+                        "undelivered"
+                    },
                 }
             });
         }
