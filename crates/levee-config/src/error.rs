@@ -120,6 +120,10 @@ pub enum Problem {
     },
     #[error("a key needs exactly one of `sha256` (the sha256 of the caller's key), `env` (a variable holding the key), or the pair `access_key_id` (16 to 128 letters and digits) and `secret_access_key_env` (a variable holding its secret), for SigV4-signed requests")]
     KeySource,
+    #[error("`prices` names provider `{0}`, which `providers` does not list")]
+    PriceProvider(String),
+    #[error("`{0}` must be a number of US dollars per million tokens, 0 or more, like `2.50`")]
+    PriceAmount(&'static str),
     #[error("an `admin.allowed_hosts` entry must be a host name like `levee-admin` or `levee.default.svc.cluster.local` (no scheme, port or path; `*.example.internal` for any name under one)")]
     AllowedHost,
     #[error(

@@ -23,6 +23,7 @@ mod error;
 pub mod locate;
 mod model;
 mod platform;
+pub mod prices;
 pub mod raw;
 mod redis_url;
 mod route;
@@ -73,9 +74,26 @@ pub struct Config {
     /// (`providers[0]`, whose address the caller fills in).
     pub builtin_mock: bool,
     pub telemetry: Telemetry,
+    /// `prices:`, each for one provider and model.
+    pub prices: Vec<prices::PriceEntry>,
 }
 
 impl Config {
+    /// What provider `provider`'s model `model` costs: its `prices:` entry,
+    /// else the built-in list price of a vendor Levee knows; `None`: not
+    /// known (its spend is unknown, never 0).
+    pub fn price_of(&self, provider: usize, model: &str) -> Option<prices::Price> {
+        if let Some(e) = self
+            .prices
+            .iter()
+            .find(|e| e.provider == provider && e.model == model)
+        {
+            return Some(e.price);
+        }
+        let p = self.providers.get(provider)?;
+        prices::builtin(&p.platform, p.api, &p.base_url, model)
+    }
+
     /// A request's place in the providers' allowances: `cost`, and the
     /// caller named `caller` among `callers:` (its index, weighed by its
     /// share, and its priority), as the gateway and the simulator ask.

@@ -94,6 +94,13 @@ pub(crate) fn dialect_auth(api: Api) -> Auth {
     }
 }
 
+/// Whose list prices a provider's model has (`prices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vendor {
+    OpenAi,
+    Anthropic,
+}
+
 /// Where a provider runs, with each cloud's own settings.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum Platform {
@@ -203,6 +210,32 @@ pub struct ModelNames {
 }
 
 impl Platform {
+    /// Whose list prices `model` at a provider of `api` at `base_url` has,
+    /// and its name there: OpenAI's and Anthropic's own hosts, and
+    /// Anthropic's models on Bedrock (`anthropic.claude-…`, an inference
+    /// profile, an ARN) at Anthropic's list price.
+    pub fn list_price_name<'m>(
+        &self,
+        api: Api,
+        base_url: &http::Uri,
+        model: &'m str,
+    ) -> Option<(Vendor, &'m str)> {
+        match (self, api, base_url.host()) {
+            (Platform::Direct, Api::OpenAi, Some("api.openai.com")) => {
+                Some((Vendor::OpenAi, model))
+            }
+            (Platform::Direct, Api::Anthropic, Some("api.anthropic.com")) => {
+                Some((Vendor::Anthropic, model))
+            }
+            (Platform::Bedrock { .. }, _, _) => {
+                let id = model.rsplit('/').next().unwrap_or(model);
+                let name = id.split("anthropic.").nth(1)?;
+                Some((Vendor::Anthropic, name))
+            }
+            _ => None,
+        }
+    }
+
     /// How the vendor behind a provider of `api` at `base_url` names its
     /// models, where that is known; `None` where any name may be right (an
     /// OpenAI-compatible server, Azure deployments, Vertex, Gemini).

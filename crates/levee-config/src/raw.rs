@@ -32,6 +32,19 @@ pub struct RawConfig {
     pub idempotency: Option<RawIdempotency>,
     pub state: Option<RawState>,
     pub telemetry: Option<RawTelemetry>,
+    #[serde(default)]
+    pub prices: Vec<RawPrice>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    pub provider: String,
+    pub model: String,
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    pub cached_input_per_mtok: Option<f64>,
+    pub cache_write_per_mtok: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

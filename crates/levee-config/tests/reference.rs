@@ -33,10 +33,24 @@ routes:
 /// What `<name>` stands for when a path is set into [`BASE`].
 const PROVIDER: &str = "openai";
 
+/// A `prices[]` entry's required keys, but `path`.
+fn price_companions(path: &str) -> Vec<(&'static str, &'static str)> {
+    [
+        ("prices[].provider", "openai"),
+        ("prices[].model", "gpt-4.1"),
+        ("prices[].input_per_mtok", "2.0"),
+        ("prices[].output_per_mtok", "8.0"),
+    ]
+    .into_iter()
+    .filter(|(k, _)| *k != path)
+    .collect()
+}
+
 /// Keys that load only beside another: each is set with these first.
 fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
     match path {
         "keys[].name" => vec![("keys[].env", "LEVEE_TEST_KEY")],
+        p if p.starts_with("prices[].") => price_companions(p),
         "routes[].passthrough_methods" => vec![("routes[].passthrough", "[\"/v1/files\"]")],
         "keys[].access_key_id" => vec![("keys[].secret_access_key_env", "LEVEE_TEST_SECRET")],
         "keys[].secret_access_key_env" => {

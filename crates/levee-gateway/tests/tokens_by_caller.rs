@@ -109,3 +109,40 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_and_unchanged() {
         "{m}"
     );
 }
+
+/// With a price for the model, every answer's tokens are spend:
+/// `levee_spend_usd_total` is tokens × price, and the log line says
+/// `cost_usd`. A model without a price has tokens and no spend (unknown,
+/// never 0).
+#[tokio::test(start_paused = true)]
+async fn spend_is_tokens_times_the_price_and_unknown_without_one() {
+    let (logs, _guard) = capture_logs(tracing::Level::INFO);
+    let priced = format!(
+        "{CONFIG}prices:\n  - {{ provider: p, model: m, input_per_mtok: 2.00, output_per_mtok: 8.00 }}\n"
+    );
+    let env = local(&["faults: []"], &priced);
+    for _ in 0..40 {
+        let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let m = env.metrics();
+    let tokens = |kind: &str| metric(&m, "levee_tokens_total", &[&format!("kind=\"{kind}\"")]);
+    let spend = metric(&m, "levee_spend_usd_total", &["outcome=\"delivered\""]);
+    let expected = (tokens("input") * 2.0 + tokens("output") * 8.0) / 1e6;
+    assert!(expected > 0.0, "{m}");
+    assert!(
+        (spend - expected).abs() < 1e-9,
+        "spend {spend} vs {expected}: {m}"
+    );
+    assert!(logs.text().contains("cost_usd="), "{}", logs.text());
+
+    let env = local(&["faults: []"], CONFIG);
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    assert_eq!(r.status, 200);
+    let m = env.metrics();
+    assert!(metric(&m, "levee_tokens_total", &[]) > 0.0, "{m}");
+    assert!(
+        !m.contains("levee_spend_usd_total{"),
+        "no price, no spend series: {m}"
+    );
+}

@@ -43,6 +43,7 @@ impl Config {
         let routes = routes(src, &raw.routes, &mut providers, declared, builtin_mock)?;
         derive_in_flight_caps(&mut providers, &routes);
         weigh_shares(&raw.callers, &mut providers);
+        let prices = prices(src, &raw.prices, &providers)?;
         Ok(Config {
             listen: addr(raw.listen.map(|a| a.0), defaults::LISTEN),
             admin_listen: addr(
@@ -62,11 +63,53 @@ impl Config {
             idempotency: idempotency(src, raw.idempotency.as_ref())?,
             state: state(src, raw.state.as_ref())?,
             builtin_mock,
+            prices,
             telemetry: Telemetry {
                 otlp_endpoint: raw.telemetry.and_then(|t| t.otlp_endpoint).map(|e| e.0),
             },
         })
     }
+}
+
+/// `prices:` checked: each names a provider, and each price is a finite,
+/// non-negative number of US dollars per million tokens.
+fn prices(
+    src: Source<'_>,
+    raw: &[crate::raw::RawPrice],
+    providers: &[Provider],
+) -> Result<Vec<crate::prices::PriceEntry>, ConfigError> {
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, p) in raw.iter().enumerate() {
+        let at = |key: &'static str, problem: Problem| {
+            ConfigError::at(src, &[Key("prices"), Index(i), Key(key)], problem)
+        };
+        let provider = providers
+            .iter()
+            .position(|x| x.name == p.provider)
+            .ok_or_else(|| at("provider", Problem::PriceProvider(p.provider.clone())))?;
+        let amounts = [
+            ("input_per_mtok", Some(p.input_per_mtok)),
+            ("output_per_mtok", Some(p.output_per_mtok)),
+            ("cached_input_per_mtok", p.cached_input_per_mtok),
+            ("cache_write_per_mtok", p.cache_write_per_mtok),
+        ];
+        for (key, v) in amounts {
+            if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                return Err(at(key, Problem::PriceAmount(key)));
+            }
+        }
+        out.push(crate::prices::PriceEntry {
+            provider,
+            model: p.model.clone(),
+            price: crate::prices::Price {
+                input_per_mtok: p.input_per_mtok,
+                output_per_mtok: p.output_per_mtok,
+                cached_input_per_mtok: p.cached_input_per_mtok,
+                cache_write_per_mtok: p.cache_write_per_mtok,
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// The providers when none is configured, and the breaker settings each

@@ -112,6 +112,17 @@ pub struct RouteProviderReason {
     pub reason: String,
 }
 
+/// A `levee_spend_usd_total` series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpendLabel {
+    pub route: String,
+    pub provider: String,
+    pub model: String,
+    pub caller: String,
+    /// `delivered` or `undelivered`, as on `levee_tokens_total`.
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokensLabel {
     pub route: String,
@@ -175,6 +186,9 @@ pub struct Metrics {
     pub idempotency_local: Counter,
     pub translation_refused: Family<RouteProviderReason, Counter>,
     pub tokens: Family<TokensLabel, Counter>,
+    /// `levee_spend_usd_total`: tokens × price, where the price is known.
+    pub spend: Family<SpendLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
+    spend_handles: Mutex<HashMap<TokensKey, Counter<f64, std::sync::atomic::AtomicU64>>>,
     pub allowance_remaining: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_limit: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share_used: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -189,7 +203,7 @@ pub struct Metrics {
 }
 
 /// Every metric's name and help text.
-const HELP: [(&str, &str); 26] = [
+const HELP: [(&str, &str); 27] = [
     (
         "levee_requests",
         "Logical requests by route and outcome (success or the x-levee-reason)",
@@ -261,6 +275,10 @@ const HELP: [(&str, &str); 26] = [
     (
         "levee_state_fallback",
         "Shared-state operations served locally because Redis was slow or down",
+    ),
+    (
+        "levee_spend_usd",
+        "US dollars the providers bill for the tokens answers used, where the model's price is known (prices: in the config, else the built-in list price); outcome says whether the answer reached its caller",
     ),
     (
         "levee_state_replicas",
@@ -356,6 +374,8 @@ impl Metrics {
             idempotency_local: reg(&mut r, "levee_idempotency_local", Counter::default()),
             translation_refused: reg(&mut r, "levee_translation_refused", Family::default()),
             tokens: reg(&mut r, "levee_tokens", Family::default()),
+            spend: reg(&mut r, "levee_spend_usd", Family::default()),
+            spend_handles: Mutex::new(HashMap::new()),
             token_handles: Mutex::new(HashMap::new()),
             allowance_remaining: reg(&mut r, "levee_allowance_remaining", Family::default()),
             allowance_limit: reg(&mut r, "levee_allowance_limit", Family::default()),
@@ -373,6 +393,15 @@ impl Metrics {
             .entry(key)
             .or_insert_with(|| self.tokens.get_or_create(&labels()).clone());
         c.inc_by(n);
+    }
+
+    /// Adds `usd` to the spend series `key` (its output flag unused).
+    pub fn spend(&self, key: TokensKey, usd: f64, labels: impl FnOnce() -> SpendLabel) {
+        let mut handles = self.spend_handles.lock().unwrap_or_else(|e| e.into_inner());
+        let c = handles
+            .entry(key)
+            .or_insert_with(|| self.spend.get_or_create(&labels()).clone());
+        c.inc_by(usd);
     }
 
     /// Counts one finished logical request.

@@ -329,6 +329,7 @@ impl Observer {
                     stream_ms,
                     input_tokens = self.tokens.map(|t| t.input),
                     output_tokens = self.tokens.map(|t| t.output),
+                    cost_usd = self.cost_usd,
                     "request"
                 )
             };

@@ -151,8 +151,12 @@ pub(crate) struct Observer {
     answered_by: Option<usize>,
     /// The tokens the answer's usage reported (`None`: none reported).
     tokens: Option<levee_policy::allowance::Cost>,
-    /// The answer's tokens, counted when the request's outcome is.
-    pending_tokens: Option<TokensUsed>,
+    /// The answer's tokens and their cost (`None`: no known price),
+    /// counted when the request's outcome is.
+    pending_tokens: Option<(TokensUsed, Option<f64>)>,
+    /// What the answer's tokens cost, for the log line (`None`: no usage,
+    /// or no known price).
+    cost_usd: Option<f64>,
 }
 
 impl Observer {
@@ -186,6 +190,7 @@ impl Observer {
             answered_by: None,
             tokens: None,
             pending_tokens: None,
+            cost_usd: None,
         }
     }
 
@@ -250,8 +255,8 @@ impl Observer {
     /// `levee_requests_total` and the route's recent window alike.
     fn count_outcome(&mut self, outcome: RequestOutcome, at: Instant) {
         self.counted = true;
-        if let Some(t) = self.pending_tokens.take() {
-            self.count_tokens(t, outcome == RequestOutcome::Success);
+        if let Some((t, usd)) = self.pending_tokens.take() {
+            self.count_tokens(t, usd, outcome == RequestOutcome::Success);
         }
         self.shared.metrics.request(self.route_name(), outcome);
         self.shared.census.answered(self.route, outcome, at);
@@ -322,20 +327,37 @@ impl Observer {
             input: sum.input.saturating_add(t.used.input),
             output: sum.output.saturating_add(t.used.output),
         });
+        let usd = self
+            .price(&t)
+            .map(|p| p.cost(t.used.input.into(), t.used.output.into()));
+        if let Some(usd) = usd {
+            self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + usd);
+        }
         // Counted with the request's outcome (delivered or not), known at
         // its end; an earlier answer's tokens, replaced, reached nobody.
-        if let Some(earlier) = self.pending_tokens.replace(t) {
-            self.count_tokens(earlier, false);
+        if let Some((earlier, cost)) = self.pending_tokens.replace((t, usd)) {
+            self.count_tokens(earlier, cost, false);
         }
         if self.counted {
-            if let Some(t) = self.pending_tokens.take() {
-                self.count_tokens(t, true);
+            if let Some((t, usd)) = self.pending_tokens.take() {
+                self.count_tokens(t, usd, true);
             }
         }
     }
 
-    /// Counts an answer's tokens in `levee_tokens_total`, `delivered` or not.
-    fn count_tokens(&self, t: TokensUsed, delivered: bool) {
+    /// The price of the model the answer came from: `prices:`, else the
+    /// built-in list price.
+    fn price(&self, t: &TokensUsed) -> Option<levee_config::prices::Price> {
+        let shared = &self.shared;
+        let p = shared.config.routes[self.route].targets[t.target].provider;
+        // Looked up under the lock, the name borrowed: no copy per answer.
+        let state = shared.providers[p].lock();
+        shared.config.price_of(p, state.domain_model(t.domain))
+    }
+
+    /// Counts an answer's tokens in `levee_tokens_total`, and their cost in
+    /// `levee_spend_usd_total` where it is known, `delivered` or not.
+    fn count_tokens(&self, t: TokensUsed, usd: Option<f64>, delivered: bool) {
         let shared = &self.shared;
         let route = &shared.config.routes[self.route];
         let p = route.targets[t.target].provider;
@@ -374,6 +396,24 @@ impl Observer {
                     },
                 }
             });
+        }
+        if let Some(usd) = usd {
+            shared
+                .metrics
+                .spend(key(false), usd, || crate::observe::metrics::SpendLabel {
+                    route: route.name.clone(),
+                    provider: provider.name.clone(),
+                    model: match provider.lock().domain_model(t.domain) {
+                        "" => "other".to_string(),
+                        m => m.to_string(),
+                    },
+                    caller: shared.census.caller_label(self.asked.caller_slot as usize),
+                    outcome: if delivered {
+                        "delivered"
+                    } else {
+                        "undelivered"
+                    },
+                });
         }
     }
 
