@@ -1,7 +1,8 @@
 //! Tokens are counted by a bounded caller name, listed in `callers:` or
-//! not, and logged with the request. Its own binary: it reads the log, and
-//! a log callsite first reached by another test without a subscriber can
-//! stay silenced for the whole binary.
+//! not, priced, and logged with the request. Its own binary, each test
+//! under a capturing subscriber: it reads the log, and a log callsite
+//! first reached by a test without a subscriber can stay silenced for the
+//! whole binary.
 
 mod support;
 use std::time::Duration;
@@ -73,6 +74,9 @@ async fn tokens_are_counted_by_a_bounded_caller_name_and_logged() {
 /// stream. A caller that asked gets its usage as before.
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_did_not_ask_for_usage_is_counted_and_unchanged() {
+    // Every test of this binary logs under a subscriber: a log callsite
+    // first reached without one can stay silenced for the whole binary.
+    let (_logs, _guard) = capture_logs(tracing::Level::INFO);
     let env = local(&["faults: []"], CONFIG);
     let plain = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", plain, &[])).await;

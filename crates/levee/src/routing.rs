@@ -2,7 +2,9 @@
 //! vendor would read it. A route that an earlier one hides; a prefix that
 //! is stripped (or kept) so that a vendor is sent a name it does not know;
 //! a prefix route whose target names its own model, so that every model
-//! under the prefix is answered by that one. Each names the config line.
+//! under the prefix is answered by that one; a model a route is known to
+//! send that has no price (its spend would be unknown). Each names the
+//! config line.
 
 use levee_config::{Config, Route};
 
@@ -15,6 +17,31 @@ pub fn warnings(config: &Config, text: &str) -> Vec<String> {
     let mut out = shadowed(&config.routes, &lines);
     for (route, &line) in config.routes.iter().zip(&lines) {
         out.extend(names_sent(config, route, line));
+        out.extend(unpriced(config, route, line));
+    }
+    out
+}
+
+/// The models a route is known to send (a target's own `model`, or the
+/// route's exact names) that have no price: neither a `prices:` entry nor
+/// a built-in list price. A prefix route's models are the callers' and
+/// are not known here.
+fn unpriced(config: &Config, route: &Route, line: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for target in &route.targets {
+        let sent: Vec<&str> = match &target.model {
+            Some(own) => vec![own.as_str()],
+            None => route.matcher.models.iter().map(String::as_str).collect(),
+        };
+        let provider = &config.providers[target.provider];
+        for model in sent {
+            if config.price_of(target.provider, model).is_none() {
+                out.push(format!(
+                    "line {}: route `{}` sends `{model}` to {}, which has no price: its spend is unknown; add a `prices:` entry for it",
+                    line, route.name, provider.name
+                ));
+            }
+        }
     }
     out
 }

@@ -490,3 +490,23 @@ fn check_reads_every_redis_deployment_without_connecting() {
         assert!(!all.contains("panicked"), "{all}");
     }
 }
+
+#[test]
+fn check_lists_the_models_a_route_sends_that_have_no_price() {
+    let text = "providers:\n  vllm: { api: openai, base_url: \"http://10.0.0.5:8000/v1\" }\n  openai: { api: openai, base_url: \"https://api.openai.com/v1\" }\nroutes:\n  - match: { model: llama-70b }\n    targets: [vllm]\n  - match: { model: gpt-4o }\n    targets: [openai]\n";
+    let out = check_config("unpriced.yaml", text);
+    let all = stdout(&out);
+    assert!(
+        all.contains("line 5: route") && all.contains("`llama-70b` to vllm, which has no price"),
+        "{all}"
+    );
+    assert!(
+        !all.contains("`gpt-4o` to openai"),
+        "a list price is a price: {all}"
+    );
+    let priced = format!(
+        "{text}prices:\n  - {{ provider: vllm, model: llama-70b, input_per_mtok: 0.2, output_per_mtok: 0.2 }}\n"
+    );
+    let out = check_config("priced.yaml", &priced);
+    assert!(!stdout(&out).contains("no price"), "{}", stdout(&out));
+}
