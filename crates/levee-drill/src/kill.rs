@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::args::Plan;
 use crate::load::Measured;
+use crate::report::{outcomes_in, secs};
 
 /// `--kill-state`: the state store's primary killed mid-run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -70,13 +71,10 @@ pub(crate) fn state_kill(plan: &Plan, m: &Measured) -> Option<StateKillReport> {
         None => (None, Some("not run".to_owned())),
     };
     let from = at.unwrap_or(k.at);
-    let mut outcomes_after = BTreeMap::new();
-    for r in m.records.iter().filter(|r| r.sent >= from) {
-        *outcomes_after.entry(r.kind.clone()).or_insert(0u64) += 1;
-    }
+    let outcomes_after = outcomes_in(&m.records, from, Duration::MAX);
     let recheck = m.recheck.unwrap_or_default();
     Some(StateKillReport {
-        killed_at_seconds: at.map(|d: Duration| (d.as_secs_f64() * 1000.0).round() / 1000.0),
+        killed_at_seconds: at.map(secs),
         error,
         keyed_requests: m.records.len() as u64,
         ran_unshared: m
@@ -100,18 +98,13 @@ impl StateKillReport {
             (Some(at), _) => format!("primary killed at {at} s"),
             (None, e) => format!("primary NOT killed: {}", e.as_deref().unwrap_or("")),
         };
-        let after: Vec<String> = self
-            .outcomes_after
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
         let _ = writeln!(s, "  state store         {when}");
         let _ = writeln!(
             s,
             "  keyed requests      {}, {} ran unshared (x-levee-idempotency: local); after the kill: {}",
             self.keyed_requests,
             self.ran_unshared,
-            after.join(", ")
+            levee_sim::incident::listing(&self.outcomes_after, " ", ", ")
         );
         let _ = writeln!(
             s,

@@ -345,7 +345,7 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
     }
 }
 
-fn secs(d: Duration) -> f64 {
+pub(crate) fn secs(d: Duration) -> f64 {
     round(d.as_secs_f64(), 3)
 }
 
@@ -365,7 +365,11 @@ fn window(records: &[Record], from: Duration, to: Duration) -> Window {
     }
 }
 
-fn outcomes_in(records: &[Record], from: Duration, to: Duration) -> BTreeMap<String, u64> {
+pub(crate) fn outcomes_in(
+    records: &[Record],
+    from: Duration,
+    to: Duration,
+) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for r in records.iter().filter(|r| r.sent >= from && r.sent < to) {
         *out.entry(r.kind.clone()).or_insert(0u64) += 1;
