@@ -152,73 +152,12 @@ async fn without_failover_the_calls_after_the_stop_fail() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
-fn started(listen: &[String], port: u16) -> Option<RedisServer> {
-    let s = RedisServer::start_with(listen, port);
-    if s.is_none() {
-        assert!(
-            std::env::var_os("LEVEE_REQUIRE_REDIS").is_none(),
-            "redis-server is required"
-        );
-    }
-    s
-}
-
-/// A primary, its replica and a sentinel watching them as `levee`.
-async fn sentinel_pair(dir: &std::path::Path) -> Option<(RedisServer, RedisServer, RedisServer)> {
-    let (pp, rp, sp) = (free_port(), free_port(), free_port());
-    let primary = started(&["--port".into(), pp.to_string()], pp)?;
-    primary.ready(WATCHDOG).await;
-    let replica = started(
-        &[
-            "--port".into(),
-            rp.to_string(),
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            pp.to_string(),
-        ],
-        rp,
-    )?;
-    replica.ready(WATCHDOG).await;
-    let conf = dir.join("sentinel.conf");
-    std::fs::write(
-        &conf,
-        format!("port {sp}\nbind 127.0.0.1\nsentinel monitor levee 127.0.0.1 {pp} 1\nsentinel down-after-milliseconds levee 1000\nsentinel failover-timeout levee 5000\n"),
-    )
-    .unwrap();
-    let sentinel = started(&[conf.display().to_string(), "--sentinel".into()], sp)?;
-    sentinel.ready(WATCHDOG).await;
-    // The replica has synced before the load starts.
-    let synced = async {
-        loop {
-            let out = std::process::Command::new("redis-cli")
-                .args(["-p", &rp.to_string(), "info", "replication"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            if out.contains("master_link_status:up") {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(WATCHDOG, synced)
-        .await
-        .expect("the replica syncs");
-    Some((primary, replica, sentinel))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_state_primary_runs_no_completed_key_twice() {
     let dir = std::env::temp_dir().join(format!("levee-drill-kill-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let Some((primary, _replica, sentinel)) = sentinel_pair(&dir).await else {
+    let Some((primary, _replica, sentinel)) = redis_server::sentinel_pair(&dir, WATCHDOG).await
+    else {
         return;
     };
     let mock = levee_mock::spawn("127.0.0.1:0".parse().unwrap(), Default::default())

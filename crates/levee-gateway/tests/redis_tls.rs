@@ -38,13 +38,6 @@ fn certificates(dir: &Path) {
     std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
 /// A TLS-only redis-server that requires client certificates.
 async fn tls_redis(dir: &Path) -> Option<RedisServer> {
     let port = free_port();

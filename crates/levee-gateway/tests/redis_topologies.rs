@@ -13,13 +13,6 @@ use support::*;
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
@@ -295,45 +288,13 @@ async fn replicas_share_a_redis_cluster_through_a_resharding() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A primary, its replica, and a sentinel watching them as `levee`.
-async fn sentinel_pair(dir: &Path) -> Option<(RedisServer, RedisServer, RedisServer, u16)> {
-    let (pp, rp, sp) = (free_port(), free_port(), free_port());
-    let primary = started(args(&["--port", &pp.to_string()]), pp)?;
-    primary.ready(WATCHDOG).await;
-    let replica = started(
-        args(&[
-            "--port",
-            &rp.to_string(),
-            "--replicaof",
-            "127.0.0.1",
-            &pp.to_string(),
-        ]),
-        rp,
-    )?;
-    replica.ready(WATCHDOG).await;
-    let conf = dir.join("sentinel.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "port {sp}\nbind 127.0.0.1\nsentinel monitor levee 127.0.0.1 {pp} 1\nsentinel down-after-milliseconds levee 1000\nsentinel failover-timeout levee 5000\n"
-        ),
-    )
-    .unwrap();
-    let sentinel = started(args(&[&conf.display().to_string(), "--sentinel"]), sp)?;
-    sentinel.ready(WATCHDOG).await;
-    until("the replica syncs", || {
-        cli(rp, &["info", "replication"]).is_some_and(|i| i.contains("master_link_status:up"))
-    })
-    .await;
-    Some((primary, replica, sentinel, rp))
-}
-
 #[tokio::test]
 async fn replicas_follow_a_sentinel_failover() {
     let dir = scratch("sentinel");
-    let Some((primary, _replica, sentinel, replica_port)) = sentinel_pair(&dir).await else {
+    let Some((primary, replica, sentinel)) = sentinel_pair(&dir, WATCHDOG).await else {
         return;
     };
+    let replica_port = replica.port;
     let state = format!(
         "state: {{ backend: redis, mode: sentinel, nodes: [\"redis://127.0.0.1:{}\"], sentinel_master: levee, key_prefix: s, replicas: 2, timeout: 500ms }}\n",
         sentinel.port

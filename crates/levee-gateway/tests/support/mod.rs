@@ -21,7 +21,7 @@ pub use fake_hosts::{fake_hosts, head_field, read_request, Answer, Handler};
 #[allow(unused_imports)] // each test file uses a part of the kit
 pub use http_head::header;
 #[allow(unused_imports)]
-pub use redis_server::RedisServer;
+pub use redis_server::{free_port, sentinel_pair, RedisServer};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
