@@ -13,7 +13,6 @@ use serde::Serialize;
 
 use crate::args::Plan;
 use crate::load::Measured;
-use crate::report::{outcomes_in, secs};
 
 /// `--kill-state`: the state store's primary killed mid-run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -71,10 +70,13 @@ pub(crate) fn state_kill(plan: &Plan, m: &Measured) -> Option<StateKillReport> {
         None => (None, Some("not run".to_owned())),
     };
     let from = at.unwrap_or(k.at);
-    let outcomes_after = outcomes_in(&m.records, from, Duration::MAX);
+    let mut outcomes_after = BTreeMap::new();
+    for r in m.records.iter().filter(|r| r.sent >= from) {
+        *outcomes_after.entry(r.kind.clone()).or_insert(0u64) += 1;
+    }
     let recheck = m.recheck.unwrap_or_default();
     Some(StateKillReport {
-        killed_at_seconds: at.map(secs),
+        killed_at_seconds: at.map(|d| levee_sim::incident::round(d.as_secs_f64(), 3)),
         error,
         keyed_requests: m.records.len() as u64,
         ran_unshared: m

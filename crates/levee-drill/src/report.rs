@@ -345,7 +345,7 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
     }
 }
 
-pub(crate) fn secs(d: Duration) -> f64 {
+fn secs(d: Duration) -> f64 {
     round(d.as_secs_f64(), 3)
 }
 
