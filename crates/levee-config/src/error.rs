@@ -120,6 +120,12 @@ pub enum Problem {
     },
     #[error("a key needs exactly one of `sha256` (the sha256 of the caller's key), `env` (a variable holding the key), or the pair `access_key_id` (16 to 128 letters and digits) and `secret_access_key_env` (a variable holding its secret), for SigV4-signed requests")]
     KeySource,
+    #[error("`models` must list at least one model name (`gpt-4o`, or `gpt-4o*` for every name beginning so); leave it out to allow every model")]
+    CallerModels,
+    #[error("`budget.usd` must be a number of US dollars, 0 or more, like `50` (0 stops every priced call)")]
+    BudgetAmount,
+    #[error("caller `{0}` is given different `models`, `limits` or `budget` in two places: give a caller's rules once (keys that share a name share its rules)")]
+    CallerRulesDiffer(String),
     #[error("`prices` names provider `{0}`, which `providers` does not list")]
     PriceProvider(String),
     #[error("`{0}` must be a number of US dollars per million tokens, 0 or more, like `2.50`")]

@@ -33,8 +33,9 @@ mod values;
 pub use duration::parse_duration;
 pub use error::{yaml_message, ConfigError, Problem, RouteProblem};
 pub use model::{
-    derived_max_in_flight, Caller, CallerKey, IdempotencySettings, InFlightCap, Limits, Match,
-    Provider, RedisConnect, RedisMode, RedisTls, Route, StateBackend, Target, Telemetry,
+    derived_max_in_flight, Caller, CallerKey, CallerRules, IdempotencySettings, InFlightCap,
+    Limits, Match, Provider, RedisConnect, RedisMode, RedisTls, Route, StateBackend, Target,
+    Telemetry,
 };
 pub use platform::{check_credential_url, is_local_host, ApiKind, ModelNames, Platform};
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
@@ -68,6 +69,8 @@ pub struct Config {
     pub routes: Vec<Route>,
     pub callers: Vec<Caller>,
     pub keys: Vec<CallerKey>,
+    /// The rules of each caller that has any, one entry per name.
+    pub caller_rules: Vec<CallerRules>,
     pub idempotency: IdempotencySettings,
     pub state: StateBackend,
     /// No providers were configured: routes use the built-in mock provider
@@ -176,7 +179,7 @@ pub fn parse_callers(text: &str) -> Result<Vec<Caller>, ConfigError> {
         .into_iter()
         .map(|c| Caller {
             name: c.name,
-            deadline: c.deadline.0,
+            deadline: c.deadline.map(|d| d.0),
             share: c.share.map(|s| s.0),
             priority: c.priority.map(|p| p.0).unwrap_or_default(),
         })

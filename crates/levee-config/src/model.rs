@@ -258,11 +258,36 @@ impl Route {
 #[derive(Clone, Debug)]
 pub struct Caller {
     pub name: String,
-    pub deadline: Duration,
+    /// Its client's timeout (`None`: not given, not judged).
+    pub deadline: Option<Duration>,
     /// Its weight in each provider's allowance and in-flight cap (`None`:
     /// 1 when any caller has a share; no shares when none has).
     pub share: Option<f64>,
     pub priority: levee_policy::allowance::Priority,
+}
+
+/// What one caller may do: from its `callers:` entry or its keys'.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallerRules {
+    /// The caller's name (a key's, or its `x-levee-caller`).
+    pub name: String,
+    /// The models it may ask for (`None`: any). An entry ending in `*`
+    /// allows every name beginning with what is before it.
+    pub models: Option<Vec<String>>,
+    /// Its limits per minute and its budget.
+    pub spend: levee_policy::spend::Rules,
+}
+
+impl CallerRules {
+    /// Whether the caller may ask for `model`.
+    pub fn allows(&self, model: &str) -> bool {
+        self.models.as_ref().is_none_or(|list| {
+            list.iter().any(|m| match m.strip_suffix('*') {
+                Some(prefix) => model.starts_with(prefix),
+                None => m == model,
+            })
+        })
+    }
 }
 
 /// An accepted caller key.
@@ -301,6 +326,9 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Longest a client may take to send its body once the headers are in.
     pub body_read_timeout: Duration,
+    /// The most caller names (from `x-levee-caller`, and `anonymous`)
+    /// metrics keep as labels; the rest are `other`.
+    pub caller_names: usize,
 }
 
 impl Default for Limits {
@@ -311,6 +339,7 @@ impl Default for Limits {
             max_header_bytes: 64 * 1024,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            caller_names: 64,
         }
     }
 }

@@ -62,6 +62,8 @@ pub struct RawLimits {
     pub max_header_bytes: Option<usize>,
     pub header_read_timeout: Option<Dur>,
     pub body_read_timeout: Option<Dur>,
+    /// The most caller names metrics keep as labels.
+    pub caller_names: Option<AtLeastOne<usize>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -280,10 +282,32 @@ pub struct RawBudget {
 #[serde(deny_unknown_fields)]
 pub struct RawCaller {
     pub name: String,
-    pub deadline: Dur,
+    /// How long the caller waits for an answer (its client's timeout),
+    /// for the census; none: not judged.
+    pub deadline: Option<Dur>,
     /// Its weight in each provider's allowance and in-flight cap.
     pub share: Option<crate::values::Share>,
     pub priority: Option<crate::values::CallerPriority>,
+    /// The models it may ask for (`*` at the end: any name so beginning).
+    pub models: Option<Vec<String>>,
+    pub limits: Option<RawCallerLimits>,
+    pub budget: Option<RawSpendBudget>,
+}
+
+/// A caller's absolute limits over the last minute.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCallerLimits {
+    pub requests_per_minute: Option<AtLeastOne<u64>>,
+    pub tokens_per_minute: Option<AtLeastOne<u64>>,
+}
+
+/// A caller's spending budget.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSpendBudget {
+    pub usd: f64,
+    pub per: crate::values::BudgetPer,
 }
 
 #[derive(Debug, Deserialize)]
@@ -296,6 +320,10 @@ pub struct RawKey {
     pub access_key_id: Option<String>,
     /// The variable holding the pair's secret access key.
     pub secret_access_key_env: Option<String>,
+    /// The key's caller's rules, as on a `callers:` entry.
+    pub models: Option<Vec<String>>,
+    pub limits: Option<RawCallerLimits>,
+    pub budget: Option<RawSpendBudget>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -99,6 +99,20 @@ impl<'de> serde::Deserialize<'de> for Share {
     }
 }
 
+/// A budget's `per`: the UTC calendar period it runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetPer(pub levee_policy::spend::Period);
+
+from_words!(
+    BudgetPer,
+    "per",
+    [
+        ("day", BudgetPer(levee_policy::spend::Period::Day)),
+        ("week", BudgetPer(levee_policy::spend::Period::Week)),
+        ("month", BudgetPer(levee_policy::spend::Period::Month)),
+    ]
+);
+
 /// A caller's `priority`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallerPriority(pub levee_policy::allowance::Priority);

@@ -95,7 +95,7 @@ callers:
     );
     assert_eq!(c.route_for("/v1/chat/completions", "openai/gpt"), Some(1));
     assert_eq!(c.route_for("/v1/chat/completions", "mistral/x"), None);
-    assert_eq!(c.callers[0].deadline, Duration::from_secs(40));
+    assert_eq!(c.callers[0].deadline, Some(Duration::from_secs(40)));
     let (line, msg) = line_of(
         Config::parse("providers:\n  a: { api: openai, base_url: \"ftp://x\" }\n").unwrap_err(),
     );

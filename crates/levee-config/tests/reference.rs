@@ -56,11 +56,21 @@ fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
         "keys[].secret_access_key_env" => {
             vec![("keys[].access_key_id", "LEVEEBILLING0001")]
         }
-        "callers[].name" => vec![("callers[].deadline", "10s")],
-        "callers[].deadline" => vec![("callers[].name", "test")],
-        "callers[].share" | "callers[].priority" => {
-            vec![("callers[].name", "test"), ("callers[].deadline", "10s")]
+        "callers[].budget.usd" => vec![("callers[].name", "test"), ("callers[].budget.per", "day")],
+        "callers[].budget.per" => vec![("callers[].name", "test"), ("callers[].budget.usd", "5")],
+        "keys[].budget.usd" => vec![
+            ("keys[].env", "LEVEE_TEST_KEY"),
+            ("keys[].budget.per", "day"),
+        ],
+        "keys[].budget.per" => vec![("keys[].env", "LEVEE_TEST_KEY"), ("keys[].budget.usd", "5")],
+        p if p.starts_with("keys[].models")
+            || p.starts_with("keys[].limits")
+            || p == "keys[].budget" =>
+        {
+            vec![("keys[].env", "LEVEE_TEST_KEY")]
         }
+        "callers[].name" => vec![],
+        p if p.starts_with("callers[].") => vec![("callers[].name", "test")],
         "providers.<name>.rate_limit.burst" => {
             vec![("providers.<name>.rate_limit.requests_per_minute", "600")]
         }

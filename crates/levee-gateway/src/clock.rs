@@ -9,6 +9,8 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     origin: tokio::time::Instant,
+    /// The wall clock at the origin (unix ms).
+    origin_unix_ms: u64,
 }
 
 impl Clock {
@@ -17,6 +19,7 @@ impl Clock {
     pub fn new() -> Self {
         Clock {
             origin: tokio::time::Instant::now(),
+            origin_unix_ms: unix_ms(),
         }
     }
 
@@ -34,6 +37,17 @@ impl Clock {
     /// Wall-clock unix milliseconds (for `x-deadline-ms` and HTTP dates).
     pub fn unix_ms(&self) -> u64 {
         unix_ms()
+    }
+
+    /// Calendar time (unix ms) for what is counted by the minute, the hour
+    /// and the day (callers' limits, budgets, the spend ledger): the wall
+    /// clock at start moved on by the monotonic clock, so a stepped system
+    /// clock does not move a minute's count back, and tests that pause time
+    /// move it.
+    pub fn calendar_ms(&self) -> u64 {
+        let since = self.now().since_origin().as_millis();
+        self.origin_unix_ms
+            .saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
     }
 
     /// Time elapsed since `t`.

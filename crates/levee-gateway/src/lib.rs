@@ -67,6 +67,7 @@ mod observe;
 mod request;
 mod runtime;
 mod server;
+mod spend;
 mod state;
 mod upstream;
 

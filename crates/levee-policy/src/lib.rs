@@ -23,6 +23,7 @@ pub mod learn;
 pub mod planner;
 pub mod provider;
 pub mod retry_after;
+pub mod spend;
 pub mod time;
 
 pub use admission::{ConcurrencyGuard, ConcurrencyLimiter, Gcra};

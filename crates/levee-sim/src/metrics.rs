@@ -51,6 +51,12 @@ pub(crate) struct Metrics {
     pub window: (u64, u64),
     /// How long each answered request took, arrival to answer (nanoseconds).
     pub latencies: Vec<u64>,
+    /// Each stream's answer's cost (US dollars).
+    answer_usd: Vec<f64>,
+    /// What the providers billed: every answer they generated, read or not.
+    pub billed_usd: f64,
+    /// Of it, the answers that reached a caller.
+    pub delivered_usd: f64,
 }
 
 impl Metrics {
@@ -80,6 +86,9 @@ impl Metrics {
             has_pool: v.layers.iter().any(|l| l.workers.is_some()),
             window,
             latencies: Vec::new(),
+            answer_usd: sc.answer_usd.clone(),
+            billed_usd: 0.0,
+            delivered_usd: 0.0,
         }
     }
 
@@ -127,7 +136,13 @@ impl Metrics {
         if success {
             self.succeeded[b] += 1;
             self.streams[stream as usize].successes += 1;
+            self.delivered_usd += self.answer_usd.get(stream as usize).copied().unwrap_or(0.0);
         }
+    }
+
+    /// A provider generated an answer for `stream` (billed, whoever reads it).
+    pub(crate) fn billed(&mut self, stream: u16) {
+        self.billed_usd += self.answer_usd.get(stream as usize).copied().unwrap_or(0.0);
     }
 
     pub(crate) fn unfinished(&mut self, stream: u16) {

@@ -24,6 +24,11 @@ pub struct VariantReport {
     pub attempts_per_request_max: u32,
     pub success_ratio: f64,
     pub recovery_seconds_after_fault: Option<f64>,
+    /// What the providers billed over the run (US dollars at the
+    /// scenario's `price`): every answer they generated, read or orphaned.
+    pub cost_usd: f64,
+    /// Of it, answers that reached no caller: orphaned work.
+    pub undelivered_usd: f64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<EndpointReport>,
     #[serde(skip)]
@@ -155,6 +160,8 @@ pub(crate) fn summarise(
         attempts_per_request_max: m.attempts_max,
         success_ratio: round(ratio(successes, requests), 4),
         recovery_seconds_after_fault: numbers.recovery.map(|r| round(r, 1)),
+        cost_usd: round(m.billed_usd, 4),
+        undelivered_usd: round((m.billed_usd - m.delivered_usd).max(0.0), 4),
         endpoints,
         detail: Detail {
             resolution: sc.resolution,
@@ -263,8 +270,10 @@ fn write_variants(out: &mut String, r: &Report) {
         "att max",
         "success",
         "recovery",
+        "cost",
+        "undelivered",
     ];
-    let rows: Vec<[String; 8]> = r
+    let rows: Vec<[String; 10]> = r
         .variants
         .iter()
         .map(|v| {
@@ -281,6 +290,8 @@ fn write_variants(out: &mut String, r: &Report) {
                     None if r.fault.is_some() => "not recovered".to_string(),
                     None => "-".to_string(),
                 },
+                format!("${:.2}", v.cost_usd),
+                format!("${:.2}", v.undelivered_usd),
             ]
         })
         .collect();

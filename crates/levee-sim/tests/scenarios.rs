@@ -111,6 +111,24 @@ fn two_layer_storm_levee_stays_within_its_budget_and_recovers_in_seconds() {
     );
 }
 
+/// The storm's bill: every answer the provider generated is billed, read
+/// or orphaned. The naive stack pays for hundreds of dollars of answers
+/// nobody received (at the default $0.006 an answer); Levee, which stops
+/// an attempt when its caller leaves and never retries what it will not
+/// deliver, pays for none, and less in all.
+#[test]
+fn two_layer_storm_costs_the_naive_stack_hundreds_of_undelivered_dollars() {
+    let r = run("two-layer-storm.yaml");
+    let (naive, levee) = (variant(r, "naive"), variant(r, "levee"));
+    assert!(naive.undelivered_usd > 100.0, "{naive:?}");
+    assert!(naive.undelivered_usd < naive.cost_usd);
+    assert_eq!(levee.undelivered_usd, 0.0, "{levee:?}");
+    assert!(levee.cost_usd < naive.cost_usd, "{levee:?} {naive:?}");
+    // Delivered answers at $0.006 each: the cost is at least those.
+    let delivered = levee.cost_usd - levee.undelivered_usd;
+    assert!(delivered > 0.0);
+}
+
 #[test]
 fn three_layers_of_three_retries_make_27_attempts_and_levee_about_one() {
     let r = run("three-layers.yaml");

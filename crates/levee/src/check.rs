@@ -535,15 +535,16 @@ fn render_census(out: &mut String, config: &Config, callers: &[Caller]) -> Vec<(
         return stranded;
     }
     let mut rows = Vec::new();
-    for c in callers {
+    // A caller listed for its rules alone, with no deadline, is not judged.
+    for (c, own) in callers.iter().filter_map(|c| c.deadline.map(|d| (c, d))) {
         for route in &config.routes {
-            let deadline = c.deadline.min(route.deadline.max());
+            let deadline = own.min(route.deadline.max());
             let row = route.policy.census(deadline);
             if !row.retry_can_start && row.fallback_reachable != Some(true) {
                 stranded.push((c.name.clone(), route.name.clone()));
             }
             let mut warning = String::new();
-            if deadline < c.deadline {
+            if deadline < own {
                 let _ = write!(warning, "clamped to the route's max {}. ", secs(deadline));
             }
             if row.shorter_than_expected_attempt {
@@ -555,7 +556,7 @@ fn render_census(out: &mut String, config: &Config, callers: &[Caller]) -> Vec<(
             }
             rows.push(vec![
                 c.name.clone(),
-                secs(c.deadline),
+                secs(own),
                 route.name.clone(),
                 row.attempts_can_start.to_string(),
                 yes_no(Some(row.retry_can_start)).to_string(),

@@ -3,6 +3,7 @@
 //! the core's objects built, provider caps derived from the routes.
 
 mod provider;
+mod rules;
 
 use crate::defaults;
 use crate::error::{ConfigError, Problem, Source};
@@ -60,6 +61,7 @@ impl Config {
             routes,
             callers: callers(&raw.callers),
             keys: keys(src, &raw.keys)?,
+            caller_rules: rules::caller_rules(src, &raw)?,
             idempotency: idempotency(src, raw.idempotency.as_ref())?,
             state: state(src, raw.state.as_ref())?,
             builtin_mock,
@@ -181,7 +183,7 @@ fn callers(raw: &[RawCaller]) -> Vec<Caller> {
     raw.iter()
         .map(|c| Caller {
             name: c.name.clone(),
-            deadline: c.deadline.0,
+            deadline: c.deadline.map(|d| d.0),
             share: c.share.map(|s| s.0),
             priority: c.priority.map(|p| p.0).unwrap_or_default(),
         })
@@ -204,6 +206,7 @@ fn limits(src: Source<'_>, raw: Option<&RawLimits>) -> Result<Limits, ConfigErro
         max_header_bytes: l.max_header_bytes.unwrap_or(d.max_header_bytes),
         header_read_timeout: l.header_read_timeout.map_or(d.header_read_timeout, |t| t.0),
         body_read_timeout: l.body_read_timeout.map_or(d.body_read_timeout, |t| t.0),
+        caller_names: l.caller_names.map_or(d.caller_names, |n| n.0),
     })
 }
 

@@ -65,6 +65,12 @@ pub enum Why {
     /// a metadata service that refuses or is down, keys that expired with
     /// no refresh): nothing was sent to it.
     CredentialsUnavailable,
+    /// The caller has spent its `budget` for the period.
+    SpendLimit,
+    /// The caller is at its `limits` of requests or tokens per minute.
+    CallerLimit,
+    /// The caller's `models` list does not have the model it asked for.
+    ModelNotAllowed,
 }
 
 impl From<Reason> for Why {
@@ -99,7 +105,7 @@ impl Why {
     /// Every value, for the test that checks each row against what a caller
     /// receives.
     #[cfg(test)]
-    pub const ALL: [Why; 21] = [
+    pub const ALL: [Why; 24] = [
         Why::Policy(Reason::DeadlineExceeded),
         Why::Policy(Reason::Shed),
         Why::Policy(Reason::CircuitOpen),
@@ -121,6 +127,9 @@ impl Why {
         Why::StateUnavailable,
         Why::ShuttingDown,
         Why::CredentialsUnavailable,
+        Why::SpendLimit,
+        Why::CallerLimit,
+        Why::ModelNotAllowed,
     ];
 
     /// The table: this answer's status, label and `x-should-retry`.
@@ -148,6 +157,9 @@ impl Why {
             Why::CredentialsUnavailable => {
                 row(StatusCode::SERVICE_UNAVAILABLE, "credentials_unavailable")
             }
+            Why::SpendLimit => row(StatusCode::TOO_MANY_REQUESTS, "spend_limit"),
+            Why::CallerLimit => row(StatusCode::TOO_MANY_REQUESTS, "caller_limit"),
+            Why::ModelNotAllowed => row(StatusCode::FORBIDDEN, "model_not_allowed"),
         }
     }
 

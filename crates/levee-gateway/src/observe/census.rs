@@ -14,8 +14,9 @@
 //! Connection failures and attempts cut by the caller's deadline are not
 //! timed: they say nothing about how long the provider takes.
 //!
-//! Memory is fixed whatever callers send: at most [`MAX_CALLER_NAMES`] names
-//! from `x-levee-caller` (the rest count as `other`), each with a fixed-size
+//! Memory is fixed whatever callers send: at most `limits.caller_names`
+//! (default [`MAX_CALLER_NAMES`]) names from `x-levee-caller` and
+//! `anonymous` (the rest count as `other`), each with a fixed-size
 //! [`Sketch`]; recording takes one short lock and allocates nothing after a
 //! caller's first request.
 //!
@@ -52,7 +53,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use window::Window;
 
-/// Distinct `x-levee-caller` names tracked; further names count as [`OTHER`].
+/// Distinct `x-levee-caller` names (and `anonymous`) tracked by default
+/// (`limits.caller_names`); further names count as [`OTHER`].
 pub const MAX_CALLER_NAMES: usize = 64;
 /// The caller name for requests past the name cap or with an unusable header.
 pub const OTHER: &str = "other";
@@ -121,7 +123,7 @@ impl Census {
         let caller_requests = Family::<CallerLabel, Counter>::default();
         registry.register(
             "levee_caller_requests",
-            "Requests by caller (the key's name, else x-levee-caller for up to 64 names, else other or anonymous)",
+            "Requests by caller (the key's name, else x-levee-caller or anonymous for up to limits.caller_names names, default 64, else other)",
             caller_requests.clone(),
         );
         let exceeded = Family::<RouteTargetLabel, Gauge>::default();
@@ -139,6 +141,7 @@ impl Census {
         caller_requests: Family<CallerLabel, Counter>,
         exceeded: Family<RouteTargetLabel, Gauge>,
     ) -> Self {
+        callers.limit = config.limits.caller_names;
         let key_slots = config
             .keys
             .iter()
@@ -278,8 +281,8 @@ impl Census {
     }
 
     /// The caller label of `slot`: a gateway key's name, a name a caller
-    /// gave in `x-levee-caller` (the first 64), else `other`, or
-    /// `anonymous` for a request that named none.
+    /// gave in `x-levee-caller` or `anonymous` for a request that named
+    /// none (the first `limits.caller_names` of these), else `other`.
     pub(crate) fn caller_label(&self, slot: usize) -> String {
         lock(&self.callers)
             .slots

@@ -76,6 +76,7 @@ fn exported() -> BTreeSet<String> {
     };
     metrics.allowance_share_used.get_or_create(&share).set(1.0);
     metrics.allowance_share.get_or_create(&share).set(1.0);
+    spend_series(&metrics);
     let mut names = BTreeSet::new();
     for line in metrics.encode().lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {
@@ -91,6 +92,26 @@ fn exported() -> BTreeSet<String> {
         }
     }
     names
+}
+
+/// A series of the token and spend counters.
+fn spend_series(metrics: &crate::observe::metrics::Metrics) {
+    let key = (0, 0, 0, 0, false, true);
+    metrics.tokens(key, 1, || crate::observe::metrics::TokensLabel {
+        route: "r".into(),
+        provider: "p".into(),
+        model: "m".into(),
+        caller: "c".into(),
+        kind: "input",
+        outcome: "delivered",
+    });
+    metrics.spend(key, 1.0, || crate::observe::metrics::SpendLabel {
+        route: "r".into(),
+        provider: "p".into(),
+        model: "m".into(),
+        caller: "c".into(),
+        outcome: "delivered",
+    });
 }
 
 /// A series of each breaker and graded-admission gauge.
@@ -319,7 +340,7 @@ fn promtool(args: &[&str]) -> Option<(bool, String)> {
 fn promtool_accepts_the_alert_rules() {
     if let Some((ok, said)) = promtool(&["check", "rules", "alerts.yml"]) {
         assert!(ok, "promtool check rules: {said}");
-        assert!(said.contains("SUCCESS: 10 rules found"), "{said}");
+        assert!(said.contains("SUCCESS: 11 rules found"), "{said}");
     }
 }
 

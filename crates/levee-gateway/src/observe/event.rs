@@ -77,6 +77,11 @@ pub(crate) struct TokensUsed {
     /// The fault domain (model) the attempt was admitted in, at the provider.
     pub domain: u16,
     pub used: levee_policy::allowance::Cost,
+    /// A partial count: what arrived of an attempt cut short (a stream
+    /// the caller left or that broke off, an attempt given up at its
+    /// deadline), its input estimated from the request when the provider
+    /// had not said it.
+    pub partial: bool,
 }
 
 /// One thing that happened to a request. Before the request is admitted

@@ -258,7 +258,33 @@ impl AttemptFinisher {
             target: t,
             domain: permit.domain(),
             used,
+            partial: false,
         })
+    }
+
+    /// The in-flight attempt was cut short after it was sent (given up at
+    /// its deadline, its caller gone, its answer broken off): what it used,
+    /// as far as is known, settles its estimate and is returned as a
+    /// partial count. The provider had read the prompt: the input is what
+    /// the provider said (an Anthropic stream's first event says it), else
+    /// the admission's estimate of it; the output is what `arrived`.
+    pub fn settle_partial(
+        &mut self,
+        arrived: Option<levee_policy::allowance::Cost>,
+    ) -> Option<TokensUsed> {
+        let estimate = self.req.permit()?.grant().cost;
+        let arrived = arrived.unwrap_or_default();
+        let used = levee_policy::allowance::Cost {
+            input: if arrived.input > 0 {
+                arrived.input
+            } else {
+                estimate.input
+            },
+            output: arrived.output,
+        };
+        let mut t = self.settle(used)?;
+        t.partial = true;
+        Some(t)
     }
 
     /// The in-flight attempt is past its target's learned p99 with no head.

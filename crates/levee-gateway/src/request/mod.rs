@@ -11,4 +11,5 @@ pub(crate) mod handler;
 pub(crate) mod models;
 pub(crate) mod observer;
 pub(crate) mod plan;
+pub(crate) mod spending;
 pub(crate) mod stream;

@@ -148,6 +148,14 @@ impl RelayBody {
         self.observer = Some(Box::new(observer));
     }
 
+    /// The stream was cut short before its end: what arrived settles the
+    /// attempt's estimate and is counted, as a partial count.
+    fn settle_cut(&mut self) {
+        if let Some(f) = self.finisher.as_mut() {
+            self.tokens = f.settle_partial(Some(self.usage.arrived()));
+        }
+    }
+
     /// Tells the request's observer how the stream ended (once).
     fn report_end(&mut self, outcome: StreamOutcome) {
         let Some(mut obs) = self.observer.take() else {
@@ -168,6 +176,7 @@ impl RelayBody {
     /// upstream request) with an error event. Not the provider's fault.
     fn cut_at_grace(&mut self) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.done = true;
+        self.settle_cut();
         if let Some(f) = self.finisher.take() {
             f.finish(Outcome::SkippedNoDeadline, true);
         }
@@ -178,6 +187,7 @@ impl RelayBody {
 
     fn fail(&mut self, outcome: StreamOutcome) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.done = true;
+        self.settle_cut();
         if let Some(f) = self.finisher.take() {
             f.finish(Outcome::FailedAfterFirstByte, true);
         }
@@ -196,6 +206,7 @@ impl RelayBody {
     /// does not count it.
     fn cut_at_deadline(&mut self) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.done = true;
+        self.settle_cut();
         if let Some(f) = self.finisher.take() {
             f.finish(Outcome::SkippedNoDeadline, true);
         }
@@ -209,6 +220,7 @@ impl RelayBody {
 impl Drop for RelayBody {
     fn drop(&mut self) {
         // Dropped before its end: the caller stopped reading.
+        self.settle_cut();
         self.report_end(StreamOutcome::CallerLeft);
     }
 }

@@ -198,6 +198,7 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
         idempotency: Arc::clone(&old.idempotency),
         redis: old.redis.clone(),
         origins: Arc::clone(&old.origins),
+        spend: Arc::clone(&old.spend),
         shutting_down: Arc::clone(&old.shutting_down),
         grace_over: Arc::clone(&old.grace_over),
         recorder: old.recorder.clone(),

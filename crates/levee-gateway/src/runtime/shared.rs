@@ -74,6 +74,9 @@ pub struct Shared {
     pub(crate) redis: Option<Arc<RedisState>>,
     /// Where each stored response was created (kept across reloads).
     pub(crate) origins: Arc<crate::state::origins::Origins>,
+    /// Callers' spend: their books and the hourly ledger (kept across
+    /// reloads).
+    pub(crate) spend: Arc<crate::spend::Books>,
     pub(crate) shutting_down: Arc<AtomicBool>,
     /// Set when the shutdown grace period is over.
     pub(crate) grace_over: Arc<crate::runtime::shutdown::GraceOver>,
@@ -207,6 +210,7 @@ impl Shared {
             idempotency,
             redis,
             origins: Arc::default(),
+            spend: Arc::default(),
             shutting_down: Arc::new(AtomicBool::new(false)),
             grace_over: Arc::default(),
             recorder: None,

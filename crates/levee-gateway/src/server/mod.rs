@@ -9,6 +9,7 @@
 //! `Content-Security-Policy` that lets its pages load nothing.
 
 pub(crate) mod app;
+pub(crate) mod spend;
 pub(crate) mod status;
 
 use crate::http::front;
@@ -205,12 +206,19 @@ pub async fn serve_admin(
                 let generations = Arc::clone(&generations);
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let shared = generations.current();
-                    let allowed = &shared.config.admin_allowed_hosts;
-                    let answer = match bound {
-                        Some(bound) if !admin_host_ok(bound, allowed, &req) => misdirected(),
-                        _ => admin(&shared, &req),
-                    };
-                    async move { Ok::<_, Infallible>(answer) }
+                    async move {
+                        let allowed = &shared.config.admin_allowed_hosts;
+                        let answer = match bound {
+                            Some(bound) if !admin_host_ok(bound, allowed, &req) => misdirected(),
+                            _ if req.uri().path() == "/admin/spend" => {
+                                let (status, body) =
+                                    crate::server::spend::report(&shared, req.uri().query()).await;
+                                admin_answer(status, "application/json", body)
+                            }
+                            _ => admin(&shared, &req),
+                        };
+                        Ok::<_, Infallible>(answer)
+                    }
                 });
                 let conn = builder.serve_connection(TokioIo::new(stream), svc);
                 tokio::spawn(async move {
@@ -350,9 +358,14 @@ fn admin(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /, /metrics, /census, /healthz, /readyz\n".to_string(),
+            "not found: try /, /metrics, /census, /admin/spend, /healthz, /readyz\n".to_string(),
         ),
     };
+    admin_answer(status, ctype, body)
+}
+
+/// An admin page's answer, with the headers every one carries.
+fn admin_answer(status: StatusCode, ctype: &'static str, body: String) -> Response<Body> {
     let mut r = Response::new(full(body));
     *r.status_mut() = status;
     r.headers_mut()

@@ -118,6 +118,7 @@ pub fn render(shared: &Shared) -> String {
     providers(shared, &mut out);
     routes(shared, &mut out);
     fallbacks(shared, &mut out);
+    crate::server::spend::section(shared, &mut out);
     let report = shared.census.report(&shared.config);
     targets(shared, &report, &mut out);
     census(&report, &mut out);

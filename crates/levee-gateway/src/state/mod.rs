@@ -23,6 +23,7 @@ pub(crate) mod idempotency;
 mod link;
 pub(crate) mod origins;
 pub(crate) mod replicas;
+mod spend;
 pub use allowance::SharedMeter;
 pub use link::{check_backend, RedisSetupError};
 
@@ -46,6 +47,8 @@ pub(crate) enum StateUse {
     StoredObjects,
     /// The replicas' leases (how many share each allowance).
     Replicas,
+    /// Callers' spend, budgets and limits, and the hourly spend ledger.
+    Spend,
 }
 
 impl StateUse {
@@ -56,6 +59,7 @@ impl StateUse {
             StateUse::Idempotency => "idempotency",
             StateUse::StoredObjects => "stored_objects",
             StateUse::Replicas => "replicas",
+            StateUse::Spend => "spend",
         }
     }
 }
@@ -227,6 +231,25 @@ impl RedisState {
         let called = tokio::time::timeout(budget, async {
             let mut conn = self.conn.get().await?;
             cmd.query_async::<T>(&mut conn).await
+        })
+        .await;
+        self.settle(what, called)
+    }
+
+    /// One pipeline of commands within the base time budget; `None` when
+    /// Redis is down, slow or skipped.
+    pub(crate) async fn pipe<T: redis::FromRedisValue>(
+        &self,
+        what: StateUse,
+        pipe: &redis::Pipeline,
+    ) -> Option<T> {
+        if !self.available() {
+            self.skipped(what);
+            return None;
+        }
+        let called = tokio::time::timeout(self.timeout, async {
+            let mut conn = self.conn.get().await?;
+            pipe.query_async::<T>(&mut conn).await
         })
         .await;
         self.settle(what, called)

@@ -45,16 +45,24 @@ pub fn usage(body: &[u8]) -> Option<Cost> {
 
 /// A stream's usage so far: each event's counts, the largest kept
 /// (Anthropic sends input in `message_start` and the running output in
-/// `message_delta`; OpenAI the whole in its last chunk).
+/// `message_delta`; OpenAI the whole in its last chunk), and the number of
+/// delta events, for a stream cut before it said its output.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct StreamUsage(Option<Cost>);
+pub struct StreamUsage {
+    reported: Option<Cost>,
+    deltas: u32,
+}
 
 impl StreamUsage {
     /// Reads one relayed chunk.
     pub fn push(&mut self, chunk: &[u8]) {
+        let deltas = memchr::memmem::find_iter(chunk, b"\"delta\"").count();
+        self.deltas = self
+            .deltas
+            .saturating_add(u32::try_from(deltas).unwrap_or(u32::MAX));
         if let Some(c) = usage(chunk) {
-            let prev = self.0.unwrap_or_default();
-            self.0 = Some(Cost {
+            let prev = self.reported.unwrap_or_default();
+            self.reported = Some(Cost {
                 input: prev.input.max(c.input),
                 output: prev.output.max(c.output),
             });
@@ -63,7 +71,19 @@ impl StreamUsage {
 
     /// What the stream reported (`None`: nothing).
     pub fn get(self) -> Option<Cost> {
-        self.0
+        self.reported
+    }
+
+    /// What a stream cut short is known to have used: what it reported,
+    /// its output at least a token per delta event that arrived (OpenAI's
+    /// chunks carry about one token each, Anthropic's deltas a few: an
+    /// undercount there).
+    pub fn arrived(self) -> Cost {
+        let r = self.reported.unwrap_or_default();
+        Cost {
+            input: r.input,
+            output: r.output.max(self.deltas),
+        }
     }
 }
 

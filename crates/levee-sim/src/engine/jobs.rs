@@ -117,6 +117,10 @@ impl Engine<'_> {
             let reported = self.providers[p].remaining(m, self.now);
             self.levee_answered(caller, r, &reported, tokens, reply.is_success());
         }
+        // A generated answer is billed, read or orphaned.
+        if reply.is_success() {
+            self.m.billed(self.stream_of(req));
+        }
         if holds {
             if let Some(next) = self.providers[p].finish() {
                 self.serve_queued(next, p);

@@ -42,7 +42,18 @@ pub struct Scenario {
     pub streams: Vec<Stream>,
     pub providers: Vec<ProviderModel>,
     pub variants: Vec<Variant>,
+    /// What each stream's answer costs (US dollars): its tokens at the
+    /// scenario's `price`.
+    pub answer_usd: Vec<f64>,
 }
+
+/// The price a scenario bills at when it names none: gpt-4.1's list
+/// price, US dollars per million input and output tokens.
+pub const DEFAULT_PRICE: (f64, f64) = (2.00, 8.00);
+
+/// The tokens an answer is billed for when its stream gives none: a chat
+/// turn of 1,000 input and 500 output tokens ($0.006 at the default price).
+pub const DEFAULT_ANSWER_TOKENS: (u32, u32) = (1000, 500);
 
 /// One stack of retry layers in front of the scenario's world.
 #[derive(Debug)]
@@ -163,7 +174,9 @@ fn resolve(raw: RawScenario, text: &str, base: Option<&Path>) -> Result<Scenario
         .enumerate()
         .map(|(i, v)| resolve_variant(v, i, text, &names, &streams))
         .collect::<Result<Vec<_>, _>>()?;
+    let answer_usd = answer_prices(raw.price.as_ref(), &streams, text)?;
     Ok(Scenario {
+        answer_usd,
         name: raw.name.unwrap_or_else(|| "scenario".to_string()),
         duration,
         resolution,
@@ -172,6 +185,43 @@ fn resolve(raw: RawScenario, text: &str, base: Option<&Path>) -> Result<Scenario
         providers,
         variants,
     })
+}
+
+/// What each stream's answer costs: its tokens (else
+/// [`DEFAULT_ANSWER_TOKENS`]) at `price` (else [`DEFAULT_PRICE`]).
+fn answer_prices(
+    price: Option<&raw::RawAnswerPrice>,
+    streams: &[Stream],
+    text: &str,
+) -> Result<Vec<f64>, SimError> {
+    let price = match price {
+        None => DEFAULT_PRICE,
+        Some(p)
+            if [p.input_per_mtok, p.output_per_mtok]
+                .iter()
+                .all(|x| x.is_finite() && *x >= 0.0) =>
+        {
+            (p.input_per_mtok, p.output_per_mtok)
+        }
+        Some(_) => {
+            return Err(SimError::at(
+                locate(text, &[Seg::Key("price")]),
+                "`price` takes US dollars per million tokens, 0 or more: `{ input_per_mtok: 2.00, output_per_mtok: 8.00 }`".to_string(),
+            ))
+        }
+    };
+    Ok(streams
+        .iter()
+        .map(|s| {
+            let t = s.tokens;
+            let (input, output) = if t.input == 0 && t.output == 0 {
+                DEFAULT_ANSWER_TOKENS
+            } else {
+                (t.input, t.output)
+            };
+            (f64::from(input) * price.0 + f64::from(output) * price.1) / 1e6
+        })
+        .collect())
 }
 
 /// `duration`, `resolution` and `drain`, checked against each other.

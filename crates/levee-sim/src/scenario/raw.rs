@@ -18,6 +18,15 @@ pub(super) struct RawScenario {
     pub(super) arrivals: Vec<RawStream>,
     pub(super) providers: BTreeMap<String, RawProviderModel>,
     pub(super) variants: Vec<RawVariant>,
+    pub(super) price: Option<RawAnswerPrice>,
+}
+
+/// What the provider bills, per million tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAnswerPrice {
+    pub(super) input_per_mtok: f64,
+    pub(super) output_per_mtok: f64,
 }
 
 #[derive(Debug, Deserialize)]

@@ -30,8 +30,10 @@ pub(super) struct CallerSlot {
 pub(super) struct Callers {
     by_name: HashMap<Box<str>, usize>,
     pub(super) slots: Vec<CallerSlot>,
-    /// Names admitted from `x-levee-caller` so far.
+    /// Names admitted from `x-levee-caller` (and `anonymous`) so far.
     dynamic: usize,
+    /// The most such names (`limits.caller_names`); the rest are `other`.
+    pub(super) limit: usize,
     /// The anonymous callers' slot once made: most requests name no
     /// caller, and finding the slot by name hashed it each time (~280
     /// instructions a request).
@@ -53,6 +55,7 @@ impl Callers {
             by_name: HashMap::new(),
             slots: Vec::new(),
             dynamic: 0,
+            limit: MAX_CALLER_NAMES,
             anonymous: None,
         }
     }
@@ -85,17 +88,21 @@ impl Callers {
     ) -> usize {
         let name = match header {
             None => {
-                let slot = match self.anonymous {
-                    Some(slot) => slot,
-                    None => self.slot(ANONYMOUS, family),
-                };
+                if let Some(slot) = self.anonymous {
+                    return slot;
+                }
+                if self.dynamic >= self.limit {
+                    return self.slot(OTHER, family);
+                }
+                self.dynamic += 1;
+                let slot = self.slot(ANONYMOUS, family);
                 self.anonymous = Some(slot);
                 return slot;
             }
             Some(v) => match valid_name(v) {
                 None => OTHER,
                 Some(n) if self.by_name.contains_key(n) => n,
-                Some(_) if self.dynamic >= MAX_CALLER_NAMES => OTHER,
+                Some(_) if self.dynamic >= self.limit => OTHER,
                 Some(n) => {
                     self.dynamic += 1;
                     n
@@ -125,19 +132,25 @@ mod tests {
             by_name: HashMap::new(),
             slots: Vec::new(),
             dynamic: 0,
+            limit: 10,
             anonymous: None,
         };
         for i in 0..200 {
             c.identify(Some(format!("svc-{i}").as_bytes()), &family);
         }
-        let anonymous = c.identify(None, &family);
-        assert_eq!(c.identify(None, &family), anonymous);
-        assert_eq!(&*c.slots[anonymous].name, ANONYMOUS);
+        // The names are taken: an anonymous caller is `other` too.
+        let other = c.identify(None, &family);
+        assert_eq!(&*c.slots[other].name, OTHER);
         c.identify(Some(b"bad name"), &family);
         c.identify(Some(b"svc-3"), &family);
         let names: Vec<&str> = c.slots.iter().map(|s| &*s.name).collect();
-        assert_eq!(names.len(), MAX_CALLER_NAMES + 2, "{names:?}");
-        assert!(names.contains(&OTHER) && names.contains(&ANONYMOUS));
-        assert!(names.contains(&"svc-63") && !names.contains(&"svc-64"));
+        // N names and `other`: N + 1 label values.
+        assert_eq!(names.len(), 10 + 1, "{names:?}");
+        assert!(names.contains(&"svc-9") && !names.contains(&"svc-10"));
+        // Anonymous callers take one of the N names when one is free.
+        let mut c = Callers::new();
+        let anonymous = c.identify(None, &family);
+        assert_eq!(c.identify(None, &family), anonymous);
+        assert_eq!(&*c.slots[anonymous].name, ANONYMOUS);
     }
 }

@@ -172,6 +172,7 @@ impl Driver<'_> {
             body: Some(&bytes),
             model: &self.ctx.model,
         });
+        self.obs.share_charges().await;
         let target = self.fin.req.target();
         let attempts = self.fin.req.attempts();
         // The backup's answer in the caller's dialect.

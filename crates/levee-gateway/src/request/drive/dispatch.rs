@@ -190,6 +190,11 @@ impl Driver<'_> {
         outcome: Outcome,
         result: AttemptResult,
     ) {
+        if is_billed_unanswered(outcome) {
+            if let Some(t) = self.fin.settle_partial(None) {
+                self.obs.report(RequestEvent::TokensUsed(t));
+            }
+        }
         let class = self.fin.record(outcome);
         self.obs.report(RequestEvent::AttemptFinished(Finished {
             target: d.target,
@@ -239,6 +244,21 @@ impl Driver<'_> {
         };
         (outcome, AttemptResult::of_error_status(status, foreign))
     }
+}
+
+/// Whether an attempt that ended with `outcome` had been read by the
+/// provider and is billed with no answer to show for it: given up with no
+/// head by its deadline, its answer broken off or too large, its caller
+/// gone. (An error status is not billed, and a connection never made
+/// reached nobody.)
+pub(super) fn is_billed_unanswered(outcome: Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Timeout
+            | Outcome::FailedAfterFirstByte
+            | Outcome::ResponseTooLarge
+            | Outcome::CallerCancelled
+    )
 }
 
 /// What a provider's answer says is left of its allowance corrects Levee's

@@ -91,6 +91,22 @@ struct Driver<'a> {
     lease: Option<Lease>,
 }
 
+/// Holds the driver while it drives: dropped with an attempt in flight (the
+/// request's future dropped: its caller left, or the grace period ended),
+/// it charges that attempt's prompt, which the provider has read and bills.
+struct Leaving<'d, 'a>(&'d mut Driver<'a>);
+
+impl Drop for Leaving<'_, '_> {
+    fn drop(&mut self) {
+        let d = &mut *self.0;
+        if d.fin.req.has_in_flight() {
+            if let Some(t) = d.fin.settle_partial(None) {
+                d.obs.report(RequestEvent::TokensUsed(t));
+            }
+        }
+    }
+}
+
 /// Drives the planner until it delivers an answer or gives up.
 ///
 /// The loop's future (the driver, ~0.8 KiB, and an attempt's, ~2.1 KiB)
@@ -125,7 +141,10 @@ pub(crate) fn run<'a>(
         lease,
     };
     Box::pin(async move {
-        let mut answer = driver.drive().await;
+        let mut answer = {
+            let leaving = Leaving(&mut driver);
+            leaving.0.drive().await
+        };
         // Answered by another target than the caller would expect, or not
         // at all: the answer says which target was passed over and why, so
         // a vendor switch is never silent.

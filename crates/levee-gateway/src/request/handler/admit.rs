@@ -189,6 +189,11 @@ pub(super) async fn admit(
         deadline.saturating_since(arrived),
         arrived,
     );
+    // The caller's own rules: its models, budget and limits.
+    if let Some(rules) = crate::request::spending::rules_of(shared, caller_name(shared, &r, &said))
+    {
+        crate::request::spending::admit(shared, rules, &r.model).await?;
+    }
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.
     let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
@@ -348,16 +353,22 @@ fn observer_of(shared: &Arc<Shared>, r: &Inbound, o: Origin<'_, '_>) -> Observer
 /// The caller's place in the providers' allowances: its key's name, or
 /// without keys the name it gives; and the tokens the request may cost.
 fn ask_of(shared: &Shared, r: &Inbound, said: &Said<'_>) -> levee_policy::allowance::Ask {
+    shared.config.ask(
+        caller_name(shared, r, said),
+        crate::upstream::allowance::estimate(&r.body),
+    )
+}
+
+/// The caller's name: its gateway key's, or without keys the name it
+/// gives in `x-levee-caller`.
+fn caller_name<'a>(shared: &'a Shared, r: &Inbound, said: &Said<'a>) -> Option<&'a str> {
     let key_name = r
         .caller
         .key_index(&shared.keys)
         .and_then(|i| shared.config.keys.get(i));
-    let named = key_name
+    key_name
         .map(CallerKey::name)
-        .or_else(|| said.caller.and_then(|v| v.to_str().ok()));
-    shared
-        .config
-        .ask(named, crate::upstream::allowance::estimate(&r.body))
+        .or_else(|| said.caller.and_then(|v| v.to_str().ok()))
 }
 
 /// The route's bulkhead is full: the request is shed at once, never queued.

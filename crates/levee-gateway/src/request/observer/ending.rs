@@ -330,6 +330,7 @@ impl Observer {
                     input_tokens = self.tokens.map(|t| t.input),
                     output_tokens = self.tokens.map(|t| t.output),
                     cost_usd = self.cost_usd,
+                    usage_partial = self.usage_partial,
                     "request"
                 )
             };

@@ -157,6 +157,10 @@ pub(crate) struct Observer {
     /// What the answer's tokens cost, for the log line (`None`: no usage,
     /// or no known price).
     cost_usd: Option<f64>,
+    /// Some tokens are partial counts: an attempt cut short.
+    usage_partial: bool,
+    /// Charges to the caller's books in the shared store not yet made.
+    unshared: Option<Box<crate::request::spending::Unshared>>,
 }
 
 impl Observer {
@@ -191,6 +195,8 @@ impl Observer {
             tokens: None,
             pending_tokens: None,
             cost_usd: None,
+            usage_partial: false,
+            unshared: None,
         }
     }
 
@@ -319,7 +325,7 @@ impl Observer {
     /// An answer's tokens: counted in `levee_tokens_total` by route,
     /// provider, model, caller and kind, and kept for the log line. The
     /// caller is the census's bounded name for it (a key's name, its
-    /// `x-levee-caller` name, `other` past 64 names, `anonymous`), listed
+    /// `x-levee-caller` name, `anonymous`, `other` past `limits.caller_names` names), listed
     /// in `callers:` or not.
     fn tokens_used(&mut self, t: TokensUsed) {
         let sum = self.tokens.unwrap_or_default();
@@ -332,6 +338,12 @@ impl Observer {
             .map(|p| p.cost(t.used.input.into(), t.used.output.into()));
         if let Some(usd) = usd {
             self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + usd);
+        }
+        // What an attempt cut short used reached nobody whole.
+        if t.partial {
+            self.usage_partial = true;
+            self.count_tokens(t, usd, false);
+            return;
         }
         // Counted with the request's outcome (delivered or not), known at
         // its end; an earlier answer's tokens, replaced, reached nobody.
@@ -356,8 +368,9 @@ impl Observer {
     }
 
     /// Counts an answer's tokens in `levee_tokens_total`, and their cost in
-    /// `levee_spend_usd_total` where it is known, `delivered` or not.
-    fn count_tokens(&self, t: TokensUsed, usd: Option<f64>, delivered: bool) {
+    /// `levee_spend_usd_total` where it is known, `delivered` or not; and
+    /// charges them to the spend ledger and the caller's books.
+    fn count_tokens(&mut self, t: TokensUsed, usd: Option<f64>, delivered: bool) {
         let shared = &self.shared;
         let route = &shared.config.routes[self.route];
         let p = route.targets[t.target].provider;
@@ -372,6 +385,16 @@ impl Observer {
                 delivered,
             )
         };
+        let outcome = if delivered {
+            "delivered"
+        } else {
+            "undelivered"
+        };
+        let model = || match provider.lock().domain_model(t.domain) {
+            "" => "other".to_string(),
+            m => m.to_string(),
+        };
+        let caller = || shared.census.caller_label(self.asked.caller_slot as usize);
         let kinds = [
             (false, "input", t.used.input),
             (true, "output", t.used.output),
@@ -379,21 +402,13 @@ impl Observer {
         for (output, kind, n) in kinds {
             // The labels' strings are made once per series, not per request.
             shared.metrics.tokens(key(output), u64::from(n), || {
-                let model = match provider.lock().domain_model(t.domain) {
-                    "" => "other".to_string(),
-                    m => m.to_string(),
-                };
                 crate::observe::metrics::TokensLabel {
                     route: route.name.clone(),
                     provider: provider.name.clone(),
-                    model,
-                    caller: shared.census.caller_label(self.asked.caller_slot as usize),
+                    model: model(),
+                    caller: caller(),
                     kind,
-                    outcome: if delivered {
-                        "delivered"
-                    } else {
-                        "undelivered"
-                    },
+                    outcome,
                 }
             });
         }
@@ -403,17 +418,64 @@ impl Observer {
                 .spend(key(false), usd, || crate::observe::metrics::SpendLabel {
                     route: route.name.clone(),
                     provider: provider.name.clone(),
-                    model: match provider.lock().domain_model(t.domain) {
-                        "" => "other".to_string(),
-                        m => m.to_string(),
-                    },
-                    caller: shared.census.caller_label(self.asked.caller_slot as usize),
-                    outcome: if delivered {
-                        "delivered"
-                    } else {
-                        "undelivered"
-                    },
+                    model: model(),
+                    caller: caller(),
+                    outcome,
                 });
+        }
+        self.charge(t, usd, delivered);
+    }
+
+    /// Charges an answer's tokens to the spend ledger and the caller's
+    /// books; a charge the shared store is still to make is kept.
+    fn charge(&mut self, t: TokensUsed, usd: Option<f64>, delivered: bool) {
+        let shared = &self.shared;
+        let route = &shared.config.routes[self.route];
+        let p = route.targets[t.target].provider;
+        let provider = &shared.providers[p];
+        let charge = crate::spend::Charge {
+            ruled: crate::request::spending::rules_of(shared, Some(self.caller_name()))
+                .map(|r| r.name.as_str()),
+            series: (
+                shared.generation.number,
+                u32::try_from(self.route).unwrap_or(u32::MAX),
+                u32::try_from(p).unwrap_or(u32::MAX),
+                t.domain,
+                self.asked.caller_slot,
+                delivered,
+            ),
+            used: t.used,
+            usd,
+            partial: t.partial,
+        };
+        let names = || crate::spend::ledger::SeriesNames {
+            caller: shared.census.caller_label(self.asked.caller_slot as usize),
+            route: route.name.clone(),
+            provider: provider.name.clone(),
+            model: match provider.lock().domain_model(t.domain) {
+                "" => "other".to_string(),
+                m => m.to_string(),
+            },
+            outcome: if delivered {
+                "delivered"
+            } else {
+                "undelivered"
+            },
+        };
+        if let Some(u) = crate::request::spending::charge(shared, charge, names) {
+            match self.unshared.as_mut() {
+                Some(earlier) => earlier.add(u),
+                None => self.unshared = Some(Box::new(u)),
+            }
+        }
+    }
+
+    /// Makes the caller's charges in the shared store now: before a plain
+    /// answer goes out, so the caller's next call finds its spend on every
+    /// replica.
+    pub(crate) async fn share_charges(&mut self) {
+        if let Some(u) = self.unshared.take() {
+            u.share(&self.shared).await;
         }
     }
 
@@ -427,17 +489,21 @@ impl Drop for Observer {
     /// A request dropped before its outcome was counted still gets one: its
     /// answer was cut off by the end of the shutdown grace period (the 503
     /// the grace guard sends), or its caller went away before the answer.
+    /// Charges to the caller's shared books not made yet (a stream's, a
+    /// request's that ended without a plain answer) are made off the path.
     fn drop(&mut self) {
-        if self.counted {
-            return;
+        if !self.counted {
+            let outcome = if self.shared.grace_over.is_over() {
+                RequestOutcome::Failed(Why::ShuttingDown)
+            } else {
+                RequestOutcome::ClientClosed
+            };
+            let at = self.shared.clock.now();
+            self.count_outcome(outcome, at);
         }
-        let outcome = if self.shared.grace_over.is_over() {
-            RequestOutcome::Failed(Why::ShuttingDown)
-        } else {
-            RequestOutcome::ClientClosed
-        };
-        let at = self.shared.clock.now();
-        self.count_outcome(outcome, at);
+        if let Some(u) = self.unshared.take() {
+            u.share_later(&self.shared);
+        }
     }
 }
 
