@@ -46,6 +46,25 @@ fn price_companions(path: &str) -> Vec<(&'static str, &'static str)> {
     .collect()
 }
 
+/// A caller's or a key's entry's required keys, and a budget's other half.
+fn rule_companions(path: &str) -> Vec<(&'static str, &'static str)> {
+    let keyed = path.starts_with("keys[].");
+    let mut out = vec![if keyed {
+        ("keys[].env", "LEVEE_TEST_KEY")
+    } else {
+        ("callers[].name", "test")
+    }];
+    match (keyed, path.rsplit_once('.').map(|(_, k)| k)) {
+        (true, Some("usd")) => out.push(("keys[].budget.per", "day")),
+        (true, Some("per")) => out.push(("keys[].budget.usd", "5")),
+        (false, Some("usd")) => out.push(("callers[].budget.per", "day")),
+        (false, Some("per")) => out.push(("callers[].budget.usd", "5")),
+        _ => {}
+    }
+    out.retain(|(k, _)| *k != path);
+    out
+}
+
 /// Keys that load only beside another: each is set with these first.
 fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
     match path {
@@ -56,21 +75,13 @@ fn companions(path: &str) -> Vec<(&'static str, &'static str)> {
         "keys[].secret_access_key_env" => {
             vec![("keys[].access_key_id", "LEVEEBILLING0001")]
         }
-        "callers[].budget.usd" => vec![("callers[].name", "test"), ("callers[].budget.per", "day")],
-        "callers[].budget.per" => vec![("callers[].name", "test"), ("callers[].budget.usd", "5")],
-        "keys[].budget.usd" => vec![
-            ("keys[].env", "LEVEE_TEST_KEY"),
-            ("keys[].budget.per", "day"),
-        ],
-        "keys[].budget.per" => vec![("keys[].env", "LEVEE_TEST_KEY"), ("keys[].budget.usd", "5")],
-        p if p.starts_with("keys[].models")
-            || p.starts_with("keys[].limits")
-            || p == "keys[].budget" =>
+        p if p.starts_with("callers[].")
+            || ["keys[].models", "keys[].limits", "keys[].budget"]
+                .iter()
+                .any(|k| p.starts_with(k)) =>
         {
-            vec![("keys[].env", "LEVEE_TEST_KEY")]
+            rule_companions(p)
         }
-        "callers[].name" => vec![],
-        p if p.starts_with("callers[].") => vec![("callers[].name", "test")],
         "providers.<name>.rate_limit.burst" => {
             vec![("providers.<name>.rate_limit.requests_per_minute", "600")]
         }

@@ -58,6 +58,13 @@ pub struct DrillArgs {
     /// The `model` each chat completion asks for (picks the gateway's route).
     #[arg(long, default_value = "drill", value_name = "MODEL")]
     pub model: String,
+    /// What one answer the provider generates costs, in US dollars, for the
+    /// report's `cost_usd` (every answer the mock generated, read or not)
+    /// and `undelivered_usd` (those no caller received). The default is a
+    /// chat turn of 1,000 input and 500 output tokens at gpt-4.1's list
+    /// price ($2 and $8 per million).
+    #[arg(long, default_value_t = 0.006, value_name = "USD")]
+    pub answer_usd: f64,
     /// Faults outside the provider: the state store and the gateway itself.
     #[command(flatten)]
     pub exercise: Exercise,
@@ -205,6 +212,8 @@ pub struct Plan {
     pub arrivals: Arrivals,
     /// The model every call asks for (`--model`).
     pub model: String,
+    /// What one generated answer costs (US dollars).
+    pub answer_usd: f64,
     /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
     pub fault_doc: Value,
     /// `--json`: one JSON report on stdout, no progress.
@@ -318,6 +327,7 @@ impl DrillArgs {
             seed: self.seed,
             arrivals: self.arrivals,
             model: self.model.clone(),
+            answer_usd: self.answer_usd,
             json: self.json,
             plot: self.plot.clone(),
             fault_text: self.faults.clone(),
@@ -347,6 +357,13 @@ impl DrillArgs {
                     "must be a duration above 0 and at most 1h, like 90s or 500ms",
                 )
             })?;
+        if !(self.answer_usd.is_finite() && self.answer_usd >= 0.0) {
+            return Err(flag(
+                "answer-usd",
+                self.answer_usd.to_string(),
+                "must be US dollars, 0 or more, like 0.006",
+            ));
+        }
         let total = (self.rate * duration.as_secs_f64()).ceil();
         if total > MAX_REQUESTS as f64 {
             return Err(flag(
@@ -499,6 +516,7 @@ mod tests {
             seed: 0,
             arrivals: Arrivals::Even,
             model: "drill".into(),
+            answer_usd: 0.006,
             exercise: Exercise::default(),
         }
     }

@@ -128,6 +128,16 @@ pub struct Report {
     /// Distinct client-side errors (no HTTP answer), with counts; at most 5.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub client_errors: BTreeMap<String, u64>,
+    /// Answers the provider generated (the mock's 2xx), billed whoever
+    /// read them; absent when its stats could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub billed_answers: Option<u64>,
+    /// What they cost at `--answer-usd` each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Of it, answers no caller received (billed beyond the successes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undelivered_usd: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_pause: Option<StatePauseReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -312,6 +322,7 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         .fault_window
         .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
     let numbers = curves.numbers(d, window, plan.rate);
+    let delivered = a.outcomes.get("success").copied().unwrap_or(0);
     Report {
         logical_requests: m.records.len() as u64,
         outcomes: a.outcomes,
@@ -335,6 +346,11 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         },
         start_lag_ms_max: round(a.lag_max.as_secs_f64() * 1000.0, 2),
         stats_poll_failures: m.poll_failures,
+        billed_answers: m.answered,
+        cost_usd: m.answered.map(|n| round(n as f64 * plan.answer_usd, 4)),
+        undelivered_usd: m
+            .answered
+            .map(|n| round(n.saturating_sub(delivered) as f64 * plan.answer_usd, 4)),
         client_errors: a.client_errors,
         state_pause: state_pause(plan, m),
         replica_stop: replica_stop(plan, m),
@@ -475,6 +491,14 @@ impl Report {
             "  latency             p50 {} ms, p99 {} ms, max {} ms (start lag max {} ms)",
             self.latency_ms.p50, self.latency_ms.p99, self.latency_ms.max, self.start_lag_ms_max
         );
+        if let (Some(n), Some(cost), Some(lost)) =
+            (self.billed_answers, self.cost_usd, self.undelivered_usd)
+        {
+            let _ = writeln!(
+                s,
+                "  cost                ${cost:.2} for {n} generated answers, ${lost:.2} of it undelivered"
+            );
+        }
         for (e, n) in &self.client_errors {
             let _ = writeln!(s, "  client error        {n} × {e}");
         }
@@ -570,6 +594,7 @@ mod tests {
             seed: 0,
             arrivals: Arrivals::Even,
             model: "m".into(),
+            answer_usd: 0.006,
             exercise: Default::default(),
         }
         .plan()
@@ -633,6 +658,8 @@ mod tests {
         Measured {
             records,
             samples,
+            // 800 successes; 50 more answers went to callers that had left.
+            answered: Some(850),
             poll_failures: 0,
             clear_failed: None,
             paused: None,
@@ -653,6 +680,10 @@ mod tests {
         assert_eq!(r.answered_on_time, 999);
         assert_eq!(r.attempts_per_request.max, 2);
         assert_eq!(r.attempts_per_request.histogram[&0], 200);
+        // 850 generated answers at $0.006, 50 of them received by nobody.
+        assert_eq!(r.billed_answers, Some(850));
+        assert_eq!(r.cost_usd, Some(5.1));
+        assert_eq!(r.undelivered_usd, Some(0.3));
         assert_eq!(r.upstream_requests, 1020);
         assert!((r.baseline_upstream_rps - 100.0).abs() < 0.01, "{r:?}");
         assert!((r.peak_upstream_rps - 120.0).abs() < 0.5, "{r:?}");

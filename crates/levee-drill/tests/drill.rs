@@ -53,6 +53,7 @@ fn args(gateway: String, mock: String, faults: &[&str]) -> DrillArgs {
         seed: 1,
         arrivals: Arrivals::Even,
         model: "drill".into(),
+        answer_usd: 0.006,
         exercise: Default::default(),
     }
 }
@@ -149,6 +150,12 @@ async fn a_short_drill_keeps_the_provider_near_baseline_and_answers_everyone_in_
         .sum();
     assert_eq!(attempts, report.upstream_requests, "{json}");
     assert_eq!(report.upstream_requests, mock.stats().requests_total);
+    // What it cost: every answer generated was delivered.
+    let successes = report.outcomes.get("success").copied().unwrap_or(0);
+    assert_eq!(report.billed_answers, Some(successes), "{json}");
+    assert_eq!(report.undelivered_usd, Some(0.0), "{json}");
+    let cost = report.cost_usd.unwrap_or(0.0);
+    assert!((cost - successes as f64 * 0.006).abs() < 1e-6, "{json}");
     // The drill clears the faults it set: the mock answers 200 again at once.
     assert_eq!(
         direct_status(mock.local_addr()).await,

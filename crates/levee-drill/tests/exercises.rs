@@ -29,6 +29,7 @@ fn args(gateway: String, mock: String) -> DrillArgs {
         seed: 1,
         arrivals: Arrivals::Even,
         model: "drill".into(),
+        answer_usd: 0.006,
         exercise: Default::default(),
     }
 }

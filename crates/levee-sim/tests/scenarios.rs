@@ -245,6 +245,9 @@ fn json_has_exactly_the_design_fields_and_endpoints_only_with_several_streams() 
         "attempts_per_request_max",
         "success_ratio",
         "recovery_seconds_after_fault",
+        // Beyond the design's list: what each variant cost.
+        "cost_usd",
+        "undelivered_usd",
     ];
     let v = serde_json::to_value(run("three-layers.yaml")).unwrap();
     let obj = v.as_object().unwrap();

@@ -33,7 +33,7 @@ enum Command {
     /// Validate a config; print each route's retry schedule and the caller census.
     Check(check::CheckArgs),
     /// Live fault drill: open-loop load through a gateway while the mock fails on cue.
-    Drill(levee_drill::DrillArgs),
+    Drill(Box<levee_drill::DrillArgs>),
 }
 
 fn main() {
@@ -43,7 +43,7 @@ fn main() {
         Command::Mock(args) => levee_mock::run_cli(args),
         Command::Simulate(args) => levee_sim::run_cli(args),
         Command::Check(args) => check::run(args),
-        Command::Drill(args) => levee_drill::run_cli(args),
+        Command::Drill(args) => levee_drill::run_cli(*args),
     };
     std::process::exit(code);
 }

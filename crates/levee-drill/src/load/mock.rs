@@ -49,16 +49,31 @@ async fn control(
         .map_err(|_| format!("no answer within {CONTROL_TIMEOUT:?}"))?
 }
 
-/// The mock's `requests_total`.
-pub(super) async fn upstream_total(client: &HttpClient, plan: &Plan) -> Result<u64, String> {
+/// The mock's stats.
+async fn stats(client: &HttpClient, plan: &Plan) -> Result<Stats, String> {
     let url = plan.mock.url(paths::MOCK_STATS);
     let (status, body) = control(client, Method::GET, &url, Bytes::new()).await?;
     if !status.is_success() {
         return Err(format!("GET /_mock/stats answered {status}"));
     }
-    let stats: Stats = serde_json::from_slice(&body)
-        .map_err(|e| format!("these are not `levee mock` stats: {e}"))?;
-    Ok(stats.requests_total)
+    serde_json::from_slice(&body).map_err(|e| format!("these are not `levee mock` stats: {e}"))
+}
+
+/// The mock's `requests_total`.
+pub(super) async fn upstream_total(client: &HttpClient, plan: &Plan) -> Result<u64, String> {
+    Ok(stats(client, plan).await?.requests_total)
+}
+
+/// The answers the mock has generated (its 2xx): what a provider bills,
+/// whoever reads them. A request whose client left before its answer was
+/// made (a gateway that stops an attempt its caller left) is not one.
+pub(super) async fn answered_total(client: &HttpClient, plan: &Plan) -> Result<u64, String> {
+    let s = stats(client, plan).await?;
+    Ok(s.by_status
+        .iter()
+        .filter(|(code, _)| code.starts_with('2'))
+        .map(|(_, n)| *n)
+        .sum())
 }
 
 /// Replaces the mock's fault set with `doc`.

@@ -30,7 +30,7 @@ use crate::args::Plan;
 use crate::clock;
 use crate::error::DrillError;
 use exercises::{finished, prepare_exercises, spawn_events};
-use mock::{poll, reachable, set_faults, upstream_total};
+use mock::{answered_total, poll, reachable, set_faults, upstream_total};
 use progress::{print_progress, Progress};
 use requests::{schedule, send_all};
 
@@ -84,6 +84,9 @@ pub struct Sample {
 pub struct Measured {
     pub records: Vec<Record>,
     pub samples: Vec<Sample>,
+    /// Answers the mock generated during the drill (its 2xx), billed
+    /// whoever read them; `None` when its stats could not be read.
+    pub answered: Option<u64>,
     /// Stats polls that failed (missing points in the series).
     pub poll_failures: u64,
     /// Whether clearing the faults at the end failed (the mock keeps them).
@@ -140,6 +143,7 @@ pub async fn run(
 ) -> Result<Measured, DrillError> {
     let client = new_client(Some(CONTROL_TIMEOUT));
     let before = preflight(&client, plan).await?;
+    let answered_before = answered_total(&client, plan).await.ok();
     let (state, stop) = prepare_exercises(plan, stop).await?;
     let offsets = schedule(plan);
     // The fault windows count from this POST: it is the drill's time zero.
@@ -173,6 +177,7 @@ pub async fn run(
     if let Some(p) = printer {
         let _ = p.await;
     }
+    let answered = answered_since(&client, plan, answered_before).await;
     let clear_failed = set_faults(&client, plan, &serde_json::json!({ "faults": [] }))
         .await
         .err()
@@ -200,6 +205,7 @@ pub async fn run(
     Ok(Measured {
         records,
         samples,
+        answered,
         poll_failures,
         clear_failed,
         paused: finished(events.pausing).await,
@@ -207,6 +213,12 @@ pub async fn run(
         killed,
         recheck,
     })
+}
+
+/// The answers the mock generated since it had generated `before`.
+async fn answered_since(client: &HttpClient, plan: &Plan, before: Option<u64>) -> Option<u64> {
+    let now = answered_total(client, plan).await.ok()?;
+    Some(now.saturating_sub(before?))
 }
 
 /// Every server answers before any fault is set; the mock's count now.

@@ -339,6 +339,7 @@ mod tests {
             seed: 9,
             arrivals,
             model: "m".into(),
+            answer_usd: 0.006,
             exercise: Default::default(),
         }
         .plan()
