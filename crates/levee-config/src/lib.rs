@@ -83,18 +83,18 @@ pub struct Config {
 
 impl Config {
     /// What provider `provider`'s model `model` costs: its `prices:` entry,
-    /// else the built-in list price of a vendor Levee knows; `None`: not
-    /// known (its spend is unknown, never 0).
+    /// else the built-in list price of a vendor Levee knows, less the
+    /// provider's `discount`; `None`: not known (its spend is unknown,
+    /// never 0).
     pub fn price_of(&self, provider: usize, model: &str) -> Option<prices::Price> {
-        if let Some(e) = self
+        let p = self.providers.get(provider)?;
+        let listed = self
             .prices
             .iter()
             .find(|e| e.provider == provider && e.model == model)
-        {
-            return Some(e.price);
-        }
-        let p = self.providers.get(provider)?;
-        prices::builtin(&p.platform, p.api, &p.base_url, model)
+            .map(|e| e.price);
+        let price = listed.or_else(|| prices::builtin(&p.platform, p.api, &p.base_url, model))?;
+        Some(price.discounted(p.discount))
     }
 
     /// A request's place in the providers' allowances: `cost`, and the

@@ -45,6 +45,8 @@ pub struct Provider {
     /// another (never more than the provider's own
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`).
     pub http2_max_streams: u32,
+    /// The fraction taken off every price of its models (0: none).
+    pub discount: f64,
     /// How the key from `api_key_env` is sent (the dialect's own way when
     /// not written: `bearer` for OpenAI, `header x-api-key` for Anthropic).
     pub auth: crate::values::Auth,

@@ -37,8 +37,52 @@ impl Price {
 
     /// The cost of `input` and `output` tokens, in US dollars.
     pub fn cost(&self, input: u64, output: u64) -> f64 {
-        (input as f64 * self.input_per_mtok + output as f64 * self.output_per_mtok) / 1e6
+        self.cost_cached(input, output, Cached::default())
     }
+
+    /// The cost of an answer's tokens with some of its input read from or
+    /// written to the provider's prompt cache, each at its own price where
+    /// the price has one (else at the input price).
+    pub fn cost_cached(&self, input: u64, output: u64, cached: Cached) -> f64 {
+        let read = u64::from(cached.read);
+        let write = u64::from(cached.write);
+        // OpenAI counts cached tokens inside its input; Anthropic apart.
+        let fresh = if cached.in_input {
+            input.saturating_sub(read + write)
+        } else {
+            input
+        };
+        let read_price = self.cached_input_per_mtok.unwrap_or(self.input_per_mtok);
+        let write_price = self.cache_write_per_mtok.unwrap_or(self.input_per_mtok);
+        (fresh as f64 * self.input_per_mtok
+            + read as f64 * read_price
+            + write as f64 * write_price
+            + output as f64 * self.output_per_mtok)
+            / 1e6
+    }
+
+    /// This price less a fraction `discount` (0.2: 20 % off).
+    pub fn discounted(self, discount: f64) -> Price {
+        let off = |x: f64| x * (1.0 - discount);
+        Price {
+            input_per_mtok: off(self.input_per_mtok),
+            output_per_mtok: off(self.output_per_mtok),
+            cached_input_per_mtok: self.cached_input_per_mtok.map(off),
+            cache_write_per_mtok: self.cache_write_per_mtok.map(off),
+        }
+    }
+}
+
+/// An answer's input tokens read from (`read`) and written to (`write`)
+/// the provider's prompt cache, as its usage reports them; `in_input`:
+/// they are part of its input count (OpenAI's `cached_tokens`), not apart
+/// from it (Anthropic's `cache_read_input_tokens` and
+/// `cache_creation_input_tokens`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cached {
+    pub read: u32,
+    pub write: u32,
+    pub in_input: bool,
 }
 
 /// One `prices:` entry.
@@ -143,5 +187,34 @@ mod tests {
         );
         assert_eq!(b.map(|p| p.output_per_mtok), Some(15.0));
         assert!((Price::of(3.0, 15.0, 0.3, None).cost(1_000, 2_000) - 0.033).abs() < 1e-12);
+    }
+
+    #[test]
+    fn cached_input_is_priced_apart_in_either_dialects_count() {
+        let p = Price::of(2.0, 8.0, 0.5, Some(2.5));
+        // OpenAI: 1,000 input of which 800 cached: 200 × 2 + 800 × 0.5.
+        let openai = Cached {
+            read: 800,
+            write: 0,
+            in_input: true,
+        };
+        assert!((p.cost_cached(1_000, 0, openai) - 0.0008).abs() < 1e-12);
+        // Anthropic: 200 fresh, 800 read and 100 written, counted apart.
+        let anthropic = Cached {
+            read: 800,
+            write: 100,
+            in_input: false,
+        };
+        let want = (200.0 * 2.0 + 800.0 * 0.5 + 100.0 * 2.5) / 1e6;
+        assert!((p.cost_cached(200, 0, anthropic) - want).abs() < 1e-12);
+        // A price without a cached rate bills cached input as input.
+        let plain = Price {
+            cached_input_per_mtok: None,
+            ..p
+        };
+        assert!((plain.cost_cached(1_000, 0, openai) - 0.002).abs() < 1e-12);
+        let off = p.discounted(0.25);
+        assert_eq!(off.input_per_mtok, 1.5);
+        assert_eq!(off.cached_input_per_mtok, Some(0.375));
     }
 }

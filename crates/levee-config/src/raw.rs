@@ -99,6 +99,8 @@ pub struct RawProvider {
     pub profile: Option<String>,
     /// Vertex: the OAuth2 token endpoint (the key file's `token_uri` otherwise).
     pub token_url: Option<String>,
+    /// The fraction taken off every price of this provider's models.
+    pub discount: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -298,3 +298,21 @@ fn a_token_endpoint_over_plain_http_must_be_on_this_machine_or_link_local() {
         assert!(message.contains("token_url"), "{message}");
     }
 }
+
+/// A provider's `discount` comes off its configured and its list prices;
+/// one of 1 or more is refused at its line.
+#[test]
+fn a_providers_discount_comes_off_every_price_of_its_models() {
+    let text = "providers:\n  openai: { api: openai, base_url: \"https://api.openai.com/v1\", discount: 0.25 }\nprices:\n  - { provider: openai, model: my-tune, input_per_mtok: 4.0, output_per_mtok: 8.0 }\n";
+    let c = Config::parse(text).unwrap_or_else(|e| panic!("{e}"));
+    let tuned = c.price_of(0, "my-tune").expect("priced");
+    assert_eq!((tuned.input_per_mtok, tuned.output_per_mtok), (3.0, 6.0));
+    let listed = c.price_of(0, "gpt-4.1").expect("list price");
+    assert_eq!(listed.input_per_mtok, 1.5, "$2.00 less 25 %");
+    let e = Config::parse(&text.replace("0.25", "1.5"))
+        .err()
+        .expect("refused");
+    let (line, message) = line_of(e);
+    assert_eq!(line, 2, "{message}");
+    assert!(message.contains("discount"), "{message}");
+}

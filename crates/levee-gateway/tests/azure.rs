@@ -30,6 +30,11 @@ async fn the_v1_api_is_served_with_the_api_key() {
     let r = chat(&env, CHAT).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "az");
+    let m = env.metrics();
+    assert!(
+        metric(&m, "levee_tokens_total", &["kind=\"output\""]) > 0.0,
+        "{m}"
+    );
     let s = env.stats(0);
     assert_eq!((s.requests_total, s.unauthorized), (1, 0));
     assert_eq!(s.by_path.get("/v1/chat/completions"), Some(&1), "{s:?}");

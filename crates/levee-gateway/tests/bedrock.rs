@@ -93,6 +93,10 @@ async fn json_and_streams_are_served_by_a_bedrock_target() {
     assert_eq!(v["type"], "message");
     assert_eq!(v["content"][0]["type"], "text");
     assert_eq!(v["model"], MODEL);
+    // InvokeModel's answer carries its usage: counted.
+    let output = |m: &str| metric(m, "levee_tokens_total", &["kind=\"output\""]);
+    let after_json = output(&env.metrics());
+    assert!(after_json > 0.0);
 
     let r = messages(&env, STREAM).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -113,6 +117,8 @@ async fn json_and_streams_are_served_by_a_bedrock_target() {
     let metrics = env.metrics();
     assert_eq!(attempts_labelled(&metrics, "success"), 2.0, "{metrics}");
     assert_no_secret("the metrics", &metrics);
+    // And the stream's, from its events.
+    assert!(output(&metrics) > after_json, "{metrics}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -21,7 +21,7 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// deadline, the fallback ~15 s. Provider `flaky` (no in-flight cap) always
 /// answers 503: route `solo/`, with no fallback, fails every request — two
 /// with two attempts each, then refused by the open breaker with none.
-const INCIDENT: &str = "providers:\n  openai: { api: openai, base_url: \"{mock0}\", max_in_flight: 50, circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 10m } }\n  azure: { api: openai, base_url: \"{mock1}\", max_in_flight: 40 }\n  flaky: { api: openai, base_url: \"{mock2}\", circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 10m } }\nroutes:\n  - match: { model_prefix: \"gpt/\" }\n    targets:\n      - { provider: openai, expected_attempt_ms: 30000 }\n      - { provider: azure, model: gpt-4.1, expected_attempt_ms: 15000 }\n    deadline: { default: 60s, max: 120s }\n    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 2 } }\n  - match: { model_prefix: \"mini/\" }\n    targets: [{ provider: openai }]\n  - match: { model_prefix: \"solo/\" }\n    targets: [{ provider: flaky }]\n    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\n";
+const INCIDENT: &str = "providers:\n  openai: { api: openai, base_url: \"{mock0}\", max_in_flight: 50, circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 10m } }\n  azure: { api: openai, base_url: \"{mock1}\", max_in_flight: 40 }\n  flaky: { api: openai, base_url: \"{mock2}\", circuit_breaker: { min_requests: 4, error_ratio: 0.5, window: 10s, open_for: 10m } }\nroutes:\n  - match: { model_prefix: \"gpt/\" }\n    targets:\n      - { provider: openai, expected_attempt_ms: 30000 }\n      - { provider: azure, model: gpt-4.1, expected_attempt_ms: 15000 }\n    deadline: { default: 60s, max: 120s }\n    retry: { max_attempts: 3, backoff: { base_ms: 1, max_ms: 2 } }\n  - match: { model_prefix: \"mini/\" }\n    targets: [{ provider: openai }]\n  - match: { model_prefix: \"solo/\" }\n    targets: [{ provider: flaky }]\n    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 2 } }\nprices:\n  - { provider: azure, model: gpt-4.1, input_per_mtok: 2.00, output_per_mtok: 8.00 }\n";
 
 const OPENAI_FAULTS: &str = "faults:\n  - { status: 503, model: gpt-4.1 }\n";
 const FLAKY_FAULTS: &str = "faults:\n  - { status: 503 }\n";
@@ -323,6 +323,9 @@ fn seen(probe: &[serde_json::Value], what: &str) -> Option<Seen> {
 fn dom_misses(dom: &str) -> Vec<String> {
     let mut wrong: Vec<String> = Vec::new();
     for needle in [
+        // Spend today, by caller: the fallback's answers are priced.
+        r#"<table id="spend">"#,
+        r#"<tr data-caller="queue-worker"><td>queue-worker</td><td class="num">$0.0"#,
         r#"data-provider="openai" data-breaker="open""#,
         r#"data-provider="azure" data-breaker="closed""#,
         r#"data-caller="queue-worker" data-route="gpt/" data-retry="false""#,

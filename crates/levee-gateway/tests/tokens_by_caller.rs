@@ -150,3 +150,47 @@ async fn spend_is_tokens_times_the_price_and_unknown_without_one() {
         "no price, no spend series: {m}"
     );
 }
+
+/// The Responses API and embeddings report their usage in their own
+/// shapes (`input_tokens`/`output_tokens`; `prompt_tokens` alone): both
+/// are counted, a stream of the Responses API from its last event.
+#[tokio::test(start_paused = true)]
+async fn responses_and_embeddings_are_counted() {
+    let (_logs, _guard) = capture_logs(tracing::Level::INFO);
+    let env = local(&["faults: []"], CONFIG);
+    let tokens = |kind: &str| {
+        let m = env.metrics();
+        metric(&m, "levee_tokens_total", &[&format!("kind=\"{kind}\"")])
+    };
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/responses", r#"{"model":"m","input":"hi"}"#, &[]),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (input, output) = (tokens("input"), tokens("output"));
+    assert!(input > 0.0 && output > 0.0, "{}", env.metrics());
+    let r = watchdog(
+        WATCHDOG,
+        env.post(
+            "/v1/responses",
+            r#"{"model":"m","input":"hi","stream":true}"#,
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(tokens("output") > output, "{}", r.text());
+    let input = tokens("input");
+    let r = watchdog(
+        WATCHDOG,
+        env.post(
+            "/v1/embeddings",
+            r#"{"model":"m","input":"hello there"}"#,
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(tokens("input") > input, "{}", r.text());
+}

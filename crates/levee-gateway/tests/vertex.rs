@@ -50,10 +50,17 @@ async fn a_message_and_a_stream_go_through_raw_predict_with_one_token() {
     assert_eq!(r.header("x-levee-target"), "vx");
     assert_eq!(r.json()["type"], "message");
     assert_eq!(r.json()["model"], MODEL);
+    let output = |m: &str| metric(m, "levee_tokens_total", &["kind=\"output\""]);
+    let after_json = output(&env.metrics());
+    assert!(after_json > 0.0, "rawPredict's usage is counted");
     let r = post(&env, "/v1/messages", &message(true)).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.header("content-type").starts_with("text/event-stream"));
     assert!(r.text().contains("event: message_stop"), "{}", r.text());
+    assert!(
+        output(&env.metrics()) > after_json,
+        "and streamRawPredict's"
+    );
     let s = env.stats(0);
     // One token for both: it is cached.
     assert_eq!((s.tokens_issued, s.unauthorized), (1, 0), "{s:?}");

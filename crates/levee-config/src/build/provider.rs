@@ -31,6 +31,7 @@ pub(super) fn builtin_mock_provider(name: &str, api: Api) -> Provider {
         connect_timeout: defaults::mock::CONNECT_TIMEOUT,
         http2: Http2::Auto,
         http2_max_streams: defaults::HTTP2_MAX_STREAMS,
+        discount: 0.0,
         auth: dialect_auth(api),
         headers: Vec::new(),
         query: Vec::new(),
@@ -97,6 +98,12 @@ fn configured_provider(
     let metering = metering(at, p.rate_limit.as_ref())?;
     refuse_unused_keys(at, p)?;
     check_headers(at, p)?;
+    if p.discount.is_some_and(|d| !(0.0..1.0).contains(&d)) {
+        return Err(at.field(
+            "discount",
+            "`discount` is the fraction taken off its prices, from 0 to below 1, like `0.15` for 15 % off".to_string(),
+        ));
+    }
     let (platform, base_url) = platform_keys(p)
         .platform()
         .map_err(|(key, problem)| at.field(key, problem))?;
@@ -260,6 +267,7 @@ fn provider(
         http2_max_streams: p
             .http2_max_streams
             .map_or(defaults::HTTP2_MAX_STREAMS, |m| m.0),
+        discount: p.discount.unwrap_or(0.0),
         auth: p.auth.clone().unwrap_or_else(|| p.api.key_auth()),
         headers: p
             .headers

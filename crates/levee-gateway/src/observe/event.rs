@@ -82,6 +82,8 @@ pub(crate) struct TokensUsed {
     /// deadline), its input estimated from the request when the provider
     /// had not said it.
     pub partial: bool,
+    /// Input read from or written to the provider's prompt cache.
+    pub cached: levee_config::prices::Cached,
 }
 
 /// One thing that happened to a request. Before the request is admitted

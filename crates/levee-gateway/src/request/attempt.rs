@@ -259,6 +259,7 @@ impl AttemptFinisher {
             domain: permit.domain(),
             used,
             partial: false,
+            cached: levee_config::prices::Cached::default(),
         })
     }
 

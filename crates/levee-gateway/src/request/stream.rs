@@ -5,7 +5,7 @@
 
 use crate::clock::Clock;
 use crate::http::sse::EventFramer;
-use crate::observe::event::{RequestEvent, StreamOutcome};
+use crate::observe::event::{RequestEvent, StreamOutcome, TokensUsed};
 use crate::request::attempt::AttemptFinisher;
 use crate::request::observer::Observer;
 use crate::upstream::UpstreamBody;
@@ -152,7 +152,10 @@ impl RelayBody {
     /// attempt's estimate and is counted, as a partial count.
     fn settle_cut(&mut self) {
         if let Some(f) = self.finisher.as_mut() {
-            self.tokens = f.settle_partial(Some(self.usage.arrived()));
+            let cached = self.usage.cached();
+            self.tokens = f
+                .settle_partial(Some(self.usage.arrived()))
+                .map(|t| TokensUsed { cached, ..t });
         }
     }
 
@@ -273,7 +276,8 @@ impl RelayBody {
         self.usage.push(&tail);
         if let Some(mut f) = self.finisher.take() {
             if let Some(used) = self.usage.get() {
-                self.tokens = f.settle(used);
+                let cached = self.usage.cached();
+                self.tokens = f.settle(used).map(|t| TokensUsed { cached, ..t });
             }
             f.finish(
                 Outcome::Status {

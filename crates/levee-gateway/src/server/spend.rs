@@ -170,13 +170,21 @@ pub(crate) fn section(shared: &Shared, out: &mut String) {
         } else {
             "-".to_string()
         };
+        // Tokens with no price are not $0: unknown.
+        let dollars = |x: f64| {
+            if t.usd == 0.0 && t.unpriced_tokens > 0 {
+                "unknown".to_string()
+            } else {
+                format!("${x:.4}")
+            }
+        };
         let _ = write!(
             out,
-            "<tr data-caller=\"{name}\"><td>{name}</td><td class=\"num\">${:.4}</td>\
-             <td class=\"num\">${:.4}</td><td class=\"num\">{share}</td><td class=\"num\">{}</td>\
+            "<tr data-caller=\"{name}\"><td>{name}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{share}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-            t.usd,
-            g.undelivered_usd,
+            dollars(t.usd),
+            dollars(g.undelivered_usd),
             t.input_tokens,
             t.output_tokens,
             t.unpriced_tokens,

@@ -102,7 +102,7 @@ pub fn render(shared: &Shared) -> String {
          <meta name=\"viewport\" content=\"width=device-width\">\
          <title>Levee status</title><style>{STYLE}</style></head><body>\
          <h1>Levee status</h1><p class=\"sub\">up {} · refreshes every {REFRESH_SECS} s · \
-         <a href=\"/census\">/census</a> · <a href=\"/metrics\">/metrics</a></p>\
+         <a href=\"/census\">/census</a> · <a href=\"/admin/spend\">/admin/spend</a> · <a href=\"/metrics\">/metrics</a></p>\
          <p class=\"sub\" id=\"config\">config <code>{}</code> · generation {} · loaded {} s ago</p>",
         secs(now.since_origin()),
         esc(&shared.generation.hash),

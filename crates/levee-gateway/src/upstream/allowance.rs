@@ -43,6 +43,26 @@ pub fn usage(body: &[u8]) -> Option<Cost> {
     })
 }
 
+/// The input an answer (or a stream event) says was read from or written
+/// to the provider's prompt cache: OpenAI's `cached_tokens` (part of its
+/// input count), Anthropic's `cache_read_input_tokens` and
+/// `cache_creation_input_tokens` (apart from it).
+pub fn cached(body: &[u8]) -> levee_config::prices::Cached {
+    let mut c = levee_config::prices::Cached::default();
+    if find(body, b"cache").is_none() {
+        return c;
+    }
+    let n = |k: &str| number_after_key(body, k).map(|v| u32::try_from(v).unwrap_or(u32::MAX));
+    if let Some(read) = n("cached_tokens") {
+        c.read = read;
+        c.in_input = true;
+    } else {
+        c.read = n("cache_read_input_tokens").unwrap_or(0);
+        c.write = n("cache_creation_input_tokens").unwrap_or(0);
+    }
+    c
+}
+
 /// A stream's usage so far: each event's counts, the largest kept
 /// (Anthropic sends input in `message_start` and the running output in
 /// `message_delta`; OpenAI the whole in its last chunk), and the number of
@@ -51,6 +71,7 @@ pub fn usage(body: &[u8]) -> Option<Cost> {
 pub struct StreamUsage {
     reported: Option<Cost>,
     deltas: u32,
+    cached: levee_config::prices::Cached,
 }
 
 impl StreamUsage {
@@ -61,6 +82,12 @@ impl StreamUsage {
             .deltas
             .saturating_add(u32::try_from(deltas).unwrap_or(u32::MAX));
         if let Some(c) = usage(chunk) {
+            let cached = cached(chunk);
+            self.cached = levee_config::prices::Cached {
+                read: self.cached.read.max(cached.read),
+                write: self.cached.write.max(cached.write),
+                in_input: self.cached.in_input || cached.in_input,
+            };
             let prev = self.reported.unwrap_or_default();
             self.reported = Some(Cost {
                 input: prev.input.max(c.input),
@@ -72,6 +99,11 @@ impl StreamUsage {
     /// What the stream reported (`None`: nothing).
     pub fn get(self) -> Option<Cost> {
         self.reported
+    }
+
+    /// The input the stream said came from or went to the prompt cache.
+    pub fn cached(self) -> levee_config::prices::Cached {
+        self.cached
     }
 
     /// What a stream cut short is known to have used: what it reported,
@@ -166,6 +198,25 @@ mod tests {
         // A key inside a string is not a key.
         let tricky = br#"{"messages":[{"content":"say \"max_tokens\": 99"}]}"#;
         assert_eq!(estimate(tricky).output, 0);
+    }
+
+    #[test]
+    fn cached_input_is_read_in_both_dialects() {
+        let openai = br#"{"usage":{"prompt_tokens":1000,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":800,"audio_tokens":0}}}"#;
+        let c = cached(openai);
+        assert_eq!((c.read, c.write, c.in_input), (800, 0, true));
+        let anthropic = br#"{"usage":{"input_tokens":200,"cache_creation_input_tokens":100,"cache_read_input_tokens":800,"output_tokens":5}}"#;
+        let c = cached(anthropic);
+        assert_eq!((c.read, c.write, c.in_input), (800, 100, false));
+        // The input count is Anthropic's own input_tokens, not a cache key's.
+        assert_eq!(usage(anthropic).map(|u| u.input), Some(200));
+        assert_eq!(
+            cached(br#"{"usage":{"input_tokens":3}}"#),
+            Default::default()
+        );
+        let mut s = StreamUsage::default();
+        s.push(b"data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":2,\"cache_read_input_tokens\":50,\"output_tokens\":1}}}\n\n");
+        assert_eq!(s.cached().read, 50);
     }
 
     #[test]

@@ -157,7 +157,8 @@ impl Driver<'_> {
         }
         // The tokens the answer used settle what its admission estimated.
         if let Some(used) = crate::upstream::allowance::usage(&bytes) {
-            if let Some(tokens) = self.fin.settle(used) {
+            if let Some(mut tokens) = self.fin.settle(used) {
+                tokens.cached = crate::upstream::allowance::cached(&bytes);
                 self.obs.report(RequestEvent::TokensUsed(tokens));
             }
         }

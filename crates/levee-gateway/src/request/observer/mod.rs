@@ -335,7 +335,7 @@ impl Observer {
         });
         let usd = self
             .price(&t)
-            .map(|p| p.cost(t.used.input.into(), t.used.output.into()));
+            .map(|p| p.cost_cached(t.used.input.into(), t.used.output.into(), t.cached));
         if let Some(usd) = usd {
             self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + usd);
         }
