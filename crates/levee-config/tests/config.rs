@@ -309,9 +309,7 @@ fn a_providers_discount_comes_off_every_price_of_its_models() {
     assert_eq!((tuned.input_per_mtok, tuned.output_per_mtok), (3.0, 6.0));
     let listed = c.price_of(0, "gpt-4.1").expect("list price");
     assert_eq!(listed.input_per_mtok, 1.5, "$2.00 less 25 %");
-    let e = Config::parse(&text.replace("0.25", "1.5"))
-        .err()
-        .expect("refused");
+    let e = Config::parse(&text.replace("0.25", "1.5")).expect_err("refused");
     let (line, message) = line_of(e);
     assert_eq!(line, 2, "{message}");
     assert!(message.contains("discount"), "{message}");

@@ -129,6 +129,17 @@ impl Driver<'_> {
         ))))
     }
 
+    /// The tokens a plain answer used settle what its admission estimated,
+    /// and are counted.
+    fn settle_usage(&mut self, bytes: &[u8]) {
+        if let Some(used) = crate::upstream::allowance::usage(bytes) {
+            if let Some(mut tokens) = self.fin.settle(used) {
+                tokens.cached = crate::upstream::allowance::cached(bytes);
+                self.obs.report(RequestEvent::TokensUsed(tokens));
+            }
+        }
+    }
+
     /// A plain answer's 2xx head means the provider has run the generation:
     /// the body is read until the caller's deadline, and a body that fails
     /// is never fetched again (a too-large one would be as large again; a
@@ -155,13 +166,7 @@ impl Driver<'_> {
         if self.ctx.creates_stored && parts.status.is_success() {
             self.note_origin(Some(&bytes)).await;
         }
-        // The tokens the answer used settle what its admission estimated.
-        if let Some(used) = crate::upstream::allowance::usage(&bytes) {
-            if let Some(mut tokens) = self.fin.settle(used) {
-                tokens.cached = crate::upstream::allowance::cached(&bytes);
-                self.obs.report(RequestEvent::TokensUsed(tokens));
-            }
-        }
+        self.settle_usage(&bytes);
         self.fin.record(Outcome::Status {
             status,
             retry_after: None,
