@@ -122,6 +122,8 @@ pub enum Problem {
     KeySource,
     #[error("`models` must list at least one model name (`gpt-4o`, or `gpt-4o*` for every name beginning so); leave it out to allow every model")]
     CallerModels,
+    #[error("`limits.caller_names` must be at most {0}: each name is a value of the metrics' `caller` label")]
+    CallerNames(usize),
     #[error("`budget.usd` must be a number of US dollars, 0 or more, like `50` (0 stops every priced call)")]
     BudgetAmount,
     #[error("caller `{0}` is given different `models`, `limits` or `budget` in two places: give a caller's rules once (keys that share a name share its rules)")]

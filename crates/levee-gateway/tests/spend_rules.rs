@@ -325,3 +325,53 @@ async fn a_budget_stop_holds_across_two_replicas() {
     b.shutdown().await;
     a.stop().await;
 }
+
+/// The caller label keeps the busiest names: a caller that arrives after
+/// the N names are taken, and outsends the quietest of them, takes its
+/// name's place at the end of the minute; the label never has more than N
+/// names and `other`.
+#[tokio::test(start_paused = true)]
+async fn a_busy_caller_that_came_late_takes_the_quietest_name() {
+    let config = format!("limits: {{ caller_names: 3 }}\n{PRICED}");
+    let env = local(&["faults: []"], &config);
+    let post = |who: &'static str| {
+        let env = &env;
+        async move {
+            let r = watchdog(
+                WATCHDOG,
+                env.post("/v1/chat/completions", CHAT, &as_caller(who)),
+            )
+            .await;
+            assert_eq!(r.status, 200);
+        }
+    };
+    for who in ["a", "b", "c", "b", "c"] {
+        post(who).await;
+    }
+    for _ in 0..20 {
+        post("big").await;
+    }
+    let labels = |m: &str| -> std::collections::BTreeSet<String> {
+        m.lines()
+            .filter(|l| {
+                l.starts_with("levee_tokens_total{")
+                    || l.starts_with("levee_caller_requests_total{")
+            })
+            .filter_map(|l| Some(l.split("caller=\"").nth(1)?.split('"').next()?.to_string()))
+            .collect()
+    };
+    let before = labels(&env.metrics());
+    assert!(
+        before.contains("other") && !before.contains("big"),
+        "{before:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    post("big").await;
+    let after = labels(&env.metrics());
+    assert!(after.contains("big"), "{after:?}");
+    assert!(
+        !after.contains("a"),
+        "the quietest gave up its name: {after:?}"
+    );
+    assert!(after.len() <= 3 + 1, "{after:?}");
+}

@@ -197,6 +197,14 @@ fn addr(v: Option<SocketAddr>, default: ([u8; 4], u16)) -> SocketAddr {
 fn limits(src: Source<'_>, raw: Option<&RawLimits>) -> Result<Limits, ConfigError> {
     let d = Limits::default();
     let Some(l) = raw else { return Ok(d) };
+    if l.caller_names.is_some_and(|n| n.0 > MAX_CALLER_NAMES) {
+        let path = [Key("limits"), Key("caller_names")];
+        return Err(ConfigError::at(
+            src,
+            &path,
+            Problem::CallerNames(MAX_CALLER_NAMES),
+        ));
+    }
     if l.max_header_bytes.is_some_and(|n| n < MIN_HEADER_BYTES) {
         let path = [Key("limits"), Key("max_header_bytes")];
         return Err(ConfigError::at(src, &path, Problem::HeaderLimitTooSmall));
@@ -209,6 +217,9 @@ fn limits(src: Source<'_>, raw: Option<&RawLimits>) -> Result<Limits, ConfigErro
         caller_names: l.caller_names.map_or(d.caller_names, |n| n.0),
     })
 }
+
+/// The most `limits.caller_names`: each is a metrics label value.
+const MAX_CALLER_NAMES: usize = 10_000;
 
 /// The smallest `limits.max_header_bytes`: the official SDKs' own fields
 /// come to ~700 bytes, so a smaller limit refuses every SDK request.

@@ -113,6 +113,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A caller's label id: its slot, and which holder of the slot it is.
+fn caller_id(slot: usize, incarnation: u16) -> u32 {
+    (u32::from(incarnation) << 16) | (u32::try_from(slot).unwrap_or(0xffff) & 0xffff)
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -252,8 +257,9 @@ impl Census {
 
     /// Counts one request on `route` with the resolved `deadline`. `key` is
     /// the index of the gateway key that matched (`None` without keys);
-    /// `header` the `x-levee-caller` value. Returns the caller's slot: its
-    /// name, bounded as the census bounds names ([`Census::caller_label`]).
+    /// `header` the `x-levee-caller` value. Returns the caller's label id:
+    /// its name, bounded as the census bounds names
+    /// ([`Census::caller_label`]), told apart from the slot's earlier holders.
     pub fn admitted(
         &self,
         key: Option<usize>,
@@ -262,32 +268,41 @@ impl Census {
         deadline: Duration,
         now: Instant,
     ) -> usize {
-        let slot = {
+        let id = {
             let mut c = lock(&self.callers);
+            c.rank(now.since_origin().as_secs(), &self.caller_requests);
             let slot = match key.and_then(|k| self.key_slots.get(k)) {
                 Some(&s) => s,
                 None => c.identify(header, &self.caller_requests),
             };
             let s = &mut c.slots[slot];
             s.requests += 1;
+            s.recent = s.recent.saturating_add(1);
             s.deadlines.record(ms(deadline));
             s.counter.inc();
-            slot
+            caller_id(slot, s.incarnation)
         };
         if let Some(w) = self.windows.get(route) {
             lock(w).slot(now.since_origin().as_secs()).requests += 1;
         }
-        slot
+        id as usize
     }
 
-    /// The caller label of `slot`: a gateway key's name, a name a caller
-    /// gave in `x-levee-caller` or `anonymous` for a request that named
-    /// none (the first `limits.caller_names` of these), else `other`.
-    pub(crate) fn caller_label(&self, slot: usize) -> String {
+    /// The caller label of label id `id`: a gateway key's name, a name a
+    /// caller gave in `x-levee-caller` or `anonymous` for a request that
+    /// named none (the `limits.caller_names` busiest of these), else
+    /// `other`.
+    pub(crate) fn caller_label(&self, id: usize) -> String {
         lock(&self.callers)
             .slots
-            .get(slot)
+            .get(id & 0xffff)
             .map_or_else(|| OTHER.to_string(), |s| s.name.to_string())
+    }
+
+    /// The slots that changed hands since last asked, each with the name it
+    /// gave up: the metrics remove that name's series.
+    pub(crate) fn take_retired(&self) -> Vec<(usize, Box<str>)> {
+        std::mem::take(&mut lock(&self.callers).retired)
     }
 
     /// Counts one finished attempt on `route`'s `target` that took `took`.

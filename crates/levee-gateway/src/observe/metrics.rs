@@ -41,6 +41,9 @@ fn lookup<'l>(list: &'l [(Box<str>, BySecond)], a: &str, b: &str) -> Option<&'l 
 /// not listed), output (`true`) or input.
 pub type TokensKey = (u32, u32, u16, u32, bool, bool);
 
+/// A spend series' counter (US dollars).
+type SpendCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+
 impl Handles {
     fn inc(&self, a: &str, b: &str, make: impl FnOnce() -> Counter) {
         if let Some(c) = lookup(&self.0.read().unwrap_or_else(|e| e.into_inner()), a, b) {
@@ -188,14 +191,14 @@ pub struct Metrics {
     pub tokens: Family<TokensLabel, Counter>,
     /// `levee_spend_usd_total`: tokens × price, where the price is known.
     pub spend: Family<SpendLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
-    spend_handles: Mutex<HashMap<TokensKey, Counter<f64, std::sync::atomic::AtomicU64>>>,
+    spend_handles: Mutex<HashMap<TokensKey, (SpendCounter, SpendLabel)>>,
     pub allowance_remaining: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_limit: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share_used: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// `tokens`' counters by (route, provider, model domain, caller, kind)
     /// as numbers: found without building the labels' strings.
-    token_handles: Mutex<HashMap<TokensKey, Counter>>,
+    token_handles: Mutex<HashMap<TokensKey, (Counter, TokensLabel)>>,
     request_handles: Handles,
     attempt_handles: Handles,
     reject_handles: Handles,
@@ -389,19 +392,44 @@ impl Metrics {
     /// the first time only (a request's path builds no strings for it).
     pub fn tokens(&self, key: TokensKey, n: u64, labels: impl FnOnce() -> TokensLabel) {
         let mut handles = self.token_handles.lock().unwrap_or_else(|e| e.into_inner());
-        let c = handles
-            .entry(key)
-            .or_insert_with(|| self.tokens.get_or_create(&labels()).clone());
+        let (c, _) = handles.entry(key).or_insert_with(|| {
+            let l = labels();
+            (self.tokens.get_or_create(&l).clone(), l)
+        });
         c.inc_by(n);
     }
 
     /// Adds `usd` to the spend series `key` (its output flag unused).
     pub fn spend(&self, key: TokensKey, usd: f64, labels: impl FnOnce() -> SpendLabel) {
         let mut handles = self.spend_handles.lock().unwrap_or_else(|e| e.into_inner());
-        let c = handles
-            .entry(key)
-            .or_insert_with(|| self.spend.get_or_create(&labels()).clone());
+        let (c, _) = handles.entry(key).or_insert_with(|| {
+            let l = labels();
+            (self.spend.get_or_create(&l).clone(), l)
+        });
         c.inc_by(usd);
+    }
+
+    /// The caller in label slot `slot` gave up its name `old`: its token
+    /// and spend series are removed (the label keeps N names and `other`).
+    pub(crate) fn forget_caller(&self, slot: usize, old: &str) {
+        let gone =
+            |key: &TokensKey, caller: &str| (key.3 as usize & 0xffff) == slot && caller == old;
+        let mut tokens = self.token_handles.lock().unwrap_or_else(|e| e.into_inner());
+        tokens.retain(|k, (_, l)| {
+            let keep = !gone(k, &l.caller);
+            if !keep {
+                self.tokens.remove(l);
+            }
+            keep
+        });
+        let mut spend = self.spend_handles.lock().unwrap_or_else(|e| e.into_inner());
+        spend.retain(|k, (_, l)| {
+            let keep = !gone(k, &l.caller);
+            if !keep {
+                self.spend.remove(l);
+            }
+            keep
+        });
     }
 
     /// Counts one finished logical request.

@@ -276,6 +276,9 @@ impl Shared {
 
     /// Refreshes the gauges that are read at scrape time.
     pub fn refresh_gauges(&self) {
+        for (slot, old) in self.census.take_retired() {
+            self.metrics.forget_caller(slot, &old);
+        }
         let now = self.clock.now();
         for p in &self.providers {
             let (state, in_flight) = {
