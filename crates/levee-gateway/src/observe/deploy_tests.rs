@@ -94,8 +94,16 @@ fn exported() -> BTreeSet<String> {
     names
 }
 
-/// A series of the token and spend counters.
+/// A series of the token and spend counters, and of the deadline ones.
 fn spend_series(metrics: &crate::observe::metrics::Metrics) {
+    let source = crate::observe::metrics::DeadlineSourceLabel {
+        deadline_source: "default",
+    };
+    metrics
+        .deadline_remaining_at_dispatch
+        .get_or_create(&source)
+        .observe(1.0);
+    metrics.no_deadline(0, || "c".into());
     let key = (0, 0, 0, 0, false, true);
     metrics.tokens(key, 1, || crate::observe::metrics::TokensLabel {
         route: "r".into(),
@@ -340,7 +348,7 @@ fn promtool(args: &[&str]) -> Option<(bool, String)> {
 fn promtool_accepts_the_alert_rules() {
     if let Some((ok, said)) = promtool(&["check", "rules", "alerts.yml"]) {
         assert!(ok, "promtool check rules: {said}");
-        assert!(said.contains("SUCCESS: 11 rules found"), "{said}");
+        assert!(said.contains("SUCCESS: 12 rules found"), "{said}");
     }
 }
 

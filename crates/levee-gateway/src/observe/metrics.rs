@@ -115,6 +115,27 @@ pub struct RouteProviderReason {
     pub reason: String,
 }
 
+/// Where a request's deadline came from.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeadlineSourceLabel {
+    /// `header` (`x-timeout-ms`, `x-deadline-ms`), `sdk_timeout` (the
+    /// SDK's own timeout, `x-stainless-timeout`), or `default` (neither:
+    /// the route's default).
+    pub deadline_source: &'static str,
+}
+
+/// A series of a caller.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallerOnly {
+    pub caller: String,
+}
+
+/// The buckets of `levee_deadline_remaining_at_dispatch_seconds`: 10 ms
+/// doubling 16 times.
+fn deadline_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 16))
+}
+
 /// A `levee_spend_usd_total` series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SpendLabel {
@@ -171,7 +192,12 @@ pub struct Metrics {
     pub upstream_attempts: Family<ProviderResult, Counter>,
     pub attempts_per_request: Histogram,
     pub added_latency: Histogram,
-    pub deadline_remaining_at_dispatch: Histogram,
+    /// By where the deadline came from: `header`, `sdk_timeout`, `default`.
+    pub deadline_remaining_at_dispatch: Family<DeadlineSourceLabel, Histogram, fn() -> Histogram>,
+    /// Requests that named no deadline (Levee applied the route's
+    /// default), by caller.
+    no_deadline: Family<CallerOnly, Counter>,
+    no_deadline_handles: Mutex<HashMap<u32, (Counter, CallerOnly)>>,
     pub budget_exhausted: Family<ProviderLabel, Counter>,
     pub rejected: Family<ReasonLabel, Counter>,
     pub circuit_state: Family<ProviderModel, Gauge>,
@@ -206,7 +232,7 @@ pub struct Metrics {
 }
 
 /// Every metric's name and help text.
-const HELP: [(&str, &str); 27] = [
+const HELP: [(&str, &str); 28] = [
     (
         "levee_requests",
         "Logical requests by route and outcome (success or the x-levee-reason)",
@@ -225,7 +251,11 @@ const HELP: [(&str, &str); 27] = [
     ),
     (
         "levee_deadline_remaining_at_dispatch_seconds",
-        "Caller deadline left when an attempt is dispatched",
+        "Caller deadline left when an attempt is dispatched, by deadline_source: header (x-timeout-ms or x-deadline-ms), sdk_timeout (the SDK's own timeout), default (the route's, the caller said nothing)",
+    ),
+    (
+        "levee_requests_without_deadline",
+        "Requests that arrived with no deadline (no x-timeout-ms, x-deadline-ms or SDK timeout): the route's default applied, by caller",
     ),
     (
         "levee_retry_budget_exhausted",
@@ -354,12 +384,13 @@ impl Metrics {
                 Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 27.0]),
             ),
             added_latency: doubling(&mut r, "levee_added_latency_seconds", 0.000_01, 20),
-            deadline_remaining_at_dispatch: doubling(
+            deadline_remaining_at_dispatch: reg(
                 &mut r,
                 "levee_deadline_remaining_at_dispatch_seconds",
-                0.01,
-                16,
+                Family::new_with_constructor(deadline_buckets as fn() -> Histogram),
             ),
+            no_deadline: reg(&mut r, "levee_requests_without_deadline", Family::default()),
+            no_deadline_handles: Mutex::new(HashMap::new()),
             budget_exhausted: reg(&mut r, "levee_retry_budget_exhausted", Family::default()),
             rejected: reg(&mut r, "levee_rejected", Family::default()),
             circuit_state: reg(&mut r, "levee_circuit_state", Family::default()),
@@ -409,9 +440,35 @@ impl Metrics {
         c.inc_by(usd);
     }
 
-    /// The caller in label slot `slot` gave up its name `old`: its token
-    /// and spend series are removed (the label keeps N names and `other`).
+    /// A request of the caller with label id `caller` arrived with no
+    /// deadline; `name` makes its label the first time.
+    pub(crate) fn no_deadline(&self, caller: u32, name: impl FnOnce() -> String) {
+        let mut handles = self
+            .no_deadline_handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (c, _) = handles.entry(caller).or_insert_with(|| {
+            let l = CallerOnly { caller: name() };
+            (self.no_deadline.get_or_create(&l).clone(), l)
+        });
+        c.inc();
+    }
+
+    /// The caller in label slot `slot` gave up its name `old`: its token,
+    /// spend and no-deadline series are removed (the label keeps N names
+    /// and `other`).
     pub(crate) fn forget_caller(&self, slot: usize, old: &str) {
+        let mut none = self
+            .no_deadline_handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        none.retain(|k, (_, l)| {
+            let keep = !((*k as usize & 0xffff) == slot && l.caller == old);
+            if !keep {
+                self.no_deadline.remove(l);
+            }
+            keep
+        });
         let gone =
             |key: &TokensKey, caller: &str| (key.3 as usize & 0xffff) == slot && caller == old;
         let mut tokens = self.token_handles.lock().unwrap_or_else(|e| e.into_inner());

@@ -101,6 +101,18 @@ pub(super) fn caller_layer(
     Ok((key, sdk_retry))
 }
 
+/// Where a request's deadline comes from: its own header (`x-timeout-ms`,
+/// `x-deadline-ms`), its SDK's timeout, or neither (the route's default).
+pub(super) fn deadline_source(said: &Said<'_>) -> &'static str {
+    if said.timeout_ms.is_some() || said.deadline_ms.is_some() {
+        "header"
+    } else if sdk_patience(said).is_some() {
+        "sdk_timeout"
+    } else {
+        "default"
+    }
+}
+
 /// The request's deadline: its headers (or its SDK's patience) within the
 /// route's bounds, for a stream as for a plain request; and, for a stream,
 /// the caller's own deadline unclamped (`None` when it said nothing),
@@ -189,6 +201,13 @@ pub(super) async fn admit(
         deadline.saturating_since(arrived),
         arrived,
     );
+    let deadline_source = deadline_source(&said);
+    if deadline_source == "default" {
+        let id = u32::try_from(caller_slot).unwrap_or(u32::MAX);
+        shared
+            .metrics
+            .no_deadline(id, || shared.census.caller_label(caller_slot));
+    }
     // The caller's own rules: its models, budget and limits.
     if let Some(rules) = crate::request::spending::rules_of(shared, caller_name(shared, &r, &said))
     {
@@ -218,6 +237,7 @@ pub(super) async fn admit(
         said: &said,
         path_and_query,
         caller_slot,
+        deadline_source,
     };
     let mut obs = observer_of(shared, &r, origin);
     if r.only_provider.is_some() {
@@ -318,6 +338,7 @@ pub(super) struct Origin<'a, 'h> {
     pub(super) path_and_query: &'a str,
     /// The caller's slot in the census.
     pub(super) caller_slot: usize,
+    pub(super) deadline_source: &'static str,
 }
 
 /// The observer of an admitted request: its route, its trace, and who
@@ -343,6 +364,7 @@ fn observer_of(shared: &Arc<Shared>, r: &Inbound, o: Origin<'_, '_>) -> Observer
             key: r.caller.key_index(&shared.keys),
             caller: o.said.caller.cloned(),
             caller_slot: u32::try_from(o.caller_slot).unwrap_or(u32::MAX),
+            deadline_source: o.deadline_source,
             path: r.path,
             dialect: r.dialect,
             stream: r.stream,

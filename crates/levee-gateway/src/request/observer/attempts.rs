@@ -78,9 +78,13 @@ impl Observer {
                 .census
                 .fallback(self.route, d.target, reason, &shared.clock);
         }
+        let source = crate::observe::metrics::DeadlineSourceLabel {
+            deadline_source: self.asked.deadline_source,
+        };
         shared
             .metrics
             .deadline_remaining_at_dispatch
+            .get_or_create(&source)
             .observe(deadline.saturating_since(now).as_secs_f64());
         self.attempt_n = n;
         let span = self

@@ -107,6 +107,8 @@ pub(crate) struct Asked {
     pub caller: Option<http::HeaderValue>,
     /// The caller's slot in the census (its bounded label).
     pub caller_slot: u32,
+    /// Where its deadline came from: `header`, `sdk_timeout`, `default`.
+    pub deadline_source: &'static str,
     pub path: &'static str,
     pub dialect: Dialect,
     pub stream: bool,
@@ -493,6 +495,11 @@ impl Drop for Observer {
     /// request's that ended without a plain answer) are made off the path.
     fn drop(&mut self) {
         if !self.counted {
+            // Its attempts count toward amplification like any request's.
+            self.shared
+                .metrics
+                .attempts_per_request
+                .observe(f64::from(self.attempt_n));
             let outcome = if self.shared.grace_over.is_over() {
                 RequestOutcome::Failed(Why::ShuttingDown)
             } else {
