@@ -201,18 +201,7 @@ pub(super) async fn admit(
         deadline.saturating_since(arrived),
         arrived,
     );
-    let deadline_source = deadline_source(&said);
-    if deadline_source == "default" {
-        let id = u32::try_from(caller_slot).unwrap_or(u32::MAX);
-        shared
-            .metrics
-            .no_deadline(id, || shared.census.caller_label(caller_slot));
-    }
-    // The caller's own rules: its models, budget and limits.
-    if let Some(rules) = crate::request::spending::rules_of(shared, caller_name(shared, &r, &said))
-    {
-        crate::request::spending::admit(shared, rules, &r.model).await?;
-    }
+    let deadline_source = the_callers_part(shared, &r, &said, caller_slot).await?;
     // What each target will be sent, checked now so that nothing about the
     // request itself can fail later and be blamed on a provider.
     let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
@@ -269,6 +258,28 @@ pub(super) async fn admit(
         creates_stored,
     };
     crate::request::drive::run(ctx, deadline, lease, obs, sent).await
+}
+
+/// What admission owes the caller: where its deadline came from (a
+/// caller that sent none is counted), and its own rules (its models,
+/// budget and limits), which may refuse the request.
+async fn the_callers_part(
+    shared: &Shared,
+    r: &Inbound,
+    said: &Said<'_>,
+    caller_slot: usize,
+) -> Result<&'static str, LeveeError> {
+    let source = deadline_source(said);
+    if source == "default" {
+        let id = u32::try_from(caller_slot).unwrap_or(u32::MAX);
+        shared
+            .metrics
+            .no_deadline(id, || shared.census.caller_label(caller_slot));
+    }
+    if let Some(rules) = crate::request::spending::rules_of(shared, caller_name(shared, r, said)) {
+        crate::request::spending::admit(shared, rules, &r.model).await?;
+    }
+    Ok(source)
 }
 
 /// A request's idempotency key as the caller sent it (`x-idempotency-key`
