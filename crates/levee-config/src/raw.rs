@@ -278,6 +278,8 @@ pub struct RawBudget {
     pub ratio: Option<f64>,
     pub min_per_second: Option<f64>,
     pub window: Option<Dur>,
+    /// Whether retries that rescued a request are refunded.
+    pub refunds: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

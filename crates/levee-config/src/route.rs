@@ -581,6 +581,7 @@ fn budget(retry: Option<&RawRetry>) -> Result<RetryBudget, RouteError> {
         ratio: b.ratio.unwrap_or(d.ratio),
         min_per_second: b.min_per_second.unwrap_or(d.min_per_second),
         window: b.window.map_or(d.window, |w| w.0),
+        refunds: b.refunds.unwrap_or(d.refunds),
     }
     .build()
     .map_err(|e| RouteError::new(&[Key("retry"), Key("budget")], e))

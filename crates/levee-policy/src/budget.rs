@@ -21,6 +21,10 @@
 //! longer caps them at `ratio`; `max_attempts` does (3 attempts: at most
 //! 1 + p + p² upstream requests per call at a failure rate p, 1.39× at 30 %),
 //! and the breaker takes over once the fault ratio reaches its threshold.
+//! A hard ceiling bounds the price: refunded retries (and those let go
+//! unpaid while retries win) never pass [`REFUND_CEILING_MILLI`], 2 per
+//! answered request over the window, plus the floor. `refunds: false`
+//! takes the budget literally: no refunds, every retry paid.
 //!
 //! ## Why the credit ages out in one second, not ten
 //! Finagle and tower keep deposits for 10 s. At a 400 requests/s baseline and
@@ -42,6 +46,11 @@ use std::time::Duration;
 
 const SLOTS: usize = 10;
 const MILLI: u64 = 1000;
+/// The most retries refunded (or let go unpaid while retries win) over a
+/// window, per request answered in it, in milli-tokens: 2, the official
+/// SDKs' own 1 + 2 attempts. However well retries win, Levee sends no more
+/// for a call than an SDK alone would; a 30 % random brownout needs 0.35.
+pub const REFUND_CEILING_MILLI: u64 = 2000;
 
 /// Why a budget configuration was refused.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -59,6 +68,10 @@ struct Slot {
     epoch: u64,
     deposits: u64,
     withdrawals: u64,
+    /// Successes recorded (requests answered).
+    successes: u64,
+    /// Milli-tokens refunded.
+    refunded: u64,
 }
 
 /// A token bucket fed by successes, with credit that ages out over `window`.
@@ -68,6 +81,8 @@ pub struct RetryBudget {
     reserve_milli: u64,
     slot_ns: u64,
     slots: [Slot; SLOTS],
+    /// Retries that worked are refunded (`refunds: false`: never).
+    refunds: bool,
 }
 
 /// A budget's settings, as a config states them. [`Default`] holds Levee's
@@ -78,6 +93,8 @@ pub struct BudgetSettings {
     pub ratio: f64,
     pub min_per_second: f64,
     pub window: Duration,
+    /// Whether retries that rescued a request are refunded.
+    pub refunds: bool,
 }
 
 impl Default for BudgetSettings {
@@ -86,6 +103,7 @@ impl Default for BudgetSettings {
             ratio: 0.1,
             min_per_second: 5.0,
             window: Duration::from_secs(1),
+            refunds: true,
         }
     }
 }
@@ -93,7 +111,9 @@ impl Default for BudgetSettings {
 impl BudgetSettings {
     /// Validates and builds a fresh budget.
     pub fn build(&self) -> Result<RetryBudget, BudgetError> {
-        RetryBudget::new(self.ratio, self.min_per_second, self.window)
+        let mut b = RetryBudget::new(self.ratio, self.min_per_second, self.window)?;
+        b.refunds = self.refunds;
+        Ok(b)
     }
 }
 
@@ -114,6 +134,7 @@ impl RetryBudget {
             ratio,
             min_per_second,
             window,
+            refunds: true,
         }))
     }
 
@@ -126,6 +147,7 @@ impl RetryBudget {
             slot_ns: u64::try_from(s.window.as_nanos() / SLOTS as u128).unwrap_or(u64::MAX),
             // Epoch 0 with zero counts is harmless whether or not it is "live".
             slots: [Slot::default(); SLOTS],
+            refunds: s.refunds,
         }
     }
 
@@ -144,8 +166,7 @@ impl RetryBudget {
         if slot.epoch != e {
             *slot = Slot {
                 epoch: e,
-                deposits: 0,
-                withdrawals: 0,
+                ..Slot::default()
             };
         }
         slot
@@ -168,16 +189,54 @@ impl RetryBudget {
         let d = self.deposit_milli;
         let slot = self.current(now);
         slot.deposits = slot.deposits.saturating_add(d);
+        slot.successes = slot.successes.saturating_add(1);
     }
 
     /// Gives back `tokens` retries that turned out to work (the request they
     /// belonged to succeeded after transient faults). Credited now, so the
-    /// refund ages out over the window like any deposit.
+    /// refund ages out over the window like any deposit. Never more than
+    /// [`REFUND_CEILING_MILLI`] per success in the window all told (half a
+    /// retry per answered request), and nothing with `refunds: false`.
     pub fn refund(&mut self, now: Instant, tokens: u32) {
+        if !self.refunds {
+            return;
+        }
+        let credit = u64::from(tokens)
+            .saturating_mul(MILLI)
+            .min(self.refund_room(now));
         let slot = self.current(now);
-        slot.deposits = slot
-            .deposits
-            .saturating_add(u64::from(tokens).saturating_mul(MILLI));
+        slot.deposits = slot.deposits.saturating_add(credit);
+        slot.refunded = slot.refunded.saturating_add(credit);
+    }
+
+    /// Lets one retry go unpaid (retries are winning: it would be refunded
+    /// when it works) if the ceiling on refunded retries has room, counting
+    /// it against the ceiling. With `refunds: false`, never: every retry
+    /// is paid from the budget.
+    pub fn try_free(&mut self, now: Instant) -> bool {
+        if !self.refunds || self.refund_room(now) < MILLI {
+            return false;
+        }
+        let slot = self.current(now);
+        slot.refunded = slot.refunded.saturating_add(MILLI);
+        true
+    }
+
+    /// Milli-tokens of refunds the ceiling still allows in the window.
+    fn refund_room(&self, now: Instant) -> u64 {
+        let e = self.epoch(now);
+        let (successes, refunded) = self
+            .slots
+            .iter()
+            .filter(|s| s.epoch <= e && e - s.epoch < SLOTS as u64)
+            .fold((0u64, 0u64), |(n, r), s| (n + s.successes, r + s.refunded));
+        // The budget's own floor (`min_per_second` over the window) on top:
+        // at 20 requests a second, one second holds too few answers for a
+        // ceiling per answer not to bite on a burst.
+        successes
+            .saturating_mul(REFUND_CEILING_MILLI)
+            .saturating_add(self.reserve_milli)
+            .saturating_sub(refunded)
     }
 
     /// Whether a retry could be withdrawn now, without withdrawing.
@@ -253,6 +312,31 @@ mod tests {
         // ratio × last second's 400 successes + 5 = 45, not 0.1 × 24,000.
         assert!(retries_first_second <= 46, "{retries_first_second}");
         assert!(retries_first_second >= 5);
+    }
+
+    #[test]
+    fn refunded_retries_never_pass_two_per_answer_and_none_with_refunds_off() {
+        let mut b = RetryBudget::new(0.1, 5.0, Duration::from_secs(1)).unwrap();
+        for i in 0..100u64 {
+            b.deposit(at_ms(10_000 + i));
+        }
+        // Retries winning: unpaid ones, then refunds, share one ceiling of
+        // 2 per answer (200) plus the floor of 5.
+        let free = (0..1000).filter(|_| b.try_free(at_ms(10_500))).count();
+        assert_eq!(free, 205);
+        b.refund(at_ms(10_500), 50);
+        assert_eq!(b.available(at_ms(10_500)), 10 + 5, "no room left to refund");
+        let literal = BudgetSettings {
+            refunds: false,
+            ..BudgetSettings::default()
+        };
+        let mut b = literal.build().unwrap();
+        for i in 0..100u64 {
+            b.deposit(at_ms(10_000 + i));
+        }
+        assert!(!b.try_free(at_ms(10_500)));
+        b.refund(at_ms(10_500), 50);
+        assert_eq!(b.available(at_ms(10_500)), 10 + 5, "ratio and floor only");
     }
 
     #[test]

@@ -231,6 +231,9 @@ impl Dependencies for SimDeps<'_> {
     fn refund(&mut self, t: usize, now: Instant, tokens: u32) {
         self.deps.refund(t, now, tokens)
     }
+    fn free_retry(&mut self, t: usize, now: Instant) -> bool {
+        self.deps.free_retry(t, now)
+    }
     fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
         self.deps.expected(t, now)
     }

@@ -44,6 +44,18 @@ fn a_30_percent_brownout_costs_levee_callers_almost_nothing() {
     }
 }
 
+/// The budget taken literally (`refunds: false`): retries are held to 10 %
+/// of successes plus 5 a second, so the brownout's peak stays near 1.1×
+/// the baseline, and callers pay for it in answers (94 % against 100 %).
+#[test]
+fn a_30_percent_brownout_with_refunds_off_holds_retries_to_the_ratio() {
+    for r in seeds("brownout.yaml", |n| n == "levee, refunds off") {
+        let v = variant(&r, "levee, refunds off");
+        assert!(v.amplification_peak <= 1.15, "{v:?}");
+        assert!((0.9..0.98).contains(&v.success_ratio), "{v:?}");
+    }
+}
+
 #[test]
 fn a_total_outage_behind_three_caller_layers_stays_near_the_baseline() {
     for r in seeds("outage-three-layers.yaml", |n| n.starts_with("levee")) {

@@ -156,6 +156,9 @@ impl Dependencies for GatewayDeps<'_> {
     fn refund(&mut self, t: usize, now: levee_policy::Instant, tokens: u32) {
         self.shared.routes[self.route].budget(t).refund(now, tokens)
     }
+    fn free_retry(&mut self, t: usize, now: levee_policy::Instant) -> bool {
+        self.shared.routes[self.route].budget(t).try_free(now)
+    }
     fn headroom(&self, t: usize, now: levee_policy::Instant) -> Option<bool> {
         self.provider(t).lock().headroom(now)
     }

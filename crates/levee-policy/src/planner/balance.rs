@@ -251,6 +251,9 @@ impl<D: Dependencies + ?Sized> Dependencies for Ordered<'_, D> {
     fn refund(&mut self, t: usize, now: Instant, tokens: u32) {
         self.inner.refund(self.order.at(t), now, tokens)
     }
+    fn free_retry(&mut self, t: usize, now: Instant) -> bool {
+        self.inner.free_retry(self.order.at(t), now)
+    }
     fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
         self.inner.expected(self.order.at(t), now)
     }

@@ -44,6 +44,10 @@ pub trait Dependencies {
     fn deposit(&mut self, t: usize, now: Instant);
     /// Refunds `tokens` retries that worked into target `t`'s budget.
     fn refund(&mut self, t: usize, now: Instant, tokens: u32);
+    /// Lets one retry on target `t` go unpaid because retries on it are
+    /// winning, if its budget's ceiling on refunded retries has room (see
+    /// [`crate::RetryBudget::try_free`]).
+    fn free_retry(&mut self, t: usize, now: Instant) -> bool;
     /// Target `t`'s learned attempt time (a recent p99), if known.
     fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
         let _ = (t, now);
@@ -130,6 +134,9 @@ impl Dependencies for Deps<'_> {
     }
     fn refund(&mut self, t: usize, now: Instant, tokens: u32) {
         self.budgets[t].refund(now, tokens)
+    }
+    fn free_retry(&mut self, t: usize, now: Instant) -> bool {
+        self.budgets[t].try_free(now)
     }
     fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
         self.providers[self.target_provider[t]].expected(now, self.model(t))

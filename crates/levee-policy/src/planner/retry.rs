@@ -100,7 +100,7 @@ impl RoutePolicy {
         if !req.unpaid {
             return Ok(None);
         }
-        if deps.winning(t, now) == Some(true) {
+        if deps.winning(t, now) == Some(true) && deps.free_retry(t, now) {
             // The evidence came in while it waited: retries on the target
             // win, and a retry that wins is not paid for.
             req.unpaid = false;
@@ -206,7 +206,9 @@ fn spend_retry<D: Dependencies>(
     // a 30 % brownout from attempts that would have worked. An outage
     // (nothing wins) is the breaker's: 20 faults in a row open it.
     let paced = matches!(last.class, Class::Throttled { wait: Some(_), .. });
-    if !paced && !winning_transient {
+    // Unpaid while winning, up to the ceiling on refunded retries.
+    let free = winning_transient && deps.free_retry(t, now);
+    if !paced && !free {
         if !deps.withdraw(t, now) {
             return Err((Reason::BudgetExhausted, None));
         }
