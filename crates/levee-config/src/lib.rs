@@ -182,6 +182,7 @@ pub fn parse_callers(text: &str) -> Result<Vec<Caller>, ConfigError> {
             deadline: c.deadline.map(|d| d.0),
             share: c.share.map(|s| s.0),
             priority: c.priority.map(|p| p.0).unwrap_or_default(),
+            fallback_only: c.fallback_only.unwrap_or(false),
         })
         .collect())
 }

@@ -266,6 +266,9 @@ pub struct Caller {
     /// 1 when any caller has a share; no shares when none has).
     pub share: Option<f64>,
     pub priority: levee_policy::allowance::Priority,
+    /// Relies on the fallback alone (`levee check --strict` does not ask
+    /// its retry to start).
+    pub fallback_only: bool,
 }
 
 /// What one caller may do: from its `callers:` entry or its keys'.

@@ -292,6 +292,9 @@ pub struct RawCaller {
     /// Its weight in each provider's allowance and in-flight cap.
     pub share: Option<crate::values::Share>,
     pub priority: Option<crate::values::CallerPriority>,
+    /// Relies on a route's fallback alone: `levee check --strict` does not
+    /// fail it where its retry cannot start but the fallback can.
+    pub fallback_only: Option<bool>,
     /// The models it may ask for (`*` at the end: any name so beginning).
     pub models: Option<Vec<String>>,
     pub limits: Option<RawCallerLimits>,

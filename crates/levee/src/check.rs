@@ -6,6 +6,7 @@
 //! Every number comes from `levee_policy::RoutePolicy::schedule` and
 //! `census`, the code the gateway decides with: derived, not restated here.
 
+use crate::table::{secs, table, yes_no};
 use levee_config::{Api, Caller, Config, ConfigError, InFlightCap, Route};
 use levee_policy::AttemptKind;
 use levee_wire::Dialect;
@@ -156,12 +157,7 @@ pub fn run(args: CheckArgs) -> i32 {
         true => crate::probe::run(&config, Duration::from_millis(args.probe_timeout_ms)),
         false => 0,
     };
-    if args.strict && !stranded.is_empty() {
-        for (caller, route) in &stranded {
-            eprintln!(
-                "levee check --strict: caller `{caller}` can neither retry nor fall back on route `{route}`: lengthen its deadline or shorten the route's schedule"
-            );
-        }
+    if args.strict && crate::census_check::report_stranded(&stranded) {
         return 1;
     }
     if args.strict && worse > 0 {
@@ -285,14 +281,6 @@ fn live(url: &str, strict: bool, listed: Option<&[levee_config::Caller]>) -> i32
     i32::from(failed)
 }
 
-fn yes_no(b: Option<bool>) -> &'static str {
-    match b {
-        Some(true) => "yes",
-        Some(false) => "no",
-        None => "-",
-    }
-}
-
 /// The live census as text, and every (caller, route) pair whose retry
 /// cannot start at the caller's observed p50 deadline (`true`: its
 /// fallback can).
@@ -403,17 +391,6 @@ fn live_target_rows(report: &levee_gateway::census::CensusReport) -> Vec<Vec<Str
         .collect()
 }
 
-fn secs(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s == s.trunc() {
-        format!("{s:.0}s")
-    } else if (s * 100.0).fract().abs() < 1e-9 {
-        format!("{s:.2}s")
-    } else {
-        format!("{s:.3}s")
-    }
-}
-
 fn kind(k: AttemptKind) -> &'static str {
     match k {
         AttemptKind::First => "first",
@@ -432,7 +409,11 @@ fn target_name(config: &Config, route: &Route, t: usize) -> String {
 }
 
 /// The report, and every (caller, route) pair that can neither retry nor fall back.
-fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(String, String)>) {
+fn render(
+    config: &Config,
+    path: &Path,
+    callers: &[Caller],
+) -> (String, Vec<crate::census_check::Stranded>) {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -454,7 +435,7 @@ fn render(config: &Config, path: &Path, callers: &[Caller]) -> (String, Vec<(Str
             let _ = writeln!(out, "  warning: {w}");
         }
     }
-    let stranded = render_census(&mut out, config, callers);
+    let stranded = crate::census_check::render_census(&mut out, config, callers);
     (out, stranded)
 }
 
@@ -520,65 +501,6 @@ fn render_route(out: &mut String, config: &Config, route: &Route) {
     for w in dialect_warnings(config, route) {
         let _ = writeln!(out, "  warning: {w}");
     }
-}
-
-/// The caller census table; returns every (caller, route) pair that can
-/// neither retry nor fall back.
-fn render_census(out: &mut String, config: &Config, callers: &[Caller]) -> Vec<(String, String)> {
-    let mut stranded = Vec::new();
-    let _ = writeln!(out, "\ncaller census");
-    if callers.is_empty() {
-        let _ = writeln!(
-            out,
-            "  no callers listed: add `callers:` to the config or pass --callers FILE"
-        );
-        return stranded;
-    }
-    let mut rows = Vec::new();
-    // A caller listed for its rules alone, with no deadline, is not judged.
-    for (c, own) in callers.iter().filter_map(|c| c.deadline.map(|d| (c, d))) {
-        for route in &config.routes {
-            let deadline = own.min(route.deadline.max());
-            let row = route.policy.census(deadline);
-            if !row.retry_can_start && row.fallback_reachable != Some(true) {
-                stranded.push((c.name.clone(), route.name.clone()));
-            }
-            let mut warning = String::new();
-            if deadline < own {
-                let _ = write!(warning, "clamped to the route's max {}. ", secs(deadline));
-            }
-            if row.shorter_than_expected_attempt {
-                let _ = write!(
-                    warning,
-                    "deadline < expected_attempt_ms ({}): slow answers become failures with no fallback",
-                    secs(route.targets[0].expected_attempt)
-                );
-            }
-            rows.push(vec![
-                c.name.clone(),
-                secs(own),
-                route.name.clone(),
-                row.attempts_can_start.to_string(),
-                yes_no(Some(row.retry_can_start)).to_string(),
-                yes_no(row.fallback_reachable).to_string(),
-                warning.trim().to_string(),
-            ]);
-        }
-    }
-    table(
-        out,
-        &[
-            "caller",
-            "deadline",
-            "route",
-            "attempts can start",
-            "retry can start?",
-            "fallback reachable?",
-            "warning",
-        ],
-        &rows,
-    );
-    stranded
 }
 
 fn api_name(api: Api) -> &'static str {
@@ -674,25 +596,4 @@ fn render_route_cap(out: &mut String, config: &Config, route: &Route) {
         route.max_in_flight,
         secs(first.expected_attempt)
     );
-}
-
-fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
-    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let s: Vec<String> = cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c}{}", " ".repeat(w[i] - c.chars().count())))
-            .collect();
-        format!("  {}", s.join("  ").trim_end())
-    };
-    let _ = writeln!(out, "{}", line(head.to_vec()));
-    for r in rows {
-        let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
-    }
 }

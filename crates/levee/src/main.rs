@@ -2,11 +2,13 @@
 //! over to the library crate that does the work.
 #![forbid(unsafe_code)]
 
+mod census_check;
 mod check;
 mod predict;
 mod probe;
 mod routing;
 mod serve;
+mod table;
 mod takeover;
 
 use clap::{Parser, Subcommand};

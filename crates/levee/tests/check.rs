@@ -115,22 +115,26 @@ fn seed_004_schedule_derives_72_seconds_for_the_first_retry() {
     assert!(row("4 ").contains("30.05s"), "{out}");
 }
 
+/// The seed's finding, applied to a static config: a caller whose retry
+/// cannot start fails `--strict`, the fallback notwithstanding, unless it
+/// is marked as relying on the fallback alone and the fallback can start.
 #[test]
-fn strict_fails_when_a_caller_can_neither_retry_nor_fall_back() {
+fn strict_fails_a_caller_whose_retry_cannot_start_unless_it_relies_on_the_fallback() {
     let cfg = file("seed004-strict.yaml", &seed_004());
     let o = check(&["--config", cfg.to_str().unwrap(), "--strict"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("`batch job`"), "{err}");
     assert!(
-        !err.contains("queue worker"),
-        "the fallback still serves it: {err}"
+        err.contains("caller `queue worker` cannot retry on route `claude/`: raise `queue worker`'s timeout to 73s"),
+        "the fallback does not excuse it: {err}"
     );
 
-    // Without the batch job, every caller can at least fall back.
+    // Without the batch job, and with the queue worker relying on the
+    // fallback, every caller passes.
     let callers = file(
         "callers.yaml",
-        "- { name: interactive request, deadline: 100s }\n- { name: queue worker, deadline: 40s }\n",
+        "- { name: interactive request, deadline: 100s }\n- { name: queue worker, deadline: 40s, fallback_only: true }\n",
     );
     let o = check_callers(&cfg, &callers, &["--strict"]);
     assert_eq!(
@@ -509,4 +513,36 @@ fn check_lists_the_models_a_route_sends_that_have_no_price() {
     );
     let out = check_config("priced.yaml", &priced);
     assert!(!stdout(&out).contains("no price"), "{}", stdout(&out));
+}
+
+/// `--strict` fails a caller whose retry cannot start, with the fix in
+/// words, unless it relies on the fallback alone (`fallback_only: true`)
+/// and the fallback can start: the shipped example passes; without its
+/// `fallback_only` marks, queue-worker and batch-job fail it.
+#[test]
+fn strict_fails_a_caller_that_cannot_retry_and_says_what_to_change() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../levee.example.yaml");
+    let out = check(&["--config", example, "--allow-missing-env", "--strict"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(example).expect("example config");
+    let unmarked = text.replace(", fallback_only: true", "");
+    let cfg = file("unmarked.yaml", &unmarked);
+    let cfg = cfg.to_str().expect("a UTF-8 temp path");
+    let strict = check(&["--config", cfg, "--allow-missing-env", "--strict"]);
+    let err = String::from_utf8_lossy(&strict.stderr).into_owned();
+    assert_eq!(strict.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("caller `queue-worker` cannot retry on route `claude-sonnet-4-5`: raise `queue-worker`'s timeout to 41s, or lower the primary's `expected_attempt_ms` to 19800"),
+        "{err}"
+    );
+    assert!(
+        err.contains("caller `batch-job` cannot retry on route `anthropic/`"),
+        "{err}"
+    );
+    assert!(!err.contains("interactive-request"), "{err}");
 }

@@ -186,6 +186,7 @@ fn callers(raw: &[RawCaller]) -> Vec<Caller> {
             deadline: c.deadline.map(|d| d.0),
             share: c.share.map(|s| s.0),
             priority: c.priority.map(|p| p.0).unwrap_or_default(),
+            fallback_only: c.fallback_only.unwrap_or(false),
         })
         .collect()
 }
