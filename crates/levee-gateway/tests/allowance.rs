@@ -192,3 +192,36 @@ async fn at_twice_the_providers_token_limit_levee_paces_by_its_headers() {
     let limit = format!("{{ tokens_per_minute: {} }}", 600 * per_request);
     twice_the_limit(&limit, 600_000).await;
 }
+
+/// Every meter is exported per minute: a request allowance of 120 a
+/// minute with a burst of 2 is a limit of 120 (not the burst of 2), a
+/// token allowance of 1,000 a minute a limit of 1,000; remaining is the
+/// minute's allowance at the bucket's fill, so `LeveeAllowanceLow`
+/// (remaining under a tenth of the limit) reads both alike.
+#[tokio::test(start_paused = true)]
+async fn every_meter_is_exported_per_minute() {
+    let config = "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { requests_per_minute: 120, burst: 2, output_tokens_per_minute: 1000 } }\nroutes:\n  - targets: [p]\n";
+    let env = local(&["faults: []"], config);
+    let r = chat(&env, &chat_with_max(10, false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = env.metrics();
+    let limit = |meter: &str| {
+        metric(
+            &m,
+            "levee_allowance_limit",
+            &[&format!("meter=\"{meter}\"")],
+        )
+    };
+    let left = |meter: &str| {
+        metric(
+            &m,
+            "levee_allowance_remaining",
+            &[&format!("meter=\"{meter}\"")],
+        )
+    };
+    assert_eq!(limit("requests"), 120.0, "{m}");
+    assert_eq!(limit("output_tokens"), 1000.0, "{m}");
+    // One of the burst of 2 spent: half the minute's allowance left.
+    assert!((left("requests") - 60.0).abs() < 2.0, "{m}");
+    assert!(left("output_tokens") > 900.0, "{m}");
+}

@@ -571,6 +571,20 @@ impl Allowance {
         Some((b.level(now).max(0.0), b.capacity))
     }
 
+    /// `meter` in one unit for every meter, per minute: its rate, and what
+    /// is left at the bucket's fill (a full bucket: a whole minute's
+    /// worth; half full: half of it). `None`: not metered. A request
+    /// bucket's capacity is its burst (2 for 120 a minute), a token
+    /// bucket's a minute: compared with their capacities, the two read
+    /// differently; per minute, alike.
+    pub fn per_minute(&self, now: Instant, meter: Meter) -> Option<(f64, f64)> {
+        let b = self.buckets[meter.index()].as_ref()?;
+        // Per second and back: rounded off the float's last bits.
+        let rate = (b.per_sec * 60.0 * 1e6).round() / 1e6;
+        let fill = (b.level(now).max(0.0) / b.capacity).min(1.0);
+        Some(((fill * rate * 1e6).round() / 1e6, rate))
+    }
+
     /// Whether the caller of `ask` holds more than its weighted share of
     /// `in_flight` slots out of `max` (the same shares as the meters).
     pub fn over_in_flight_share(&self, now: Instant, ask: &Ask, max: u32) -> bool {

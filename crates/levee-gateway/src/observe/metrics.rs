@@ -327,11 +327,11 @@ const HELP: [(&str, &str); 28] = [
     ),
     (
         "levee_allowance_remaining",
-        "What Levee holds left of each provider account's allowance per meter (requests, tokens, input_tokens, output_tokens): its own count, lowered by what the provider reports",
+        "What Levee holds left of each provider account's allowance per meter (requests, tokens, input_tokens, output_tokens), per minute: the minute's allowance times how full Levee's bucket is (its own count, lowered by what the provider reports)",
     ),
     (
         "levee_allowance_limit",
-        "Each provider account's allowance per meter: its bucket (a minute's worth of tokens; the burst of requests)",
+        "Each provider account's allowance per meter, per minute (requests and tokens alike)",
     ),
     (
         "levee_allowance_share_used",

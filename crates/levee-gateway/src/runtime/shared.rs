@@ -293,7 +293,7 @@ impl Shared {
             let s = p.lock();
             let a = s.allowance();
             for meter in levee_policy::allowance::Meter::ALL {
-                let Some((level, capacity)) = a.level(now, meter) else {
+                let Some((level, capacity)) = a.per_minute(now, meter) else {
                     continue;
                 };
                 let label = crate::observe::metrics::ProviderMeter {
