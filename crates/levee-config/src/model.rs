@@ -224,6 +224,20 @@ impl Route {
             .filter(|id| !id.is_empty())
     }
 
+    /// The template of the `passthrough` path `path` is, for logs: an
+    /// exact entry as it is (`/v1/files`), a prefix with the object's id
+    /// as `{id}` (`/v1/batches/{id}/cancel` for `/v1/batches/b1/cancel`).
+    pub fn passthrough_template(&self, path: &str) -> Option<String> {
+        self.passthrough.iter().find_map(|p| {
+            if !p.ends_with('/') {
+                return (path == p).then(|| p.clone());
+            }
+            let rest = path.strip_prefix(p.as_str()).filter(|r| !r.is_empty())?;
+            let after = rest.find('/').map_or("", |i| &rest[i..]);
+            Some(format!("{p}{{id}}{after}"))
+        })
+    }
+
     /// Whether `path` is one of the route's `passthrough` paths.
     pub fn passes_through(&self, path: &str) -> bool {
         self.passthrough.iter().any(|p| match p.ends_with('/') {

@@ -81,4 +81,10 @@ async fn the_deadline_at_dispatch_says_where_it_came_from() {
         )
     };
     assert_eq!((none("a"), none("b"), none("c")), (0.0, 0.0, 2.0), "{m}");
+    // Every request's whole duration is in its own histogram.
+    assert_eq!(
+        metric(&m, "levee_request_duration_seconds_count", &[]),
+        4.0,
+        "{m}"
+    );
 }

@@ -194,3 +194,19 @@ async fn responses_and_embeddings_are_counted() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(tokens("input") > input, "{}", r.text());
 }
+
+/// A passthrough request's log line names its path's template, so files
+/// and batches are told apart: `/v1/files`, `/v1/batches/{id}/cancel`.
+#[tokio::test(start_paused = true)]
+async fn a_passthrough_is_logged_by_its_paths_template() {
+    let (logs, _guard) = capture_logs(tracing::Level::INFO);
+    let config = format!("{CONFIG}    passthrough: [\"/v1/files\", \"/v1/batches/\"]\n");
+    let env = local(&["faults: []"], &config);
+    for path in ["/v1/files", "/v1/batches/batch_abc/cancel"] {
+        let _ = watchdog(WATCHDOG, env.post(path, "{}", &[])).await;
+    }
+    let text = logs.text();
+    assert!(text.contains("path=\"/v1/files\""), "{text}");
+    assert!(text.contains("path=\"/v1/batches/{id}/cancel\""), "{text}");
+    assert!(!text.contains("(passthrough)"), "{text}");
+}

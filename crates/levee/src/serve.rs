@@ -192,13 +192,26 @@ fn held_address(config: &Config) -> Option<String> {
     .map(|(addr, what, flag)| crate::takeover::refusal(addr, what, flag))
 }
 
+/// Says why the gateway cannot start: a `levee: …` line, or under
+/// `--log-format json` an error record like every other line, so that a
+/// log pipeline keeps the one line that explains a crash loop.
+fn fatal(format: LogFormat, why: &dyn std::fmt::Display) {
+    match format {
+        LogFormat::Human => eprintln!("levee: {why}"),
+        LogFormat::Json => {
+            tracing::error!(target: "levee", error = %why, "levee cannot start");
+        }
+    }
+}
+
 /// Runs the gateway until a signal; returns the exit code.
 pub fn run(args: ServeArgs) -> i32 {
     init_logging(args.log_format);
+    let format = args.log_format;
     let mut config = match config_of(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("levee: {e}");
+            fatal(format, &e);
             return 1;
         }
     };
@@ -206,13 +219,13 @@ pub fn run(args: ServeArgs) -> i32 {
     let rt = match runtime(workers) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("levee: cannot start the async runtime: {e}");
+            fatal(format, &format_args!("cannot start the async runtime: {e}"));
             return 1;
         }
     };
     if !args.take_over {
         if let Some(refusal) = held_address(&config) {
-            eprintln!("levee: {refusal}");
+            fatal(format, &refusal);
             return 1;
         }
     }
@@ -221,7 +234,7 @@ pub fn run(args: ServeArgs) -> i32 {
         let mock = match builtin_mock(&mut config).await {
             Ok(mock) => mock,
             Err(e) => {
-                eprintln!("levee: {e}");
+                fatal(format, &e);
                 return 1;
             }
         };
@@ -229,7 +242,7 @@ pub fn run(args: ServeArgs) -> i32 {
         let running = match levee_gateway::spawn_with(config, opts, signal()).await {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("levee: {e}");
+                fatal(format, &e);
                 return 1;
             }
         };

@@ -143,3 +143,29 @@ fn sighup_rereads_the_config_and_keeps_it_when_the_new_file_is_invalid() {
     drop(mock);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Under `--log-format json` the reason the gateway cannot start is a JSON
+/// record like every other line (a log pipeline keeps it), naming the line.
+#[test]
+fn a_start_up_error_under_json_logging_is_a_json_record() {
+    let dir = test_dir("levee-serve-json-error");
+    let config = dir.join("levee.yaml");
+    std::fs::write(&config, "routes:\n  - retry: { max_attempts: 0 }\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--log-format", "json", "--config"])
+        .arg(&config)
+        .output()
+        .expect("levee runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(v["level"], "ERROR", "{line}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("config line 2"),
+        "{line}"
+    );
+}

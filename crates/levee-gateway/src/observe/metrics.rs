@@ -192,6 +192,8 @@ pub struct Metrics {
     pub upstream_attempts: Family<ProviderResult, Counter>,
     pub attempts_per_request: Histogram,
     pub added_latency: Histogram,
+    /// Arrival to the answer's end (a stream's last byte), every request.
+    pub request_duration: Histogram,
     /// By where the deadline came from: `header`, `sdk_timeout`, `default`.
     pub deadline_remaining_at_dispatch: Family<DeadlineSourceLabel, Histogram, fn() -> Histogram>,
     /// Requests that named no deadline (Levee applied the route's
@@ -232,7 +234,7 @@ pub struct Metrics {
 }
 
 /// Every metric's name and help text.
-const HELP: [(&str, &str); 28] = [
+const HELP: [(&str, &str); 29] = [
     (
         "levee_requests",
         "Logical requests by route and outcome (success or the x-levee-reason)",
@@ -244,6 +246,10 @@ const HELP: [(&str, &str); 28] = [
     (
         "levee_attempts_per_request",
         "Upstream attempts per logical request: the amplification factor",
+    ),
+    (
+        "levee_request_duration_seconds",
+        "Each request's whole duration, arrival to the end of its answer (a stream's last byte), whatever its outcome",
     ),
     (
         "levee_added_latency_seconds",
@@ -384,6 +390,7 @@ impl Metrics {
                 Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 27.0]),
             ),
             added_latency: doubling(&mut r, "levee_added_latency_seconds", 0.000_01, 20),
+            request_duration: doubling(&mut r, "levee_request_duration_seconds", 0.005, 16),
             deadline_remaining_at_dispatch: reg(
                 &mut r,
                 "levee_deadline_remaining_at_dispatch_seconds",

@@ -377,6 +377,10 @@ fn observer_of(shared: &Arc<Shared>, r: &Inbound, o: Origin<'_, '_>) -> Observer
             caller_slot: u32::try_from(o.caller_slot).unwrap_or(u32::MAX),
             deadline_source: o.deadline_source,
             path: r.path,
+            template: (r.path == PASSTHROUGH_LABEL)
+                .then(|| route.passthrough_template(r.parts.uri.path()))
+                .flatten()
+                .map(String::into_boxed_str),
             dialect: r.dialect,
             stream: r.stream,
         },

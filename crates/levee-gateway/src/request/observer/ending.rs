@@ -266,6 +266,10 @@ impl Observer {
     /// `provider` (tracing's own `target` is the log's source, and a log
     /// pipeline keeping one of two `target` keys lost the provider).
     pub(super) fn log_summary(&self, req: ReqView, at: Instant, s: Summary<'_>) {
+        self.shared
+            .metrics
+            .request_duration
+            .observe(at.saturating_since(self.arrived).as_secs_f64());
         let failed = s.failure.is_some();
         let enabled = if failed {
             tracing::enabled!(target: "levee::request", tracing::Level::WARN)
@@ -311,7 +315,7 @@ impl Observer {
                     provider = %self.provider_name(req.target),
                     model,
                     model_answered = answered,
-                    path = self.asked.path,
+                    path = self.asked.template.as_deref().unwrap_or(self.asked.path),
                     dialect = self.asked.dialect.name(),
                     stream = self.asked.stream,
                     duration_ms,

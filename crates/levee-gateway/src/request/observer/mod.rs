@@ -110,6 +110,9 @@ pub(crate) struct Asked {
     /// Where its deadline came from: `header`, `sdk_timeout`, `default`.
     pub deadline_source: &'static str,
     pub path: &'static str,
+    /// A passthrough path's template (`/v1/batches/{id}/cancel`), logged in
+    /// place of `path`.
+    pub template: Option<Box<str>>,
     pub dialect: Dialect,
     pub stream: bool,
 }
