@@ -329,6 +329,8 @@ fn dom_misses(dom: &str) -> Vec<String> {
         r#"data-provider="openai" data-breaker="open""#,
         r#"data-provider="azure" data-breaker="closed""#,
         r#"data-caller="queue-worker" data-route="gpt/" data-retry="false""#,
+        // A caller whose retry cannot start is told what to change.
+        "<td>raise its timeout to 46 s, or lower the primary's expected_attempt_ms</td>",
         r#"data-caller="interactive" data-route="gpt/" data-retry="true""#,
         r#"data-caller="batch-job" data-route="gpt/" data-retry="false""#,
         "azure (gpt-4.1)",

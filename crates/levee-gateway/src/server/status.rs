@@ -121,7 +121,7 @@ pub fn render(shared: &Shared) -> String {
     crate::server::spend::section(shared, &mut out);
     let report = shared.census.report(&shared.config);
     targets(shared, &report, &mut out);
-    census(&report, &mut out);
+    census(&shared.config, &report, &mut out);
     out.push_str("</body></html>\n");
     out
 }
@@ -499,7 +499,21 @@ fn targets(shared: &Shared, report: &CensusReport, out: &mut String) {
     out.push_str("</table>");
 }
 
-fn census(report: &CensusReport, out: &mut String) {
+/// What lets a caller retry on route `route`: the deadline its first retry
+/// needs (its wait, the primary's expected attempt, the fallback's reserve,
+/// the margin), rounded up to a second.
+fn retry_needs(config: &levee_config::Config, route: &str) -> Option<String> {
+    let r = config.routes.iter().find(|r| r.name == route)?;
+    let steps = r.policy.schedule();
+    let step = steps.iter().find(|s| s.attempt == 2 && s.target == 0)?;
+    let d = step.needs_deadline;
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    Some(format!(
+        "raise its timeout to {secs} s, or lower the primary's expected_attempt_ms"
+    ))
+}
+
+fn census(config: &levee_config::Config, report: &CensusReport, out: &mut String) {
     out.push_str("<h2>Caller census (live)</h2>");
     if report.callers.is_empty() {
         out.push_str("<p id=\"census\" class=\"none\">no requests seen yet</p>");
@@ -507,21 +521,27 @@ fn census(report: &CensusReport, out: &mut String) {
     }
     out.push_str(
         "<table id=\"census\"><tr><th>caller</th><th>requests</th><th>deadline p5</th>\
-         <th>deadline p50</th><th>route</th><th>retry can start?</th><th>fallback can start?</th></tr>",
+         <th>deadline p50</th><th>route</th><th>retry can start?</th><th>fallback can start?</th>\
+         <th>to let a retry start</th></tr>",
     );
     let ms = |v: Option<u64>| v.map_or("-".to_string(), |m| secs(Duration::from_millis(m)));
     for c in &report.callers {
         for r in &c.routes {
+            let fix = match r.retry_can_start {
+                true => String::new(),
+                false => retry_needs(config, &r.route).unwrap_or_default(),
+            };
             let _ = write!(
                 out,
                 "<tr data-caller=\"{name}\" data-route=\"{route}\" data-retry=\"{retry}\">\
                  <td>{name}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-                 <td class=\"num\">{}</td><td>{route}</td><td>{}</td><td>{}</td></tr>",
+                 <td class=\"num\">{}</td><td>{route}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 c.requests,
                 ms(c.deadline_ms.p5),
                 ms(c.deadline_ms.p50),
                 yes_no(Some(r.retry_can_start)),
                 yes_no(r.fallback_can_start),
+                esc(&fix),
                 name = esc(&c.name),
                 route = esc(&r.route),
                 retry = r.retry_can_start,
