@@ -151,6 +151,12 @@ impl RetryBudget {
         }
     }
 
+    /// Retries a second it allows whatever the successes (`min_per_second`).
+    pub fn floor_per_second(&self) -> f64 {
+        let window_secs = (self.slot_ns as f64 * SLOTS as f64) / 1e9;
+        self.reserve_milli as f64 / MILLI as f64 / window_secs
+    }
+
     /// The defaults ([`BudgetSettings::default`]).
     pub fn default_policy() -> Self {
         RetryBudget::from_valid(BudgetSettings::default())

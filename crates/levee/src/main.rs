@@ -4,6 +4,7 @@
 
 mod census_check;
 mod check;
+mod floors;
 mod predict;
 mod probe;
 mod routing;

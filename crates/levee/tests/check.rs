@@ -546,3 +546,27 @@ fn strict_fails_a_caller_that_cannot_retry_and_says_what_to_change() {
     );
     assert!(!err.contains("interactive-request"), "{err}");
 }
+
+/// Twenty routes to one provider each let it 5 retries a second whatever
+/// their successes: `levee check` says the sum (100 a second in an outage)
+/// and warns; one route says nothing.
+#[test]
+fn check_adds_up_the_retry_floors_of_routes_that_share_a_provider() {
+    let mut text = String::from(
+        "providers:\n  p: { api: openai, base_url: \"http://127.0.0.1:9\" }\nroutes:\n",
+    );
+    for i in 0..20 {
+        text.push_str(&format!(
+            "  - {{ match: {{ model_prefix: \"r{i}/\" }}, targets: [p] }}\n"
+        ));
+    }
+    let out = stdout(&check_config("floors.yaml", &text));
+    assert!(out.contains("retry floors"), "{out}");
+    assert!(out.contains("p: 100/s from 20 route target(s)"), "{out}");
+    assert!(
+        out.contains("warning: provider `p`: 20 route targets' retry floors add up to 100"),
+        "{out}"
+    );
+    let one = "providers:\n  p: { api: openai, base_url: \"http://127.0.0.1:9\" }\nroutes:\n  - targets: [p]\n";
+    assert!(!stdout(&check_config("one-floor.yaml", one)).contains("retry floors"));
+}
