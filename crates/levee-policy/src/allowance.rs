@@ -22,8 +22,10 @@
 //!   untouched: first attempts none, low-priority callers' 25 %, retries and
 //!   traffic falling back from another route 10 % more. When the allowance
 //!   runs short, the retries of an incident are refused before the first
-//!   attempts they would push into 429s. A high-priority caller's first
-//!   attempts are not held to its share (below).
+//!   attempts they would push into 429s. Within its share (below) a caller
+//!   is held to no floor: priority orders what callers borrow beyond their
+//!   shares (a high-priority caller's first attempts borrow first), never
+//!   another caller's guaranteed part.
 //! - **Shares.** With caller weights, each caller active in the last minute
 //!   accrues a guarantee of its weighted share of every meter's rate (up to
 //!   its share of the bucket). An ask spends its caller's guarantee first;
@@ -364,12 +366,10 @@ impl Allowance {
     /// could be.
     pub fn check(&self, now: Instant, ask: &Ask) -> Result<(), Instant> {
         let floor = ask.floor();
-        // A high-priority caller's first attempts are not held to its share.
-        let held = !(ask.priority == Priority::High && !ask.retry && !ask.fallback);
         let me = ask
             .caller
             .map(usize::from)
-            .filter(|&c| held && c < self.shares.len());
+            .filter(|&c| c < self.shares.len());
         let weights = self.active_weight(now, me);
         let mut latest: Option<Instant> = None;
         let mut later = |at: Instant| latest = Some(latest.map_or(at, |l: Instant| l.max(at)));
@@ -379,6 +379,10 @@ impl Allowance {
                 continue;
             };
             let need = ask.cost.of(meter);
+            let own = me.map_or(0.0, |me| self.guarantee(now, me, i, weights));
+            // Within its own guarantee a caller is never held back by
+            // another's priority: priority orders what is borrowed.
+            let floor = if need <= own + 1e-9 { 0.0 } else { floor };
             if let Err(at) = b.ready(now, need, floor) {
                 later(at);
                 continue;
@@ -386,7 +390,6 @@ impl Allowance {
             let Some(me) = me else { continue };
             // Beyond its own guarantee, a caller borrows only what leaves
             // every other active caller's guarantee covered.
-            let own = self.guarantee(now, me, i, weights);
             let borrow = need - own;
             if borrow > 1e-9 {
                 let others: f64 = (0..self.shares.len())
@@ -401,7 +404,12 @@ impl Allowance {
                 // two borrowers, the one nearer its share goes first (as
                 // max-min fairness would have it).
                 let over = (used_rate / share_rate.max(f64::MIN_POSITIVE) - 1.0).clamp(0.0, 1.0);
-                let cushion = BORROW_CUSHION * over * b.capacity;
+                // A high-priority caller's first attempts borrow first.
+                let first_high = ask.priority == Priority::High && !ask.retry && !ask.fallback;
+                let cushion = match first_high {
+                    true => 0.0,
+                    false => BORROW_CUSHION * over * b.capacity,
+                };
                 let spare = b.level(now) - others - cushion;
                 if spare < need - 1e-9 {
                     // Its own guarantee refills at its share of the rate.
@@ -486,7 +494,11 @@ impl Allowance {
         };
         let share = s.weight / weights;
         let dt = now.saturating_since(s.at).as_secs_f64();
-        (s.guaranteed[i] + dt * share * b.per_sec).min(share * b.capacity)
+        // Up to its share of the bucket, and never less than one whole
+        // unit: a request bucket's burst of 2 gave a quarter share half a
+        // request, a guarantee it could never spend (1 answer in 24).
+        let cap = (share * b.capacity).max(1.0_f64.min(b.capacity));
+        (s.guaranteed[i] + dt * share * b.per_sec).min(cap)
     }
 
     /// Brings every active caller's guarantee up to `now`.
@@ -798,7 +810,8 @@ mod tests {
             steady_ok >= steady_asked - 1,
             "the caller within its share is refused only before it is known: {steady_ok} of {steady_asked}"
         );
-        // A high-priority caller's first attempts are not held to its share.
+        // A high-priority caller's first attempt borrows first (no cushion),
+        // still only from what leaves the others' guarantees covered.
         let high = Ask {
             priority: Priority::High,
             ..surge
@@ -809,5 +822,48 @@ mod tests {
             surge_ok > 100,
             "the surging caller still gets the rest: {surge_ok}"
         );
+    }
+
+    /// `checkout` (share 3, high priority) asking far past its share, and
+    /// `batch` (share 1, low priority) asking steadily: batch gets its
+    /// quarter of the allowance. Priority orders what is borrowed; it takes
+    /// no caller's guaranteed part, and a low-priority caller's floor does
+    /// not hold it back within its share.
+    #[test]
+    fn a_share_holds_next_to_a_high_priority_caller() {
+        let mut a = Allowance::new(Limits {
+            requests_per_minute: Some(120),
+            request_burst: 2,
+            ..Limits::default()
+        })
+        .with_shares(&[3.0, 1.0]);
+        let checkout = Ask {
+            caller: Some(0),
+            priority: Priority::High,
+            ..Ask::default()
+        };
+        let batch = Ask {
+            caller: Some(1),
+            priority: Priority::Low,
+            ..Ask::default()
+        };
+        let (mut batch_ok, mut checkout_ok) = (0u32, 0u32);
+        // A minute: checkout asks 20 times a second, batch once a second
+        // (its share is 0.5 a second: it asks for twice its part).
+        for tick in 0..60_000u64 {
+            let now = at(tick);
+            if tick % 50 == 0 && a.take(now, &checkout).is_ok() {
+                checkout_ok += 1;
+            }
+            if tick % 1000 == 500 && a.take(now, &batch).is_ok() {
+                batch_ok += 1;
+            }
+        }
+        let total = f64::from(batch_ok + checkout_ok);
+        assert!(
+            f64::from(batch_ok) >= 0.2 * total,
+            "batch got {batch_ok} of {total} (its share is 25 %)"
+        );
+        assert!(checkout_ok > batch_ok, "{checkout_ok} vs {batch_ok}");
     }
 }
