@@ -62,3 +62,9 @@ pub mod mock {
     pub const MAX_IN_FLIGHT: u32 = 10_000;
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 }
+
+/// The most HTTP/1 connections to one provider at once: past it, an
+/// attempt waits for one to come free for a quarter of its time, then is
+/// refused (`pool_exhausted`). A provider at 1,024 answers in flight with
+/// HTTP/1 needs that many; HTTP/2 carries many on one.
+pub const MAX_CONNECTIONS: u32 = 1024;

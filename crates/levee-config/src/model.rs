@@ -47,6 +47,8 @@ pub struct Provider {
     pub http2_max_streams: u32,
     /// The fraction taken off every price of its models (0: none).
     pub discount: f64,
+    /// The most HTTP/1 connections open to it at once (`max_connections`).
+    pub max_connections: u32,
     /// How the key from `api_key_env` is sent (the dialect's own way when
     /// not written: `bearer` for OpenAI, `header x-api-key` for Anthropic).
     pub auth: crate::values::Auth,

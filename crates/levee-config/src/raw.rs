@@ -75,6 +75,8 @@ pub struct RawProvider {
     pub base_url: Option<BaseUrl>,
     pub api_key_env: Option<String>,
     pub max_in_flight: Option<AtLeastOne<u32>>,
+    /// The most HTTP/1 connections to the provider at once.
+    pub max_connections: Option<AtLeastOne<u32>>,
     pub rate_limit: Option<RawRateLimit>,
     pub circuit_breaker: Option<RawBreaker>,
     pub connect_timeout: Option<Dur>,

@@ -54,6 +54,8 @@ pub enum Refusal {
     RateLimited { until: Instant },
     /// `max_in_flight` reached.
     Shed,
+    /// No connection to the provider came free in time (`max_connections`).
+    PoolExhausted,
 }
 
 /// What [`ProviderState::admit`] hands out; give it back to [`ProviderState::finish`].
@@ -646,7 +648,7 @@ impl Refusal {
             | Refusal::Throttled { until }
             | Refusal::Recovering { until }
             | Refusal::RateLimited { until } => Some(until.saturating_since(now)),
-            Refusal::Shed => None,
+            Refusal::Shed | Refusal::PoolExhausted => None,
         }
     }
 }

@@ -105,7 +105,7 @@ impl Why {
     /// Every value, for the test that checks each row against what a caller
     /// receives.
     #[cfg(test)]
-    pub const ALL: [Why; 24] = [
+    pub const ALL: [Why; 25] = [
         Why::Policy(Reason::DeadlineExceeded),
         Why::Policy(Reason::Shed),
         Why::Policy(Reason::CircuitOpen),
@@ -114,6 +114,7 @@ impl Why {
         Why::Policy(Reason::UpstreamError),
         Why::Policy(Reason::BadRequest),
         Why::Policy(Reason::CircuitRecovering),
+        Why::Policy(Reason::PoolExhausted),
         Why::NotFound,
         Why::MethodNotAllowed,
         Why::NoRoute,

@@ -208,6 +208,8 @@ pub struct Metrics {
     pub in_flight: Family<ProviderLabel, Gauge>,
     pub caller_retries: Counter,
     pub upstream_connect: Histogram,
+    /// The wait for one of a provider's `max_connections` to come free.
+    pub upstream_pool_wait: Histogram,
     pub time_to_first_byte: Histogram,
     pub streams_failed: Family<ProviderLabel, Counter>,
     pub fallbacks: Family<RouteReason, Counter>,
@@ -234,7 +236,7 @@ pub struct Metrics {
 }
 
 /// Every metric's name and help text.
-const HELP: [(&str, &str); 29] = [
+const HELP: [(&str, &str); 30] = [
     (
         "levee_requests",
         "Logical requests by route and outcome (success or the x-levee-reason)",
@@ -290,6 +292,10 @@ const HELP: [(&str, &str); 29] = [
     (
         "levee_caller_retries",
         "Requests that a caller layer retried (x-stainless-retry-count > 0 or a repeated idempotency key)",
+    ),
+    (
+        "levee_upstream_pool_wait_seconds",
+        "Time an attempt waited for one of its provider's max_connections to come free (HTTP/1; the first warning sign of a provider slowing down)",
     ),
     (
         "levee_upstream_connect_seconds",
@@ -406,6 +412,7 @@ impl Metrics {
             in_flight: reg(&mut r, "levee_in_flight", Family::default()),
             caller_retries: reg(&mut r, "levee_caller_retries", Counter::default()),
             upstream_connect: doubling(&mut r, "levee_upstream_connect_seconds", 0.000_05, 16),
+            upstream_pool_wait: doubling(&mut r, "levee_upstream_pool_wait_seconds", 0.000_05, 16),
             time_to_first_byte: doubling(&mut r, "levee_time_to_first_byte_seconds", 0.001, 16),
             streams_failed: reg(&mut r, "levee_streams_failed", Family::default()),
             fallbacks: reg(&mut r, "levee_fallbacks", Family::default()),

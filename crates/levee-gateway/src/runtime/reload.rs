@@ -139,9 +139,9 @@ fn next(old: &Shared, mut config: Config, hash: String) -> Result<(Shared, usize
     let mut kept = 0;
     let mut providers = Vec::with_capacity(config.providers.len());
     for p in &config.providers {
+        let hists = crate::runtime::shared::connect_hists(&old.metrics);
         let fresh =
-            ProviderRuntime::new(p, old.metrics.upstream_connect.clone(), old.clock, replicas)
-                .map_err(SetupError::from)?;
+            ProviderRuntime::new(p, hists, old.clock, replicas).map_err(SetupError::from)?;
         let same = old
             .config
             .providers

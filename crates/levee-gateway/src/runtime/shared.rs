@@ -185,8 +185,8 @@ impl Shared {
             .providers
             .iter()
             .map(|p| {
-                let hist = metrics.upstream_connect.clone();
-                ProviderRuntime::with_dial(p, hist, clock, replicas, dial.as_ref()).map(Arc::new)
+                let hists = connect_hists(&metrics);
+                ProviderRuntime::with_dial(p, hists, clock, replicas, dial.as_ref()).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
         // A cloud platform's credentials (keys, tokens) as loaded now, too.
@@ -456,6 +456,14 @@ pub(crate) fn pair_digest(secret: &str) -> [u8; 32] {
     h.update(b"levee sigv4 key pair\0");
     h.update(secret.as_bytes());
     h.finalize().into()
+}
+
+/// Where a provider's attempts time their wait for a connection.
+pub(crate) fn connect_hists(m: &Metrics) -> crate::upstream::ConnectHists {
+    crate::upstream::ConnectHists {
+        connect: m.upstream_connect.clone(),
+        pool_wait: m.upstream_pool_wait.clone(),
+    }
 }
 
 #[cfg(test)]

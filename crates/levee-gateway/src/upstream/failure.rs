@@ -13,6 +13,10 @@ pub enum SendError {
     Handshake(hyper::Error),
     #[error("the provider connection failed: {0}")]
     Request(BoxError),
+    /// Every connection to the provider (`max_connections`) stayed busy
+    /// for the attempt's share of its time.
+    #[error("every connection to the provider is busy (max_connections)")]
+    PoolExhausted,
 }
 
 impl From<Failed> for SendError {
@@ -33,6 +37,9 @@ pub fn failure_result(e: &SendError) -> crate::observe::outcome::AttemptResult {
         SendError::Connect(e) => e.as_ref(),
         SendError::Handshake(e) => e,
         SendError::Request(e) => e.as_ref(),
+        // Not a fault of the provider's: the driver books it as a refusal
+        // (`pool_exhausted`) before it would get here.
+        SendError::PoolExhausted => return crate::observe::outcome::AttemptResult::ConnectError,
     };
     let mut cause = Some(inner);
     while let Some(c) = cause {

@@ -71,6 +71,9 @@ pub(crate) struct H1Conn(Box<Inner>);
 struct Inner {
     io: TokioIo<Conn>,
     read: InBuf,
+    /// Its place among the provider's `max_connections`, given back when
+    /// the connection closes.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Why an exchange failed.
@@ -110,7 +113,15 @@ impl H1Conn {
         H1Conn(Box::new(Inner {
             io: TokioIo::new(io),
             read: InBuf::new(READ_BUF, MAX_READ_BUF),
+            _slot: None,
         }))
+    }
+
+    /// The connection, holding `slot` (one of the provider's
+    /// `max_connections`) for as long as it is open.
+    pub(crate) fn holding(mut self, slot: tokio::sync::OwnedSemaphorePermit) -> Self {
+        self.0._slot = Some(slot);
+        self
     }
 
     /// Whether an idle connection can take a request: nothing arrived on it

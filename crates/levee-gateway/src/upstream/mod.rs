@@ -35,7 +35,7 @@ pub use crate::upstream::auth::{provider_auth, provider_extras, Extras, Upstream
 pub use crate::upstream::body::UpstreamBody;
 pub use crate::upstream::failure::{failure_result, SendError};
 pub use crate::upstream::pool::{set_worker, set_workers};
-pub use crate::upstream::provider::ProviderRuntime;
+pub use crate::upstream::provider::{ConnectHists, ProviderRuntime};
 #[cfg(test)]
 pub use crate::upstream::request::build_request;
 pub use crate::upstream::request::build_request_with;

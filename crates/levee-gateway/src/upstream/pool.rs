@@ -95,12 +95,30 @@ pub(super) struct Pool {
     /// frame), and a worker that has drained and stopped takes down only
     /// connections its own requests used.
     h2_shards: Box<[H2Pool]>,
+    /// The provider's `max_connections` (HTTP/1): a permit per open one.
+    slots: Arc<tokio::sync::Semaphore>,
+    /// Wakes an attempt waiting for a connection when one is back idle.
+    returned: tokio::sync::Notify,
+    /// `levee_upstream_pool_wait_seconds`: how long attempts waited for a
+    /// connection to come free.
+    wait_hist: prometheus_client::metrics::histogram::Histogram,
 }
+
+/// The share of an attempt's time it may wait for a connection to come
+/// free before it is refused (`pool_exhausted`): a quarter.
+const POOL_WAIT_SHARE: u32 = 4;
 
 /// What `http2: auto` on https has negotiated: nothing yet, HTTP/1.1, h2.
 const SPOKEN_UNKNOWN: u8 = 0;
 const SPOKEN_H1: u8 = 1;
 const SPOKEN_H2: u8 = 2;
+
+/// What an attempt at the connection limit gets: a place for a new
+/// connection, or an idle one that came back.
+enum Slot {
+    Free(tokio::sync::OwnedSemaphorePermit),
+    Idle(Idle),
+}
 
 /// A new connection, in the protocol it speaks.
 enum Opened {
@@ -124,6 +142,7 @@ impl Pool {
         host: HeaderValue,
         clock: Clock,
         https: bool,
+        wait_hist: prometheus_client::metrics::histogram::Histogram,
     ) -> Pool {
         let shards = shards();
         Pool {
@@ -138,6 +157,11 @@ impl Pool {
             h2_shards: (0..shards)
                 .map(|_| H2Pool::new(p.http2_max_streams))
                 .collect(),
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(p.max_connections).unwrap_or(usize::MAX),
+            )),
+            returned: tokio::sync::Notify::new(),
+            wait_hist,
         }
     }
 
@@ -347,10 +371,13 @@ impl Pool {
                     }
                     (c.conn, true)
                 }
-                None => match Box::pin(self.connect(&req.uri)).await? {
-                    Opened::H1(c) => (c, false),
-                    // `http2: auto` and the provider picked h2 this time.
-                    Opened::H2(c) => return Box::pin(self.send_h2(req, Some(c))).await,
+                None => match Box::pin(self.slot_or_idle(&req)).await? {
+                    Slot::Idle(c) => (c.conn, true),
+                    Slot::Free(slot) => match Box::pin(self.connect(&req.uri)).await? {
+                        Opened::H1(c) => (c.holding(slot), false),
+                        // `http2: auto` and the provider picked h2 this time.
+                        Opened::H2(c) => return Box::pin(self.send_h2(req, Some(c))).await,
+                    },
                 },
             };
             match self.send_on_h1(conn, &mut req).await {
@@ -359,6 +386,43 @@ impl Pool {
                 Err(f) => return Err(f.into()),
             }
         }
+    }
+
+    /// A place for a new connection among the provider's
+    /// `max_connections`, or an idle connection that came back while the
+    /// attempt waited. At the limit it waits for either for a quarter of
+    /// the attempt's time, then gives up (`pool_exhausted`): it is never
+    /// queued past its share. The wait is timed
+    /// (`levee_upstream_pool_wait_seconds`).
+    async fn slot_or_idle(&self, req: &Outbound<ConnTimed>) -> Result<Slot, SendError> {
+        if let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() {
+            return Ok(Slot::Free(slot));
+        }
+        let start = self.clock.now();
+        let patience = req
+            .timeout_ms
+            .map_or(Duration::from_secs(1), Duration::from_millis)
+            / POOL_WAIT_SHARE;
+        let until = self.clock.to_tokio(start + patience);
+        let got = loop {
+            let returned = self.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            if let Some(idle) = self.checkout(self.clock.now()) {
+                break Ok(Slot::Idle(idle));
+            }
+            tokio::select! {
+                slot = Arc::clone(&self.slots).acquire_owned() => match slot {
+                    Ok(slot) => break Ok(Slot::Free(slot)),
+                    Err(_) => break Err(SendError::PoolExhausted),
+                },
+                () = &mut returned => {}
+                () = tokio::time::sleep_until(until) => break Err(SendError::PoolExhausted),
+            }
+        };
+        let waited = self.clock.now().saturating_since(start);
+        self.wait_hist.observe(waited.as_secs_f64());
+        got
     }
 
     /// Sends one request over HTTP/2 (on `first`, a connection already
@@ -448,6 +512,10 @@ impl Home for Pool {
                 since: self.clock.now(),
             });
         }
+        drop(idle);
+        // An attempt waiting at `max_connections` takes it (or the place
+        // it left, when it was dropped).
+        self.returned.notify_one();
     }
 }
 

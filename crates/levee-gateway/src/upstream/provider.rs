@@ -56,26 +56,50 @@ pub struct ProviderRuntime {
     pub(crate) platform: crate::upstream::platform::PlatformRuntime,
 }
 
+/// Where an attempt's wait for a connection is timed: the whole of it
+/// (`levee_upstream_connect_seconds`) and the part spent waiting for one of
+/// the provider's `max_connections` to come free
+/// (`levee_upstream_pool_wait_seconds`).
+#[derive(Clone, Debug)]
+pub struct ConnectHists {
+    pub connect: Histogram,
+    pub pool_wait: Histogram,
+}
+
+impl From<Histogram> for ConnectHists {
+    /// The connect histogram, and a pool wait one nobody reads.
+    fn from(connect: Histogram) -> Self {
+        ConnectHists {
+            connect,
+            pool_wait: Histogram::new([1.0]),
+        }
+    }
+}
+
 impl ProviderRuntime {
     /// Builds the client and reads the key from the environment.
     pub fn new(
         p: &Provider,
-        connect_hist: Histogram,
+        hists: impl Into<ConnectHists>,
         clock: Clock,
         replicas: Option<u32>,
     ) -> Result<Self, UpstreamError> {
-        Self::with_dial(p, connect_hist, clock, replicas, None)
+        Self::with_dial(p, hists, clock, replicas, None)
     }
 
     /// [`ProviderRuntime::new`], connecting through `dial` (in-memory
     /// pipes to in-process providers) instead of the network when given.
     pub fn with_dial(
         p: &Provider,
-        connect_hist: Histogram,
+        hists: impl Into<ConnectHists>,
         clock: Clock,
         replicas: Option<u32>,
         dial: Option<&crate::upstream::transport::Dial>,
     ) -> Result<Self, UpstreamError> {
+        let ConnectHists {
+            connect: connect_hist,
+            pool_wait,
+        } = hists.into();
         let (auth, secret) = match provider_auth(p)? {
             Some((name, value, key)) => (Some((name, value)), Some(key)),
             None => (None, None),
@@ -97,7 +121,8 @@ impl ProviderRuntime {
             provider: p.name.clone(),
             var: "base_url".into(),
         })?;
-        let pool = Arc::new(Pool::new(p, connector, host, clock, scheme == "https"));
+        let https = scheme == "https";
+        let pool = Arc::new(Pool::new(p, connector, host, clock, https, pool_wait));
         let shared_rate = replicas.and_then(|n| SharedRate::new(p.limits, n));
         let state = if shared_rate.is_some() {
             p.new_state_without_allowance()

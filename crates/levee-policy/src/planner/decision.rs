@@ -90,7 +90,7 @@ impl PrimaryRefusal {
             Refusal::Throttled { .. } => PrimaryRefusal::Throttled,
             Refusal::RateLimited { .. } => PrimaryRefusal::RateLimited,
             Refusal::Recovering { .. } => PrimaryRefusal::Recovering,
-            Refusal::Shed => PrimaryRefusal::Shed,
+            Refusal::Shed | Refusal::PoolExhausted => PrimaryRefusal::Shed,
         }
     }
 }

@@ -22,6 +22,9 @@ pub enum Reason {
     /// most 1.4× the rate before it tripped): the provider is answering,
     /// the ramp refused this one.
     CircuitRecovering,
+    /// Every connection to the provider (`max_connections`) stayed busy
+    /// for the attempt's share of its time: refused, never queued longer.
+    PoolExhausted,
 }
 
 impl Reason {
@@ -36,6 +39,7 @@ impl Reason {
             Reason::UpstreamError => "upstream_error",
             Reason::BadRequest => "bad_request",
             Reason::CircuitRecovering => "circuit_recovering",
+            Reason::PoolExhausted => "pool_exhausted",
         }
     }
 
@@ -43,7 +47,10 @@ impl Reason {
     pub fn status(self) -> u16 {
         match self {
             Reason::DeadlineExceeded => 504,
-            Reason::Shed | Reason::CircuitOpen | Reason::CircuitRecovering => 503,
+            Reason::Shed
+            | Reason::CircuitOpen
+            | Reason::CircuitRecovering
+            | Reason::PoolExhausted => 503,
             Reason::RateLimited => 429,
             Reason::BadRequest => 400,
             Reason::BudgetExhausted | Reason::UpstreamError => 502,
@@ -51,7 +58,7 @@ impl Reason {
     }
 
     /// All reasons, for pre-registering metric labels.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::DeadlineExceeded,
         Reason::Shed,
         Reason::CircuitOpen,
@@ -60,6 +67,7 @@ impl Reason {
         Reason::UpstreamError,
         Reason::BadRequest,
         Reason::CircuitRecovering,
+        Reason::PoolExhausted,
     ];
 }
 
@@ -116,7 +124,7 @@ impl RoutePolicy {
         };
         let retry_after = retry_after
             .or(match reason {
-                Reason::Shed => Failure::shed().retry_after,
+                Reason::Shed | Reason::PoolExhausted => Failure::shed().retry_after,
                 _ => None,
             })
             .map(|d| d.min(self.retry_after_cap));
@@ -135,6 +143,7 @@ pub(super) fn refusal_reason(r: Refusal, now: Instant) -> (Reason, Option<Durati
         Refusal::Throttled { .. } | Refusal::RateLimited { .. } => Reason::RateLimited,
         Refusal::Recovering { .. } => Reason::CircuitRecovering,
         Refusal::Shed => Reason::Shed,
+        Refusal::PoolExhausted => Reason::PoolExhausted,
     };
     (reason, r.retry_after(now))
 }

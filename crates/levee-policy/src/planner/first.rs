@@ -96,7 +96,7 @@ impl RoutePolicy {
                 }
                 until
             }
-            Refusal::CircuitOpen { .. } | Refusal::Shed => return None,
+            Refusal::CircuitOpen { .. } | Refusal::Shed | Refusal::PoolExhausted => return None,
         };
         let wait = until.saturating_since(now) + RETRY_AFTER_SPREAD;
         let fits = wait <= self.retry_after_cap

@@ -33,6 +33,13 @@ impl Driver<'_> {
             .await;
         let (outcome, result) = match result {
             Err(_) => (Outcome::Timeout, AttemptResult::Timeout),
+            // No connection came free in the attempt's share of its time:
+            // it was never sent. Refused, as the core books a refusal: the
+            // next target, or `pool_exhausted`.
+            Ok(Err(SendError::PoolExhausted)) => {
+                self.fin.refuse(levee_policy::Refusal::PoolExhausted);
+                return None;
+            }
             Ok(Err(e)) => (Outcome::ConnectError, crate::upstream::failure_result(&e)),
             Ok(Ok(resp)) => {
                 let resp = if provider.platform.maps_answers() {

@@ -349,6 +349,7 @@ fn failure_message(
         Reason::CircuitRecovering => msg.push_str("; the provider is answering again after an outage, and Levee is ramping traffic back (at most 1.4x the rate before it) so the backlog does not knock it over"),
         Reason::Shed => msg.push_str("; the provider's max_in_flight is reached: rejected at once rather than queued"),
         Reason::RateLimited => msg.push_str("; the provider's request allowance is spent for now"),
+        Reason::PoolExhausted => msg.push_str("; every connection to the provider (its max_connections) stayed busy for this attempt's share of its time: refused rather than queued"),
         _ => {}
     }
     match last_result {
