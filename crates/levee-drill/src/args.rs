@@ -65,6 +65,12 @@ pub struct DrillArgs {
     /// price ($2 and $8 per million).
     #[arg(long, default_value_t = 0.006, value_name = "USD")]
     pub answer_usd: f64,
+    /// The gateway's admin listener (`http://127.0.0.1:9090`): its
+    /// `levee_upstream_attempts_total` is read before and after, and the
+    /// report counts the attempts by result (connect errors and timeouts
+    /// when the provider is black-holed). Loopback only.
+    #[arg(long, value_name = "URL")]
+    pub gateway_admin: Option<String>,
     /// Faults outside the provider: the state store and the gateway itself.
     #[command(flatten)]
     pub exercise: Exercise,
@@ -214,6 +220,8 @@ pub struct Plan {
     pub model: String,
     /// What one generated answer costs (US dollars).
     pub answer_usd: f64,
+    /// The gateway's admin listener, when given.
+    pub gateway_admin: Option<Target>,
     /// The fault document POSTed to the mock at start (`{"faults":[...]}`).
     pub fault_doc: Value,
     /// `--json`: one JSON report on stdout, no progress.
@@ -328,6 +336,11 @@ impl DrillArgs {
             arrivals: self.arrivals,
             model: self.model.clone(),
             answer_usd: self.answer_usd,
+            gateway_admin: self
+                .gateway_admin
+                .as_deref()
+                .map(|u| target::parse("gateway-admin", u))
+                .transpose()?,
             json: self.json,
             plot: self.plot.clone(),
             fault_text: self.faults.clone(),
@@ -517,6 +530,7 @@ mod tests {
             arrivals: Arrivals::Even,
             model: "drill".into(),
             answer_usd: 0.006,
+            gateway_admin: None,
             exercise: Exercise::default(),
         }
     }

@@ -138,6 +138,19 @@ pub struct Report {
     /// Of it, answers no caller received (billed beyond the successes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undelivered_usd: Option<f64>,
+    /// Answers the provider generated that no caller received: attempts
+    /// that outlived their callers (0: none did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answers_nobody_received: Option<u64>,
+    /// Seconds from the fault's start to the first `circuit_open` answer:
+    /// how fast the breaker opened (absent: it did not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker_opened_after_seconds: Option<f64>,
+    /// The gateway's upstream attempts by result during the drill
+    /// (`--gateway-admin`): `connect_error` and `timeout` count a
+    /// black-holed provider's connect and attempt timeouts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_attempts_by_result: Option<BTreeMap<String, u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_pause: Option<StatePauseReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -347,6 +360,9 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         start_lag_ms_max: round(a.lag_max.as_secs_f64() * 1000.0, 2),
         stats_poll_failures: m.poll_failures,
         billed_answers: m.answered,
+        answers_nobody_received: m.answered.map(|n| n.saturating_sub(delivered)),
+        breaker_opened_after_seconds: breaker_opened(plan, m),
+        upstream_attempts_by_result: m.attempts.clone(),
         cost_usd: m.answered.map(|n| round(n as f64 * plan.answer_usd, 4)),
         undelivered_usd: m
             .answered
@@ -359,6 +375,18 @@ pub fn summarise(plan: &Plan, m: &Measured) -> Report {
         offered: curves.offered,
         fault_text: plan.fault_text.clone(),
     }
+}
+
+/// Seconds from the fault window's start to the first answer refused by
+/// an open breaker sent after it.
+fn breaker_opened(plan: &Plan, m: &Measured) -> Option<f64> {
+    let (from, _) = plan.fault_window?;
+    m.records
+        .iter()
+        .filter(|r| r.sent >= from && r.kind == "circuit_open")
+        .map(|r| r.sent.saturating_sub(from))
+        .min()
+        .map(secs)
 }
 
 fn secs(d: Duration) -> f64 {
@@ -491,12 +519,19 @@ impl Report {
             "  latency             p50 {} ms, p99 {} ms, max {} ms (start lag max {} ms)",
             self.latency_ms.p50, self.latency_ms.p99, self.latency_ms.max, self.start_lag_ms_max
         );
+        if let Some(after) = self.breaker_opened_after_seconds {
+            let _ = writeln!(s, "  breaker             opened {after} s into the fault");
+        }
+        if let Some(by) = &self.upstream_attempts_by_result {
+            let _ = writeln!(s, "  upstream attempts   {}", listing(by, " ", ", "));
+        }
         if let (Some(n), Some(cost), Some(lost)) =
             (self.billed_answers, self.cost_usd, self.undelivered_usd)
         {
             let _ = writeln!(
                 s,
-                "  cost                ${cost:.2} for {n} generated answers, ${lost:.2} of it undelivered"
+                "  cost                ${cost:.2} for {n} generated answers, ${lost:.2} of it undelivered ({} answers nobody received)",
+                self.answers_nobody_received.unwrap_or(0)
             );
         }
         for (e, n) in &self.client_errors {
@@ -595,6 +630,7 @@ mod tests {
             arrivals: Arrivals::Even,
             model: "m".into(),
             answer_usd: 0.006,
+            gateway_admin: None,
             exercise: Default::default(),
         }
         .plan()
@@ -660,6 +696,7 @@ mod tests {
             samples,
             // 800 successes; 50 more answers went to callers that had left.
             answered: Some(850),
+            attempts: None,
             poll_failures: 0,
             clear_failed: None,
             paused: None,

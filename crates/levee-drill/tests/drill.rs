@@ -54,6 +54,7 @@ fn args(gateway: String, mock: String, faults: &[&str]) -> DrillArgs {
         arrivals: Arrivals::Even,
         model: "drill".into(),
         answer_usd: 0.006,
+        gateway_admin: None,
         exercise: Default::default(),
     }
 }
@@ -382,4 +383,56 @@ async fn a_live_random_loss_agrees_with_the_simulator_within_ten_percent() {
     assert!(per_call >= 0.9 * c_lo && per_call <= 1.1 * c_hi, "{said}");
     // And never worse than a single attempt would be, by a wide margin.
     assert!(success >= 0.9, "{said}");
+}
+
+/// The provider goes off the network for 2 s (`blackhole`: nothing is
+/// accepted, nothing on an open connection is answered): the drill reports
+/// the gateway's attempts by result (timeouts, not answers), when the
+/// breaker opened, and that no attempt outlived its caller (no answer the
+/// provider generated went to nobody, once it came back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_provider_is_timed_out_and_leaves_no_orphan() {
+    let (mock, gw) = servers().await;
+    let mut a = args(
+        format!("http://{}", gw.addr),
+        mock.url(),
+        &["blackhole=true,from=1s,to=3s"],
+    );
+    a.duration = "4s".into();
+    a.rate = 50.0;
+    a.timeout_ms = 1500;
+    a.gateway_admin = Some(format!("http://{}", gw.admin_addr));
+    let plan = a.plan().expect("plan");
+    let report = tokio::time::timeout(Duration::from_secs(60), levee_drill::run(&plan, false))
+        .await
+        .expect("the drill ends by itself")
+        .expect("the drill runs");
+    let json = serde_json::to_value(&report).expect("json");
+    eprintln!("{json}");
+    assert_eq!(report.unanswered, 0, "{json}");
+    assert_eq!(
+        report.answered_late, 0,
+        "every answer by its deadline: {json}"
+    );
+    assert_eq!(
+        report.answers_nobody_received,
+        Some(0),
+        "no orphaned attempt: {json}"
+    );
+    let by = report
+        .upstream_attempts_by_result
+        .clone()
+        .expect("attempts by result");
+    let failed: u64 = by
+        .iter()
+        .filter(|(r, _)| r.as_str() != "success")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(failed > 0, "the black hole shows in the attempts: {json}");
+    assert!(
+        report.outcomes.get("success").copied().unwrap_or(0) >= 50,
+        "before and after the window, calls are answered: {json}"
+    );
+    gw.shutdown().await;
+    mock.shutdown().await;
 }

@@ -30,6 +30,7 @@ fn args(gateway: String, mock: String) -> DrillArgs {
         arrivals: Arrivals::Even,
         model: "drill".into(),
         answer_usd: 0.006,
+        gateway_admin: None,
         exercise: Default::default(),
     }
 }

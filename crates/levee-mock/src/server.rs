@@ -30,6 +30,9 @@ use crate::shared::Shared;
 use crate::{admin, clock, platform};
 use levee_wire::conn::{Watch, Watched};
 
+/// How often the accept loop looks whether a `blackhole` window opened.
+const BLACKHOLE_LOOK: Duration = Duration::from_millis(50);
+
 /// Request bodies larger than this get a 413.
 const MAX_BODY: usize = 32 * 1024 * 1024;
 
@@ -42,6 +45,27 @@ pub(crate) async fn accept_loop(
 ) {
     let mut conns = JoinSet::new();
     loop {
+        // Off the network (`blackhole`): a connection made meanwhile is
+        // taken off the listen queue and held unread, then dropped when the
+        // window ends: what it carried never arrives (as with packets a
+        // black hole drops), and no request of it is ever served.
+        if let Some(off) = shared.active().blackholed_for() {
+            let wake = tokio::time::sleep(off.min(Duration::from_secs(1)));
+            tokio::select! {
+                _ = &mut stop => break,
+                () = wake => {}
+                accepted = listener.accept() => {
+                    if let Ok((stream, _)) = accepted {
+                        conns.spawn(async move {
+                            tokio::time::sleep(off).await;
+                            drop(stream);
+                        });
+                    }
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+            continue;
+        }
         tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
@@ -53,6 +77,8 @@ pub(crate) async fn accept_loop(
                 Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            // A `blackhole` window may open while no connection arrives.
+            () = tokio::time::sleep(BLACKHOLE_LOOK), if shared.active().has_blackhole() => {}
         }
     }
     drop(listener);

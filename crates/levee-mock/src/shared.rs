@@ -93,4 +93,23 @@ impl Active {
         let elapsed = clock::now().saturating_duration_since(self.epoch);
         self.set.decide(elapsed, model, streaming, rng)
     }
+
+    /// Whether the set has a `blackhole` fault at all.
+    pub(crate) fn has_blackhole(&self) -> bool {
+        self.set.has_blackhole()
+    }
+
+    /// How long the host stays off the network from now, under a
+    /// `blackhole` fault (`None`: it is on it); an open-ended one is
+    /// looked at again a second on.
+    pub(crate) fn blackholed_for(&self) -> Option<std::time::Duration> {
+        if !self.set.has_faults() {
+            return None;
+        }
+        let elapsed = clock::now().saturating_duration_since(self.epoch);
+        let end = self.set.blackholed(elapsed)?;
+        Some(end.map_or(std::time::Duration::from_secs(1), |end| {
+            end.saturating_sub(elapsed)
+        }))
+    }
 }

@@ -1165,3 +1165,36 @@ async fn over_http2_a_reset_ends_its_stream_and_the_connection_goes_on() {
     let s = mock.stats();
     assert_eq!((s.connections_total, s.faults.reset), (1, 1), "{s:?}");
 }
+
+/// `blackhole`: the host is off the network. A connection made during the
+/// window is never served (its request is never read, so the mock counts
+/// nothing, and it is dropped when the window ends), and new ones after
+/// the window are served again.
+#[tokio::test]
+async fn a_blackhole_serves_no_connection_until_its_window_ends() {
+    let mock = start("faults:\n  - { blackhole: true, to: 1500ms }\n").await;
+    let addr = mock.local_addr();
+    // Inside the window: connected (the kernel's queue), never answered.
+    let held = tokio::time::timeout(Duration::from_millis(500), post_chat(addr, &chat("m"))).await;
+    assert!(held.is_err(), "answered inside the blackhole");
+    assert_eq!(mock.stats().requests_total, 0, "the request was never read");
+    // After it: new connections are served; the held one never was.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        mock.stats().requests_total,
+        0,
+        "the held request was never read"
+    );
+    let r = tokio::time::timeout(Duration::from_secs(10), post_chat(addr, &chat("m")))
+        .await
+        .expect("served after the window");
+    assert_eq!(r.status, 200);
+    mock.shutdown().await;
+}
+
+#[test]
+fn a_blackhole_goes_with_a_window_only() {
+    let e = levee_mock::parse_faults("faults:\n  - { blackhole: true, probability: 0.5 }\n")
+        .expect_err("refused");
+    assert!(e.to_string().contains("blackhole"), "{e}");
+}

@@ -64,6 +64,34 @@ pub(super) async fn upstream_total(client: &HttpClient, plan: &Plan) -> Result<u
     Ok(stats(client, plan).await?.requests_total)
 }
 
+/// Each result's count in the gateway's
+/// `levee_upstream_attempts_total{provider,result}` (its admin listener's
+/// `/metrics`), summed over providers.
+pub(super) async fn attempt_results(
+    client: &HttpClient,
+    admin: &Target,
+) -> Result<std::collections::BTreeMap<String, u64>, String> {
+    let (status, body) = control(client, Method::GET, &admin.url("/metrics"), Bytes::new()).await?;
+    if !status.is_success() {
+        return Err(format!("GET /metrics answered {status}"));
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&body).lines() {
+        let Some(rest) = line.strip_prefix("levee_upstream_attempts_total{") else {
+            continue;
+        };
+        let result = rest
+            .split("result=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next());
+        let n = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+        if let (Some(result), Some(n)) = (result, n) {
+            *out.entry(result.to_string()).or_insert(0) += n as u64;
+        }
+    }
+    Ok(out)
+}
+
 /// The answers the mock has generated (its 2xx): what a provider bills,
 /// whoever reads them. A request whose client left before its answer was
 /// made (a gateway that stops an attempt its caller left) is not one.

@@ -30,7 +30,7 @@ use crate::args::Plan;
 use crate::clock;
 use crate::error::DrillError;
 use exercises::{finished, prepare_exercises, spawn_events};
-use mock::{answered_total, poll, reachable, set_faults, upstream_total};
+use mock::{answered_total, attempt_results, poll, reachable, set_faults, upstream_total};
 use progress::{print_progress, Progress};
 use requests::{schedule, send_all};
 
@@ -87,6 +87,9 @@ pub struct Measured {
     /// Answers the mock generated during the drill (its 2xx), billed
     /// whoever read them; `None` when its stats could not be read.
     pub answered: Option<u64>,
+    /// The gateway's upstream attempts by result during the drill
+    /// (`--gateway-admin`); `None` without it.
+    pub attempts: Option<std::collections::BTreeMap<String, u64>>,
     /// Stats polls that failed (missing points in the series).
     pub poll_failures: u64,
     /// Whether clearing the faults at the end failed (the mock keeps them).
@@ -143,7 +146,7 @@ pub async fn run(
 ) -> Result<Measured, DrillError> {
     let client = new_client(Some(CONTROL_TIMEOUT));
     let before = preflight(&client, plan).await?;
-    let answered_before = answered_total(&client, plan).await.ok();
+    let counted = Counts::read(&client, plan).await;
     let (state, stop) = prepare_exercises(plan, stop).await?;
     let offsets = schedule(plan);
     // The fault windows count from this POST: it is the drill's time zero.
@@ -177,7 +180,7 @@ pub async fn run(
     if let Some(p) = printer {
         let _ = p.await;
     }
-    let answered = answered_since(&client, plan, answered_before).await;
+    let (answered, attempts) = Counts::read(&client, plan).await.since(counted);
     let clear_failed = set_faults(&client, plan, &serde_json::json!({ "faults": [] }))
         .await
         .err()
@@ -206,6 +209,7 @@ pub async fn run(
         records,
         samples,
         answered,
+        attempts,
         poll_failures,
         clear_failed,
         paused: finished(events.pausing).await,
@@ -215,10 +219,55 @@ pub async fn run(
     })
 }
 
-/// The answers the mock generated since it had generated `before`.
-async fn answered_since(client: &HttpClient, plan: &Plan, before: Option<u64>) -> Option<u64> {
-    let now = answered_total(client, plan).await.ok()?;
-    Some(now.saturating_sub(before?))
+/// What the drill counts at its start and its end: the mock's generated
+/// answers, and the gateway's attempts by result (`--gateway-admin`).
+struct Counts {
+    answered: Option<u64>,
+    attempts: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+impl Counts {
+    async fn read(client: &HttpClient, plan: &Plan) -> Counts {
+        let attempts = match &plan.gateway_admin {
+            Some(admin) => attempt_results(client, admin).await.ok(),
+            None => None,
+        };
+        Counts {
+            answered: answered_total(client, plan).await.ok(),
+            attempts,
+        }
+    }
+
+    /// These counts less `before`'s (`None` where either is missing).
+    fn since(
+        self,
+        before: Counts,
+    ) -> (Option<u64>, Option<std::collections::BTreeMap<String, u64>>) {
+        let answered = match (self.answered, before.answered) {
+            (Some(now), Some(was)) => Some(now.saturating_sub(was)),
+            _ => None,
+        };
+        let attempts = match (self.attempts, before.attempts) {
+            (Some(now), Some(was)) => Some(since(&was, now)),
+            _ => None,
+        };
+        (answered, attempts)
+    }
+}
+
+/// Each count in `after` less its count in `before`.
+fn since(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .into_iter()
+        .map(|(k, n)| {
+            let was = before.get(&k).copied().unwrap_or(0);
+            (k, n.saturating_sub(was))
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// Every server answers before any fault is set; the mock's count now.

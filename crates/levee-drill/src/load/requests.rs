@@ -340,6 +340,7 @@ mod tests {
             arrivals,
             model: "m".into(),
             answer_usd: 0.006,
+            gateway_admin: None,
             exercise: Default::default(),
         }
         .plan()

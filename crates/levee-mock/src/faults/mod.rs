@@ -85,6 +85,25 @@ impl FaultSet {
         !self.faults.is_empty()
     }
 
+    /// Whether any fault is a `blackhole`.
+    pub(crate) fn has_blackhole(&self) -> bool {
+        self.faults
+            .iter()
+            .any(|f| matches!(f.effect, Effect::Blackhole))
+    }
+
+    /// Whether a `blackhole` fault holds at `elapsed`: no connection is
+    /// accepted then. `Some(end)`: until then (`None` for an open end).
+    pub(crate) fn blackholed(&self, elapsed: Duration) -> Option<Option<Duration>> {
+        self.faults
+            .iter()
+            .filter(|f| matches!(f.effect, Effect::Blackhole))
+            .find(|f| {
+                f.from.is_none_or(|from| elapsed >= from) && f.to.is_none_or(|to| elapsed < to)
+            })
+            .map(|f| f.to)
+    }
+
     /// Decides what happens to one request. `elapsed` is the time since the
     /// fault clock started; `rng` is only locked when a probability or a
     /// latency distribution needs a draw, so a seeded run is reproducible for
@@ -119,7 +138,7 @@ impl FaultSet {
                 }
                 Effect::Status(spec) => decision.outcome = Outcome::Status(*spec),
                 Effect::Reset => decision.outcome = Outcome::Reset,
-                Effect::Stall => decision.outcome = Outcome::Stall,
+                Effect::Stall | Effect::Blackhole => decision.outcome = Outcome::Stall,
                 Effect::CutStreamAfter(n) => decision.outcome = Outcome::CutStreamAfter(*n),
             }
             if delay_found && decision.outcome != Outcome::Normal {
@@ -234,6 +253,10 @@ enum Effect {
     Status(ErrorSpec),
     Reset,
     Stall,
+    /// The host is off the network: no connection is accepted (they wait
+    /// in the listen queue, then time out), and a request on one already
+    /// open is never answered.
+    Blackhole,
     CutStreamAfter(u32),
     Delay {
         latency: Option<Latency>,

@@ -28,10 +28,11 @@ enum Key {
     Latency,
     ChunkDelay,
     CutStreamAfter,
+    Blackhole,
 }
 
 /// Each key with its name, in `Key`'s order.
-const KEYS: [(Key, &str); 12] = [
+const KEYS: [(Key, &str); 13] = [
     (Key::From, "from"),
     (Key::To, "to"),
     (Key::Probability, "probability"),
@@ -44,6 +45,7 @@ const KEYS: [(Key, &str); 12] = [
     (Key::Latency, "latency"),
     (Key::ChunkDelay, "chunk_delay"),
     (Key::CutStreamAfter, "cut_stream_after"),
+    (Key::Blackhole, "blackhole"),
 ];
 
 /// The names alone, for "unknown field" errors.
@@ -111,6 +113,10 @@ impl FromMap for Fault {
                     map.next_value_seed(flag_true("stall"))?;
                     b.stall = true;
                 }
+                Key::Blackhole => {
+                    map.next_value_seed(flag_true("blackhole"))?;
+                    b.blackhole = true;
+                }
                 Key::Latency => b.latency = Some(map.next_value_seed(LatencySeed)?),
                 Key::ChunkDelay => {
                     b.chunk_delay = Some(map.next_value_seed(duration("chunk_delay"))?)
@@ -139,12 +145,21 @@ struct FaultBuilder {
     retry_after_ms: Option<u64>,
     reset: bool,
     stall: bool,
+    blackhole: bool,
     latency: Option<Latency>,
     chunk_delay: Option<Duration>,
     cut_stream_after: Option<u32>,
 }
 
 impl FaultBuilder {
+    /// A `blackhole` is the whole host's: no probability, no model.
+    fn whole_host(&self) -> Result<(), String> {
+        match self.probability.is_some() || self.model.is_some() {
+            true => Err("`blackhole` takes the whole host off the network: it goes with `from` and `to` only".to_owned()),
+            false => Ok(()),
+        }
+    }
+
     fn finish(self) -> Result<Fault, String> {
         if let (Some(from), Some(to)) = (self.from, self.to) {
             if from >= to {
@@ -182,6 +197,10 @@ impl FaultBuilder {
         if self.stall {
             effects.push(("stall", Effect::Stall));
         }
+        if self.blackhole {
+            self.whole_host()?;
+            effects.push(("blackhole", Effect::Blackhole));
+        }
         if let Some(n) = self.cut_stream_after {
             effects.push(("cut_stream_after", Effect::CutStreamAfter(n)));
         }
@@ -208,8 +227,8 @@ impl FaultBuilder {
         }
         let Some((_, effect)) = effects.pop() else {
             return Err(
-                "a fault needs one effect: `status`, `reset`, `stall`, `latency`, \
-                        `chunk_delay` or `cut_stream_after`"
+                "a fault needs one effect: `status`, `reset`, `stall`, `blackhole`, \
+                        `latency`, `chunk_delay` or `cut_stream_after`"
                     .to_owned(),
             );
         };
