@@ -99,14 +99,17 @@ impl Config {
 
     /// A request's place in the providers' allowances: `cost`, and the
     /// caller named `caller` among `callers:` (its index, weighed by its
-    /// share, and its priority), as the gateway and the simulator ask.
+    /// share, and its priority), or a caller not listed there by the id its
+    /// driver knows it by (`unlisted`), with an equal share; as the gateway
+    /// and the simulator ask.
     pub fn ask(
         &self,
         caller: Option<&str>,
+        unlisted: Option<u16>,
         cost: levee_policy::allowance::Cost,
     ) -> levee_policy::allowance::Ask {
         let callers = self.callers.iter().map(|c| (c.name.as_str(), c.priority));
-        levee_policy::allowance::Ask::of_caller(callers, caller, cost)
+        levee_policy::allowance::Ask::of_caller(callers, caller, unlisted, cost)
     }
 
     /// Reads and validates a config file: the one entry point for a file,

@@ -225,3 +225,43 @@ async fn every_meter_is_exported_per_minute() {
     assert!((left("requests") - 60.0).abs() < 2.0, "{m}");
     assert!(left("output_tokens") > 900.0, "{m}");
 }
+
+/// No `callers:` block: every active caller has an implicit equal share of
+/// the allowance. A greedy caller asking four times its part cannot take a
+/// steady caller's: after its first ask (before it was known), the steady
+/// one is answered every time.
+#[tokio::test(start_paused = true)]
+async fn without_a_callers_block_a_greedy_caller_cannot_take_a_steady_ones_share() {
+    let config = "providers:\n  p: { api: openai, base_url: \"{mock0}\", rate_limit: { requests_per_minute: 60, burst: 4 } }\nroutes:\n  - targets: [p]\n";
+    let env = local(&["faults: []"], config);
+    let as_caller = |who: &'static str| {
+        let env = &env;
+        async move {
+            let h = [("x-levee-caller", who), ("x-timeout-ms", "100")];
+            watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &h)).await
+        }
+    };
+    let (mut steady_ok, mut steady_asked, mut greedy_ok) = (0, 0, 0);
+    for tick in 0..240u32 {
+        // Four a second from the greedy caller (240/min against 60).
+        if as_caller("greedy").await.status == 200 {
+            greedy_ok += 1;
+        }
+        if tick % 8 == 4 {
+            // One every two seconds from the steady one (its share: 30/min).
+            steady_asked += 1;
+            if as_caller("steady").await.status == 200 {
+                steady_ok += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        steady_ok >= steady_asked - 1,
+        "steady answered {steady_ok} of {steady_asked}; greedy {greedy_ok}"
+    );
+    assert!(
+        greedy_ok > steady_ok,
+        "greedy still gets the rest: {greedy_ok}"
+    );
+}

@@ -148,25 +148,30 @@ impl Ask {
     /// A request's ask before any attempt: `cost`, and the caller's place
     /// among `callers` (the config's `callers:` names and priorities, in
     /// order): its index, weighed by its share, and its priority. A caller
-    /// not among them (or none) is weighed with no one and asks at normal
-    /// priority.
+    /// not among them has an implicit equal share under the id the driver
+    /// knows it by (`unlisted`: the gateway's caller slot, the simulator's
+    /// stream), after the listed ones, at normal priority: when the
+    /// allowance runs short every active caller keeps its part, listed or
+    /// not.
     pub fn of_caller<'a>(
         callers: impl IntoIterator<Item = (&'a str, Priority)>,
         caller: Option<&str>,
+        unlisted: Option<u16>,
         cost: Cost,
     ) -> Ask {
-        let found = caller.and_then(|name| {
-            callers
-                .into_iter()
-                .enumerate()
-                .find(|(_, (n, _))| *n == name)
-        });
+        let callers: Vec<(&str, Priority)> = callers.into_iter().collect();
+        let found = caller.and_then(|name| callers.iter().position(|(n, _)| *n == name));
+        let listed = u16::try_from(callers.len()).unwrap_or(u16::MAX);
+        let index = match found {
+            Some(i) => u16::try_from(i).ok(),
+            None => unlisted.and_then(|id| listed.checked_add(id)),
+        };
         Ask {
             cost,
-            priority: found.map_or(Priority::Normal, |(_, (_, p))| p),
+            priority: found.map_or(Priority::Normal, |i| callers[i].1),
             retry: false,
             fallback: false,
-            caller: found.and_then(|(i, _)| u16::try_from(i).ok()),
+            caller: index,
         }
     }
 
@@ -205,9 +210,15 @@ impl Ask {
             Priority::Normal => FLOOR_NORMAL,
             Priority::Low => FLOOR_LOW,
         };
+        base + self.traffic_floor()
+    }
+
+    /// The part of [`Ask::floor`] that retries and fallback traffic leave
+    /// for first attempts, whatever the caller's priority.
+    fn traffic_floor(&self) -> f64 {
         let retry = if self.retry { FLOOR_RETRY } else { 0.0 };
         let fallback = if self.fallback { FLOOR_FALLBACK } else { 0.0 };
-        base + retry + fallback
+        retry + fallback
     }
 }
 
@@ -276,7 +287,23 @@ struct Share {
     in_flight: u32,
 }
 
+/// The most callers an allowance keeps shares for (the gateway's caller
+/// slots are bounded below it).
+const MAX_SHARES: usize = 16_384;
+
 impl Share {
+    fn of(weight: f64) -> Share {
+        Share {
+            weight: weight.max(f64::MIN_POSITIVE),
+            last: None,
+            guaranteed: [0.0; 4],
+            at: Instant::ZERO,
+            used: [0.0; 4],
+            used_at: Instant::ZERO,
+            in_flight: 0,
+        }
+    }
+
     fn active(&self, now: Instant) -> bool {
         self.last.is_some_and(|l| now.saturating_since(l) <= ACTIVE)
     }
@@ -342,18 +369,7 @@ impl Allowance {
 
     /// Caller weights (`callers[].share`), in the callers' index order.
     pub fn with_shares(mut self, weights: &[f64]) -> Self {
-        self.shares = weights
-            .iter()
-            .map(|&w| Share {
-                weight: w.max(f64::MIN_POSITIVE),
-                last: None,
-                guaranteed: [0.0; 4],
-                at: Instant::ZERO,
-                used: [0.0; 4],
-                used_at: Instant::ZERO,
-                in_flight: 0,
-            })
-            .collect();
+        self.shares = weights.iter().map(|&w| Share::of(w)).collect();
         self
     }
 
@@ -380,9 +396,14 @@ impl Allowance {
             };
             let need = ask.cost.of(meter);
             let own = me.map_or(0.0, |me| self.guarantee(now, me, i, weights));
-            // Within its own guarantee a caller is never held back by
-            // another's priority: priority orders what is borrowed.
-            let floor = if need <= own + 1e-9 { 0.0 } else { floor };
+            // Within its own guarantee a caller is held to no priority
+            // floor (priority orders what is borrowed); retries and
+            // fallback traffic still leave theirs for first attempts.
+            let floor = if need <= own + 1e-9 {
+                ask.traffic_floor()
+            } else {
+                floor
+            };
             if let Err(at) = b.ready(now, need, floor) {
                 later(at);
                 continue;
@@ -460,13 +481,16 @@ impl Allowance {
     /// Notes that `ask`'s caller asked: it is active, admitted or not (the
     /// shares are taken over the callers asking).
     pub fn asked(&mut self, now: Instant, ask: &Ask) {
-        let Some(me) = ask
-            .caller
-            .map(usize::from)
-            .filter(|&c| c < self.shares.len())
-        else {
+        let Some(me) = ask.caller.map(usize::from) else {
             return;
         };
+        // A caller not seen before has an equal share (weight 1).
+        if me >= self.shares.len() && me < MAX_SHARES {
+            self.shares.resize_with(me + 1, || Share::of(1.0));
+        }
+        if me >= self.shares.len() {
+            return;
+        }
         // Guarantees accrue at the shares of the callers active so far.
         self.accrue(now);
         if !self.shares[me].active(now) {

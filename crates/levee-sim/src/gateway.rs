@@ -54,7 +54,15 @@ impl<'a> LeveeRt<'a> {
             asks: sc
                 .streams
                 .iter()
-                .map(|s| ask_for(c, s.caller.as_deref(), s.tokens))
+                .map(|s| {
+                    // An unlisted caller's id: its first stream's place.
+                    let id = sc
+                        .streams
+                        .iter()
+                        .position(|o| o.caller == s.caller)
+                        .and_then(|i| u16::try_from(i).ok());
+                    ask_for(c, s.caller.as_deref(), id, s.tokens)
+                })
                 .collect(),
             gw,
             states: c.providers.iter().map(|p| p.new_state()).collect(),
@@ -169,12 +177,17 @@ impl<'a> LeveeRt<'a> {
 
 /// A stream's place in the allowances, as the gateway asks it
 /// (`Config::ask`): its caller and its estimated tokens.
-fn ask_for(config: &levee_config::Config, caller: Option<&str>, tokens: Tokens) -> Ask {
+fn ask_for(
+    config: &levee_config::Config,
+    caller: Option<&str>,
+    unlisted: Option<u16>,
+    tokens: Tokens,
+) -> Ask {
     let cost = Cost {
         input: tokens.input,
         output: tokens.max,
     };
-    config.ask(caller, cost)
+    config.ask(caller, unlisted, cost)
 }
 
 /// [`Dependencies`] for one simulated request: the plain [`Deps`], asking

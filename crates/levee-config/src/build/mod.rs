@@ -164,10 +164,11 @@ fn routes(
     crate::route::resolve_routes(src, raw_routes, providers, declared, builtin_mock)
 }
 
-/// Gives every provider the callers' shares: once any caller has one, they
-/// weigh every caller (1 by default).
+/// Gives every provider the listed callers' shares (1 unless given): each
+/// has its guarantee when the allowance runs short, as unlisted callers
+/// have an equal one.
 fn weigh_shares(callers: &[RawCaller], providers: &mut [Provider]) {
-    if callers.iter().any(|c| c.share.is_some()) {
+    if !callers.is_empty() {
         let weights: Vec<f64> = callers
             .iter()
             .map(|c| c.share.map_or(1.0, |s| s.0))

@@ -235,7 +235,7 @@ pub(super) async fn admit(
         obs.not_a_fallback();
     }
     *admitted = true;
-    let ask = ask_of(shared, &r, &said);
+    let ask = ask_of(shared, &r, &said, caller_slot);
     // A created response, or an object created through a passthrough path
     // (a file, a batch): its id is noted with the provider that answered.
     let creates_stored = r.parts.method == Method::POST
@@ -388,10 +388,17 @@ fn observer_of(shared: &Arc<Shared>, r: &Inbound, o: Origin<'_, '_>) -> Observer
 }
 
 /// The caller's place in the providers' allowances: its key's name, or
-/// without keys the name it gives; and the tokens the request may cost.
-fn ask_of(shared: &Shared, r: &Inbound, said: &Said<'_>) -> levee_policy::allowance::Ask {
+/// without keys the name it gives (a caller not in `callers:` by its
+/// census slot, with an equal share); and the tokens the request may cost.
+fn ask_of(
+    shared: &Shared,
+    r: &Inbound,
+    said: &Said<'_>,
+    caller_slot: usize,
+) -> levee_policy::allowance::Ask {
     shared.config.ask(
         caller_name(shared, r, said),
+        u16::try_from(caller_slot & 0xffff).ok(),
         crate::upstream::allowance::estimate(&r.body),
     )
 }
