@@ -346,6 +346,37 @@ mod tests {
     }
 
     #[test]
+    fn the_floor_is_min_per_second_whatever_the_window() {
+        let b = RetryBudget::new(0.1, 5.0, Duration::from_secs(1)).unwrap();
+        assert!((b.floor_per_second() - 5.0).abs() < 1e-9);
+        let b = RetryBudget::new(0.1, 7.5, Duration::from_secs(2)).unwrap();
+        assert!((b.floor_per_second() - 7.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn credit_and_the_refund_ceiling_age_out_exactly_one_window_later() {
+        let window = Duration::from_secs(1);
+        let mut b = RetryBudget::new(0.1, 5.0, window).unwrap();
+        for _ in 0..100 {
+            b.deposit(at_ms(0));
+        }
+        // Just inside the window: 10 deposited and 5 always.
+        assert_eq!(b.available(at_ms(999)), 15);
+        // One window on, the deposits are gone: the floor alone.
+        assert_eq!(b.available(at_ms(1000)), 5);
+        // So is the ceiling's room the 100 answers made: a refund then
+        // gets the floor's 5, not 2 per old answer; later, the same.
+        for t in [1000, 1500] {
+            let mut b = RetryBudget::new(0.1, 5.0, window).unwrap();
+            for _ in 0..100 {
+                b.deposit(at_ms(0));
+            }
+            b.refund(at_ms(t), 50);
+            assert_eq!(b.available(at_ms(t)), 5 + 5, "at {t} ms");
+        }
+    }
+
+    #[test]
     fn construction_validates() {
         assert!(RetryBudget::new(-0.1, 5.0, Duration::from_secs(1)).is_err());
         assert!(RetryBudget::new(f64::NAN, 5.0, Duration::from_secs(1)).is_err());

@@ -199,6 +199,47 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_says_its_default_and_its_ceiling() {
+        assert_eq!(policy().default_deadline(), Duration::from_secs(30));
+        assert_eq!(policy().max(), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn a_minus_sign_before_a_number_is_negative_anything_else_malformed() {
+        let negative = |v: &[u8]| {
+            matches!(
+                parse_ms("x-timeout-ms", v),
+                Err(DeadlineError::Negative { .. })
+            )
+        };
+        let malformed = |v: &[u8]| {
+            matches!(
+                parse_ms("x-timeout-ms", v),
+                Err(DeadlineError::Malformed { .. })
+            )
+        };
+        assert!(negative(b"-1500"));
+        assert!(negative(b"-1.5"));
+        assert!(malformed(b"-"), "a sign alone is no number");
+        assert!(malformed(b"-1x"));
+        assert!(malformed(b"-abc"));
+        assert_eq!(
+            parse_ms("x-timeout-ms", b"1.5"),
+            Ok(Duration::from_micros(1500))
+        );
+    }
+
+    #[test]
+    fn an_sdk_timeout_counts_only_above_zero_and_below_a_billion_seconds() {
+        assert_eq!(parse_secs(b"0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_secs(b" 600 "), Some(Duration::from_secs(600)));
+        for v in [&b"0"[..], b"-1", b"1e9", b"inf", b"NaN", b"x"] {
+            assert_eq!(parse_secs(v), None, "{}", String::from_utf8_lossy(v));
+        }
+        assert!(parse_secs(b"999999999").is_some());
+    }
+
+    #[test]
     fn default_applies_without_headers_and_max_clamps() {
         assert_eq!(
             resolve(DeadlineHeaders::default()),
