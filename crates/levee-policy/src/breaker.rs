@@ -917,6 +917,58 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_interval_is_10ms_to_60s_and_never_past_open_for() {
+        let ms = Duration::from_millis;
+        for ok in [ms(10), ms(60_000)] {
+            assert!(breaker().with_probe_interval(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [ms(9), ms(60_001)] {
+            assert!(breaker().with_probe_interval(bad).is_err(), "{bad:?}");
+        }
+        let b = breaker().with_probe_interval(ms(30_000)).unwrap();
+        assert_eq!(
+            b.settings().probe_interval,
+            Duration::from_secs(5),
+            "open_for's 5 s"
+        );
+    }
+
+    #[test]
+    fn an_open_breaker_refuses_until_its_next_probe_and_a_full_half_open_one_a_tenth_on() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        let closed = b.admit(t).unwrap();
+        assert!(
+            !closed.is_probe(),
+            "a closed breaker's attempts are no probes"
+        );
+        b.record(t, closed, FAULT);
+        for _ in 0..19 {
+            run(&mut b, t, FAULT);
+        }
+        assert_eq!(b.state(t), BreakerState::Open);
+        // The next probe in 1 s, the open period in 5 s: refused till 1 s.
+        let probe = t + Duration::from_secs(1);
+        assert_eq!(b.refusing_until(t), Some(probe));
+        assert_eq!(
+            b.refusing_until(probe - Duration::from_millis(1)),
+            Some(probe)
+        );
+        assert_eq!(b.refusing_until(probe), None, "a probe may go at once");
+        // Half open with both probe slots taken: come back a tenth of
+        // open_for (500 ms) later.
+        let later = t + Duration::from_secs(5);
+        let (p1, p2) = (b.admit(later).unwrap(), b.admit(later).unwrap());
+        assert_eq!(
+            b.refusing_until(later),
+            Some(later + Duration::from_millis(500))
+        );
+        b.record(later, p1, Class::Success);
+        b.record(later, p2, Class::Success);
+        assert_eq!(b.refusing_until(later), None, "closed");
+    }
+
+    #[test]
     fn construction_validates() {
         let s = Duration::from_secs(1);
         assert!(CircuitBreaker::new(0.0, s, 1, s, 1).is_err());

@@ -429,6 +429,53 @@ fn retry_after_longer_than_the_deadline_fails_now_instead_of_waiting() {
     assert_eq!(f.retry_after, Some(secs(30)));
 }
 
+/// The wait after a Retry-After: exactly what was asked on a route with no
+/// jitter; with jitter, spread over up to the first backoff cap (or 250 ms)
+/// beyond it, so that callers told "2 s" together do not come back in the
+/// same millisecond.
+#[test]
+fn a_retry_after_is_spread_only_where_the_backoff_has_jitter() {
+    let wait_for = |jitter: Jitter, seed: u64| {
+        let p = RoutePolicy::new(
+            &[secs(1)],
+            2,
+            Classifier::default(),
+            Backoff::exponential(100, 2.0, 10_000, jitter).unwrap(),
+            true,
+        )
+        .unwrap();
+        let mut w = World::new(1);
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let t0 = Instant::from_millis(10_000);
+        let mut req = RequestState::new(t0 + secs(30));
+        assert!(matches!(
+            p.decide(&mut req, &mut w.deps(), t0, &mut rng),
+            Decision::Dispatch(_)
+        ));
+        p.record(&mut req, &mut w.deps(), t0, status(503, Some(secs(2))));
+        match p.decide(&mut req, &mut w.deps(), t0, &mut rng) {
+            Decision::Wait { until } => until.saturating_since(t0),
+            other => panic!("should wait: {other:?}"),
+        }
+    };
+    for seed in 0..8 {
+        assert_eq!(wait_for(Jitter::None, seed), secs(2), "seed {seed}");
+    }
+    let spread: Vec<Duration> = (0..8).map(|seed| wait_for(Jitter::Full, seed)).collect();
+    assert!(
+        spread
+            .iter()
+            .all(|w| *w >= secs(2) && *w <= secs(2) + Duration::from_millis(250)),
+        "{spread:?}"
+    );
+    assert!(
+        spread
+            .iter()
+            .any(|w| *w > secs(2) + Duration::from_millis(10)),
+        "{spread:?}"
+    );
+}
+
 #[test]
 fn retry_after_is_honoured_when_it_fits() {
     let p = route(&[secs(1)], 2);
@@ -701,4 +748,50 @@ fn a_429_while_the_provider_says_it_has_room_is_a_lost_race() {
     // the provider says nothing and there is no evidence of lost races.
     assert!(wait_after_429(Some(0)) >= secs(2));
     assert!(wait_after_429(None) >= secs(2));
+}
+
+/// A retry after a transient fault that finds the budget empty waits for a
+/// token (rechecking every 100 ms) for up to a second from its first
+/// refusal, instead of failing at once: the two tokens the floor allows
+/// this second, spent by others, come back a second after they were.
+#[test]
+fn a_retry_waits_up_to_a_second_for_a_budget_token_then_goes() {
+    let p = route(&[secs(1)], 2);
+    let mut w = World::new(1);
+    w.budgets[0] = RetryBudget::new(0.0, 2.0, secs(1)).unwrap();
+    let t0 = Instant::from_millis(10_000);
+    assert!(w.budgets[0].try_withdraw(t0) && w.budgets[0].try_withdraw(t0));
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut req = RequestState::new(t0 + secs(30));
+    assert!(matches!(
+        p.decide(&mut req, &mut w.deps(), t0, &mut rng),
+        Decision::Dispatch(_)
+    ));
+    p.record(&mut req, &mut w.deps(), t0, status(503, None));
+    let mut now = t0;
+    let mut waits = 0;
+    let retried_at = loop {
+        match p.decide(&mut req, &mut w.deps(), now, &mut rng) {
+            Decision::Wait { until } => {
+                waits += 1;
+                assert!(until > now, "waits move time on");
+                now = until;
+            }
+            Decision::Dispatch(d) => {
+                assert_eq!(d.kind, AttemptKind::Retry);
+                break now;
+            }
+            Decision::Fail(f) => panic!(
+                "failed at {:?} after {waits} waits: {f:?}",
+                now.saturating_since(t0)
+            ),
+        }
+        assert!(waits < 50, "never went");
+    };
+    let waited = retried_at.saturating_since(t0);
+    assert!(
+        waited >= Duration::from_millis(900) && waited <= secs(1),
+        "{waited:?}"
+    );
+    assert!(waits >= 5, "rechecked the budget: {waits} waits");
 }
