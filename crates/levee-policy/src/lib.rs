@@ -16,6 +16,7 @@ pub mod allowance;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
+pub mod civil;
 pub mod classify;
 pub mod deadline;
 pub mod graded;

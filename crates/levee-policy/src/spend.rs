@@ -56,30 +56,17 @@ impl Period {
     }
 }
 
-/// Year, month (1–12) and day (1–31) of a day counted from 1970-01-01
-/// (Howard Hinnant's `civil_from_days`).
+/// Year, month (1–12) and day (1–31) of a day counted from 1970-01-01.
 fn civil(day: u64) -> (u64, u64, u64) {
-    let z = day + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
+    let (y, m, d) = crate::civil::civil_from_days(i64::try_from(day).unwrap_or(i64::MAX));
+    let u = |x: i64| u64::try_from(x).unwrap_or(0);
+    (u(y), u(m), u(d))
 }
 
 /// The day, counted from 1970-01-01, of a date from 1970 on.
 fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let i = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+    u64::try_from(crate::civil::days_from_civil(i(y), i(m), i(d))).unwrap_or(0)
 }
 
 /// `unix_ms` as an RFC 3339 UTC time to the second, like

@@ -21,7 +21,8 @@
 //! wrote the body.
 #![forbid(unsafe_code)]
 
-pub mod civil;
+/// Calendar dates and RFC 3339 times (the policy core's arithmetic).
+pub use levee_policy::civil;
 pub mod conn;
 pub mod error;
 pub mod headers;

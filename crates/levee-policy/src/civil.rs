@@ -1,7 +1,9 @@
 //! Calendar dates as day counts since 1970-01-01, in the proleptic
 //! Gregorian calendar (Howard Hinnant's algorithms): what the providers'
 //! RFC 3339 times (Anthropic's rate-limit resets, model lists' creation
-//! dates) need, without a date crate.
+//! dates) and callers' budget periods need, without a date crate. Pure
+//! arithmetic: the wire formats read times with it (`levee_wire::civil`),
+//! the policy counts calendar days, weeks and months.
 
 /// Days from 1970-01-01 to `year-month-day`.
 pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
