@@ -633,15 +633,7 @@ pub(crate) fn go_duration(ms: u64) -> String {
 
 /// Unix seconds as an RFC 3339 UTC time, `2025-01-15T14:24:00Z`.
 pub(crate) fn rfc3339(unix_secs: u64) -> String {
-    let days = i64::try_from(unix_secs / 86_400).unwrap_or(i64::MAX / 2);
-    let secs = unix_secs % 86_400;
-    let (y, m, d) = levee_wire::civil::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    levee_wire::civil::rfc3339(i64::try_from(unix_secs).unwrap_or(i64::MAX / 2))
 }
 
 #[cfg(test)]

@@ -31,6 +31,19 @@ pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (y, m, d)
 }
 
+/// Unix seconds as an RFC 3339 UTC time to the second,
+/// `2025-01-15T14:24:00Z`.
+pub fn rfc3339(unix_secs: i64) -> String {
+    let (y, m, d) = civil_from_days(unix_secs.div_euclid(86_400));
+    let rem = unix_secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 /// Unix milliseconds of an RFC 3339 UTC time (`2026-12-06T07:00:00Z`,
 /// fractions of a second allowed, `+00:00` too).
 pub fn rfc3339_unix_ms(s: &str) -> Option<u64> {

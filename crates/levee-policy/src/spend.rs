@@ -72,14 +72,7 @@ fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
 /// `unix_ms` as an RFC 3339 UTC time to the second, like
 /// `2026-12-07T00:00:00Z`.
 pub fn utc_text(unix_ms: u64) -> String {
-    let (y, m, d) = civil(unix_ms / DAY_MS);
-    let s = (unix_ms % DAY_MS) / 1000;
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
+    crate::civil::rfc3339(i64::try_from(unix_ms / 1000).unwrap_or(i64::MAX))
 }
 
 /// The minute (counted from the epoch) that holds `unix_ms`: a limit's

@@ -392,15 +392,7 @@ fn anthropic_page(asked: &Page, all: &[Entry]) -> Value {
 
 /// Unix seconds as an RFC 3339 UTC time (`1970-01-01T00:00:00Z`).
 pub fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = levee_wire::civil::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    levee_wire::civil::rfc3339(secs)
 }
 
 /// The unix seconds of an RFC 3339 time (`2025-02-19T00:00:00Z`, a
