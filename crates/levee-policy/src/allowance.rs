@@ -153,22 +153,33 @@ impl Ask {
     /// stream), after the listed ones, at normal priority: when the
     /// allowance runs short every active caller keeps its part, listed or
     /// not.
-    pub fn of_caller<'a>(
-        callers: impl IntoIterator<Item = (&'a str, Priority)>,
+    pub fn of_caller<'a, I>(
+        callers: I,
         caller: Option<&str>,
         unlisted: Option<u16>,
         cost: Cost,
-    ) -> Ask {
-        let callers: Vec<(&str, Priority)> = callers.into_iter().collect();
-        let found = caller.and_then(|name| callers.iter().position(|(n, _)| *n == name));
+    ) -> Ask
+    where
+        I: IntoIterator<Item = (&'a str, Priority)>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        // Walked, not collected: this runs for every request.
+        let mut callers = callers.into_iter();
         let listed = u16::try_from(callers.len()).unwrap_or(u16::MAX);
+        let found = caller.and_then(|name| {
+            callers
+                .by_ref()
+                .enumerate()
+                .find(|(_, (n, _))| *n == name)
+                .map(|(i, (_, p))| (i, p))
+        });
         let index = match found {
-            Some(i) => u16::try_from(i).ok(),
+            Some((i, _)) => u16::try_from(i).ok(),
             None => unlisted.and_then(|id| listed.checked_add(id)),
         };
         Ask {
             cost,
-            priority: found.map_or(Priority::Normal, |i| callers[i].1),
+            priority: found.map_or(Priority::Normal, |(_, p)| p),
             retry: false,
             fallback: false,
             caller: index,
