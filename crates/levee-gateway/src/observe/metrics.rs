@@ -41,6 +41,55 @@ fn lookup<'l>(list: &'l [(Box<str>, BySecond)], a: &str, b: &str) -> Option<&'l 
 /// not listed), output (`true`) or input.
 pub type TokensKey = (u32, u32, u16, u32, bool, bool);
 
+/// A family's series found by a number (`K`) without building its labels'
+/// strings, each made once, and kept to remove the series again.
+struct KeyedSeries<K, L, M> {
+    map: Mutex<HashMap<K, (M, L)>>,
+}
+
+impl<K, L, M> Default for KeyedSeries<K, L, M> {
+    fn default() -> Self {
+        KeyedSeries {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K, L, M> std::fmt::Debug for KeyedSeries<K, L, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyedSeries")
+    }
+}
+
+impl<K, L, M> KeyedSeries<K, L, M>
+where
+    K: std::hash::Hash + Eq,
+    L: Clone + std::hash::Hash + Eq,
+    M: Clone + Default,
+{
+    /// `f` on series `key` of `family`, made with `labels()` the first time.
+    fn with(&self, family: &Family<L, M>, key: K, labels: impl FnOnce() -> L, f: impl FnOnce(&M)) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let (m, _) = map.entry(key).or_insert_with(|| {
+            let l = labels();
+            (family.get_or_create(&l).clone(), l)
+        });
+        f(m);
+    }
+
+    /// Removes from `family` (and forgets) every series `gone` picks.
+    fn forget(&self, family: &Family<L, M>, gone: impl Fn(&K, &L) -> bool) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|k, (_, l)| {
+            let keep = !gone(k, l);
+            if !keep {
+                family.remove(l);
+            }
+            keep
+        });
+    }
+}
+
 /// A spend series' counter (US dollars).
 type SpendCounter = Counter<f64, std::sync::atomic::AtomicU64>;
 
@@ -199,7 +248,7 @@ pub struct Metrics {
     /// Requests that named no deadline (Levee applied the route's
     /// default), by caller.
     no_deadline: Family<CallerOnly, Counter>,
-    no_deadline_handles: Mutex<HashMap<u32, (Counter, CallerOnly)>>,
+    no_deadline_handles: KeyedSeries<u32, CallerOnly, Counter>,
     pub budget_exhausted: Family<ProviderLabel, Counter>,
     pub rejected: Family<ReasonLabel, Counter>,
     pub circuit_state: Family<ProviderModel, Gauge>,
@@ -221,14 +270,14 @@ pub struct Metrics {
     pub tokens: Family<TokensLabel, Counter>,
     /// `levee_spend_usd_total`: tokens × price, where the price is known.
     pub spend: Family<SpendLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
-    spend_handles: Mutex<HashMap<TokensKey, (SpendCounter, SpendLabel)>>,
+    spend_handles: KeyedSeries<TokensKey, SpendLabel, SpendCounter>,
     pub allowance_remaining: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_limit: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share_used: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// `tokens`' counters by (route, provider, model domain, caller, kind)
     /// as numbers: found without building the labels' strings.
-    token_handles: Mutex<HashMap<TokensKey, (Counter, TokensLabel)>>,
+    token_handles: KeyedSeries<TokensKey, TokensLabel, Counter>,
     request_handles: Handles,
     attempt_handles: Handles,
     reject_handles: Handles,
@@ -403,7 +452,7 @@ impl Metrics {
                 Family::new_with_constructor(deadline_buckets as fn() -> Histogram),
             ),
             no_deadline: reg(&mut r, "levee_requests_without_deadline", Family::default()),
-            no_deadline_handles: Mutex::new(HashMap::new()),
+            no_deadline_handles: KeyedSeries::default(),
             budget_exhausted: reg(&mut r, "levee_retry_budget_exhausted", Family::default()),
             rejected: reg(&mut r, "levee_rejected", Family::default()),
             circuit_state: reg(&mut r, "levee_circuit_state", Family::default()),
@@ -423,8 +472,8 @@ impl Metrics {
             translation_refused: reg(&mut r, "levee_translation_refused", Family::default()),
             tokens: reg(&mut r, "levee_tokens", Family::default()),
             spend: reg(&mut r, "levee_spend_usd", Family::default()),
-            spend_handles: Mutex::new(HashMap::new()),
-            token_handles: Mutex::new(HashMap::new()),
+            spend_handles: KeyedSeries::default(),
+            token_handles: KeyedSeries::default(),
             allowance_remaining: reg(&mut r, "levee_allowance_remaining", Family::default()),
             allowance_limit: reg(&mut r, "levee_allowance_limit", Family::default()),
             allowance_share_used: reg(&mut r, "levee_allowance_share_used", Family::default()),
@@ -436,71 +485,39 @@ impl Metrics {
     /// Adds `n` tokens to the series `key` names; `labels` makes its labels
     /// the first time only (a request's path builds no strings for it).
     pub fn tokens(&self, key: TokensKey, n: u64, labels: impl FnOnce() -> TokensLabel) {
-        let mut handles = self.token_handles.lock().unwrap_or_else(|e| e.into_inner());
-        let (c, _) = handles.entry(key).or_insert_with(|| {
-            let l = labels();
-            (self.tokens.get_or_create(&l).clone(), l)
+        self.token_handles.with(&self.tokens, key, labels, |c| {
+            c.inc_by(n);
         });
-        c.inc_by(n);
     }
 
     /// Adds `usd` to the spend series `key` (its output flag unused).
     pub fn spend(&self, key: TokensKey, usd: f64, labels: impl FnOnce() -> SpendLabel) {
-        let mut handles = self.spend_handles.lock().unwrap_or_else(|e| e.into_inner());
-        let (c, _) = handles.entry(key).or_insert_with(|| {
-            let l = labels();
-            (self.spend.get_or_create(&l).clone(), l)
+        self.spend_handles.with(&self.spend, key, labels, |c| {
+            c.inc_by(usd);
         });
-        c.inc_by(usd);
     }
 
     /// A request of the caller with label id `caller` arrived with no
     /// deadline; `name` makes its label the first time.
     pub(crate) fn no_deadline(&self, caller: u32, name: impl FnOnce() -> String) {
-        let mut handles = self
-            .no_deadline_handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let (c, _) = handles.entry(caller).or_insert_with(|| {
-            let l = CallerOnly { caller: name() };
-            (self.no_deadline.get_or_create(&l).clone(), l)
-        });
-        c.inc();
+        let labels = || CallerOnly { caller: name() };
+        self.no_deadline_handles
+            .with(&self.no_deadline, caller, labels, |c| {
+                c.inc();
+            });
     }
 
     /// The caller in label slot `slot` gave up its name `old`: its token,
     /// spend and no-deadline series are removed (the label keeps N names
     /// and `other`).
     pub(crate) fn forget_caller(&self, slot: usize, old: &str) {
-        let mut none = self
-            .no_deadline_handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        none.retain(|k, (_, l)| {
-            let keep = !((*k as usize & 0xffff) == slot && l.caller == old);
-            if !keep {
-                self.no_deadline.remove(l);
-            }
-            keep
-        });
-        let gone =
-            |key: &TokensKey, caller: &str| (key.3 as usize & 0xffff) == slot && caller == old;
-        let mut tokens = self.token_handles.lock().unwrap_or_else(|e| e.into_inner());
-        tokens.retain(|k, (_, l)| {
-            let keep = !gone(k, &l.caller);
-            if !keep {
-                self.tokens.remove(l);
-            }
-            keep
-        });
-        let mut spend = self.spend_handles.lock().unwrap_or_else(|e| e.into_inner());
-        spend.retain(|k, (_, l)| {
-            let keep = !gone(k, &l.caller);
-            if !keep {
-                self.spend.remove(l);
-            }
-            keep
-        });
+        let was = |id: u32, caller: &str| (id as usize & 0xffff) == slot && caller == old;
+        self.no_deadline_handles
+            .forget(&self.no_deadline, |k, l| was(*k, &l.caller));
+        self.token_handles
+            .forget(&self.tokens, |k, l| was(k.3, &l.caller));
+        self.spend_handles
+            .forget(&self.spend, |k, l| was(k.3, &l.caller));
     }
 
     /// Counts one finished logical request.
