@@ -193,7 +193,7 @@ pub(crate) fn charge(
         input_tokens: c.used.input.into(),
         output_tokens: c.used.output.into(),
         unpriced_tokens: if c.usd.is_none() { tokens } else { 0 },
-        answers: 1,
+        charges: 1,
         partial: u64::from(c.partial),
     };
     let hour = now / 3_600_000;

@@ -45,14 +45,10 @@ async fn series_since(
         if let Some(s) = redis.ledger_since(from_hour, now_hour).await {
             return (s, Source::Shared);
         }
-        let local = lock(shared).since(from_hour);
+        let local = shared.spend.ledger().since(from_hour);
         return (local, Source::LocalFallback);
     }
-    (lock(shared).since(from_hour), Source::Local)
-}
-
-fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, crate::spend::ledger::Ledger> {
-    shared.spend.ledger()
+    (shared.spend.ledger().since(from_hour), Source::Local)
 }
 
 /// `since`: a span back from now (`24h`, `90m`, `7d`; at most 32 days).
@@ -85,7 +81,7 @@ fn group_json(by: By, g: &Group) -> serde_json::Value {
         "input_tokens": t.input_tokens,
         "output_tokens": t.output_tokens,
         "unpriced_tokens": t.unpriced_tokens,
-        "charges": t.answers,
+        "charges": t.charges,
         "partial_charges": t.partial,
     })
 }
@@ -153,7 +149,7 @@ fn bad(msg: &str) -> (StatusCode, String) {
 pub(crate) fn section(shared: &Shared, out: &mut String) {
     let now = shared.clock.calendar_ms();
     let midnight = levee_policy::spend::Period::Day.start(now);
-    let groups = group(&lock(shared).since(midnight / HOUR_MS), By::Caller);
+    let groups = group(&shared.spend.ledger().since(midnight / HOUR_MS), By::Caller);
     out.push_str("<h2>Spend today (UTC, this replica)</h2>");
     if groups.is_empty() {
         out.push_str("<p id=\"spend\" class=\"none\">nothing charged yet today</p>");

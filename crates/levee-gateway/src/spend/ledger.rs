@@ -34,7 +34,7 @@ pub(crate) struct Row {
     /// Tokens with no known price (their dollars are unknown, not 0).
     pub unpriced_tokens: u64,
     /// Answers (and cut-short attempts) charged.
-    pub answers: u64,
+    pub charges: u64,
     /// Of them, counts that are partial: what arrived of an attempt cut
     /// short, or its input estimated from the request.
     pub partial: u64,
@@ -46,7 +46,7 @@ impl Row {
         self.input_tokens += o.input_tokens;
         self.output_tokens += o.output_tokens;
         self.unpriced_tokens += o.unpriced_tokens;
-        self.answers += o.answers;
+        self.charges += o.charges;
         self.partial += o.partial;
     }
 }
@@ -118,7 +118,7 @@ impl Ledger {
             .iter()
             .map(|n| SeriesNames::clone(n))
             .zip(sums)
-            .filter(|(_, r)| r.answers > 0)
+            .filter(|(_, r)| r.charges > 0)
             .collect()
     }
 }
@@ -223,7 +223,7 @@ mod tests {
         Row {
             usd: x,
             input_tokens: 10,
-            answers: 1,
+            charges: 1,
             ..Row::default()
         }
     }

@@ -112,7 +112,7 @@ impl RedisState {
             ("in", row.input_tokens),
             ("out", row.output_tokens),
             ("unpriced", row.unpriced_tokens),
-            ("n", row.answers),
+            ("n", row.charges),
             ("partial", row.partial),
         ];
         for (m, n) in counts.into_iter().filter(|(_, n)| *n > 0) {
@@ -174,7 +174,7 @@ impl RedisState {
                 "in" => row.input_tokens += int(),
                 "out" => row.output_tokens += int(),
                 "unpriced" => row.unpriced_tokens += int(),
-                "n" => row.answers += int(),
+                "n" => row.charges += int(),
                 "partial" => row.partial += int(),
                 _ => {}
             }
