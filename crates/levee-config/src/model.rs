@@ -49,6 +49,10 @@ pub struct Provider {
     pub discount: f64,
     /// The most HTTP/1 connections open to it at once (`max_connections`).
     pub max_connections: u32,
+    /// The retries a second each of its models is sent whatever the
+    /// successes, shared by every route that sends to it: the largest
+    /// `retry.budget.min_per_second` of those routes (`None`: all 0).
+    pub retry_floor: Option<RetryBudget>,
     /// How the key from `api_key_env` is sent (the dialect's own way when
     /// not written: `bearer` for OpenAI, `header x-api-key` for Anthropic).
     pub auth: crate::values::Auth,
@@ -61,9 +65,18 @@ pub struct Provider {
 impl Provider {
     /// Fresh runtime state for this provider.
     pub fn new_state(&self) -> ProviderState {
-        ProviderState::new(self.breaker.clone(), None, self.max_in_flight).with_allowance(
-            levee_policy::allowance::Allowance::new(self.limits).with_shares(&self.shares),
-        )
+        let state = ProviderState::new(self.breaker.clone(), None, self.max_in_flight)
+            .with_allowance(
+                levee_policy::allowance::Allowance::new(self.limits).with_shares(&self.shares),
+            );
+        self.with_floor(state)
+    }
+
+    fn with_floor(&self, state: ProviderState) -> ProviderState {
+        match &self.retry_floor {
+            Some(floor) => state.with_retry_floor(floor.clone()),
+            None => state,
+        }
     }
 
     /// Fresh runtime state without the configured meters (they are
@@ -71,9 +84,11 @@ impl Provider {
     /// the meters the provider reports are still learned.
     pub fn new_state_without_allowance(&self) -> ProviderState {
         let limits = levee_policy::allowance::Limits::default();
-        ProviderState::new(self.breaker.clone(), None, self.max_in_flight).with_allowance(
-            levee_policy::allowance::Allowance::new(limits).with_shares(&self.shares),
-        )
+        let state = ProviderState::new(self.breaker.clone(), None, self.max_in_flight)
+            .with_allowance(
+                levee_policy::allowance::Allowance::new(limits).with_shares(&self.shares),
+            );
+        self.with_floor(state)
     }
 }
 

@@ -83,6 +83,10 @@ pub struct RetryBudget {
     slots: [Slot; SLOTS],
     /// Retries that worked are refunded (`refunds: false`: never).
     refunds: bool,
+    /// Whether the floor (`min_per_second`) is this budget's own to spend;
+    /// false when the routes to one provider and model share one floor
+    /// ([`RetryBudget::without_floor`]).
+    own_floor: bool,
 }
 
 /// A budget's settings, as a config states them. [`Default`] holds Levee's
@@ -148,7 +152,41 @@ impl RetryBudget {
             // Epoch 0 with zero counts is harmless whether or not it is "live".
             slots: [Slot::default(); SLOTS],
             refunds: s.refunds,
+            own_floor: true,
         }
+    }
+
+    /// The same budget with its floor spent elsewhere: only what successes
+    /// and refunds put in can be withdrawn here. Twenty routes to one
+    /// provider, each with a floor of 5 retries a second, sent it 100
+    /// retries a second through an outage it answered none of; with the
+    /// floor held once per provider and model (see
+    /// [`crate::ProviderState::withdraw_floor`]) they send 5. The floor
+    /// still widens the ceiling on refunded retries. A budget with no floor
+    /// (`min_per_second: 0`) has none to share and draws on none.
+    pub fn without_floor(mut self) -> Self {
+        self.own_floor = self.reserve_milli == 0;
+        self
+    }
+
+    /// Whether this budget's floor is held elsewhere, shared
+    /// ([`RetryBudget::without_floor`]): a retry it cannot pay for may be
+    /// paid from the shared floor.
+    pub fn shares_floor(&self) -> bool {
+        !self.own_floor
+    }
+
+    /// A budget that is a floor alone: `floor_per_second` retries a second
+    /// over `window`, whatever the successes (none deposit into it).
+    pub fn floor(floor_per_second: f64, window: Duration) -> Result<Self, BudgetError> {
+        let mut b = RetryBudget::new(0.0, floor_per_second, window)?;
+        b.refunds = false;
+        Ok(b)
+    }
+
+    /// The window credit ages out over.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.slot_ns.saturating_mul(SLOTS as u64))
     }
 
     /// Retries a second it allows whatever the successes (`min_per_second`).
@@ -181,7 +219,11 @@ impl RetryBudget {
     /// Milli-tokens available now (may be negative only transiently; never below zero after a refusal).
     fn balance_milli(&self, now: Instant) -> i128 {
         let e = self.epoch(now);
-        let mut bal = i128::from(self.reserve_milli);
+        let mut bal = if self.own_floor {
+            i128::from(self.reserve_milli)
+        } else {
+            0
+        };
         for s in &self.slots {
             if s.epoch <= e && e - s.epoch < SLOTS as u64 {
                 bal += i128::from(s.deposits) - i128::from(s.withdrawals) * i128::from(MILLI);
@@ -343,6 +385,27 @@ mod tests {
         assert!(!b.try_free(at_ms(10_500)));
         b.refund(at_ms(10_500), 50);
         assert_eq!(b.available(at_ms(10_500)), 10 + 5, "ratio and floor only");
+    }
+
+    /// A budget whose floor is shared elsewhere withdraws only what
+    /// successes put in; its floor still widens the refund ceiling; a
+    /// budget with no floor has none to share.
+    #[test]
+    fn a_budget_without_its_floor_spends_only_what_successes_fund() {
+        let b = RetryBudget::new(0.1, 5.0, Duration::from_secs(1)).unwrap();
+        let mut shared = b.clone().without_floor();
+        assert!(shared.shares_floor());
+        let t = at_ms(10_000);
+        assert!(!shared.try_withdraw(t), "no success, no floor of its own");
+        for _ in 0..20 {
+            shared.deposit(t);
+        }
+        assert_eq!(shared.available(t), 2, "20 successes at 0.1");
+        // The ceiling on free retries: 2 per answer plus the floor's 5.
+        let free = (0..100).filter(|_| shared.try_free(t)).count();
+        assert_eq!(free, 45);
+        let none = RetryBudget::new(0.1, 0.0, Duration::from_secs(1)).unwrap();
+        assert!(!none.without_floor().shares_floor());
     }
 
     #[test]

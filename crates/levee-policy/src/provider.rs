@@ -25,6 +25,7 @@
 use crate::admission::Gcra;
 use crate::allowance::{Allowance, Ask, Cost, Grant, Meter, Reported};
 use crate::breaker::{BreakerPermit, BreakerState, CircuitBreaker};
+use crate::budget::RetryBudget;
 use crate::classify::Class;
 use crate::graded::{Belief, Graded};
 use crate::learn::{AttemptTimes, Pace, Retries, WINNING_SHARE};
@@ -105,6 +106,9 @@ struct Domain {
     times: AttemptTimes,
     pace: Pace,
     retries: Retries,
+    /// The retries a second the model is sent whatever the successes,
+    /// shared by every route that uses it (`None`: no shared floor).
+    floor: Option<RetryBudget>,
 }
 
 impl Domain {
@@ -155,6 +159,7 @@ impl Domain {
             times: AttemptTimes::default(),
             pace: Pace::default(),
             retries: Retries::default(),
+            floor: None,
         }
     }
 }
@@ -188,6 +193,8 @@ pub struct ProviderState {
     /// When an attempt last found the provider unreachable (no connection,
     /// a reset before any answer).
     unreachable_at: Option<Instant>,
+    /// A fresh retry floor, cloned for each new model domain.
+    floor: Option<RetryBudget>,
 }
 
 /// How long a provider's report of what is left stays evidence of its
@@ -203,10 +210,42 @@ impl ProviderState {
             template: breaker,
             allowance: allowance.map_or_else(Allowance::default, |g| Allowance::from_gcra(&g)),
             unreachable_at: None,
+            floor: None,
             max_in_flight: max_in_flight.max(1),
             in_flight: 0,
             reports: [None; 4],
         }
+    }
+
+    /// The same state with a retry floor per model: `floor` (a budget
+    /// that is a floor alone, [`RetryBudget::floor`]) copied into each
+    /// model's domain, spent by [`ProviderState::withdraw_floor`] when a
+    /// route's own budget is empty.
+    pub fn with_retry_floor(mut self, floor: RetryBudget) -> Self {
+        for d in &mut self.domains {
+            d.floor = Some(floor.clone());
+        }
+        self.floor = Some(floor);
+        self
+    }
+
+    /// Withdraws a retry from `model`'s floor, if the provider has one and
+    /// it holds a retry now. The floor is the model's, not a route's: an
+    /// outage of the model gets `min_per_second` retries a second however
+    /// many routes send to it.
+    pub fn withdraw_floor(&mut self, now: Instant, model: &str) -> bool {
+        if self.floor.is_none() {
+            return false;
+        }
+        let d = if model.is_empty() {
+            0
+        } else {
+            self.domain(model)
+        };
+        self.domains[d]
+            .floor
+            .as_mut()
+            .is_some_and(|f| f.try_withdraw(now))
     }
 
     /// The same state with `allowance` (requests and tokens, shares).
@@ -242,7 +281,9 @@ impl ProviderState {
         if self.domains.len() > MAX_MODELS {
             return 0;
         }
-        self.domains.push(Domain::new(model, self.template.clone()));
+        let mut domain = Domain::new(model, self.template.clone());
+        domain.floor.clone_from(&self.floor);
+        self.domains.push(domain);
         self.domains.len() - 1
     }
 
@@ -706,6 +747,26 @@ mod tests {
         wait: None,
         provider_wide: false,
     };
+
+    /// A provider's retry floor is one per model, whoever withdraws from
+    /// it: 5 a second for `m` however many routes ask, another 5 for `n`;
+    /// no floor configured, none withdrawn.
+    #[test]
+    fn the_retry_floor_is_one_per_model_shared_by_every_withdrawal() {
+        let floor = RetryBudget::floor(5.0, Duration::from_secs(1)).unwrap();
+        let mut p = ProviderState::unlimited().with_retry_floor(floor);
+        let t = Instant::from_millis(10_000);
+        // Twenty routes asking ten times each in one instant.
+        let m = (0..200).filter(|_| p.withdraw_floor(t, "m")).count();
+        assert_eq!(m, 5);
+        let n = (0..200).filter(|_| p.withdraw_floor(t, "n")).count();
+        assert_eq!(n, 5);
+        // A second later the floor has refilled.
+        let later = t + Duration::from_secs(1);
+        assert_eq!((0..200).filter(|_| p.withdraw_floor(later, "m")).count(), 5);
+        let mut none = ProviderState::unlimited();
+        assert!(!none.withdraw_floor(t, "m"));
+    }
 
     #[test]
     fn a_throttle_holds_only_the_model_it_was_for() {

@@ -582,3 +582,19 @@ fn a_balanced_group_answers_what_one_region_and_an_ordered_fallback_cannot() {
         );
     }
 }
+
+/// Twenty routes to one provider and model share one retry floor: in an
+/// outage the breaker has not yet stopped, they send the provider what one
+/// route with all their traffic sends (twenty floors of their own peaked
+/// at 1.85x the offered load against one route's 1.47x).
+#[test]
+fn twenty_routes_to_one_provider_retry_as_one_route_does() {
+    for r in seeds("twenty-routes.yaml", |_| true) {
+        let one = variant(&r, "one route");
+        let twenty = variant(&r, "twenty routes");
+        assert!(
+            twenty.amplification_peak <= one.amplification_peak + 0.1,
+            "{one:?}\n{twenty:?}"
+        );
+    }
+}

@@ -435,7 +435,7 @@ fn render(
             let _ = writeln!(out, "  warning: {w}");
         }
     }
-    let _ = crate::floors::render(&mut out, config);
+    crate::floors::render(&mut out, config);
     let stranded = crate::census_check::render_census(&mut out, config, callers);
     (out, stranded)
 }

@@ -1,58 +1,41 @@
-//! The retry floors a config adds up to: each route's budget lets every
-//! target `min_per_second` retries whatever its successes, so in an outage
-//! of one provider every route that sends to it retries at its floor.
-//! Twenty routes at the default 5 a second are 100 retries a second into a
-//! provider that answers none. `levee check` prints the sum per provider
-//! and warns when it is more than [`WARN_OVER`] a second and twice the
-//! largest single floor (several routes adding up, not one generous one).
+//! The retry floors of a config: each provider's models get
+//! `min_per_second` retries a second whatever the successes, one floor per
+//! provider and model shared by every route that sends to it (the largest
+//! of those routes' `min_per_second`). `levee check` prints each shared
+//! floor where several routes send to one provider, so an operator sees
+//! that twenty routes at the default 5 a second are 5 retries a second into
+//! an outage of it, not 100.
 
 use levee_config::Config;
 use std::fmt::Write;
 
-/// The sum of floors a provider may take before `levee check` warns.
-pub(crate) const WARN_OVER: f64 = 20.0;
-
-/// Each provider's floors: (provider, sum, budgets adding to it, largest).
-fn floors(config: &Config) -> Vec<(String, f64, usize, f64)> {
-    let mut out: Vec<(String, f64, usize, f64)> = Vec::new();
-    for route in &config.routes {
-        let floor = route.budget.floor_per_second();
-        for t in &route.targets {
-            let name = &config.providers[t.provider].name;
-            match out.iter_mut().find(|(n, ..)| n == name) {
-                Some(e) => {
-                    e.1 += floor;
-                    e.2 += 1;
-                    e.3 = e.3.max(floor);
-                }
-                None => out.push((name.clone(), floor, 1, floor)),
-            }
+/// The floors' section of `levee check`'s report: each provider that
+/// several routes send to, its shared floor and how many routes share it.
+pub(crate) fn render(out: &mut String, config: &Config) {
+    let mut lines = Vec::new();
+    for (ix, p) in config.providers.iter().enumerate() {
+        let routes = config
+            .routes
+            .iter()
+            .filter(|r| r.targets.iter().any(|t| t.provider == ix))
+            .count();
+        if routes < 2 {
+            continue;
         }
+        let floor = p.retry_floor.as_ref().map_or(0.0, |f| f.floor_per_second());
+        lines.push(format!(
+            "  {}: {floor:.0}/s per model, shared by {routes} routes",
+            p.name
+        ));
     }
-    out
-}
-
-/// The floors' section of `levee check`'s report; returns its warnings.
-pub(crate) fn render(out: &mut String, config: &Config) -> Vec<String> {
-    let all = floors(config);
-    let mut warnings = Vec::new();
-    if all.iter().all(|(_, _, n, _)| *n <= 1) {
-        return warnings;
+    if lines.is_empty() {
+        return;
     }
     let _ = writeln!(
         out,
-        "\nretry floors (retries a second each provider is sent in an outage, at every route's min_per_second)"
+        "\nretry floors (retries a second each model is sent in an outage of it, whatever the successes: the largest `min_per_second` of the routes that send to it, shared by them)"
     );
-    for (name, sum, n, largest) in &all {
-        let _ = writeln!(out, "  {name}: {sum:.0}/s from {n} route target(s)");
-        if *sum > WARN_OVER && *sum > 2.0 * largest {
-            warnings.push(format!(
-                "provider `{name}`: {n} route targets' retry floors add up to {sum:.0} retries a second in an outage of it (each `retry.budget.min_per_second`, default 5): lower `min_per_second` on the routes that need no floor, or merge routes"
-            ));
-        }
+    for l in lines {
+        let _ = writeln!(out, "{l}");
     }
-    for w in &warnings {
-        let _ = writeln!(out, "  warning: {w}");
-    }
-    warnings
 }

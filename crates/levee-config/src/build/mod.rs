@@ -18,7 +18,7 @@ use crate::raw::{
 };
 use crate::values::{Api, BackendKind};
 use crate::{Caller, Config, BUILTIN_MOCK, BUILTIN_MOCK_ANTHROPIC};
-use levee_policy::BreakerSettings;
+use levee_policy::{BreakerSettings, RetryBudget};
 use provider::{builtin_mock_provider, providers};
 use std::net::SocketAddr;
 
@@ -41,8 +41,9 @@ impl Config {
         } else {
             providers(src, &raw)?
         };
-        let routes = routes(src, &raw.routes, &mut providers, declared, builtin_mock)?;
+        let mut routes = routes(src, &raw.routes, &mut providers, declared, builtin_mock)?;
         derive_in_flight_caps(&mut providers, &routes);
+        share_retry_floors(&mut providers, &mut routes);
         weigh_shares(&raw.callers, &mut providers);
         let prices = prices(src, &raw.prices, &providers)?;
         Ok(Config {
@@ -248,6 +249,28 @@ fn derive_in_flight_caps(providers: &mut [Provider], routes: &[Route]) {
                 expected_attempt: expected,
             };
         }
+    }
+}
+
+/// Moves the routes' retry floors (`min_per_second`) to the providers they
+/// send to, one floor per provider and model, shared: the largest floor of
+/// the routes that use the provider (each route was promised at least its
+/// own), over that route's window. A route's budget keeps what successes
+/// and refunds put in. Without this, twenty routes to one provider were
+/// twenty floors: 100 retries a second into an outage at the default 5.
+fn share_retry_floors(providers: &mut [Provider], routes: &mut [Route]) {
+    for (ix, p) in providers.iter_mut().enumerate() {
+        let largest = routes
+            .iter()
+            .filter(|r| r.targets.iter().any(|t| t.provider == ix))
+            .map(|r| (r.budget.floor_per_second(), r.budget.window()))
+            .filter(|(floor, _)| *floor > 0.0)
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        // Valid by construction: a route's own floor and window passed the same check.
+        p.retry_floor = largest.and_then(|(floor, window)| RetryBudget::floor(floor, window).ok());
+    }
+    for r in routes {
+        r.budget = r.budget.clone().without_floor();
     }
 }
 

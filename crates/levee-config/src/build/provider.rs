@@ -33,6 +33,7 @@ pub(super) fn builtin_mock_provider(name: &str, api: Api) -> Provider {
         http2_max_streams: defaults::HTTP2_MAX_STREAMS,
         discount: 0.0,
         max_connections: defaults::MAX_CONNECTIONS,
+        retry_floor: None,
         auth: dialect_auth(api),
         headers: Vec::new(),
         query: Vec::new(),
@@ -270,6 +271,7 @@ fn provider(
             .map_or(defaults::HTTP2_MAX_STREAMS, |m| m.0),
         discount: p.discount.unwrap_or(0.0),
         max_connections: p.max_connections.map_or(defaults::MAX_CONNECTIONS, |m| m.0),
+        retry_floor: None,
         auth: p.auth.clone().unwrap_or_else(|| p.api.key_auth()),
         headers: p
             .headers

@@ -144,7 +144,18 @@ impl Dependencies for GatewayDeps<'_> {
         self.provider(t).lock().finish(now, permit, class)
     }
     fn withdraw(&mut self, t: usize, now: levee_policy::Instant) -> bool {
-        self.shared.routes[self.route].budget(t).try_withdraw(now)
+        let shares_floor = {
+            let mut budget = self.shared.routes[self.route].budget(t);
+            if budget.try_withdraw(now) {
+                return true;
+            }
+            budget.shares_floor()
+        };
+        shares_floor
+            && self
+                .provider(t)
+                .lock()
+                .withdraw_floor(now, self.upstream_model(t))
     }
     fn budget_refused(&mut self, t: usize) {
         let refused = &self.seen.budget_refused;

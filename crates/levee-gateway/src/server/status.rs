@@ -254,6 +254,10 @@ fn providers(shared: &Shared, out: &mut String) {
                 }
             }
         }
+        // The floor the routes share, per model (not a route's own).
+        if let Some(floor) = &shared.config.providers[pi].retry_floor {
+            budgets.push(format!("floor {:.0}/s per model", floor.floor_per_second()));
+        }
         let _ = write!(
             out,
             "<tr data-provider=\"{name}\" data-breaker=\"{state_word}\"><td>{name}</td>\

@@ -32,7 +32,8 @@ pub trait Dependencies {
     /// returns whether retries on its model were winning before it (see
     /// [`crate::learn::Retries`]; `None`: too few to tell).
     fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool>;
-    /// Withdraws one retry from target `t`'s budget.
+    /// Withdraws one retry from target `t`'s budget: the route's own, or
+    /// else the floor its provider and model share with other routes.
     fn withdraw(&mut self, t: usize, now: Instant) -> bool;
     /// The planner gave up a retry on target `t` for lack of budget (a
     /// failed [`Dependencies::withdraw`] that a retry waits on is not one
@@ -127,7 +128,12 @@ impl Dependencies for Deps<'_> {
         self.providers[self.target_provider[t]].finish(now, permit, class)
     }
     fn withdraw(&mut self, t: usize, now: Instant) -> bool {
-        self.budgets[t].try_withdraw(now)
+        let budget = &mut self.budgets[t];
+        if budget.try_withdraw(now) {
+            return true;
+        }
+        let model = self.target_model.get(t).copied().unwrap_or("");
+        budget.shares_floor() && self.providers[self.target_provider[t]].withdraw_floor(now, model)
     }
     fn deposit(&mut self, t: usize, now: Instant) {
         self.budgets[t].deposit(now)
