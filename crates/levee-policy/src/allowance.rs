@@ -37,7 +37,11 @@
 //!   borrows only above a cushion (up to a quarter of the bucket, for one
 //!   at twice its share or more), kept for the bursts of callers within
 //!   theirs; of two borrowers, the one nearer its share goes first.
+//!   A caller whose answers are mostly deterministic refusals (a bad
+//!   deploy's 400s, which its own wrapper re-sends as new requests) is held
+//!   to its share first: it borrows only above the whole cushion.
 
+use crate::classify::Class;
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -212,6 +216,8 @@ const BORROW_CUSHION: f64 = 0.25;
 const ACTIVE: Duration = Duration::from_secs(60);
 /// The time constant of a caller's reported usage rate.
 const USAGE_TAU: Duration = Duration::from_secs(10);
+/// The fewest recent answers (decayed) that can show a caller failing.
+const FAILING_ANSWERS: f64 = 5.0;
 
 impl Ask {
     /// The fraction of each bucket this ask must leave untouched.
@@ -296,6 +302,11 @@ struct Share {
     used: [f64; 4],
     used_at: Instant,
     in_flight: u32,
+    /// Decayed counts of its answers (successes and deterministic
+    /// refusals) and of the refusals among them, as of `answered_at`.
+    answers: f64,
+    refused: f64,
+    answered_at: Instant,
 }
 
 /// The most callers an allowance keeps shares for (the gateway's caller
@@ -312,7 +323,19 @@ impl Share {
             used: [0.0; 4],
             used_at: Instant::ZERO,
             in_flight: 0,
+            answers: 0.0,
+            refused: 0.0,
+            answered_at: Instant::ZERO,
         }
+    }
+
+    /// Whether its requests keep failing deterministically: half or more of
+    /// its recent answers (over [`USAGE_TAU`]) refused it, a 400 and the
+    /// like, out of at least [`FAILING_ANSWERS`].
+    fn failing(&self, now: Instant) -> bool {
+        let dt = now.saturating_since(self.answered_at).as_secs_f64();
+        let k = (-dt / USAGE_TAU.as_secs_f64()).exp();
+        self.answers * k >= FAILING_ANSWERS && self.refused >= 0.5 * self.answers
     }
 
     fn active(&self, now: Instant) -> bool {
@@ -436,9 +459,17 @@ impl Allowance {
                 // two borrowers, the one nearer its share goes first (as
                 // max-min fairness would have it).
                 let over = (used_rate / share_rate.max(f64::MIN_POSITIVE) - 1.0).clamp(0.0, 1.0);
+                // A caller whose requests keep failing deterministically
+                // (a bad deploy's 400s, re-sent by its own wrapper as new
+                // requests) is held to its share first: it borrows only
+                // above the whole cushion, whatever its priority. Healthy
+                // callers next to one were refused 2 requests a minute
+                // its re-sends had taken.
+                let failing = self.shares[me].failing(now);
+                let over = if failing { 1.0 } else { over };
                 // A high-priority caller's first attempts borrow first.
                 let first_high = ask.priority == Priority::High && !ask.retry && !ask.fallback;
-                let cushion = match first_high {
+                let cushion = match first_high && !failing {
                     true => 0.0,
                     false => BORROW_CUSHION * over * b.capacity,
                 };
@@ -487,6 +518,25 @@ impl Allowance {
             cost: ask.cost,
             caller: ask.caller,
         })
+    }
+
+    /// Notes how an answer to `caller` went: refused as its own request's
+    /// fault (a 400: [`Class::Permanent`]) or a success. Faults and
+    /// throttles are the provider's, and say nothing of the caller.
+    pub fn answered(&mut self, now: Instant, caller: Option<u16>, class: Class) {
+        let refused = match class {
+            Class::Success => 0.0,
+            Class::Permanent => 1.0,
+            _ => return,
+        };
+        let Some(s) = caller.and_then(|c| self.shares.get_mut(usize::from(c))) else {
+            return;
+        };
+        let dt = now.saturating_since(s.answered_at).as_secs_f64();
+        let k = (-dt / USAGE_TAU.as_secs_f64()).exp();
+        s.answers = s.answers * k + 1.0;
+        s.refused = s.refused * k + refused;
+        s.answered_at = s.answered_at.max(now);
     }
 
     /// Notes that `ask`'s caller asked: it is active, admitted or not (the

@@ -514,6 +514,7 @@ impl ProviderState {
     pub fn finish(&mut self, now: Instant, permit: Permit, class: Class) -> Option<bool> {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.allowance.in_flight(permit.grant.caller, false);
+        self.allowance.answered(now, permit.grant.caller, class);
         // The provider-wide breaker learns only whether the provider could be
         // reached: any answer is a success for it.
         let link_class = match class {

@@ -62,6 +62,22 @@ fn without_a_callers_block_every_active_caller_keeps_an_equal_share() {
     }
 }
 
+/// With no `callers:` block, the caller whose requests keep failing with a
+/// 400 is held to its share first: Levee refuses its re-sends (over 150 a
+/// minute), and the healthy callers together under one a minute (2 a
+/// minute for the busiest of them when every caller borrowed alike).
+#[test]
+fn without_a_callers_block_the_caller_failing_deterministically_is_held_first() {
+    let v = variant(shares(), "levee, no callers block");
+    let (broken, healthy) = split(v);
+    assert!(broken.levee_rate_limited_per_minute > 150.0, "{broken:?}");
+    let refused: f64 = healthy
+        .iter()
+        .map(|e| e.levee_rate_limited_per_minute)
+        .sum();
+    assert!(refused < 1.0, "{healthy:?}");
+}
+
 #[test]
 fn with_shares_the_healthy_callers_see_no_throttling_and_the_broken_caller_alone_is_limited() {
     let r = shares();
