@@ -20,7 +20,7 @@ fn config(mock: &str) -> levee_config::Config {
         "listen: 127.0.0.1:0
 admin: {{ listen: 127.0.0.1:0 }}
 providers:
-  p: {{ api: openai, base_url: \"{mock}\" }}
+  p: {{ api: openai, base_url: \"{mock}\", connect_timeout: 250ms }}
 routes:
   - targets: [p]
     expected_attempt_ms: 200
@@ -429,6 +429,57 @@ async fn a_black_holed_provider_is_timed_out_and_leaves_no_orphan() {
         .map(|(_, n)| n)
         .sum();
     assert!(failed > 0, "the black hole shows in the attempts: {json}");
+    assert!(
+        report.outcomes.get("success").copied().unwrap_or(0) >= 50,
+        "before and after the window, calls are answered: {json}"
+    );
+    gw.shutdown().await;
+    mock.shutdown().await;
+}
+
+/// The provider goes off the network at the handshake for 2 s
+/// (`syn_blackhole`: every SYN dropped, connects wait out their timeout;
+/// requests on connections already open go unanswered): the gateway's
+/// connects time out (`connect_timeout` among the attempts by result, the
+/// provider's 250 ms `connect_timeout`), and the drill reports them, the
+/// breaker's opening, and no attempt outliving its caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_dropping_syns_is_timed_out_and_leaves_no_orphan() {
+    let (mock, gw) = servers().await;
+    let mut a = args(
+        format!("http://{}", gw.addr),
+        mock.url(),
+        &["syn_blackhole=true,from=1s,to=3s"],
+    );
+    a.duration = "4s".into();
+    a.rate = 50.0;
+    a.timeout_ms = 1500;
+    a.gateway_admin = Some(format!("http://{}", gw.admin_addr));
+    let plan = a.plan().expect("plan");
+    let report = tokio::time::timeout(Duration::from_secs(60), levee_drill::run(&plan, false))
+        .await
+        .expect("the drill ends by itself")
+        .expect("the drill runs");
+    let json = serde_json::to_value(&report).expect("json");
+    eprintln!("{json}");
+    assert_eq!(report.unanswered, 0, "{json}");
+    assert_eq!(
+        report.answered_late, 0,
+        "every answer by its deadline: {json}"
+    );
+    assert_eq!(
+        report.answers_nobody_received,
+        Some(0),
+        "no orphaned attempt: {json}"
+    );
+    let by = report
+        .upstream_attempts_by_result
+        .clone()
+        .expect("attempts by result");
+    assert!(
+        by.get("connect_timeout").copied().unwrap_or(0) > 0,
+        "connects timed out in the hole: {json}"
+    );
     assert!(
         report.outcomes.get("success").copied().unwrap_or(0) >= 50,
         "before and after the window, calls are answered: {json}"

@@ -8,6 +8,7 @@ mod misbehave;
 mod native;
 mod respond;
 mod route;
+mod syn_hole;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::body::MockBody;
+use crate::faults::Hole;
 use crate::shared::Shared;
 use crate::{admin, clock, platform};
 use levee_wire::conn::{Watch, Watched};
@@ -39,32 +41,47 @@ const MAX_BODY: usize = 32 * 1024 * 1024;
 /// Accepts connections until `stop` fires (or its sender is dropped), then
 /// aborts every connection and waits for them to be gone.
 pub(crate) async fn accept_loop(
-    listener: TcpListener,
+    mut listener: TcpListener,
     shared: Arc<Shared>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut conns = JoinSet::new();
     loop {
-        // Off the network (`blackhole`): a connection made meanwhile is
-        // taken off the listen queue and held unread, then dropped when the
-        // window ends: what it carried never arrives (as with packets a
-        // black hole drops), and no request of it is ever served.
-        if let Some(off) = shared.active().blackholed_for() {
-            let wake = tokio::time::sleep(off.min(Duration::from_secs(1)));
-            tokio::select! {
-                _ = &mut stop => break,
-                () = wake => {}
-                accepted = listener.accept() => {
-                    if let Ok((stream, _)) = accepted {
-                        conns.spawn(async move {
-                            tokio::time::sleep(off).await;
-                            drop(stream);
-                        });
+        match shared.active().blackholed_for() {
+            // Off the network, the handshake completes: a connection made
+            // meanwhile is taken off the listen queue and held unread,
+            // then dropped when the window ends: what it carried never
+            // arrives (as with packets a black hole drops), and no request
+            // of it is ever served.
+            Some((Hole::Held, off)) => {
+                let wake = tokio::time::sleep(off.min(Duration::from_secs(1)));
+                tokio::select! {
+                    _ = &mut stop => break,
+                    () = wake => {}
+                    accepted = listener.accept() => {
+                        if let Ok((stream, _)) = accepted {
+                            conns.spawn(async move {
+                                tokio::time::sleep(off).await;
+                                drop(stream);
+                            });
+                        }
+                    }
+                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                }
+                continue;
+            }
+            // Off the network at the SYN: no handshake completes.
+            Some((Hole::Syn, off)) => {
+                match syn_hole::hold(listener, off, &mut stop).await {
+                    Some(l) => listener = l,
+                    None => {
+                        conns.shutdown().await;
+                        return;
                     }
                 }
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                continue;
             }
-            continue;
+            None => {}
         }
         tokio::select! {
             _ = &mut stop => break,

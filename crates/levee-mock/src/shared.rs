@@ -99,17 +99,18 @@ impl Active {
         self.set.has_blackhole()
     }
 
-    /// How long the host stays off the network from now, under a
-    /// `blackhole` fault (`None`: it is on it); an open-ended one is
-    /// looked at again a second on.
-    pub(crate) fn blackholed_for(&self) -> Option<std::time::Duration> {
+    /// How the host is off the network and for how long from now, under a
+    /// `blackhole` or `syn_blackhole` fault (`None`: it is on it); an
+    /// open-ended one is looked at again a second on.
+    pub(crate) fn blackholed_for(&self) -> Option<(crate::faults::Hole, std::time::Duration)> {
         if !self.set.has_faults() {
             return None;
         }
         let elapsed = clock::now().saturating_duration_since(self.epoch);
-        let end = self.set.blackholed(elapsed)?;
-        Some(end.map_or(std::time::Duration::from_secs(1), |end| {
+        let (hole, end) = self.set.blackholed(elapsed)?;
+        let off = end.map_or(std::time::Duration::from_secs(1), |end| {
             end.saturating_sub(elapsed)
-        }))
+        });
+        Some((hole, off))
     }
 }

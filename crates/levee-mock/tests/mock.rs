@@ -1192,9 +1192,36 @@ async fn a_blackhole_serves_no_connection_until_its_window_ends() {
     mock.shutdown().await;
 }
 
+/// `syn_blackhole`: the host is off the network at the handshake. A
+/// connect made during the window neither completes nor is refused (the
+/// kernel drops the SYN: the client waits in SYN-SENT), and after the
+/// window the port serves again.
+#[tokio::test]
+async fn a_syn_blackhole_completes_no_handshake_until_its_window_ends() {
+    let mock = start("faults:\n  - { syn_blackhole: true, to: 1500ms }\n").await;
+    let addr = mock.local_addr();
+    // Give the accept loop its first look at the window.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let connect = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await;
+    assert!(
+        connect.is_err(),
+        "the handshake completed, or was refused: {connect:?}"
+    );
+    assert_eq!(mock.stats().connections_total, 0);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = tokio::time::timeout(Duration::from_secs(10), post_chat(addr, &chat("m")))
+        .await
+        .expect("served after the window");
+    assert_eq!(r.status, 200);
+    mock.shutdown().await;
+}
+
 #[test]
 fn a_blackhole_goes_with_a_window_only() {
     let e = levee_mock::parse_faults("faults:\n  - { blackhole: true, probability: 0.5 }\n")
         .expect_err("refused");
     assert!(e.to_string().contains("blackhole"), "{e}");
+    let e = levee_mock::parse_faults("faults:\n  - { syn_blackhole: true, model: m }\n")
+        .expect_err("refused");
+    assert!(e.to_string().contains("syn_blackhole"), "{e}");
 }

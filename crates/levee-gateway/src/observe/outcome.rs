@@ -26,6 +26,10 @@ pub enum AttemptResult {
     Throttled,
     /// No response: refused, unreachable, DNS, reset before a response.
     ConnectError,
+    /// No response: no connection opened within the provider's
+    /// `connect_timeout` (SYNs dropped: a firewall, an address nothing
+    /// routes to, a listen queue full).
+    ConnectTimeout,
     /// No response: the TLS handshake failed.
     Tls,
     /// No response head within the attempt's time.
@@ -56,6 +60,7 @@ impl AttemptResult {
             AttemptResult::Http5xx => "http_5xx",
             AttemptResult::Throttled => "throttled",
             AttemptResult::ConnectError => "connect_error",
+            AttemptResult::ConnectTimeout => "connect_timeout",
             AttemptResult::Tls => "tls",
             AttemptResult::Timeout => "timeout",
             AttemptResult::DeadlineCut => "deadline_cut",
@@ -94,7 +99,10 @@ impl AttemptResult {
     pub fn is_timed(self) -> bool {
         !matches!(
             self,
-            AttemptResult::ConnectError | AttemptResult::Tls | AttemptResult::DeadlineCut
+            AttemptResult::ConnectError
+                | AttemptResult::ConnectTimeout
+                | AttemptResult::Tls
+                | AttemptResult::DeadlineCut
         )
     }
 }
@@ -224,6 +232,9 @@ impl FallbackReason {
                     "previous attempt cut short to keep the fallback's time"
                 }
                 AttemptResult::ConnectError => "could not connect to the previous target",
+                AttemptResult::ConnectTimeout => {
+                    "no connection to the previous target opened in time"
+                }
                 AttemptResult::Tls => "TLS handshake with the previous target failed",
                 AttemptResult::CutBeforeFirstEvent => {
                     "previous target's stream ended before its first event"

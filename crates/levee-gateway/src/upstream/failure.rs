@@ -28,8 +28,10 @@ impl From<Failed> for SendError {
 /// The result (`levee_upstream_attempts_total{result}`, the log's
 /// `last_attempt`) of an attempt that got no response: `tls` when the TLS
 /// handshake failed — a certificate the gateway does not trust, expired or
-/// for another name, or a server that does not speak TLS — else
-/// `connect_error` (refused, unreachable, DNS, reset before a response).
+/// for another name, or a server that does not speak TLS —,
+/// `connect_timeout` when no connection opened within the provider's
+/// `connect_timeout`, else `connect_error` (refused, unreachable, DNS,
+/// reset before a response).
 /// Either way the core sees a connection fault (`Outcome::ConnectError`):
 /// the provider cannot be reached, and its breaker counts it.
 pub fn failure_result(e: &SendError) -> crate::observe::outcome::AttemptResult {
@@ -45,6 +47,15 @@ pub fn failure_result(e: &SendError) -> crate::observe::outcome::AttemptResult {
     while let Some(c) = cause {
         if is_tls(c) {
             return crate::observe::outcome::AttemptResult::Tls;
+        }
+        // The connector's timeout is an `io::Error` of kind `TimedOut`;
+        // only a connect can time out this way (a slow head is the
+        // attempt's own timer, never an error of the send).
+        let timed_out = c
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut);
+        if timed_out && matches!(e, SendError::Connect(_)) {
+            return crate::observe::outcome::AttemptResult::ConnectTimeout;
         }
         cause = c.source();
     }

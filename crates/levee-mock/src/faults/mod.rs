@@ -89,19 +89,21 @@ impl FaultSet {
     pub(crate) fn has_blackhole(&self) -> bool {
         self.faults
             .iter()
-            .any(|f| matches!(f.effect, Effect::Blackhole))
+            .any(|f| matches!(f.effect, Effect::Blackhole(_)))
     }
 
-    /// Whether a `blackhole` fault holds at `elapsed`: no connection is
-    /// accepted then. `Some(end)`: until then (`None` for an open end).
-    pub(crate) fn blackholed(&self, elapsed: Duration) -> Option<Option<Duration>> {
-        self.faults
-            .iter()
-            .filter(|f| matches!(f.effect, Effect::Blackhole))
-            .find(|f| {
-                f.from.is_none_or(|from| elapsed >= from) && f.to.is_none_or(|to| elapsed < to)
-            })
-            .map(|f| f.to)
+    /// Whether a `blackhole` or `syn_blackhole` fault holds at `elapsed`:
+    /// which, and until when (`None` for an open end).
+    pub(crate) fn blackholed(&self, elapsed: Duration) -> Option<(Hole, Option<Duration>)> {
+        self.faults.iter().find_map(|f| match f.effect {
+            Effect::Blackhole(hole)
+                if f.from.is_none_or(|from| elapsed >= from)
+                    && f.to.is_none_or(|to| elapsed < to) =>
+            {
+                Some((hole, f.to))
+            }
+            _ => None,
+        })
     }
 
     /// Decides what happens to one request. `elapsed` is the time since the
@@ -138,7 +140,7 @@ impl FaultSet {
                 }
                 Effect::Status(spec) => decision.outcome = Outcome::Status(*spec),
                 Effect::Reset => decision.outcome = Outcome::Reset,
-                Effect::Stall | Effect::Blackhole => decision.outcome = Outcome::Stall,
+                Effect::Stall | Effect::Blackhole(_) => decision.outcome = Outcome::Stall,
                 Effect::CutStreamAfter(n) => decision.outcome = Outcome::CutStreamAfter(*n),
             }
             if delay_found && decision.outcome != Outcome::Normal {
@@ -248,15 +250,25 @@ impl ModelMatch {
     }
 }
 
+/// How a host off the network refuses new connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hole {
+    /// The handshake completes (the kernel accepts), and the connection is
+    /// held unread: the request is sent into a void (`blackhole`).
+    Held,
+    /// The handshake never completes: the kernel drops every SYN, and a
+    /// client's connect waits out its own timeout (`syn_blackhole`).
+    Syn,
+}
+
 #[derive(Debug, Clone)]
 enum Effect {
     Status(ErrorSpec),
     Reset,
     Stall,
-    /// The host is off the network: no connection is accepted (they wait
-    /// in the listen queue, then time out), and a request on one already
-    /// open is never answered.
-    Blackhole,
+    /// The host is off the network: no connection gets through (how, the
+    /// [`Hole`] says), and a request on one already open is never answered.
+    Blackhole(Hole),
     CutStreamAfter(u32),
     Delay {
         latency: Option<Latency>,

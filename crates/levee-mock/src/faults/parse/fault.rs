@@ -11,7 +11,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Unexp
 use super::scalars::{duration, error_status, flag_true, must_be, probability, text, whole_number};
 use super::{FromMap, KeySeed};
 use crate::duration::parse_duration;
-use crate::faults::{Effect, ErrorSpec, Fault, Latency, ModelMatch};
+use crate::faults::{Effect, ErrorSpec, Fault, Hole, Latency, ModelMatch};
 
 /// Keys of one fault, in the order error messages list them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,10 +29,11 @@ enum Key {
     ChunkDelay,
     CutStreamAfter,
     Blackhole,
+    SynBlackhole,
 }
 
 /// Each key with its name, in `Key`'s order.
-const KEYS: [(Key, &str); 13] = [
+const KEYS: [(Key, &str); 14] = [
     (Key::From, "from"),
     (Key::To, "to"),
     (Key::Probability, "probability"),
@@ -46,6 +47,7 @@ const KEYS: [(Key, &str); 13] = [
     (Key::ChunkDelay, "chunk_delay"),
     (Key::CutStreamAfter, "cut_stream_after"),
     (Key::Blackhole, "blackhole"),
+    (Key::SynBlackhole, "syn_blackhole"),
 ];
 
 /// The names alone, for "unknown field" errors.
@@ -117,6 +119,10 @@ impl FromMap for Fault {
                     map.next_value_seed(flag_true("blackhole"))?;
                     b.blackhole = true;
                 }
+                Key::SynBlackhole => {
+                    map.next_value_seed(flag_true("syn_blackhole"))?;
+                    b.syn_blackhole = true;
+                }
                 Key::Latency => b.latency = Some(map.next_value_seed(LatencySeed)?),
                 Key::ChunkDelay => {
                     b.chunk_delay = Some(map.next_value_seed(duration("chunk_delay"))?)
@@ -146,6 +152,7 @@ struct FaultBuilder {
     reset: bool,
     stall: bool,
     blackhole: bool,
+    syn_blackhole: bool,
     latency: Option<Latency>,
     chunk_delay: Option<Duration>,
     cut_stream_after: Option<u32>,
@@ -153,11 +160,27 @@ struct FaultBuilder {
 
 impl FaultBuilder {
     /// A `blackhole` is the whole host's: no probability, no model.
-    fn whole_host(&self) -> Result<(), String> {
+    fn whole_host(&self, key: &str) -> Result<(), String> {
         match self.probability.is_some() || self.model.is_some() {
-            true => Err("`blackhole` takes the whole host off the network: it goes with `from` and `to` only".to_owned()),
+            true => Err(format!(
+                "`{key}` takes the whole host off the network: it goes with `from` and `to` only"
+            )),
             false => Ok(()),
         }
+    }
+
+    /// The host-wide effects asked for (`blackhole`, `syn_blackhole`).
+    fn holes(&self, effects: &mut Vec<(&str, Effect)>) -> Result<(), String> {
+        for (asked, key, hole) in [
+            (self.blackhole, "blackhole", Hole::Held),
+            (self.syn_blackhole, "syn_blackhole", Hole::Syn),
+        ] {
+            if asked {
+                self.whole_host(key)?;
+                effects.push((key, Effect::Blackhole(hole)));
+            }
+        }
+        Ok(())
     }
 
     fn finish(self) -> Result<Fault, String> {
@@ -197,10 +220,7 @@ impl FaultBuilder {
         if self.stall {
             effects.push(("stall", Effect::Stall));
         }
-        if self.blackhole {
-            self.whole_host()?;
-            effects.push(("blackhole", Effect::Blackhole));
-        }
+        self.holes(&mut effects)?;
         if let Some(n) = self.cut_stream_after {
             effects.push(("cut_stream_after", Effect::CutStreamAfter(n)));
         }
@@ -228,7 +248,7 @@ impl FaultBuilder {
         let Some((_, effect)) = effects.pop() else {
             return Err(
                 "a fault needs one effect: `status`, `reset`, `stall`, `blackhole`, \
-                        `latency`, `chunk_delay` or `cut_stream_after`"
+                        `syn_blackhole`, `latency`, `chunk_delay` or `cut_stream_after`"
                     .to_owned(),
             );
         };
