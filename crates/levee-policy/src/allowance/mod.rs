@@ -41,8 +41,11 @@
 //!   deploy's 400s, which its own wrapper re-sends as new requests) is held
 //!   to its share first: it borrows only above the whole cushion.
 
+mod bucket;
+
 use crate::classify::Class;
 use crate::time::Instant;
+use bucket::Bucket;
 use std::time::Duration;
 
 /// What an allowance meters.
@@ -236,56 +239,6 @@ impl Ask {
         let retry = if self.retry { FLOOR_RETRY } else { 0.0 };
         let fallback = if self.fallback { FLOOR_FALLBACK } else { 0.0 };
         retry + fallback
-    }
-}
-
-/// A bucket refilled continuously at its per-minute rate.
-#[derive(Clone, Debug)]
-struct Bucket {
-    per_sec: f64,
-    capacity: f64,
-    level: f64,
-    at: Instant,
-    /// Configured (`false`: learned from what the provider reported).
-    configured: bool,
-}
-
-impl Bucket {
-    fn new(per_minute: f64, capacity: f64, configured: bool) -> Self {
-        let capacity = capacity.max(1.0);
-        Bucket {
-            per_sec: (per_minute / 60.0).max(f64::MIN_POSITIVE),
-            capacity,
-            level: capacity,
-            at: Instant::ZERO,
-            configured,
-        }
-    }
-
-    fn level(&self, now: Instant) -> f64 {
-        let elapsed = now.saturating_since(self.at).as_secs_f64();
-        (self.level + elapsed * self.per_sec).min(self.capacity)
-    }
-
-    fn advance(&mut self, now: Instant) {
-        if now > self.at {
-            self.level = self.level(now);
-            self.at = now;
-        }
-    }
-
-    /// Whether `need` fits above `floor` (a fraction of the capacity) now;
-    /// else when it will. A need larger than the bucket can ever hold above
-    /// the floor goes when the bucket is full there (the provider decides).
-    fn ready(&self, now: Instant, need: f64, floor: f64) -> Result<(), Instant> {
-        let floor = floor * self.capacity;
-        let need = need.min(self.capacity - floor);
-        let have = self.level(now) - floor;
-        if have >= need - 1e-9 {
-            return Ok(());
-        }
-        let secs = (need - have) / self.per_sec;
-        Err(now + Duration::from_secs_f64(secs.clamp(0.0, 86_400.0)))
     }
 }
 
