@@ -14,6 +14,9 @@
 #   wait_for FILE REGEX         prints the first match in FILE, within 20 s
 #   free_port                   prints a free loopback TCP port
 #   need TOOL PACKAGE           installs PACKAGE with apt-get if TOOL is missing
+#   render_conf TEMPLATE OUT [KEY=VALUE...]
+#                               writes TEMPLATE (bench/proxies/*.in) to OUT with
+#                               @WORK@, @COMPLETION@ and each @KEY@ replaced
 #   proxy_yaml UP_PORT          writes $work/levee.yaml: Levee with the full policy
 #                               on in front of an upstream at 127.0.0.1:UP_PORT,
 #                               in-flight caps out of a saturation run's way
@@ -134,6 +137,15 @@ add_header cf-cache-status DYNAMIC; add_header x-content-type-options nosniff;
 add_header access-control-expose-headers X-Request-ID; add_header cf-ray 8f1e2d3c4b5a6978-IAD;
 add_header alt-svc 'h3=":443"; ma=86400';
 NGX
+}
+
+render_conf() {
+  local t="$1" out="$2"; shift 2
+  local s kv
+  s="$(cat "$t")"
+  s="${s//@WORK@/$work}"; s="${s//@COMPLETION@/$COMPLETION}"
+  for kv in "$@"; do s="${s//@${kv%%=*}@/${kv#*=}}"; done
+  printf '%s\n' "$s" >"$out"
 }
 
 proxy_yaml() {

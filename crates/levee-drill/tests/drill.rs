@@ -385,19 +385,14 @@ async fn a_live_random_loss_agrees_with_the_simulator_within_ten_percent() {
     assert!(success >= 0.9, "{said}");
 }
 
-/// The provider goes off the network for 2 s (`blackhole`: nothing is
-/// accepted, nothing on an open connection is answered): the drill reports
-/// the gateway's attempts by result (timeouts, not answers), when the
-/// breaker opened, and that no attempt outlived its caller (no answer the
-/// provider generated went to nobody, once it came back).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_black_holed_provider_is_timed_out_and_leaves_no_orphan() {
+/// Drills through a provider that goes off the network by `fault` for 2 s
+/// of 4 (50 calls a second, 1.5 s deadlines), and checks what every black
+/// hole must leave: every call answered by its deadline, no attempt outliving
+/// its caller (no answer the provider generated went to nobody, once it came
+/// back), and calls answered before and after the window.
+async fn drill_through_a_hole(fault: &str) -> (levee_drill::Report, serde_json::Value) {
     let (mock, gw) = servers().await;
-    let mut a = args(
-        format!("http://{}", gw.addr),
-        mock.url(),
-        &["blackhole=true,from=1s,to=3s"],
-    );
+    let mut a = args(format!("http://{}", gw.addr), mock.url(), &[fault]);
     a.duration = "4s".into();
     a.rate = 50.0;
     a.timeout_ms = 1500;
@@ -419,9 +414,24 @@ async fn a_black_holed_provider_is_timed_out_and_leaves_no_orphan() {
         Some(0),
         "no orphaned attempt: {json}"
     );
+    assert!(
+        report.outcomes.get("success").copied().unwrap_or(0) >= 50,
+        "before and after the window, calls are answered: {json}"
+    );
+    gw.shutdown().await;
+    mock.shutdown().await;
+    (report, json)
+}
+
+/// The provider goes off the network for 2 s (`blackhole`: connections
+/// accepted and held unread, nothing on an open connection answered): the
+/// drill reports the gateway's attempts by result (timeouts, not answers)
+/// and when the breaker opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_provider_is_timed_out_and_leaves_no_orphan() {
+    let (report, json) = drill_through_a_hole("blackhole=true,from=1s,to=3s").await;
     let by = report
         .upstream_attempts_by_result
-        .clone()
         .expect("attempts by result");
     let failed: u64 = by
         .iter()
@@ -429,61 +439,21 @@ async fn a_black_holed_provider_is_timed_out_and_leaves_no_orphan() {
         .map(|(_, n)| n)
         .sum();
     assert!(failed > 0, "the black hole shows in the attempts: {json}");
-    assert!(
-        report.outcomes.get("success").copied().unwrap_or(0) >= 50,
-        "before and after the window, calls are answered: {json}"
-    );
-    gw.shutdown().await;
-    mock.shutdown().await;
 }
 
 /// The provider goes off the network at the handshake for 2 s
 /// (`syn_blackhole`: every SYN dropped, connects wait out their timeout;
 /// requests on connections already open go unanswered): the gateway's
-/// connects time out (`connect_timeout` among the attempts by result, the
-/// provider's 250 ms `connect_timeout`), and the drill reports them, the
-/// breaker's opening, and no attempt outliving its caller.
+/// connects time out (`connect_timeout` among the attempts by result, at
+/// the provider's 250 ms `connect_timeout`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_dropping_syns_is_timed_out_and_leaves_no_orphan() {
-    let (mock, gw) = servers().await;
-    let mut a = args(
-        format!("http://{}", gw.addr),
-        mock.url(),
-        &["syn_blackhole=true,from=1s,to=3s"],
-    );
-    a.duration = "4s".into();
-    a.rate = 50.0;
-    a.timeout_ms = 1500;
-    a.gateway_admin = Some(format!("http://{}", gw.admin_addr));
-    let plan = a.plan().expect("plan");
-    let report = tokio::time::timeout(Duration::from_secs(60), levee_drill::run(&plan, false))
-        .await
-        .expect("the drill ends by itself")
-        .expect("the drill runs");
-    let json = serde_json::to_value(&report).expect("json");
-    eprintln!("{json}");
-    assert_eq!(report.unanswered, 0, "{json}");
-    assert_eq!(
-        report.answered_late, 0,
-        "every answer by its deadline: {json}"
-    );
-    assert_eq!(
-        report.answers_nobody_received,
-        Some(0),
-        "no orphaned attempt: {json}"
-    );
+    let (report, json) = drill_through_a_hole("syn_blackhole=true,from=1s,to=3s").await;
     let by = report
         .upstream_attempts_by_result
-        .clone()
         .expect("attempts by result");
     assert!(
         by.get("connect_timeout").copied().unwrap_or(0) > 0,
         "connects timed out in the hole: {json}"
     );
-    assert!(
-        report.outcomes.get("success").copied().unwrap_or(0) >= 50,
-        "before and after the window, calls are answered: {json}"
-    );
-    gw.shutdown().await;
-    mock.shutdown().await;
 }
