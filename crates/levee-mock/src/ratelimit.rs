@@ -2,7 +2,8 @@
 //! as the providers meter an organisation, and the rate-limit fields it
 //! sends on its answers.
 //!
-//! Each limit given is a token bucket holding one minute's allowance,
+//! Each limit given is a token bucket holding one minute's allowance (the
+//! requests bucket `request_burst` requests, when given),
 //! refilled continuously (a limit of 600/min gains one unit every 100 ms)
 //! and full when the fault set is installed. Only the generation endpoints
 //! are metered (chat completions, messages, Responses, embeddings), and only
@@ -66,6 +67,10 @@ pub(crate) struct RateLimit {
     pub tokens_per_minute: Option<u64>,
     pub input_tokens_per_minute: Option<u64>,
     pub output_tokens_per_minute: Option<u64>,
+    /// The most requests the requests bucket holds (a minute's worth when
+    /// not given): a per-minute limit enforced over a shorter interval, as
+    /// both providers say they may (60 a minute as one a second).
+    pub request_burst: Option<u64>,
 }
 
 /// Nanoseconds in the minute each limit is given over: a bucket's level is
@@ -79,6 +84,8 @@ const MAX_REFILL_NS: i128 = 86_400 * 1_000_000_000;
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     per_minute: u64,
+    /// The most tokens it holds.
+    holds: u64,
     /// Tokens × `MINUTE_NS`; below zero while output taken on credit is
     /// being repaid.
     level: i128,
@@ -86,18 +93,20 @@ struct Bucket {
 
 impl Bucket {
     fn full(per_minute: u64) -> Bucket {
+        Bucket::holding(per_minute, per_minute)
+    }
+
+    /// A full bucket refilled at `per_minute` that holds `holds` tokens.
+    fn holding(per_minute: u64, holds: u64) -> Bucket {
         Bucket {
             per_minute,
-            level: Self::capacity_of(per_minute),
+            holds,
+            level: i128::from(holds) * MINUTE_NS,
         }
     }
 
-    fn capacity_of(per_minute: u64) -> i128 {
-        i128::from(per_minute) * MINUTE_NS
-    }
-
     fn capacity(&self) -> i128 {
-        Self::capacity_of(self.per_minute)
+        i128::from(self.holds) * MINUTE_NS
     }
 
     fn refill(&mut self, elapsed_ns: i128) {
@@ -210,7 +219,9 @@ impl Limiter {
         };
         let buckets = Buckets {
             at: clock::now(),
-            requests: limit.requests_per_minute.map(Bucket::full),
+            requests: limit
+                .requests_per_minute
+                .map(|rpm| Bucket::holding(rpm, limit.request_burst.unwrap_or(rpm))),
             tokens: limit.tokens_per_minute.map(Bucket::full),
             input: limit.input_tokens_per_minute.map(Bucket::full),
             output: limit.output_tokens_per_minute.map(Bucket::full),

@@ -186,6 +186,35 @@ async fn a_bucket_refills_over_the_minute() {
     assert_eq!(r.header("x-ratelimit-reset-requests"), Some("100ms"));
 }
 
+/// `request_burst`: the requests bucket holds that many, not a minute's
+/// worth: 2,000 a minute with a burst of 33 takes 33 at once, then one
+/// every 30 ms, as a provider enforcing its minute over a second does.
+#[tokio::test(start_paused = true)]
+async fn a_request_burst_bounds_the_bucket_below_a_minute() {
+    let mock = mock(
+        "rate_limit: { requests_per_minute: 2000, request_burst: 33 }\n",
+        MockApi::OpenAi,
+    );
+    for i in 1..=33u64 {
+        let r = chat(&mock, CHAT).await;
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(r.num("x-ratelimit-remaining-requests"), 33 - i);
+    }
+    assert_eq!(chat(&mock, CHAT).await.status, 429);
+    advance(Duration::from_millis(31)).await;
+    assert_eq!(chat(&mock, CHAT).await.status, 200);
+    assert_eq!(chat(&mock, CHAT).await.status, 429);
+    // Never more than the burst, however long it rests.
+    advance(Duration::from_secs(60)).await;
+    let r = chat(&mock, CHAT).await;
+    assert_eq!(r.num("x-ratelimit-remaining-requests"), 32);
+    assert!(
+        levee_mock::parse_faults("rate_limit: { request_burst: 5 }\n")
+            .is_err_and(|e| e.to_string().contains("requests_per_minute")),
+        "a burst alone is refused"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Tokens per minute (OpenAI: input estimate + max_tokens at admission)
 // ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 //! `rate_limit: { requests_per_minute: N, tokens_per_minute: N,
-//! input_tokens_per_minute: N, output_tokens_per_minute: N }`: the mock's
-//! own limits (see `crate::ratelimit`), each a whole number above 0, at
-//! least one given.
+//! input_tokens_per_minute: N, output_tokens_per_minute: N,
+//! request_burst: N }`: the mock's own limits (see `crate::ratelimit`),
+//! each a whole number above 0, at least one limit given (`request_burst`,
+//! the requests bucket's size, only with `requests_per_minute`).
 
 use serde::de::{self, MapAccess};
 
@@ -15,6 +16,7 @@ const KEYS: &[&str] = &[
     "tokens_per_minute",
     "input_tokens_per_minute",
     "output_tokens_per_minute",
+    "request_burst",
 ];
 
 impl FromMap for RateLimit {
@@ -33,7 +35,8 @@ impl FromMap for RateLimit {
                 0 => &mut limit.requests_per_minute,
                 1 => &mut limit.tokens_per_minute,
                 2 => &mut limit.input_tokens_per_minute,
-                _ => &mut limit.output_tokens_per_minute,
+                3 => &mut limit.output_tokens_per_minute,
+                _ => &mut limit.request_burst,
             };
             if slot.is_some() {
                 return Err(de::Error::custom(format_args!(
@@ -46,6 +49,11 @@ impl FromMap for RateLimit {
                 |s| s.as_u64().filter(|n| *n > 0),
             ))?;
             *slot = Some(value);
+        }
+        if limit.request_burst.is_some() && limit.requests_per_minute.is_none() {
+            return Err(de::Error::custom(
+                "`request_burst` is the requests bucket's size: it goes with `requests_per_minute`",
+            ));
         }
         if limit == RateLimit::default() {
             return Err(de::Error::custom(
