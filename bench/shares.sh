@@ -21,10 +21,12 @@
 #
 #   bench/shares.sh [SECONDS] [FROM] [TO] [ROUNDS]      # default 100 10 90 1
 #
-# Note: the mock's bucket holds a whole minute's allowance when the
-# document is installed (as OpenAI's and Anthropic's do); the simulator's
-# provider holds a second's (burst 33). A run much shorter than the
-# scenario's 240 s may therefore see few 429s on the direct path.
+# The mock's requests bucket holds a second's worth (`request_burst: 33`,
+# as the simulator's provider does, and as the providers say they may
+# enforce a per-minute limit over shorter intervals); Levee's own default
+# burst is the same second's worth. With a minute's worth (a run of 100 s
+# against a bucket of 2,000) the direct path never ran short and the run
+# showed nothing.
 #
 # Environment: LEVEE_BIN (skip the build; otherwise target/release/levee is
 # used when no file under crates/ or Cargo.* is newer, else it is built with
@@ -58,7 +60,7 @@ doc="$(jq -cn --arg from "${FROM}s" --arg to "${TO}s" '{
     {latency: {p50: "200ms", p99: "500ms"}},
     {status: 400, model: "draft-with-tools", from: $from, to: $to}
   ],
-  rate_limit: {requests_per_minute: 2000}}')"
+  rate_limit: {requests_per_minute: 2000, request_burst: 33}}')"
 printf 'faults: []\n' >"$work/faults.yaml"
 start_mock --seed 1 --faults "$work/faults.yaml"
 
