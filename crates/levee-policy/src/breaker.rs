@@ -579,6 +579,26 @@ mod tests {
         }
     }
 
+    /// Sends successes at `t` until the breaker reads closed (its probes).
+    fn recover(b: &mut CircuitBreaker, t: Instant) {
+        for _ in 0..10 {
+            if b.state(t) == BreakerState::Closed {
+                return;
+            }
+            assert!(run(b, t, Class::Success), "a probe refused");
+        }
+        panic!("{:?} after ten probes", b.state(t));
+    }
+
+    /// Sends successes at `t` until one is refused; returns how many went.
+    fn until_refused(b: &mut CircuitBreaker, t: Instant) -> usize {
+        let through = (0..10_000)
+            .take_while(|_| run(b, t, Class::Success))
+            .count();
+        assert!(through < 10_000, "nothing refused");
+        through
+    }
+
     #[test]
     fn a_streak_opens_it_then_it_probes_and_closes() {
         let mut b = breaker();
@@ -966,6 +986,130 @@ mod tests {
         b.record(later, p1, Class::Success);
         b.record(later, p2, Class::Success);
         assert_eq!(b.refusing_until(later), None, "closed");
+    }
+
+    /// The ramp after a close lasts three windows at most: at that instant it
+    /// lifts, even while a wave keeps it refusing up to the instant before.
+    #[test]
+    fn the_ramp_lifts_three_windows_after_closing_even_while_it_refuses() {
+        let mut b = breaker();
+        for i in 0..1_000u64 {
+            run(&mut b, Instant::from_millis(i * 10), Class::Success);
+        }
+        let t = Instant::from_millis(10_000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        let back = t + Duration::from_secs(1);
+        recover(&mut b, back);
+        // A wave each second keeps it refusing: no calm window lifts it.
+        let ends = back + Duration::from_secs(30);
+        for s in 0..30u64 {
+            until_refused(&mut b, back + Duration::from_secs(s));
+        }
+        let just_before = ends - Duration::from_millis(1);
+        until_refused(&mut b, just_before);
+        assert_eq!(b.state(just_before), BreakerState::Recovering);
+        assert_eq!(b.state(ends), BreakerState::Closed);
+        assert!((0..1_000).all(|_| run(&mut b, ends, Class::Success)));
+    }
+
+    /// An open period ends on time even when the last probe went out less
+    /// than a probe interval before it: from its end the breaker refuses no
+    /// longer and admits a half-open probe.
+    #[test]
+    fn an_open_period_ends_on_time_whatever_the_last_probe() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        // A probe half a second before the 5 s are up fails.
+        assert!(run(&mut b, t + Duration::from_millis(4_500), FAULT));
+        let end = t + Duration::from_secs(5);
+        assert_eq!(b.refusing_until(end - Duration::from_millis(1)), Some(end));
+        assert_eq!(b.refusing_until(end), None);
+        assert_eq!(b.state(end), BreakerState::HalfOpen);
+        assert!(b.admit(end).is_ok_and(|p| p.is_probe()));
+    }
+
+    /// A half-open breaker with every probe slot taken refuses an attempt
+    /// until a tenth of `open_for` later.
+    #[test]
+    fn a_full_half_open_breaker_refuses_for_a_tenth_of_open_for() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        for _ in 0..20 {
+            run(&mut b, t, FAULT);
+        }
+        let later = t + Duration::from_secs(5);
+        let _probes = (b.admit(later).unwrap(), b.admit(later).unwrap());
+        let again = later + Duration::from_millis(500);
+        assert_eq!(b.admit(later), Err(again));
+        assert_eq!(b.refusing_until(later), Some(again));
+    }
+
+    /// The streak that opens it is judged against the window's outcomes
+    /// only: losses older than the window do not make twenty faults in a
+    /// row look like random loss.
+    #[test]
+    fn losses_older_than_the_window_do_not_lengthen_the_streak() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        for _ in 0..2 {
+            run(&mut b, t, Class::Success);
+            for _ in 0..9 {
+                run(&mut b, t, FAULT);
+            }
+        }
+        assert_eq!(b.state(t), BreakerState::Closed);
+        // 15 s later (a window and a half; another bucket's slot).
+        let later = t + Duration::from_secs(15);
+        for _ in 0..20 {
+            run(&mut b, later, FAULT);
+        }
+        assert_eq!(b.state(later), BreakerState::Open);
+    }
+
+    /// The share lost that lengthens the streak is read over the window
+    /// ending now: outcomes exactly one window old are out of it.
+    #[test]
+    fn the_share_lost_leaves_out_outcomes_a_whole_window_old() {
+        let mut b = breaker();
+        let t = Instant::from_millis(1000);
+        for _ in 0..2 {
+            for _ in 0..9 {
+                run(&mut b, t, FAULT);
+            }
+            run(&mut b, t, Class::Success);
+        }
+        let window_on = t + Duration::from_secs(10);
+        assert!(b.streak_to_open(window_on - Duration::from_nanos(1)) > 100);
+        assert_eq!(b.streak_to_open(window_on), 20);
+    }
+
+    /// The ramp after a trip holds callers to the rate of the window before
+    /// it: traffic a whole window or more before the trip is no part of it,
+    /// so a breaker tripped after a quiet window closes with no ramp.
+    #[test]
+    fn traffic_a_window_before_the_trip_sets_no_ramp() {
+        let ramped = |quiet: Duration| {
+            let mut b = breaker();
+            // 100 outcomes within one bucket (the window's tenth, 1 s).
+            let t = Instant::from_millis(1000);
+            for i in 0..100u64 {
+                run(&mut b, t + Duration::from_millis(i * 5), Class::Success);
+            }
+            let tripped = t + quiet;
+            b.trip(tripped);
+            assert_eq!(b.state(tripped), BreakerState::Open);
+            let back = tripped + Duration::from_secs(1);
+            recover(&mut b, back);
+            !(0..1_000).all(|_| run(&mut b, back, Class::Success))
+        };
+        assert!(ramped(Duration::from_millis(9_999)), "in the window");
+        assert!(!ramped(Duration::from_secs(10)), "a window old");
+        assert!(!ramped(Duration::from_secs(60)), "long gone");
     }
 
     #[test]

@@ -5,9 +5,12 @@ use kit::{route, secs, status, World};
 use levee_policy::backoff::{Backoff, Jitter};
 use levee_policy::classify::{Classifier, Outcome, RetryOn};
 use levee_policy::planner::{
-    AttemptKind, Decision, Dispatch, PrimaryRefusal, Reason, RequestState, RoutePolicy,
+    AttemptKind, Decision, Dependencies, Deps, Dispatch, PrimaryRefusal, Reason, RequestState,
+    RoutePolicy,
 };
-use levee_policy::{BreakerState, CircuitBreaker, Instant, ProviderState, RetryBudget};
+use levee_policy::{
+    BreakerState, CircuitBreaker, Class, Instant, Permit, ProviderState, Refusal, RetryBudget,
+};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -794,4 +797,226 @@ fn a_retry_waits_up_to_a_second_for_a_budget_token_then_goes() {
         "{waited:?}"
     );
     assert!(waits >= 5, "rechecked the budget: {waits} waits");
+}
+
+/// The world's dependencies with a retry budget filled by hand (`tokens`),
+/// no retry going free, and the tokens refunded to it counted.
+struct HandBudget<'a> {
+    world: Deps<'a>,
+    tokens: u32,
+    refunded: u32,
+}
+
+impl Dependencies for HandBudget<'_> {
+    fn check(&self, t: usize, now: Instant) -> Result<(), Refusal> {
+        self.world.check(t, now)
+    }
+    fn admit(&mut self, t: usize, now: Instant) -> Result<Permit, Refusal> {
+        self.world.admit(t, now)
+    }
+    fn finish(&mut self, t: usize, now: Instant, permit: Permit, class: Class) -> Option<bool> {
+        self.world.finish(t, now, permit, class)
+    }
+    fn withdraw(&mut self, _t: usize, _now: Instant) -> bool {
+        let paid = self.tokens > 0;
+        self.tokens = self.tokens.saturating_sub(1);
+        paid
+    }
+    fn deposit(&mut self, t: usize, now: Instant) {
+        self.world.deposit(t, now)
+    }
+    fn refund(&mut self, _t: usize, _now: Instant, tokens: u32) {
+        self.refunded += tokens;
+    }
+    fn free_retry(&mut self, _t: usize, _now: Instant) -> bool {
+        false
+    }
+    fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
+        self.world.expected(t, now)
+    }
+    fn winning(&self, t: usize, now: Instant) -> Option<bool> {
+        self.world.winning(t, now)
+    }
+    fn headroom(&self, t: usize, now: Instant) -> Option<bool> {
+        self.world.headroom(t, now)
+    }
+}
+
+/// One target (1 s expected, three attempts) whose backoff is a fixed
+/// millisecond: the waits a test sees are the budget's rechecks.
+fn one_ms_backoff() -> RoutePolicy {
+    let quick = Backoff::schedule(&[1], Jitter::None).unwrap();
+    RoutePolicy::new(&[secs(1)], 3, Classifier::default(), quick, true).unwrap()
+}
+
+/// Asks `decide` from `now`, following its waits (`fill` may top the
+/// budget up before each ask), until it dispatches or fails; returns that
+/// decision and when it came.
+fn until_sent_or_failed(
+    p: &RoutePolicy,
+    req: &mut RequestState,
+    deps: &mut HandBudget<'_>,
+    mut now: Instant,
+    mut fill: impl FnMut(&mut HandBudget<'_>, Instant),
+) -> (Decision, Instant) {
+    let mut rng = SmallRng::seed_from_u64(9);
+    for _ in 0..100 {
+        fill(deps, now);
+        match p.decide(req, deps, now, &mut rng) {
+            Decision::Wait { until } => now = until,
+            d => return (d, now),
+        }
+    }
+    panic!("kept waiting");
+}
+
+/// A retry that never gets a budget token gives up when its patience ends,
+/// a second after the budget first refused it, not a recheck later.
+#[test]
+fn a_retry_that_never_gets_a_token_fails_when_its_second_is_up() {
+    let p = one_ms_backoff();
+    let mut w = World::new(1);
+    let mut deps = HandBudget {
+        world: w.deps(),
+        tokens: 0,
+        refunded: 0,
+    };
+    let t0 = Instant::from_millis(10_000);
+    let mut req = RequestState::new(t0 + secs(30));
+    let (first, _) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
+    assert!(matches!(first, Decision::Dispatch(_)));
+    p.record(&mut req, &mut deps, t0, status(503, None));
+    let (end, at) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
+    let Decision::Fail(f) = end else {
+        panic!("{end:?}")
+    };
+    assert_eq!(f.reason, Reason::BudgetExhausted);
+    assert_eq!(at, t0 + secs(1));
+}
+
+/// A request's patience for budget tokens runs from its first refusal: a
+/// later retry that finds the budget empty with less than a recheck of it
+/// left fails at once instead of waiting again.
+#[test]
+fn a_later_retry_keeps_the_patience_its_first_refusal_started() {
+    let p = one_ms_backoff();
+    let mut w = World::new(1);
+    let mut deps = HandBudget {
+        world: w.deps(),
+        tokens: 0,
+        refunded: 0,
+    };
+    let t0 = Instant::from_millis(10_000);
+    let mut req = RequestState::new(t0 + secs(30));
+    let (first, _) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
+    assert!(matches!(first, Decision::Dispatch(_)));
+    p.record(&mut req, &mut deps, t0, status(503, None));
+    // One token comes in as the patience ends: the retry goes then.
+    let patience_end = t0 + secs(1);
+    let mut filled = false;
+    let (retry, at) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |d, now| {
+        if now >= patience_end && !filled {
+            d.tokens = 1;
+            filled = true;
+        }
+    });
+    assert!(matches!(retry, Decision::Dispatch(d) if d.kind == AttemptKind::Retry));
+    assert_eq!(at, patience_end);
+    // It fails too; the budget is empty again and the patience spent.
+    p.record(&mut req, &mut deps, at, status(503, None));
+    let mut rng = SmallRng::seed_from_u64(9);
+    let Decision::Fail(f) = p.decide(&mut req, &mut deps, at, &mut rng) else {
+        panic!("a retry with no patience left waited");
+    };
+    assert_eq!(f.reason, Reason::BudgetExhausted);
+}
+
+/// A retry after a transient fault that works refunds its token, whether
+/// the budget paid for it at once or after it waited for a token.
+#[test]
+fn a_paid_retry_that_works_refunds_its_token() {
+    for wait_for_token in [false, true] {
+        let p = one_ms_backoff();
+        let mut w = World::new(1);
+        let mut deps = HandBudget {
+            world: w.deps(),
+            tokens: u32::from(!wait_for_token),
+            refunded: 0,
+        };
+        let t0 = Instant::from_millis(10_000);
+        let mut req = RequestState::new(t0 + secs(30));
+        let (first, _) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
+        assert!(matches!(first, Decision::Dispatch(_)));
+        p.record(&mut req, &mut deps, t0, status(503, None));
+        let token_at = t0 + Duration::from_millis(500);
+        let (retry, at) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |d, now| {
+            if wait_for_token && now == token_at {
+                d.tokens = 1;
+            }
+        });
+        assert!(
+            matches!(retry, Decision::Dispatch(d) if d.kind == AttemptKind::Retry),
+            "{retry:?}"
+        );
+        assert_eq!(at > t0 + Duration::from_millis(1), wait_for_token);
+        assert_eq!(deps.tokens, 0, "the retry was paid for");
+        p.record(&mut req, &mut deps, at, status(200, None));
+        assert_eq!(deps.refunded, 1, "waited for its token: {wait_for_token}");
+    }
+}
+
+/// A retry whose wait, expected attempt and margin add up to exactly the
+/// time left is planned; a nanosecond less and it is not.
+#[test]
+fn a_retry_the_deadline_exactly_holds_is_planned() {
+    let seven = Backoff::schedule(&[7000], Jitter::None).unwrap();
+    let p = RoutePolicy::new(&[secs(2)], 3, Classifier::default(), seven, true).unwrap();
+    let needed = secs(7) + secs(2) + p.margin();
+    for (left, planned) in [(needed, true), (needed - Duration::from_nanos(1), false)] {
+        let mut w = World::new(1);
+        let mut rng = SmallRng::seed_from_u64(3);
+        let t0 = Instant::from_millis(10_000);
+        let mut req = RequestState::new(t0 + left);
+        dispatched(&p, &mut req, &mut w, t0, &mut rng, "the first attempt");
+        p.record(&mut req, &mut w.deps(), t0, status(503, None));
+        match p.decide(&mut req, &mut w.deps(), t0, &mut rng) {
+            Decision::Wait { until } => {
+                assert!(planned, "{left:?} left");
+                assert_eq!(until, t0 + secs(7));
+                let d = dispatched(&p, &mut req, &mut w, until, &mut rng, "the retry");
+                assert_eq!((d.kind, d.timeout), (AttemptKind::Retry, secs(2)));
+            }
+            Decision::Fail(f) => {
+                assert!(!planned, "{left:?} left: {f:?}");
+                assert_eq!(f.reason, Reason::DeadlineExceeded);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// A Retry-After exactly at the route's cap is waited on; only a longer
+/// one is not.
+#[test]
+fn a_retry_after_at_the_cap_is_waited_on() {
+    let p = route(&[secs(1)], 2).with_retry_after_cap(secs(60));
+    for (asked, waited) in [(secs(60), true), (secs(61), false)] {
+        let mut w = World::new(1);
+        let mut rng = SmallRng::seed_from_u64(3);
+        let t0 = Instant::from_millis(10_000);
+        let mut req = RequestState::new(t0 + secs(300));
+        dispatched(&p, &mut req, &mut w, t0, &mut rng, "the first attempt");
+        p.record(&mut req, &mut w.deps(), t0, status(429, Some(asked)));
+        match p.decide(&mut req, &mut w.deps(), t0, &mut rng) {
+            Decision::Wait { until } => {
+                assert!(waited, "{asked:?}");
+                assert!(until >= t0 + asked, "{until:?}");
+            }
+            Decision::Fail(f) => {
+                assert!(!waited, "{asked:?}: {f:?}");
+                assert_eq!(f.reason, Reason::RateLimited);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
