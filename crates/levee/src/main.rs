@@ -58,5 +58,6 @@ fn main() {
 /// interleaved rounds): 0.88x the CPU per request and 1.11x the throughput,
 /// for 2 KiB more RSS per open slow stream (30.7 -> 32.7 KiB at 2,000).
 /// mimalloc, tried the same way, cost 12-16 KiB more per stream.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

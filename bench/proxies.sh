@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Levee against HAProxy and nginx as plain reverse proxies, side by side.
+#
+#   bench/proxies.sh [--json]
+#
+# One small OpenAI chat request (bench/lib.sh's REQUEST, answered by a
+# static nginx upstream with the 601-byte COMPLETION) through each target,
+# on 127.0.0.1, closed loop with wrk (-t1, $CONNS connections, $SECONDS_LOAD
+# s a run). Targets:
+#   direct    - the upstream nginx itself (one worker)
+#   haproxy   - HAProxy 2.6, one thread per CPU (bench/proxies/haproxy.cfg.in)
+#   nginx     - nginx, `worker_processes auto` (bench/proxies/nginx.conf.in)
+#   levee     - `levee serve` with the full policy on (deadline, retry
+#               budget, breaker, admission caps, allowance, idempotency
+#               key, metrics) and its default workers (one per CPU); the
+#               request log off (LEVEE_LOG=warn), as the proxies' access logs
+#   levee-wN  - the same with `--workers N`, for N in $WORKERS_SET: how
+#               Levee's throughput scales with worker threads. On a 2-CPU
+#               machine with wrk on one of them, workers past 2 share CPUs.
+# Rounds are interleaved, the order rotated each round, so the machine's
+# noise hits every target alike; the table gives medians of $ROUNDS rounds
+# and each round's Levee / nginx and Levee / HAProxy ratios.
+#
+# Environment: ROUNDS (3), SECONDS_LOAD (10), CONNS (16), WORKERS_SET
+# ("1 2 4"), LEVEE_BIN (skip the release build). Installs nginx, HAProxy
+# and wrk with apt-get when missing. Loopback only; every process it
+# starts is stopped on exit. Progress on stderr only on a terminal and
+# without --json; the table (or JSON) on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS="${ROUNDS:-3}"
+SECONDS_LOAD="${SECONDS_LOAD:-10}"
+CONNS="${CONNS:-16}"
+WORKERS_SET="${WORKERS_SET-1 2 4}"
+JSON=""
+[ "${1:-}" = "--json" ] && JSON=1
+if [ -t 2 ] && [ -z "$JSON" ]; then TTY=1; else TTY=""; fi
+say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
+die() { printf 'proxies.sh: %s\n' "$*" >&2; exit 1; }
+
+. bench/lib.sh
+need wrk wrk
+need nginx nginx
+need haproxy haproxy
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+HAPROXY="$(command -v haproxy || echo /usr/sbin/haproxy)"
+levee_bin release
+bench_work
+trap 'exit 130' INT TERM
+
+UP_PORT="$(free_port)"; PX_PORT="$(free_port)"; HA_PORT="$(free_port)"
+ports=(UP_PORT="$UP_PORT" PX_PORT="$PX_PORT" HA_PORT="$HA_PORT")
+mkdir -p "$work/up/tmp" "$work/px/tmp"
+render_conf bench/proxies/upstream-nginx.conf.in "$work/up/nginx.conf" "${ports[@]}"
+render_conf bench/proxies/nginx.conf.in "$work/px/nginx.conf" "${ports[@]}" WORKERS=auto
+render_conf bench/proxies/haproxy.cfg.in "$work/haproxy.cfg" "${ports[@]}" THREADS="$(nproc)"
+chmod -R a+rwx "$work/up/tmp" "$work/px/tmp"
+"$HAPROXY" -c -q -f "$work/haproxy.cfg" || die "HAProxy refused its config"
+
+"$NGINX" -e "$work/up/error.log" -p "$work/up" -c "$work/up/nginx.conf" &
+pids+=($!)
+"$NGINX" -e "$work/px/error.log" -p "$work/px" -c "$work/px/nginx.conf" &
+pids+=($!)
+"$HAPROXY" -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" &
+pids+=($!)
+
+proxy_yaml "$UP_PORT"
+declare -A URL=(
+  [direct]="http://127.0.0.1:$UP_PORT/v1/chat/completions"
+  [haproxy]="http://127.0.0.1:$HA_PORT/v1/chat/completions"
+  [nginx]="http://127.0.0.1:$PX_PORT/v1/chat/completions"
+)
+targets=(direct haproxy nginx levee)
+start_levee() { # name [serve flags...]
+  local name="$1" port admin; shift
+  port="$(free_port)"; admin="$(free_port)"
+  LEVEE_LOG=warn "$LEVEE_BIN" serve --config "$work/levee.yaml" \
+    --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" "$@" 2>"$work/$name.log" &
+  pids+=($!)
+  URL[$name]="http://127.0.0.1:$port/v1/chat/completions"
+}
+start_levee levee
+for n in $WORKERS_SET; do
+  start_levee "levee-w$n" --workers "$n"
+  targets+=("levee-w$n")
+done
+
+wait_http() { # url
+  for _ in $(seq 1 200); do
+    if curl -fs -o /dev/null -X POST -H 'content-type: application/json' -d "$REQUEST" "$1" 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  return 1
+}
+for t in "${targets[@]}"; do
+  wait_http "${URL[$t]}" || { cat "$work"/*.log "$work"/*/error.log >&2 2>/dev/null; die "$t did not come up"; }
+done
+
+cat >"$work/post.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '$REQUEST'
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("WRKRESULT %d %d %d %d %d %d\n", summary.requests, summary.duration,
+    latency:percentile(50), latency:percentile(99), e.status, e.connect + e.read + e.write + e.timeout))
+end
+LUA
+
+RAW="$work/raw.tsv"; : >"$RAW"
+run() { # round target seconds
+  local out
+  out="$(wrk -t1 -c"$CONNS" -d"${3}s" -s "$work/post.lua" "${URL[$2]}" | awk '/^WRKRESULT/')"
+  # shellcheck disable=SC2086
+  set -- "$1" "$2" $out
+  awk -v r="$1" -v t="$2" -v n="$4" -v d="$5" -v a="$6" -v b="$7" -v s="$8" -v e="$9" \
+    'BEGIN { printf "%s\t%s\t%.0f\t%d\t%d\t%d\n", r, t, n / (d / 1e6), a, b, s + e }' >>"$RAW"
+}
+
+say "warming up (2 s each)..."
+for t in "${targets[@]}"; do wrk -t1 -c"$CONNS" -d2s -s "$work/post.lua" "${URL[$t]}" >/dev/null; done
+nt=${#targets[@]}
+for r in $(seq 1 "$ROUNDS"); do
+  order=("${targets[@]:$(( (r - 1) % nt ))}" "${targets[@]:0:$(( (r - 1) % nt ))}")
+  for t in "${order[@]}"; do
+    say "round $r/$ROUNDS  $t: ${SECONDS_LOAD}s"
+    run "$r" "$t" "$SECONDS_LOAD"
+    say "$(tail -n1 "$RAW" | awk -F'\t' '{ printf "    %-10s %8s req/s  p50 %6s us  p99 %6s us  errors %s", $2, $3, $4, $5, $6 }')"
+  done
+done
+
+python3 - "$RAW" "$ROUNDS" "$CONNS" "$(nproc)" "${JSON:-0}" "${targets[*]}" <<'PY'
+import json, statistics, sys
+from collections import defaultdict
+raw, rounds, conns, ncpu, as_json, targets = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5] == "1", sys.argv[6].split()
+by = defaultdict(dict)  # target -> round -> row
+for line in open(raw):
+    r, t, rps, p50, p99, errs = line.rstrip("\n").split("\t")
+    by[t][int(r)] = dict(rps=float(rps), p50=int(p50) / 1000, p99=int(p99) / 1000, errors=int(errs))
+med = statistics.median
+def m(t, k):
+    return med(x[k] for x in by[t].values())
+def ratios(a, b):
+    return [by[a][r]["rps"] / by[b][r]["rps"] for r in range(1, rounds + 1) if r in by[a] and r in by[b]]
+out = {"rounds": rounds, "connections": int(conns), "cpus": int(ncpu), "targets": {}}
+for t in targets:
+    out["targets"][t] = {"rps": m(t, "rps"), "p50_ms": m(t, "p50"), "p99_ms": m(t, "p99"),
+                         "vs_nginx": med(ratios(t, "nginx")), "vs_haproxy": med(ratios(t, "haproxy")),
+                         "errors": sum(x["errors"] for x in by[t].values())}
+best_p99 = min(m("nginx", "p99"), m("haproxy", "p99"))
+out["levee_vs_nginx_rounds"] = ratios("levee", "nginx")
+out["levee_vs_haproxy_rounds"] = ratios("levee", "haproxy")
+out["p99_target_ms"] = 1.5 * best_p99 + 0.3
+if as_json:
+    print(json.dumps(out, indent=2))
+    sys.exit(0)
+print(f"wrk -t1 -c{conns}, medians of {rounds} interleaved rounds, {ncpu} CPUs")
+print()
+print("| target | req/s | vs nginx | vs HAProxy | p50 ms | p99 ms | errors |")
+print("|---|---|---|---|---|---|---|")
+for t in targets:
+    x = out["targets"][t]
+    bold = "**" if t == "levee" else ""
+    print(f"| {bold}{t}{bold} | {bold}{x['rps']:,.0f}{bold} | {x['vs_nginx']:.2f} | {x['vs_haproxy']:.2f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} |")
+print()
+fmt = lambda xs: ", ".join(f"{v:.2f}" for v in xs)
+lv = out["targets"]["levee"]
+print(f"- Levee / nginx per round: {fmt(out['levee_vs_nginx_rounds'])} (target >= 1.00)")
+print(f"- Levee / HAProxy per round: {fmt(out['levee_vs_haproxy_rounds'])} (target >= 1.00)")
+print(f"- Levee p99 {lv['p99_ms']:.2f} ms against 1.5 x the better proxy's ({best_p99:.2f} ms) + 0.3 ms = {out['p99_target_ms']:.2f} ms")
+PY
