@@ -53,7 +53,8 @@ where
     B::Error: Into<BoxError>,
 {
     let dialect = Dialect::of_request(native::canonical(req.uri().path()), req.headers());
-    // The answer's future (every await on the request path, ~2.5 KiB) has
+    // The answer's future (every await on the request path: 7,824 bytes by
+    // dhat on a plain chat request, the driver's another 6,928) has
     // an allocation of its own, freed as soon as the response head is
     // ready. Held inline it would be part of the connection's service
     // future, which the connection's task holds for the connection's
