@@ -70,8 +70,8 @@ impl Driver<'_> {
         self.fin.req.commit();
         let target = self.fin.req.target();
         if self.ctx.creates_stored {
-            self.note_origin(crate::http::sse::data_of(&first).as_deref())
-                .await;
+            // Boxed, as for a plain answer: a store's future is ~3.9 KiB.
+            Box::pin(self.note_origin(crate::http::sse::data_of(&first).as_deref())).await;
         }
         let attempts = self.fin.req.attempts();
         self.obs.report(RequestEvent::Delivered {
@@ -164,7 +164,9 @@ impl Driver<'_> {
         };
         let status = parts.status.as_u16();
         if self.ctx.creates_stored && parts.status.is_success() {
-            self.note_origin(Some(&bytes)).await;
+            // Boxed: a store's future is ~3.9 KiB, and held inline it made
+            // every plain answer's future that much larger to move.
+            Box::pin(self.note_origin(Some(&bytes))).await;
         }
         self.settle_usage(&bytes);
         self.fin.record(Outcome::Status {
@@ -178,7 +180,12 @@ impl Driver<'_> {
             body: Some(&bytes),
             model: &self.ctx.model,
         });
-        self.obs.share_charges().await;
+        // A charge to share through Redis (a caller with a spend budget or
+        // limits): boxed, so the ~3.7 KiB of its future is not part of
+        // every plain answer's.
+        if self.obs.has_charges_to_share() {
+            Box::pin(self.obs.share_charges()).await;
+        }
         let target = self.fin.req.target();
         let attempts = self.fin.req.attempts();
         // The backup's answer in the caller's dialect.

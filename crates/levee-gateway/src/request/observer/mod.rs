@@ -475,6 +475,11 @@ impl Observer {
         }
     }
 
+    /// Whether a charge waits to be shared ([`Observer::share_charges`]).
+    pub(crate) fn has_charges_to_share(&self) -> bool {
+        self.unshared.is_some()
+    }
+
     /// Makes the caller's charges in the shared store now: before a plain
     /// answer goes out, so the caller's next call finds its spend on every
     /// replica.
