@@ -164,8 +164,7 @@ impl Driver<'_> {
         };
         let status = parts.status.as_u16();
         if self.ctx.creates_stored && parts.status.is_success() {
-            // Boxed: a store's future is ~3.9 KiB, and held inline it made
-            // every plain answer's future that much larger to move.
+            // Boxed: held inline, a store's future (~3.9 KiB) was every answer's.
             Box::pin(self.note_origin(Some(&bytes))).await;
         }
         self.settle_usage(&bytes);
@@ -180,9 +179,7 @@ impl Driver<'_> {
             body: Some(&bytes),
             model: &self.ctx.model,
         });
-        // A charge to share through Redis (a caller with a spend budget or
-        // limits): boxed, so the ~3.7 KiB of its future is not part of
-        // every plain answer's.
+        // Boxed (Redis, for callers with spend rules): ~3.7 KiB otherwise inline.
         if self.obs.has_charges_to_share() {
             Box::pin(self.obs.share_charges()).await;
         }
