@@ -580,6 +580,19 @@ mod tests {
     }
 
     /// Sends successes at `t` until the breaker reads closed (its probes).
+    /// 100 successes a second for 10 s, then 20 faults at once: open at 10 s
+    /// (returned), with a rate for its ramp to start from.
+    fn tripped_after_100_a_second(b: &mut CircuitBreaker) -> Instant {
+        for i in 0..1_000u64 {
+            run(b, Instant::from_millis(i * 10), Class::Success);
+        }
+        let t = Instant::from_millis(10_000);
+        for _ in 0..20 {
+            run(b, t, FAULT);
+        }
+        t
+    }
+
     fn recover(b: &mut CircuitBreaker, t: Instant) {
         for _ in 0..10 {
             if b.state(t) == BreakerState::Closed {
@@ -672,13 +685,7 @@ mod tests {
     fn after_closing_it_admits_at_most_1_4_times_the_old_rate_for_a_window() {
         let mut b = breaker();
         // 100/s for 10 s, then an outage.
-        for i in 0..1_000u64 {
-            run(&mut b, Instant::from_millis(i * 10), Class::Success);
-        }
-        let t = Instant::from_millis(10_000);
-        for _ in 0..20 {
-            run(&mut b, t, FAULT);
-        }
+        let t = tripped_after_100_a_second(&mut b);
         // Recovery: probes close it.
         let back = t + Duration::from_secs(1);
         for _ in 0..3 {
@@ -993,13 +1000,7 @@ mod tests {
     #[test]
     fn the_ramp_lifts_three_windows_after_closing_even_while_it_refuses() {
         let mut b = breaker();
-        for i in 0..1_000u64 {
-            run(&mut b, Instant::from_millis(i * 10), Class::Success);
-        }
-        let t = Instant::from_millis(10_000);
-        for _ in 0..20 {
-            run(&mut b, t, FAULT);
-        }
+        let t = tripped_after_100_a_second(&mut b);
         let back = t + Duration::from_secs(1);
         recover(&mut b, back);
         // A wave each second keeps it refusing: no calm window lifts it.

@@ -807,6 +807,17 @@ struct HandBudget<'a> {
     refunded: u32,
 }
 
+impl<'a> HandBudget<'a> {
+    /// `world` with `tokens` in the budget and nothing refunded yet.
+    fn holding(world: Deps<'a>, tokens: u32) -> Self {
+        HandBudget {
+            world,
+            tokens,
+            refunded: 0,
+        }
+    }
+}
+
 impl Dependencies for HandBudget<'_> {
     fn check(&self, t: usize, now: Instant) -> Result<(), Refusal> {
         self.world.check(t, now)
@@ -876,11 +887,7 @@ fn until_sent_or_failed(
 fn a_retry_that_never_gets_a_token_fails_when_its_second_is_up() {
     let p = one_ms_backoff();
     let mut w = World::new(1);
-    let mut deps = HandBudget {
-        world: w.deps(),
-        tokens: 0,
-        refunded: 0,
-    };
+    let mut deps = HandBudget::holding(w.deps(), 0);
     let t0 = Instant::from_millis(10_000);
     let mut req = RequestState::new(t0 + secs(30));
     let (first, _) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
@@ -901,11 +908,7 @@ fn a_retry_that_never_gets_a_token_fails_when_its_second_is_up() {
 fn a_later_retry_keeps_the_patience_its_first_refusal_started() {
     let p = one_ms_backoff();
     let mut w = World::new(1);
-    let mut deps = HandBudget {
-        world: w.deps(),
-        tokens: 0,
-        refunded: 0,
-    };
+    let mut deps = HandBudget::holding(w.deps(), 0);
     let t0 = Instant::from_millis(10_000);
     let mut req = RequestState::new(t0 + secs(30));
     let (first, _) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
@@ -938,11 +941,7 @@ fn a_paid_retry_that_works_refunds_its_token() {
     for wait_for_token in [false, true] {
         let p = one_ms_backoff();
         let mut w = World::new(1);
-        let mut deps = HandBudget {
-            world: w.deps(),
-            tokens: u32::from(!wait_for_token),
-            refunded: 0,
-        };
+        let mut deps = HandBudget::holding(w.deps(), u32::from(!wait_for_token));
         let t0 = Instant::from_millis(10_000);
         let mut req = RequestState::new(t0 + secs(30));
         let (first, _) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
