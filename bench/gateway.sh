@@ -162,13 +162,6 @@ chmod -R a+rwx "$work/up/tmp" "$work/px/tmp"
 
 proxy_yaml "$UP_PORT"
 
-wait_http() { # url
-  for _ in $(seq 1 200); do
-    if curl -s -o /dev/null -X POST -H 'content-type: application/json' -d "$REQUEST" "$1" 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  return 1
-}
 
 if [ "$MODE" = pinned ]; then where="servers on CPU $SERVER_CPU, load on CPU $LOADGEN_CPU"; else where="unpinned, proxy nginx workers auto"; fi
 say "mode $MODE: upstream nginx :$UP_PORT, proxy nginx :$PX_PORT, levee :$LV_PORT ($where)"

@@ -12,6 +12,7 @@
 #                               writes $work/levee.yaml: listen and admin on free
 #                               ports, LINE, and PROVIDER (openai) at $mock
 #   wait_for FILE REGEX         prints the first match in FILE, within 20 s
+#   wait_http URL [SECONDS]     until a POST of REQUEST to URL answers 2xx (10 s)
 #   free_port                   prints a free loopback TCP port
 #   need TOOL PACKAGE           installs PACKAGE with apt-get if TOOL is missing
 #   render_conf TEMPLATE OUT [KEY=VALUE...]
@@ -59,6 +60,17 @@ wait_for() {
     sleep 0.05
   done
   echo "timed out waiting for /$2/ in $1:" >&2; cat "$1" >&2; return 1
+}
+
+wait_http() {
+  local _
+  for _ in $(seq 1 $(( ${2:-10} * 20 ))); do
+    if curl -fs -o /dev/null -X POST -H 'content-type: application/json' -d "$REQUEST" "$1" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  return 1
 }
 
 free_port() {

@@ -79,14 +79,6 @@ subject_cmd() { # subject tool -> the command line, into CMD
   esac
 }
 
-ready() {
-  for _ in $(seq 1 600); do
-    if curl -fs -o /dev/null -X POST -H 'content-type: application/json' -d "$REQUEST" \
-      "http://127.0.0.1:$PORT/v1/chat/completions" 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
 
 # One run: SUBJECT under TOOL, sent N requests; prints the tool's count.
 measure() { # tool subject n
@@ -101,7 +93,8 @@ measure() { # tool subject n
     syscalls) strace -f -c -o "$out/strace.txt" "${CMD[@]}" 2>/dev/null & ;;
   esac
   pid=$!
-  ready || die "$subject under $tool did not come up"
+  # Under valgrind a start takes up to ~20 s.
+  wait_http "http://127.0.0.1:$PORT/v1/chat/completions" 60 || die "$subject under $tool did not come up"
   got="$(.venv/bin/python bench/percall_client.py "127.0.0.1:$PORT" "$n" "$CONNS" "$REQUEST" 2>/dev/null \
     || python3 bench/percall_client.py "127.0.0.1:$PORT" "$n" "$CONNS" "$REQUEST")"
   [ "$got" = "$n" ] || die "$subject under $tool answered $got of $n with a 200"

@@ -85,13 +85,6 @@ for n in $WORKERS_SET; do
   targets+=("levee-w$n")
 done
 
-wait_http() { # url
-  for _ in $(seq 1 200); do
-    if curl -fs -o /dev/null -X POST -H 'content-type: application/json' -d "$REQUEST" "$1" 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  return 1
-}
 for t in "${targets[@]}"; do
   wait_http "${URL[$t]}" || { cat "$work"/*.log "$work"/*/error.log >&2 2>/dev/null; die "$t did not come up"; }
 done
