@@ -5,7 +5,11 @@
 //! - `rewrite_model` yields a JSON object whose `model` is the new name;
 //! - inspecting the rewritten body gives the new model and the same stream
 //!   flag (what was routed is what the provider sees);
-//! - rewriting to the same name returns the body unchanged.
+//! - rewriting to the same name returns the body unchanged;
+//! - the output cap read in the same pass (`max_tokens` and its kin, for
+//!   the admission estimate) is what a whole `serde_json::Value` says: the
+//!   largest top-level integer cap under 10^12, a key given twice counted
+//!   at its last value.
 //!
 //! - every body `inspect` accepts can be rewritten: `inspect` validates the
 //!   whole document as strictly as the rewrite parses it, so a body is
@@ -23,10 +27,26 @@ use libfuzzer_sys::fuzz_target;
 const TO: &str = "levee-fuzz/rewritten";
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(Inspected { model, stream }) = inspect(data) else {
+    let Ok(Inspected {
+        model,
+        stream,
+        max_output,
+    }) = inspect(data)
+    else {
         return;
     };
     assert!(!model.is_empty());
+    let whole: serde_json::Value = serde_json::from_slice(data).expect("inspect accepted non-JSON");
+    let expected = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        .into_iter()
+        .filter_map(|k| whole.get(k)?.as_u64().filter(|n| *n < 1_000_000_000_000))
+        .max();
+    assert_eq!(
+        max_output,
+        expected,
+        "output cap: {:?}",
+        String::from_utf8_lossy(data)
+    );
     let body = Bytes::copy_from_slice(data);
     assert_eq!(
         rewrite_model(&body, &model, &model).ok(),
@@ -57,7 +77,8 @@ fuzz_target!(|data: &[u8]| {
         inspect(&out),
         Ok(Inspected {
             model: TO.to_string(),
-            stream
+            stream,
+            max_output,
         }),
         "the rewritten body routes differently: {:?}",
         String::from_utf8_lossy(&out)

@@ -5,15 +5,20 @@
 //! same way whether or not a target rewrites the model name, and never
 //! forwarded raw to a provider that would have to make sense of it.
 
+use crate::http::quickjson::OUTPUT_CAPS;
 use bytes::Bytes;
 use serde::Deserialize;
 use std::borrow::Cow;
 
-/// What routing needs from a request body.
+/// What routing and admission need from a request body.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Inspected {
     pub model: String,
     pub stream: bool,
+    /// The largest top-level output cap (`max_tokens`,
+    /// `max_completion_tokens`, `max_output_tokens`) given as an integer of
+    /// at most 12 digits; `None` without one.
+    pub max_output: Option<u64>,
 }
 
 /// Why a body cannot be routed.
@@ -48,6 +53,7 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, InspectError> {
             Some(m) if !m.is_empty() => Ok(Inspected {
                 model: m.to_owned(),
                 stream: top.stream,
+                max_output: top.max_output,
             }),
             _ => Err(InspectError::MissingModel),
         };
@@ -81,6 +87,7 @@ fn by_serde(text: &str) -> Result<Inspected, InspectError> {
     Ok(Inspected {
         model: model.into_owned(),
         stream: peek.stream,
+        max_output: peek.max_output,
     })
 }
 
@@ -90,6 +97,7 @@ fn by_serde(text: &str) -> Result<Inspected, InspectError> {
 struct Peek<'a> {
     model: Option<Cow<'a, str>>,
     stream: bool,
+    max_output: Option<u64>,
 }
 
 impl<'de> Deserialize<'de> for Peek<'de> {
@@ -111,12 +119,21 @@ impl<'de> serde::de::Visitor<'de> for PeekVisitor {
         use serde::de::Error;
         let mut model: Option<Option<Cow<'de, str>>> = None;
         let mut stream: Option<bool> = None;
+        // Each cap's last value (as `serde_json::Value` keeps a key given
+        // twice), then the largest.
+        let mut caps: [Option<u64>; 3] = [None; 3];
         while let Some(key) = map.next_key::<Text<'de>>()? {
             match key.0.as_ref() {
                 "model" if model.is_some() => return Err(A::Error::duplicate_field("model")),
                 "model" => model = Some(map.next_value::<Option<Text<'de>>>()?.map(|t| t.0)),
                 "stream" if stream.is_some() => return Err(A::Error::duplicate_field("stream")),
                 "stream" => stream = Some(map.next_value::<Flag>()?.0),
+                k if OUTPUT_CAPS.contains(&k.as_bytes()) => {
+                    let n = map.next_value::<Cap>()?.0;
+                    if let Some(slot) = OUTPUT_CAPS.iter().position(|c| *c == k.as_bytes()) {
+                        caps[slot] = n;
+                    }
+                }
                 _ => {
                     map.next_value::<Valid>()?;
                 }
@@ -125,6 +142,7 @@ impl<'de> serde::de::Visitor<'de> for PeekVisitor {
         Ok(Peek {
             model: model.flatten(),
             stream: stream.unwrap_or(false),
+            max_output: caps.into_iter().flatten().max(),
         })
     }
 }
@@ -196,6 +214,50 @@ impl<'de> serde::de::Visitor<'de> for FlagVisitor {
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Flag, A::Error> {
         ValidVisitor.visit_map(map).map(|_| Flag(false))
+    }
+}
+
+/// An output cap: a non-negative integer of at most 12 digits; any other
+/// value is validated as [`Valid`] and reads as no cap.
+struct Cap(Option<u64>);
+
+impl<'de> Deserialize<'de> for Cap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CapVisitor)
+    }
+}
+
+struct CapVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CapVisitor {
+    type Value = Cap;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Cap, E> {
+        Ok(Cap((v < 1_000_000_000_000).then_some(v)))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Cap, E> {
+        Ok(Cap(None))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Cap, E> {
+        Ok(Cap(None))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Cap, E> {
+        Ok(Cap(None))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Cap, E> {
+        Ok(Cap(None))
+    }
+    fn visit_unit<E>(self) -> Result<Cap, E> {
+        Ok(Cap(None))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Cap, A::Error> {
+        ValidVisitor.visit_seq(seq).map(|_| Cap(None))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Cap, A::Error> {
+        ValidVisitor.visit_map(map).map(|_| Cap(None))
     }
 }
 
@@ -295,7 +357,8 @@ mod tests {
             inspect(br#"{"model":"a/b","stream":true,"messages":[]}"#),
             Ok(Inspected {
                 model: "a/b".into(),
-                stream: true
+                stream: true,
+                max_output: None,
             })
         );
         assert_eq!(
@@ -327,10 +390,15 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_slice(body).map_err(|e| InspectError::InvalidJson(e.to_string()))?;
         let stream = v.get("stream") == Some(&serde_json::Value::Bool(true));
+        let max_output = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+            .into_iter()
+            .filter_map(|k| v.get(k)?.as_u64().filter(|n| *n < 1_000_000_000_000))
+            .max();
         match v.get("model") {
             Some(serde_json::Value::String(m)) if !m.is_empty() => Ok(Inspected {
                 model: m.clone(),
                 stream,
+                max_output,
             }),
             None | Some(serde_json::Value::Null) | Some(serde_json::Value::String(_)) => {
                 Err(InspectError::MissingModel)
@@ -369,6 +437,9 @@ mod tests {
             br#"{}"#,
             br#"{"model":"m","x":"\udc00"}"#,
             b"{\"model\":\"\xc3\"}",
+            br#"{"model":"m","max_tokens":64,"max_output_tokens":9,"max_tokens":3}"#,
+            br#"{"model":"m","max\u005ftokens":64,"x":{"max_tokens":99}}"#,
+            br#"{"model":"m","max_completion_tokens":1000000000000,"max_tokens":-1}"#,
         ]
         .iter()
         .map(|b| b.to_vec())
@@ -409,6 +480,8 @@ mod tests {
             ])
             .prop_map(str::to_string),
             1 => "[0-9]{1,330}",
+            1 => prop::sample::select(vec!["64", "999999999999", "1000000000000", "00"])
+                .prop_map(str::to_string),
             1 => string(vec!["a", "\\u00e9", "\\ud800", "\\udc00", "\\ud83d\\ude00", "\\ud800\\u0041", "\\ud800a", "\\u00zz", "\\u004", "\\q", "\n", "\u{1}", "\u{7f}"]),
         ];
         let value = leaf.prop_recursive(5, 40, 5, |inner| {
@@ -431,6 +504,9 @@ mod tests {
             "stream",
             "mod\\u0065l",
             "stream ",
+            "max_tokens",
+            "max_output_tokens",
+            "max\\u005ftokens",
         ]);
         let top = prop::collection::vec((key, value.clone(), prop::bool::ANY), 0..6).prop_map(
             |members| {

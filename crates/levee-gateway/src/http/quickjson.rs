@@ -17,11 +17,31 @@
 //! no errors. The body must already be known to be UTF-8.
 
 /// What the top level held: the model (`None` for a missing or null
-/// `model`) and whether `stream` is the JSON `true`.
+/// `model`), whether `stream` is the JSON `true`, and the largest output
+/// cap among `max_tokens`, `max_completion_tokens` and `max_output_tokens`
+/// given as a plain integer of at most 12 digits (`None`: no such cap).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Top<'a> {
     pub model: Option<&'a str>,
     pub stream: bool,
+    pub max_output: Option<u64>,
+}
+
+/// The top-level keys that cap a request's output, in OpenAI's Chat
+/// Completions (both names), Anthropic's Messages and OpenAI's Responses.
+pub(crate) const OUTPUT_CAPS: [&[u8]; 3] = [
+    b"max_tokens",
+    b"max_completion_tokens",
+    b"max_output_tokens",
+];
+
+/// `digits` (a JSON number's text) as an output cap: a plain integer of at
+/// most 12 digits, as the admission estimate reads one.
+fn cap(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 12 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
 /// Nesting past this is left to `serde_json` (whose own limit is 128).
@@ -39,6 +59,9 @@ pub(crate) fn top(body: &str) -> Option<Top<'_>> {
     }
     let mut model: Option<Option<&str>> = None;
     let mut stream: Option<bool> = None;
+    // Each cap's last value (a key given twice keeps its last, as
+    // `serde_json::Value` does), then the largest.
+    let mut caps: [Option<u64>; 3] = [None; 3];
     i = ws(b, i + 1);
     if b.get(i) == Some(&b'}') {
         i += 1;
@@ -73,6 +96,18 @@ pub(crate) fn top(body: &str) -> Option<Top<'_>> {
                     stream = Some(t);
                 }
                 b"model" | b"stream" => return None,
+                // Matched by name here (a lookup in `OUTPUT_CAPS` for
+                // every key cost ~260 instructions a chat request).
+                b"max_tokens" | b"max_completion_tokens" | b"max_output_tokens" => {
+                    let at = value(b, i)?;
+                    let slot = match key.len() {
+                        10 => 0,
+                        21 => 1,
+                        _ => 2,
+                    };
+                    caps[slot] = cap(&b[i..at]);
+                    i = at;
+                }
                 _ => i = value(b, i)?,
             }
             i = ws(b, i);
@@ -92,6 +127,7 @@ pub(crate) fn top(body: &str) -> Option<Top<'_>> {
     Some(Top {
         model: model.flatten(),
         stream: stream.unwrap_or(false),
+        max_output: caps.into_iter().flatten().max(),
     })
 }
 
@@ -361,5 +397,35 @@ b"}"#,
         };
         assert_eq!(read(&deep(64)), Some((Some("a"), false)));
         assert_eq!(read(&deep(65)), None);
+    }
+
+    #[test]
+    fn the_output_cap_is_the_largest_top_level_integer_cap() {
+        let cap = |s: &str| top(s).map(|t| t.max_output);
+        assert_eq!(cap(r#"{"model":"m","max_tokens":64}"#), Some(Some(64)));
+        assert_eq!(
+            cap(
+                r#"{"max_completion_tokens":9,"model":"m","max_tokens":64,"max_output_tokens":100}"#
+            ),
+            Some(Some(100))
+        );
+        // Nested, in a string, negative, fractional, too long: no cap.
+        for body in [
+            r#"{"model":"m","x":{"max_tokens":64}}"#,
+            r#"{"model":"m","messages":[{"content":"\"max_tokens\": 99"}]}"#,
+            r#"{"model":"m","max_tokens":-1}"#,
+            r#"{"model":"m","max_tokens":64.5}"#,
+            r#"{"model":"m","max_tokens":"64"}"#,
+            r#"{"model":"m","max_tokens":1000000000000}"#,
+            r#"{"model":"m"}"#,
+        ] {
+            assert_eq!(cap(body), Some(None), "{body}");
+        }
+        // A key given twice keeps its last value.
+        assert_eq!(cap(r#"{"max_tokens":500,"max_tokens":5}"#), Some(Some(5)));
+        assert_eq!(
+            cap(r#"{"max_tokens":999999999999}"#),
+            Some(Some(999_999_999_999))
+        );
     }
 }

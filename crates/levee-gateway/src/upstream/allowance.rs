@@ -35,21 +35,27 @@ needles! {
     DELTA = "\"delta\"";
 }
 
-/// A request's tokens before it is sent: a token per 4 bytes of body (the
-/// usual ratio for English text and JSON; the providers reserve by their
-/// own tokenizer) and the output it may produce, `max_tokens`,
-/// `max_completion_tokens` or `max_output_tokens` (none: nothing reserved).
-pub fn estimate(body: &[u8]) -> Cost {
-    let input = u32::try_from(body.len() / 4).unwrap_or(u32::MAX);
-    let output = [&MAX_TOKENS, &MAX_COMPLETION_TOKENS, &MAX_OUTPUT_TOKENS]
+/// A request's tokens before it is sent: a token per 4 bytes of its
+/// `len`-byte body (the usual ratio for English text and JSON; the
+/// providers reserve by their own tokenizer) and the output it may produce,
+/// its `output_cap` (`max_tokens`, `max_completion_tokens` or
+/// `max_output_tokens`; none: nothing reserved). The request inspection
+/// reads the cap in the pass that finds the model: searching the body for
+/// the three keys again cost ~650 instructions a request.
+pub fn estimate_with(len: usize, output_cap: Option<u64>) -> Cost {
+    Cost {
+        input: u32::try_from(len / 4).unwrap_or(u32::MAX),
+        output: u32::try_from(output_cap.unwrap_or(0)).unwrap_or(u32::MAX),
+    }
+}
+
+/// The largest output cap a body gives, found by searching its bytes, for a
+/// body no inspection read (a pass-through's).
+pub fn output_cap(body: &[u8]) -> Option<u64> {
+    [&MAX_TOKENS, &MAX_COMPLETION_TOKENS, &MAX_OUTPUT_TOKENS]
         .into_iter()
         .filter_map(|k| number_after_key(body, k))
         .max()
-        .unwrap_or(0);
-    Cost {
-        input,
-        output: u32::try_from(output).unwrap_or(u32::MAX),
-    }
 }
 
 /// The tokens an answer (a JSON body, or one SSE event) reports in its
@@ -218,6 +224,7 @@ mod tests {
     #[test]
     fn the_estimate_holds_the_input_and_the_output_asked_for() {
         let body = br#"{"model":"m","max_tokens":1024,"messages":[{"role":"user","content":"hello there"}]}"#;
+        let estimate = |b: &[u8]| estimate_with(b.len(), output_cap(b));
         let c = estimate(body);
         assert_eq!(c.output, 1024);
         assert_eq!(c.input, (body.len() / 4) as u32);

@@ -190,7 +190,7 @@ impl Driver<'_> {
     async fn drive(&mut self) -> Result<Answer, LeveeError> {
         let shared = Arc::clone(&self.ctx.shared);
         let policy = shared.config.routes[self.ctx.route].policy_for(self.ctx.once);
-        let mut rng = shared.rng();
+        let mut rng = shared.lazy_rng();
         loop {
             let now = shared.clock.now();
             let decision = {

@@ -401,7 +401,7 @@ fn ask_of(
     shared.config.ask(
         caller_name(shared, r, said),
         u16::try_from(caller_slot & 0xffff).ok(),
-        crate::upstream::allowance::estimate(&r.body),
+        crate::upstream::allowance::estimate_with(r.body.len(), r.output_cap),
     )
 }
 

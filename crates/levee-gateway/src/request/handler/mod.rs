@@ -211,7 +211,7 @@ where
     sigv4::verify(shared, &parts, &body)?;
     let (parts, body) = as_served(native.as_ref(), parts, body)?;
     let once = !post_only && !idempotent(&parts.method);
-    let (route, path, model, stream, rewrite) = match kind {
+    let (route, path, model, stream, rewrite, output_cap) = match kind {
         Kind::Served(_) | Kind::CountTokens => {
             let inspected =
                 inspect(&body).map_err(|e| LeveeError::bad_request(format!("levee: {e}")))?;
@@ -228,11 +228,13 @@ where
                 return Err(LeveeError::of(Why::NoRoute, msg));
             };
             let stream = inspected.stream && kind != Kind::CountTokens;
-            (route, path, inspected.model, stream, true)
+            let cap = inspected.max_output;
+            (route, path, inspected.model, stream, true, cap)
         }
         Kind::Stored { route, label } | Kind::Listed { route, label } => {
             let stream = streams(&parts, &body);
-            (route, label, String::new(), stream, false)
+            let cap = crate::upstream::allowance::output_cap(&body);
+            (route, label, String::new(), stream, false, cap)
         }
     };
     let request = Inbound {
@@ -241,6 +243,7 @@ where
         path,
         model,
         stream,
+        output_cap,
         caller,
         route,
         dialect,
@@ -571,6 +574,9 @@ struct Inbound {
     /// The caller's model (empty for a pass-through that has none).
     model: String,
     stream: bool,
+    /// The output the body caps the answer at (`max_tokens` and its
+    /// kin), for the admission estimate.
+    output_cap: Option<u64>,
     caller: Caller,
     route: usize,
     dialect: Dialect,
