@@ -20,6 +20,9 @@
 # Rounds are interleaved, the order rotated each round, so the machine's
 # noise hits every target alike; the table gives medians of $ROUNDS rounds
 # and each round's Levee / nginx and Levee / HAProxy ratios.
+# user / sys us/req: CPU the target's processes (the process and its direct
+# children, as nginx's workers; not wrk's) spent per request, from /proc,
+# 10 ms ticks: a 10 s run of 50k req/s resolves 0.02 us.
 #
 # Environment: ROUNDS (3), SECONDS_LOAD (10), CONNS (16), WORKERS_SET
 # ("1 2 4"), LEVEE_BIN (skip the release build). Installs nginx, HAProxy
@@ -57,12 +60,13 @@ render_conf bench/proxies/haproxy.cfg.in "$work/haproxy.cfg" "${ports[@]}" THREA
 chmod -R a+rwx "$work/up/tmp" "$work/px/tmp"
 "$HAPROXY" -c -q -f "$work/haproxy.cfg" || die "HAProxy refused its config"
 
+declare -A PID  # target -> the process whose tree /proc is read for it
 "$NGINX" -e "$work/up/error.log" -p "$work/up" -c "$work/up/nginx.conf" &
-pids+=($!)
+pids+=($!); PID[direct]=$!
 "$NGINX" -e "$work/px/error.log" -p "$work/px" -c "$work/px/nginx.conf" &
-pids+=($!)
+pids+=($!); PID[nginx]=$!
 "$HAPROXY" -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" &
-pids+=($!)
+pids+=($!); PID[haproxy]=$!
 
 proxy_yaml "$UP_PORT"
 declare -A URL=(
@@ -76,7 +80,7 @@ start_levee() { # name [serve flags...]
   port="$(free_port)"; admin="$(free_port)"
   LEVEE_LOG=warn "$LEVEE_BIN" serve --config "$work/levee.yaml" \
     --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" "$@" 2>"$work/$name.log" &
-  pids+=($!)
+  pids+=($!); PID[$name]=$!
   URL[$name]="http://127.0.0.1:$port/v1/chat/completions"
 }
 start_levee levee
@@ -100,14 +104,31 @@ done = function(summary, latency, requests)
 end
 LUA
 
+HZ="$(getconf CLK_TCK)"
+cpu_ticks() { # pid: "utime stime" in clock ticks, of the process (all its
+  # threads) and its direct children, fields 14 and 15 of /proc/PID/stat
+  local p st u=0 s=0 f
+  for p in "$1" $(pgrep -P "$1" || true); do
+    { read -r st <"/proc/$p/stat"; } 2>/dev/null || continue
+    read -r -a f <<<"${st##*) }"  # from field 3 on: comm may hold spaces
+    u=$(( u + f[11] )); s=$(( s + f[12] ))
+  done
+  echo "$u $s"
+}
+
 RAW="$work/raw.tsv"; : >"$RAW"
 run() { # round target seconds
-  local out
+  local out c0 c1
+  read -r -a c0 <<<"$(cpu_ticks "${PID[$2]}") $(cpu_ticks "${PID[direct]}")"
   out="$(wrk -t1 -c"$CONNS" -d"${3}s" -s "$work/post.lua" "${URL[$2]}" | awk '/^WRKRESULT/')"
+  read -r -a c1 <<<"$(cpu_ticks "${PID[$2]}") $(cpu_ticks "${PID[direct]}")"
   # shellcheck disable=SC2086
   set -- "$1" "$2" $out
-  awk -v r="$1" -v t="$2" -v n="$4" -v d="$5" -v a="$6" -v b="$7" -v s="$8" -v e="$9" \
-    'BEGIN { printf "%s\t%s\t%.0f\t%d\t%d\t%d\n", r, t, n / (d / 1e6), a, b, s + e }' >>"$RAW"
+  awk -v r="$1" -v t="$2" -v n="$4" -v d="$5" -v a="$6" -v b="$7" -v s="$8" -v e="$9" -v hz="$HZ" \
+    -v cu=$(( c1[0] - c0[0] )) -v cs=$(( c1[1] - c0[1] )) -v uu=$(( c1[2] - c0[2] )) -v us=$(( c1[3] - c0[3] )) \
+    'BEGIN { k = 1e6 / hz / (n > 0 ? n : 1)  # us of CPU per tick per request
+      printf "%s\t%s\t%.0f\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\n", r, t, n / (d / 1e6), a, b, s + e,
+        cu * k, cs * k, uu * k, us * k }' >>"$RAW"
 }
 
 say "warming up (2 s each)..."
@@ -118,27 +139,32 @@ for r in $(seq 1 "$ROUNDS"); do
   for t in "${order[@]}"; do
     say "round $r/$ROUNDS  $t: ${SECONDS_LOAD}s"
     run "$r" "$t" "$SECONDS_LOAD"
-    say "$(tail -n1 "$RAW" | awk -F'\t' '{ printf "    %-10s %8s req/s  p50 %6s us  p99 %6s us  errors %s", $2, $3, $4, $5, $6 }')"
+    say "$(tail -n1 "$RAW" | awk -F'\t' '{ printf "    %-10s %8s req/s  p50 %6s us  p99 %6s us  user %6.2f sys %6.2f us/req  errors %s", $2, $3, $4, $5, $7, $8, $6 }')"
   done
 done
 
-python3 - "$RAW" "$ROUNDS" "$CONNS" "$(nproc)" "${JSON:-0}" "${targets[*]}" <<'PY'
+python3 - "$RAW" "$ROUNDS" "$CONNS" "$(nproc)" "${JSON:-0}" "${targets[*]}" "$HZ" <<'PY'
 import json, statistics, sys
 from collections import defaultdict
 raw, rounds, conns, ncpu, as_json, targets = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5] == "1", sys.argv[6].split()
+hz = int(sys.argv[7])
 by = defaultdict(dict)  # target -> round -> row
 for line in open(raw):
-    r, t, rps, p50, p99, errs = line.rstrip("\n").split("\t")
-    by[t][int(r)] = dict(rps=float(rps), p50=int(p50) / 1000, p99=int(p99) / 1000, errors=int(errs))
+    r, t, rps, p50, p99, errs, usr, sys_, up_usr, up_sys = line.rstrip("\n").split("\t")
+    by[t][int(r)] = dict(rps=float(rps), p50=int(p50) / 1000, p99=int(p99) / 1000, errors=int(errs),
+                         usr=float(usr), sys=float(sys_), up_usr=float(up_usr), up_sys=float(up_sys))
 med = statistics.median
 def m(t, k):
     return med(x[k] for x in by[t].values())
 def ratios(a, b):
     return [by[a][r]["rps"] / by[b][r]["rps"] for r in range(1, rounds + 1) if r in by[a] and r in by[b]]
-out = {"rounds": rounds, "connections": int(conns), "cpus": int(ncpu), "targets": {}}
+out = {"rounds": rounds, "connections": int(conns), "cpus": int(ncpu), "clk_tck": hz, "targets": {}}
 for t in targets:
     out["targets"][t] = {"rps": m(t, "rps"), "p50_ms": m(t, "p50"), "p99_ms": m(t, "p99"),
                          "vs_nginx": med(ratios(t, "nginx")), "vs_haproxy": med(ratios(t, "haproxy")),
+                         "user_us_per_req": m(t, "usr"), "sys_us_per_req": m(t, "sys"),
+                         # the upstream nginx's, during this target's runs (for direct, the same)
+                         "upstream_user_us_per_req": m(t, "up_usr"), "upstream_sys_us_per_req": m(t, "up_sys"),
                          "errors": sum(x["errors"] for x in by[t].values())}
 best_p99 = min(m("nginx", "p99"), m("haproxy", "p99"))
 out["levee_vs_nginx_rounds"] = ratios("levee", "nginx")
@@ -149,12 +175,13 @@ if as_json:
     sys.exit(0)
 print(f"wrk -t1 -c{conns}, medians of {rounds} interleaved rounds, {ncpu} CPUs")
 print()
-print("| target | req/s | vs nginx | vs HAProxy | p50 ms | p99 ms | errors |")
-print("|---|---|---|---|---|---|---|")
+print("| target | req/s | vs nginx | vs HAProxy | p50 ms | p99 ms | user us/req | sys us/req | errors |")
+print("|---|---|---|---|---|---|---|---|---|")
 for t in targets:
     x = out["targets"][t]
     bold = "**" if t == "levee" else ""
-    print(f"| {bold}{t}{bold} | {bold}{x['rps']:,.0f}{bold} | {x['vs_nginx']:.2f} | {x['vs_haproxy']:.2f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} |")
+    print(f"| {bold}{t}{bold} | {bold}{x['rps']:,.0f}{bold} | {x['vs_nginx']:.2f} | {x['vs_haproxy']:.2f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f}"
+          f" | {x['user_us_per_req']:.2f} | {x['sys_us_per_req']:.2f} | {x['errors']} |")
 print()
 fmt = lambda xs: ", ".join(f"{v:.2f}" for v in xs)
 lv = out["targets"]["levee"]
