@@ -211,10 +211,46 @@ where
     sigv4::verify(shared, &parts, &body)?;
     let (parts, body) = as_served(native.as_ref(), parts, body)?;
     let once = !post_only && !idempotent(&parts.method);
-    let (route, path, model, stream, rewrite, output_cap) = match kind {
+    let r = routed(shared, kind, &parts, &body)?;
+    let request = Inbound {
+        parts,
+        body,
+        path: r.path,
+        model: r.model,
+        stream: r.stream,
+        output_cap: r.output_cap,
+        caller,
+        route: r.route,
+        dialect,
+        rewrite: r.rewrite,
+        once,
+        only_provider,
+    };
+    admit(shared, request, note, id, admitted, sent).await
+}
+
+/// Where a request goes, and what its body tells admission.
+struct Routed {
+    route: usize,
+    path: &'static str,
+    model: String,
+    stream: bool,
+    rewrite: bool,
+    output_cap: Option<u64>,
+}
+
+/// An endpoint Levee serves is routed by the model its body names; a
+/// pass-through goes by the route it was found on, its body as it came.
+fn routed(
+    shared: &Shared,
+    kind: Kind,
+    parts: &http::request::Parts,
+    body: &Bytes,
+) -> Result<Routed, LeveeError> {
+    Ok(match kind {
         Kind::Served(_) | Kind::CountTokens => {
             let inspected =
-                inspect(&body).map_err(|e| LeveeError::bad_request(format!("levee: {e}")))?;
+                inspect(body).map_err(|e| LeveeError::bad_request(format!("levee: {e}")))?;
             // A token count is routed as the Messages request it counts.
             let (routed_as, path) = match kind {
                 Kind::Served(path) => (path, path),
@@ -227,31 +263,24 @@ where
                 );
                 return Err(LeveeError::of(Why::NoRoute, msg));
             };
-            let stream = inspected.stream && kind != Kind::CountTokens;
-            let cap = inspected.max_output;
-            (route, path, inspected.model, stream, true, cap)
+            Routed {
+                route,
+                path,
+                stream: inspected.stream && kind != Kind::CountTokens,
+                model: inspected.model,
+                rewrite: true,
+                output_cap: inspected.max_output,
+            }
         }
-        Kind::Stored { route, label } | Kind::Listed { route, label } => {
-            let stream = streams(&parts, &body);
-            let cap = crate::upstream::allowance::output_cap(&body);
-            (route, label, String::new(), stream, false, cap)
-        }
-    };
-    let request = Inbound {
-        parts,
-        body,
-        path,
-        model,
-        stream,
-        output_cap,
-        caller,
-        route,
-        dialect,
-        rewrite,
-        once,
-        only_provider,
-    };
-    admit(shared, request, note, id, admitted, sent).await
+        Kind::Stored { route, label } | Kind::Listed { route, label } => Routed {
+            route,
+            path: label,
+            model: String::new(),
+            stream: streams(parts, body),
+            rewrite: false,
+            output_cap: crate::upstream::allowance::output_cap(body),
+        },
+    })
 }
 
 /// Where a request for a stored object goes: a stored response is read
