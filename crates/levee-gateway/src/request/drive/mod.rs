@@ -140,7 +140,9 @@ pub(crate) fn run<'a>(
         last_error: None,
         lease,
     };
-    Box::pin(async move {
+    // Written into its allocation, not moved there: `Box::pin` built the
+    // future on the stack and copied it whole into the box.
+    Box::into_pin(Box::write(Box::new_uninit(), async move {
         let mut answer = {
             let leaving = Leaving(&mut driver);
             leaving.0.drive().await
@@ -182,7 +184,7 @@ pub(crate) fn run<'a>(
         };
         driver.obs.answered(&answer);
         answer
-    })
+    }))
 }
 
 impl Driver<'_> {
