@@ -32,6 +32,7 @@
 //! fraction of 0.4 admits exactly two asks in five.
 
 use crate::time::Instant;
+use std::cell::Cell;
 use std::time::Duration;
 
 /// Below this share of successes a target believed to lose requests at
@@ -85,6 +86,11 @@ pub struct Graded {
     /// asks a second against answers 800 ms behind them read as a 15 %
     /// success share, and a recovered provider was held back two seconds.
     pending: u32,
+    /// The window's totals as last summed, for the bucket epoch they were
+    /// summed at; cleared by every count. A request reads them four or
+    /// five times between two counts (admission, the fraction, whether
+    /// retries win), and each sum walks every bucket.
+    summed: Cell<Option<Bucket>>,
 }
 
 impl Graded {
@@ -102,10 +108,12 @@ impl Graded {
             buckets: [Bucket::default(); BUCKETS],
             credit: 0.0,
             pending: 0,
+            summed: Cell::new(None),
         }
     }
 
     fn bucket(&mut self, now: Instant) -> &mut Bucket {
+        self.summed.set(None);
         let e = now.as_nanos() / self.bucket_ns;
         let b = &mut self.buckets[(e % BUCKETS as u64) as usize];
         if b.epoch != e {
@@ -119,15 +127,27 @@ impl Graded {
 
     fn totals(&self, now: Instant) -> Bucket {
         let e = now.as_nanos() / self.bucket_ns;
-        self.buckets
+        if let Some(t) = self.summed.get().filter(|t| t.epoch == e) {
+            return t;
+        }
+        let t = self
+            .buckets
             .iter()
             .filter(|b| b.epoch <= e && e - b.epoch < BUCKETS as u64)
-            .fold(Bucket::default(), |a, b| Bucket {
-                epoch: e,
-                asked: a.asked + b.asked,
-                answered: a.answered + b.answered,
-                accepted: a.accepted + b.accepted,
-            })
+            .fold(
+                Bucket {
+                    epoch: e,
+                    ..Bucket::default()
+                },
+                |a, b| Bucket {
+                    epoch: e,
+                    asked: a.asked + b.asked,
+                    answered: a.answered + b.answered,
+                    accepted: a.accepted + b.accepted,
+                },
+            );
+        self.summed.set(Some(t));
+        t
     }
 
     /// The share of answers over the window that succeeded, and how many
@@ -195,6 +215,7 @@ impl Graded {
 
     /// Drops the window's evidence (a breaker closed after an outage).
     pub fn forget(&mut self) {
+        self.summed.set(None);
         self.buckets = [Bucket::default(); BUCKETS];
         self.credit = 0.0;
     }
@@ -230,6 +251,25 @@ mod tests {
             }
         }
         (sent, ok)
+    }
+
+    #[test]
+    fn a_count_is_read_at_once_within_its_bucket() {
+        // The window's sums are kept between counts: every count must
+        // show in the next read, in the same bucket as the last read.
+        let mut g = Graded::new(0.5, Duration::from_secs(10), 2);
+        let t = Instant::from_millis(100);
+        assert!(g.ask(t, Belief::Overload));
+        assert_eq!(g.success_share(t), None);
+        g.done();
+        g.answered(t, false);
+        assert!(g.ask(t, Belief::Overload));
+        g.done();
+        g.answered(t, true);
+        assert_eq!(g.success_share(t), Some((0.5, 2)));
+        g.forget();
+        assert_eq!(g.success_share(t), None);
+        assert!((g.fraction(t, Belief::Overload) - 1.0).abs() < 1e-9);
     }
 
     #[test]
