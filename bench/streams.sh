@@ -96,9 +96,11 @@ cat >"$work/faults.yaml" <<EOF
 faults:
   - { latency: $TTFB_FAULT, chunk_delay: $CHUNK_DELAY }
 EOF
+# The caps out of the way: over HTTP/1.1 each open stream is a connection
+# of its own, and `max_connections` (1,024 by default) would refuse the rest.
 cat >"$work/levee.yaml" <<EOF
 providers:
-  mock: { api: openai, base_url: "http://127.0.0.1:$MOCK_PORT", max_in_flight: 100000${HTTP2:+, http2: $HTTP2} }
+  mock: { api: openai, base_url: "http://127.0.0.1:$MOCK_PORT", max_in_flight: 100000, max_connections: 100000${HTTP2:+, http2: $HTTP2} }
 routes:
   - targets: [mock]
     max_in_flight: 100000
