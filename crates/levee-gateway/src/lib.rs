@@ -39,6 +39,9 @@ pub mod reload {
     pub use crate::runtime::reload::{hash_of, Reloader};
 }
 
+/// Worker threads bound to CPUs of their own.
+pub use runtime::affinity;
+
 /// The `--record` tape.
 pub mod record {
     pub use crate::observe::record::{tape_path, DEFAULT_MAX_BYTES};
@@ -178,25 +181,42 @@ pub struct Options {
     /// the caller's runtime. The `levee` binary runs one per core beyond
     /// its own thread.
     pub extra_workers: usize,
+    /// The CPU each worker thread is bound to, by worker index (index 0,
+    /// the caller's own thread, is the caller's to bind, once it has
+    /// started what it starts: threads inherit the mask of the thread that
+    /// starts them); empty: none bound ([`affinity::plan`]).
+    pub worker_cpus: Vec<usize>,
 }
 
 /// Starts one extra public listener on its own thread and single-threaded
 /// runtime; the receiver resolves when it has drained.
 fn spawn_worker(
     worker: usize,
+    cpu: Option<usize>,
     listener: std::net::TcpListener,
     generations: Arc<runtime::reload::Reloader>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<tokio::sync::oneshot::Receiver<()>, GatewayError> {
     let (done, rx) = tokio::sync::oneshot::channel();
     let err = |source| GatewayError::Worker { worker, source };
+    let allowed = affinity::allowed_cpus();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // The runtime's blocking threads (started from the bound worker)
+        // run anywhere the process may.
+        .on_thread_start(move || {
+            let _ = affinity::bind_current(&allowed);
+        })
         .build()
         .map_err(err)?;
     std::thread::Builder::new()
         .name(format!("levee-worker-{worker}"))
         .spawn(move || {
+            if let Some(cpu) = cpu {
+                if let Err(e) = affinity::bind_current(&[cpu]) {
+                    tracing::warn!(target: "levee", worker, cpu, error = %e, "worker not bound to its CPU; the scheduler places it");
+                }
+            }
             upstream::set_worker(worker);
             rt.block_on(async move {
                 match TcpListener::from_std(listener) {
@@ -315,6 +335,7 @@ pub async fn spawn_with(
             .map_err(|source| GatewayError::Bind { addr, source })?;
         workers.push(spawn_worker(
             worker,
+            opts.worker_cpus.get(worker).copied(),
             listener,
             Arc::clone(&reloader),
             rx.clone(),

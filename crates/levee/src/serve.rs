@@ -34,12 +34,24 @@ pub struct ServeArgs {
     /// multi-threaded runtime instead.
     #[arg(long)]
     pub workers: Option<usize>,
+    /// `auto`: with as many workers as CPUs this process may run on (the
+    /// default count), each worker thread is bound to a CPU of its own, so
+    /// that two never take turns on one; `off`: the scheduler places them.
+    #[arg(long, value_enum, default_value_t = CpuAffinity::Auto)]
+    pub cpu_affinity: CpuAffinity,
     /// Listen beside the levee already serving the listen (and admin)
     /// address, to hand over to this one: both accept until the old one is
     /// sent SIGTERM and drains. Without it, an address that another process
     /// listens on is refused.
     #[arg(long)]
     pub take_over: bool,
+}
+
+/// Whether worker threads are bound to CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CpuAffinity {
+    Auto,
+    Off,
 }
 
 /// How log lines look.
@@ -157,7 +169,14 @@ fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     } else {
         tokio::runtime::Builder::new_current_thread()
     };
-    b.enable_all().build()
+    // Threads the runtime starts after this one is bound to a CPU run
+    // anywhere the process may, not on the first worker's CPU.
+    let allowed = levee_gateway::affinity::allowed_cpus();
+    b.enable_all()
+        .on_thread_start(move || {
+            let _ = levee_gateway::affinity::bind_current(&allowed);
+        })
+        .build()
 }
 
 /// The config file (none: the built-in mock's), with `--listen` and
@@ -239,6 +258,7 @@ pub fn run(args: ServeArgs) -> i32 {
             }
         };
         let opts = gateway_options(&args, seed, workers);
+        let first_cpu = opts.worker_cpus.first().copied();
         let running = match levee_gateway::spawn_with(config, opts, signal()).await {
             Ok(r) => r,
             Err(e) => {
@@ -246,6 +266,13 @@ pub fn run(args: ServeArgs) -> i32 {
                 return 1;
             }
         };
+        // This thread is the first worker: bound last, once every thread
+        // it starts has started (a thread inherits its starter's mask).
+        if let Some(cpu) = first_cpu {
+            if let Err(e) = levee_gateway::affinity::bind_current(&[cpu]) {
+                tracing::warn!(target: "levee", cpu, error = %e, "first worker not bound to its CPU; the scheduler places it");
+            }
+        }
         // Installed before the "listening" line, so a SIGHUP sent after it
         // is never the default action (which ends the process).
         let reloads = tokio::spawn(reload_on_sighup(
@@ -314,5 +341,11 @@ fn gateway_options(args: &ServeArgs, seed: u64, workers: usize) -> levee_gateway
             .and_then(|p| std::fs::read(p).ok())
             .map(|b| levee_gateway::reload::hash_of(&b)),
         extra_workers: workers.saturating_sub(1),
+        worker_cpus: match args.cpu_affinity {
+            CpuAffinity::Auto => {
+                levee_gateway::affinity::plan(&levee_gateway::affinity::allowed_cpus(), workers)
+            }
+            CpuAffinity::Off => Vec::new(),
+        },
     }
 }
