@@ -14,6 +14,8 @@
 #               budget, breaker, admission caps, allowance, idempotency
 #               key, metrics) and its default workers (one per CPU); the
 #               request log off (LEVEE_LOG=warn), as the proxies' access logs
+#   levee-unbound - the same with `--cpu-affinity off`: its workers left to
+#               the scheduler instead of bound to a CPU each
 #   levee-wN  - the same with `--workers N`, for N in $WORKERS_SET: how
 #               Levee's throughput scales with worker threads. On a 2-CPU
 #               machine with wrk on one of them, workers past 2 share CPUs.
@@ -84,6 +86,8 @@ start_levee() { # name [serve flags...]
   URL[$name]="http://127.0.0.1:$port/v1/chat/completions"
 }
 start_levee levee
+start_levee levee-unbound --cpu-affinity off
+targets+=(levee-unbound)
 for n in $WORKERS_SET; do
   start_levee "levee-w$n" --workers "$n"
   targets+=("levee-w$n")
