@@ -2,6 +2,7 @@
 
 use crate::graded::Belief;
 use crate::time::Instant;
+use std::cell::Cell;
 use std::time::Duration;
 
 /// How long one window of [`Retries`] lasts; it reads the current and the
@@ -80,6 +81,11 @@ pub struct Retries {
     windows: [RetryWindow; 2],
     /// Running average of attempts in flight at dispatch.
     load: f64,
+    /// The windows as last read, for the epoch they were read at; cleared
+    /// by every count and dispatch. An attempt reads them three or four
+    /// times between two counts (the belief, whether retries win, whether
+    /// the faults are judged random).
+    last_read: Cell<Option<(u64, Read)>>,
 }
 
 impl Retries {
@@ -90,6 +96,7 @@ impl Retries {
     /// The running average of attempts in flight at dispatch, updated with
     /// one more dispatch at `in_flight`; whether that one is busy.
     pub fn dispatched(&mut self, in_flight: u32) -> bool {
+        self.last_read.set(None);
         let x = f64::from(in_flight);
         let busy = x > self.load;
         self.load += (x - self.load) / 32.0;
@@ -99,6 +106,7 @@ impl Retries {
     /// Notes an answer: whether the attempt was a retry, was sent while the
     /// model was busy, and failed (a provider fault).
     pub fn answered(&mut self, now: Instant, retry: bool, busy: bool, fault: bool) {
+        self.last_read.set(None);
         let e = Self::epoch(now);
         let w = &mut self.windows[(e % 2) as usize];
         if w.epoch != e {
@@ -134,6 +142,18 @@ impl Retries {
     /// The windows' evidence read once: the totals, whether there is load
     /// evidence enough to judge, and whether it says saturated.
     fn read(&self, now: Instant) -> Read {
+        let e = Self::epoch(now);
+        if let Some((at, r)) = self.last_read.get() {
+            if at == e {
+                return r;
+            }
+        }
+        let r = self.read_now(now);
+        self.last_read.set(Some((e, r)));
+        r
+    }
+
+    fn read_now(&self, now: Instant) -> Read {
         let t = self.totals(now);
         let light = self.load < LIGHT_LOAD;
         let both = t.busy.n >= MIN_SIDE && t.quiet.n >= MIN_SIDE;
@@ -166,6 +186,7 @@ impl Retries {
     /// Notes that a fault carried an overload signal (a Retry-After) or
     /// did not.
     pub fn fault_signal(&mut self, now: Instant, overload: bool) {
+        self.last_read.set(None);
         let e = Self::epoch(now);
         let w = &mut self.windows[(e % 2) as usize];
         if w.epoch == e {
@@ -238,6 +259,7 @@ impl Retries {
 }
 
 /// What [`Retries`] reads from its windows at one instant.
+#[derive(Clone, Copy, Debug)]
 struct Read {
     t: RetryWindow,
     /// Load evidence enough to tell saturation from random faults.
@@ -255,6 +277,36 @@ pub fn clearly_below(share: f64, n: u32, bound: f64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_count_and_dispatch_shows_in_the_next_read() {
+        // The windows' reading is kept between counts: each count, and
+        // each dispatch (the load), must show in the next read at once.
+        let now = Instant::from_millis(5_000);
+        let mut r = Retries::default();
+        assert_eq!(r.winning(now), None);
+        for _ in 0..LIGHT_EVIDENCE {
+            r.answered(now, true, false, false);
+        }
+        assert_eq!(r.winning(now), Some(true));
+        assert!(r.judged_random(now), "light load, enough answers");
+        // Heavier load, no new answer: too few on each side to judge.
+        for _ in 0..100 {
+            r.dispatched(50);
+        }
+        assert!(!r.judged_random(now));
+        // A fault that says overload, under no load evidence: believed.
+        let mut r = Retries::default();
+        for _ in 0..MIN_RETRIES {
+            r.dispatched(5);
+            r.answered(now, true, false, true);
+        }
+        assert_eq!(r.belief(now), Belief::Loss);
+        for _ in 0..MIN_RETRIES {
+            r.fault_signal(now, true);
+        }
+        assert_eq!(r.belief(now), Belief::Overload);
+    }
 
     #[test]
     fn a_brownout_is_not_saturation_and_capacity_is() {
