@@ -6,12 +6,13 @@
 //! deadline remaining at dispatch, and what was rejected and why.
 
 use crate::http::respond::Why;
+use crate::observe::histogram::Histogram;
 use crate::observe::outcome::{AttemptResult, FallbackReason, RequestOutcome, SkipReason};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::{Metric, Registry};
 use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};

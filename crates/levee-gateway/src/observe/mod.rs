@@ -1,11 +1,13 @@
 //! Observation: what a request's life is told as (`event`, `outcome`) and
 //! where it is written — Prometheus metrics (`metrics`), the live caller
-//! census (`census`), OpenTelemetry spans (`telemetry`), the `--record`
+//! census (`census`) with histograms each thread records into apart
+//! (`histogram`), OpenTelemetry spans (`telemetry`), the `--record`
 //! tape (`record`) — and the redaction of provider keys from all of them
 //! (`redact`). Nothing here drives a request.
 
 pub(crate) mod census;
 pub(crate) mod event;
+pub(crate) mod histogram;
 pub(crate) mod live_secrets;
 pub(crate) mod metrics;
 pub(crate) mod outcome;

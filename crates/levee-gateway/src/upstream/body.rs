@@ -5,11 +5,11 @@
 
 use crate::clock::Clock;
 use crate::error::BoxError;
+use crate::observe::histogram::Histogram;
 use crate::upstream::h1conn::H1Body;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
-use prometheus_client::metrics::histogram::Histogram;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};

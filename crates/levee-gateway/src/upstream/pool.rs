@@ -101,7 +101,7 @@ pub(super) struct Pool {
     returned: tokio::sync::Notify,
     /// `levee_upstream_pool_wait_seconds`: how long attempts waited for a
     /// connection to come free.
-    wait_hist: prometheus_client::metrics::histogram::Histogram,
+    wait_hist: crate::observe::histogram::Histogram,
 }
 
 /// The share of an attempt's time it may wait for a connection to come
@@ -142,7 +142,7 @@ impl Pool {
         host: HeaderValue,
         clock: Clock,
         https: bool,
-        wait_hist: prometheus_client::metrics::histogram::Histogram,
+        wait_hist: crate::observe::histogram::Histogram,
     ) -> Pool {
         let shards = shards();
         Pool {
@@ -522,10 +522,10 @@ impl Home for Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::histogram::Histogram;
     use crate::upstream::{build_request, ProviderRuntime};
     use bytes::Bytes;
     use http::header::HeaderMap;
-    use prometheus_client::metrics::histogram::Histogram;
 
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_is_closed_after_the_idle_timeout_without_traffic() {

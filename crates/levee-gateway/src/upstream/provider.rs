@@ -4,6 +4,7 @@
 
 use crate::clock::Clock;
 use crate::http::outbound::Outbound;
+use crate::observe::histogram::Histogram;
 use crate::upstream::body::{ConnTimed, UpstreamBody};
 use crate::upstream::pool::Pool;
 use crate::upstream::{
@@ -14,7 +15,6 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Response, Uri};
 use levee_config::{Api, Provider};
 use levee_policy::ProviderState;
-use prometheus_client::metrics::histogram::Histogram;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 

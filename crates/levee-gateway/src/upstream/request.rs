@@ -111,7 +111,7 @@ fn request_fields(
 mod tests {
     use super::*;
     use crate::clock::Clock;
-    use prometheus_client::metrics::histogram::Histogram;
+    use crate::observe::histogram::Histogram;
 
     #[test]
     fn the_callers_vendor_headers_reach_only_their_own_providers() {
