@@ -199,23 +199,17 @@ fn spawn_worker(
 ) -> Result<tokio::sync::oneshot::Receiver<()>, GatewayError> {
     let (done, rx) = tokio::sync::oneshot::channel();
     let err = |source| GatewayError::Worker { worker, source };
-    let allowed = affinity::allowed_cpus();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        // The runtime's blocking threads (started from the bound worker)
-        // run anywhere the process may.
-        .on_thread_start(move || {
-            let _ = affinity::bind_current(&allowed);
-        })
-        .build()
-        .map_err(err)?;
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all();
+    if cpu.is_some() {
+        affinity::unbind_started_threads(&mut builder);
+    }
+    let rt = builder.build().map_err(err)?;
     std::thread::Builder::new()
         .name(format!("levee-worker-{worker}"))
         .spawn(move || {
             if let Some(cpu) = cpu {
-                if let Err(e) = affinity::bind_current(&[cpu]) {
-                    tracing::warn!(target: "levee", worker, cpu, error = %e, "worker not bound to its CPU; the scheduler places it");
-                }
+                affinity::bind_worker(worker, cpu);
             }
             upstream::set_worker(worker);
             rt.block_on(async move {

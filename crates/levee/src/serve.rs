@@ -163,20 +163,16 @@ fn default_seed() -> u64 {
 
 /// The main thread's runtime: single-threaded when it is one of `workers`
 /// per-CPU runtimes, multi-threaded when `workers` is 0.
-fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+fn runtime(workers: usize, bound: bool) -> std::io::Result<tokio::runtime::Runtime> {
     let mut b = if workers == 0 {
         tokio::runtime::Builder::new_multi_thread()
     } else {
         tokio::runtime::Builder::new_current_thread()
     };
-    // Threads the runtime starts after this one is bound to a CPU run
-    // anywhere the process may, not on the first worker's CPU.
-    let allowed = levee_gateway::affinity::allowed_cpus();
-    b.enable_all()
-        .on_thread_start(move || {
-            let _ = levee_gateway::affinity::bind_current(&allowed);
-        })
-        .build()
+    if bound {
+        levee_gateway::affinity::unbind_started_threads(&mut b);
+    }
+    b.enable_all().build()
 }
 
 /// The config file (none: the built-in mock's), with `--listen` and
@@ -235,7 +231,8 @@ pub fn run(args: ServeArgs) -> i32 {
         }
     };
     let workers = worker_count(&args);
-    let rt = match runtime(workers) {
+    let cpus = worker_cpus(args.cpu_affinity, workers);
+    let rt = match runtime(workers, !cpus.is_empty()) {
         Ok(rt) => rt,
         Err(e) => {
             fatal(format, &format_args!("cannot start the async runtime: {e}"));
@@ -257,7 +254,7 @@ pub fn run(args: ServeArgs) -> i32 {
                 return 1;
             }
         };
-        let opts = gateway_options(&args, seed, workers);
+        let opts = gateway_options(&args, seed, workers, cpus);
         let first_cpu = opts.worker_cpus.first().copied();
         let running = match levee_gateway::spawn_with(config, opts, signal()).await {
             Ok(r) => r,
@@ -269,9 +266,7 @@ pub fn run(args: ServeArgs) -> i32 {
         // This thread is the first worker: bound last, once every thread
         // it starts has started (a thread inherits its starter's mask).
         if let Some(cpu) = first_cpu {
-            if let Err(e) = levee_gateway::affinity::bind_current(&[cpu]) {
-                tracing::warn!(target: "levee", cpu, error = %e, "first worker not bound to its CPU; the scheduler places it");
-            }
+            levee_gateway::affinity::bind_worker(0, cpu);
         }
         // Installed before the "listening" line, so a SIGHUP sent after it
         // is never the default action (which ends the process).
@@ -329,8 +324,13 @@ async fn builtin_mock(config: &mut Config) -> Result<Option<levee_mock::MockHand
 }
 
 /// The gateway's options from the flags: the jitter seed, the tape, the
-/// config file's hash and the worker threads besides the first.
-fn gateway_options(args: &ServeArgs, seed: u64, workers: usize) -> levee_gateway::Options {
+/// config file's hash, the worker threads besides the first and their CPUs.
+fn gateway_options(
+    args: &ServeArgs,
+    seed: u64,
+    workers: usize,
+    worker_cpus: Vec<usize>,
+) -> levee_gateway::Options {
     levee_gateway::Options {
         seed,
         record: args.record.clone(),
@@ -341,11 +341,16 @@ fn gateway_options(args: &ServeArgs, seed: u64, workers: usize) -> levee_gateway
             .and_then(|p| std::fs::read(p).ok())
             .map(|b| levee_gateway::reload::hash_of(&b)),
         extra_workers: workers.saturating_sub(1),
-        worker_cpus: match args.cpu_affinity {
-            CpuAffinity::Auto => {
-                levee_gateway::affinity::plan(&levee_gateway::affinity::allowed_cpus(), workers)
-            }
-            CpuAffinity::Off => Vec::new(),
-        },
+        worker_cpus,
+    }
+}
+
+/// The CPU each worker is bound to (`--cpu-affinity`): none when off.
+fn worker_cpus(affinity: CpuAffinity, workers: usize) -> Vec<usize> {
+    match affinity {
+        CpuAffinity::Auto => {
+            levee_gateway::affinity::plan(&levee_gateway::affinity::allowed_cpus(), workers)
+        }
+        CpuAffinity::Off => Vec::new(),
     }
 }

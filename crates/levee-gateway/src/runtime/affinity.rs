@@ -59,6 +59,26 @@ pub fn bind_current(cpus: &[usize]) -> std::io::Result<()> {
     }
 }
 
+/// Binds the calling thread, worker `worker`, to `cpu`; where it cannot
+/// (a mask changed since), says so and leaves it to the scheduler.
+pub fn bind_worker(worker: usize, cpu: usize) {
+    if let Err(e) = bind_current(&[cpu]) {
+        tracing::warn!(target: "levee", worker, cpu, error = %e, "worker not bound to its CPU; the scheduler places it");
+    }
+}
+
+/// Lets the threads `builder`'s runtime starts (its blocking threads) run
+/// on every CPU this process may run on now, not only on the CPU of the
+/// bound worker that starts them (a thread inherits its starter's mask).
+pub fn unbind_started_threads(
+    builder: &mut tokio::runtime::Builder,
+) -> &mut tokio::runtime::Builder {
+    let allowed = allowed_cpus();
+    builder.on_thread_start(move || {
+        let _ = bind_current(&allowed);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
