@@ -100,12 +100,9 @@ pub(crate) fn top(body: &str) -> Option<Top<'_>> {
                 // every key cost ~260 instructions a chat request).
                 b"max_tokens" | b"max_completion_tokens" | b"max_output_tokens" => {
                     let at = value(b, i)?;
-                    let slot = match key.len() {
-                        10 => 0,
-                        21 => 1,
-                        _ => 2,
-                    };
-                    caps[slot] = cap(&b[i..at]);
+                    if let Some(slot) = OUTPUT_CAPS.iter().position(|c| *c == key) {
+                        caps[slot] = cap(&b[i..at]);
+                    }
                     i = at;
                 }
                 _ => i = value(b, i)?,
