@@ -881,6 +881,16 @@ fn until_sent_or_failed(
     panic!("kept waiting");
 }
 
+/// A request with 30 s of deadline whose first attempt, sent at `t0`, was
+/// answered 503: its retry is the next decision.
+fn first_answered_503(p: &RoutePolicy, deps: &mut HandBudget<'_>, t0: Instant) -> RequestState {
+    let mut req = RequestState::new(t0 + secs(30));
+    let (first, _) = until_sent_or_failed(p, &mut req, deps, t0, |_, _| {});
+    assert!(matches!(first, Decision::Dispatch(_)));
+    p.record(&mut req, deps, t0, status(503, None));
+    req
+}
+
 /// A retry that never gets a budget token gives up when its patience ends,
 /// a second after the budget first refused it, not a recheck later.
 #[test]
@@ -889,10 +899,7 @@ fn a_retry_that_never_gets_a_token_fails_when_its_second_is_up() {
     let mut w = World::new(1);
     let mut deps = HandBudget::holding(w.deps(), 0);
     let t0 = Instant::from_millis(10_000);
-    let mut req = RequestState::new(t0 + secs(30));
-    let (first, _) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
-    assert!(matches!(first, Decision::Dispatch(_)));
-    p.record(&mut req, &mut deps, t0, status(503, None));
+    let mut req = first_answered_503(&p, &mut deps, t0);
     let (end, at) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
     let Decision::Fail(f) = end else {
         panic!("{end:?}")
@@ -910,10 +917,7 @@ fn a_later_retry_keeps_the_patience_its_first_refusal_started() {
     let mut w = World::new(1);
     let mut deps = HandBudget::holding(w.deps(), 0);
     let t0 = Instant::from_millis(10_000);
-    let mut req = RequestState::new(t0 + secs(30));
-    let (first, _) = until_sent_or_failed(&p, &mut req, &mut deps, t0, |_, _| {});
-    assert!(matches!(first, Decision::Dispatch(_)));
-    p.record(&mut req, &mut deps, t0, status(503, None));
+    let mut req = first_answered_503(&p, &mut deps, t0);
     // One token comes in as the patience ends: the retry goes then.
     let patience_end = t0 + secs(1);
     let mut filled = false;
