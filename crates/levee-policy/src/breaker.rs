@@ -579,7 +579,6 @@ mod tests {
         }
     }
 
-    /// Sends successes at `t` until the breaker reads closed (its probes).
     /// 100 successes a second for 10 s, then 20 faults at once: open at 10 s
     /// (returned), with a rate for its ramp to start from.
     fn tripped_after_100_a_second(b: &mut CircuitBreaker) -> Instant {
@@ -587,12 +586,18 @@ mod tests {
             run(b, Instant::from_millis(i * 10), Class::Success);
         }
         let t = Instant::from_millis(10_000);
-        for _ in 0..20 {
-            run(b, t, FAULT);
-        }
+        twenty_faults(b, t);
         t
     }
 
+    /// Twenty faults at `t`: a streak that opens the breaker.
+    fn twenty_faults(b: &mut CircuitBreaker, t: Instant) {
+        for _ in 0..20 {
+            run(b, t, FAULT);
+        }
+    }
+
+    /// Sends successes at `t` until the breaker reads closed (its probes).
     fn recover(b: &mut CircuitBreaker, t: Instant) {
         for _ in 0..10 {
             if b.state(t) == BreakerState::Closed {
@@ -647,9 +652,7 @@ mod tests {
     fn a_failed_probe_reopens() {
         let mut b = breaker();
         let t = Instant::from_millis(1000);
-        for _ in 0..20 {
-            run(&mut b, t, FAULT);
-        }
+        twenty_faults(&mut b, t);
         let later = t + Duration::from_secs(5);
         let p = b.admit(later).unwrap();
         b.record(later, p, FAULT);
@@ -724,9 +727,7 @@ mod tests {
             run(&mut b, Instant::from_millis(i * 10), Class::Success);
         }
         let t = Instant::from_millis(1_000);
-        for _ in 0..20 {
-            run(&mut b, t, FAULT);
-        }
+        twenty_faults(&mut b, t);
         let back = t + Duration::from_secs(1);
         for _ in 0..3 {
             run(&mut b, back, Class::Success);
@@ -786,9 +787,7 @@ mod tests {
             CircuitBreaker::new(0.5, Duration::from_secs(10), 20, Duration::from_secs(30), 2)
                 .unwrap();
         let t = Instant::from_millis(1000);
-        for _ in 0..20 {
-            run(&mut b, t, FAULT);
-        }
+        twenty_faults(&mut b, t);
         assert_eq!(b.state(t), BreakerState::Open);
         // Still down one second later: the probe fails, it stays open.
         assert!(run(&mut b, t + Duration::from_secs(1), FAULT));
@@ -897,9 +896,7 @@ mod tests {
     fn a_tripped_model_that_sees_no_traffic_reads_closed_once_its_evidence_is_stale() {
         let mut b = breaker();
         let t = Instant::from_millis(1000);
-        for _ in 0..20 {
-            run(&mut b, t, FAULT);
-        }
+        twenty_faults(&mut b, t);
         assert_eq!(b.state(t + Duration::from_secs(6)), BreakerState::HalfOpen);
         let stale = t + Duration::from_secs(5) + Duration::from_secs(10);
         assert_eq!(b.state(stale), BreakerState::Closed);
@@ -919,9 +916,7 @@ mod tests {
         for _ in 0..200 {
             let mut b = CircuitBreaker::default_policy();
             let t = Instant::from_millis(100_000);
-            for _ in 0..20 {
-                run(&mut b, t, FAULT);
-            }
+            twenty_faults(&mut b, t);
             let back = t + Duration::from_secs(1);
             while b.state(back) != BreakerState::Closed {
                 run(&mut b, back, Class::Success);
@@ -1022,9 +1017,7 @@ mod tests {
     fn an_open_period_ends_on_time_whatever_the_last_probe() {
         let mut b = breaker();
         let t = Instant::from_millis(1000);
-        for _ in 0..20 {
-            run(&mut b, t, FAULT);
-        }
+        twenty_faults(&mut b, t);
         // A probe half a second before the 5 s are up fails.
         assert!(run(&mut b, t + Duration::from_millis(4_500), FAULT));
         let end = t + Duration::from_secs(5);
@@ -1040,9 +1033,7 @@ mod tests {
     fn a_full_half_open_breaker_refuses_for_a_tenth_of_open_for() {
         let mut b = breaker();
         let t = Instant::from_millis(1000);
-        for _ in 0..20 {
-            run(&mut b, t, FAULT);
-        }
+        twenty_faults(&mut b, t);
         let later = t + Duration::from_secs(5);
         let _probes = (b.admit(later).unwrap(), b.admit(later).unwrap());
         let again = later + Duration::from_millis(500);
@@ -1066,9 +1057,7 @@ mod tests {
         assert_eq!(b.state(t), BreakerState::Closed);
         // 15 s later (a window and a half; another bucket's slot).
         let later = t + Duration::from_secs(15);
-        for _ in 0..20 {
-            run(&mut b, later, FAULT);
-        }
+        twenty_faults(&mut b, later);
         assert_eq!(b.state(later), BreakerState::Open);
     }
 
