@@ -127,9 +127,9 @@ impl<'de> serde::de::Visitor<'de> for PeekVisitor {
                 "model" if model.is_some() => return Err(A::Error::duplicate_field("model")),
                 "model" => model = Some(map.next_value::<Option<Text<'de>>>()?.map(|t| t.0)),
                 "stream" if stream.is_some() => return Err(A::Error::duplicate_field("stream")),
-                "stream" => stream = Some(map.next_value::<Flag>()?.0),
+                "stream" => stream = Some(map.next_value::<Scalar>()?.is_true()),
                 k if OUTPUT_CAPS.contains(&k.as_bytes()) => {
-                    let n = map.next_value::<Cap>()?.0;
+                    let n = map.next_value::<Scalar>()?.cap();
                     if let Some(slot) = OUTPUT_CAPS.iter().position(|c| *c == k.as_bytes()) {
                         caps[slot] = n;
                     }
@@ -173,91 +173,66 @@ impl<'de> serde::de::Visitor<'de> for TextVisitor {
     }
 }
 
-/// Whether a value is the JSON `true`; any other value is validated as
-/// [`Valid`] and reads as false.
-struct Flag(bool);
+/// A member's value as the top level reads it: a boolean, a non-negative
+/// integer, or anything else (validated as [`Valid`]).
+enum Scalar {
+    Bool(bool),
+    Uint(u64),
+    Other,
+}
 
-impl<'de> Deserialize<'de> for Flag {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(FlagVisitor)
+impl Scalar {
+    /// Whether it is the JSON `true` (`stream`).
+    fn is_true(&self) -> bool {
+        matches!(self, Scalar::Bool(true))
+    }
+
+    /// It as an output cap: an integer of at most 12 digits.
+    fn cap(&self) -> Option<u64> {
+        match *self {
+            Scalar::Uint(v) if v < 1_000_000_000_000 => Some(v),
+            _ => None,
+        }
     }
 }
 
-struct FlagVisitor;
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ScalarVisitor)
+    }
+}
 
-impl<'de> serde::de::Visitor<'de> for FlagVisitor {
-    type Value = Flag;
+struct ScalarVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ScalarVisitor {
+    type Value = Scalar;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Flag, E> {
-        Ok(Flag(v))
+    fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+        Ok(Scalar::Bool(v))
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Flag, E> {
-        Ok(Flag(false))
+    fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+        Ok(Scalar::Uint(v))
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Flag, E> {
-        Ok(Flag(false))
+    fn visit_i64<E>(self, _: i64) -> Result<Scalar, E> {
+        Ok(Scalar::Other)
     }
-    fn visit_f64<E>(self, _: f64) -> Result<Flag, E> {
-        Ok(Flag(false))
+    fn visit_f64<E>(self, _: f64) -> Result<Scalar, E> {
+        Ok(Scalar::Other)
     }
-    fn visit_str<E>(self, _: &str) -> Result<Flag, E> {
-        Ok(Flag(false))
+    fn visit_str<E>(self, _: &str) -> Result<Scalar, E> {
+        Ok(Scalar::Other)
     }
-    fn visit_unit<E>(self) -> Result<Flag, E> {
-        Ok(Flag(false))
+    fn visit_unit<E>(self) -> Result<Scalar, E> {
+        Ok(Scalar::Other)
     }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Flag, A::Error> {
-        ValidVisitor.visit_seq(seq).map(|_| Flag(false))
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Scalar, A::Error> {
+        ValidVisitor.visit_seq(seq).map(|_| Scalar::Other)
     }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Flag, A::Error> {
-        ValidVisitor.visit_map(map).map(|_| Flag(false))
-    }
-}
-
-/// An output cap: a non-negative integer of at most 12 digits; any other
-/// value is validated as [`Valid`] and reads as no cap.
-struct Cap(Option<u64>);
-
-impl<'de> Deserialize<'de> for Cap {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(CapVisitor)
-    }
-}
-
-struct CapVisitor;
-
-impl<'de> serde::de::Visitor<'de> for CapVisitor {
-    type Value = Cap;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Cap, E> {
-        Ok(Cap((v < 1_000_000_000_000).then_some(v)))
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Cap, E> {
-        Ok(Cap(None))
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Cap, E> {
-        Ok(Cap(None))
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Cap, E> {
-        Ok(Cap(None))
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Cap, E> {
-        Ok(Cap(None))
-    }
-    fn visit_unit<E>(self) -> Result<Cap, E> {
-        Ok(Cap(None))
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Cap, A::Error> {
-        ValidVisitor.visit_seq(seq).map(|_| Cap(None))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Cap, A::Error> {
-        ValidVisitor.visit_map(map).map(|_| Cap(None))
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Scalar, A::Error> {
+        ValidVisitor.visit_map(map).map(|_| Scalar::Other)
     }
 }
 
