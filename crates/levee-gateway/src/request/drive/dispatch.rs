@@ -21,9 +21,11 @@ impl Driver<'_> {
         let provider = &shared.providers[route.targets[d.target].provider];
         // Only with an allowance shared through Redis; boxed there, so the
         // ~3.9 KiB of a Redis call's future is not part of every attempt's.
-        let shares_allowance = provider.shared_rate.is_some() && shared.redis.is_some();
-        if shares_allowance && Box::pin(self.refused_by_shared_allowance(provider, now)).await {
-            return None;
+        if let (Some(rate), Some(redis)) = (&provider.shared_rate, &shared.redis) {
+            let check = self.refused_by_shared_allowance(rate, redis, &provider.name, now);
+            if Box::pin(check).await {
+                return None;
+            }
         }
         let upstream_req = self.request_for(&d, now, provider).await?;
         let attempt_deadline = shared.clock.to_tokio(now + d.timeout);
@@ -152,17 +154,12 @@ impl Driver<'_> {
     /// core: it needs a Redis round trip. A refusal is the core's to book.
     pub(super) async fn refused_by_shared_allowance(
         &mut self,
-        provider: &crate::upstream::ProviderRuntime,
+        rate: &crate::upstream::SharedRate,
+        redis: &crate::state::RedisState,
+        provider: &str,
         now: levee_policy::Instant,
     ) -> bool {
-        let shared = &self.ctx.shared;
-        let (Some(rate), Some(redis)) = (&provider.shared_rate, &shared.redis) else {
-            return false;
-        };
-        match rate
-            .check(redis, &provider.name, now, self.ctx.ask.cost)
-            .await
-        {
+        match rate.check(redis, provider, now, self.ctx.ask.cost).await {
             Ok(()) => false,
             Err(wait) => {
                 self.fin
