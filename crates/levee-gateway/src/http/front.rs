@@ -38,6 +38,7 @@ mod body;
 mod date;
 mod head;
 mod refuse;
+mod wait;
 
 pub(crate) use body::FrontBody;
 pub(crate) use head::parse_head;
@@ -56,6 +57,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
+use wait::{ClosingWatch, HeadTimer};
 
 /// First read buffer of a connection: a chat request's head and body are
 /// usually under 2 KiB.
@@ -89,7 +91,7 @@ pub(crate) type Closing = watch::Receiver<bool>;
 
 /// Serves requests on `io` with `svc` until the caller closes, a limit is
 /// broken, or `closing` turns true.
-pub(crate) async fn serve<IO, S, F>(io: IO, settings: Settings, mut svc: S, mut closing: Closing)
+pub(crate) async fn serve<IO, S, F>(io: IO, settings: Settings, mut svc: S, closing: Closing)
 where
     IO: AsyncRead + AsyncWrite + Unpin,
     S: FnMut(Request<FrontBody>) -> F,
@@ -101,7 +103,9 @@ where
         out: BytesMut::new(),
         queue: VecDeque::new(),
         read_closed: false,
+        head_timer: HeadTimer::new(),
     };
+    let mut closing = ClosingWatch::new(closing);
     loop {
         let head = match conn.next_head(&settings, &mut closing).await {
             Ok(Some(head)) => head,
@@ -120,7 +124,7 @@ where
             return; // the caller left: the request is cancelled
         };
         let unread = !feed.read_whole();
-        let keep_alive = keep_alive && !unread && !*closing.borrow();
+        let keep_alive = keep_alive && !unread && !closing.is_closing();
         drop(feed);
         match conn.answer(resp, version, head_only, keep_alive).await {
             Ok(true) => {}
@@ -141,6 +145,7 @@ struct Conn<IO> {
     queue: VecDeque<Bytes>,
     /// The caller has closed its side.
     read_closed: bool,
+    head_timer: HeadTimer,
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
@@ -159,11 +164,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
     async fn next_head(
         &mut self,
         settings: &Settings,
-        closing: &mut Closing,
+        closing: &mut ClosingWatch,
     ) -> Result<Option<Head>, Refusal> {
         let limit = settings.max_header_bytes;
-        let timer = tokio::time::sleep(settings.header_read_timeout);
-        tokio::pin!(timer);
+        self.head_timer.start(settings.header_read_timeout);
         loop {
             if !self.read.buf.is_empty() {
                 if let Some(head) = parse_head(&mut self.read.buf, limit)? {
@@ -172,20 +176,24 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
                 if self.read.buf.len() > limit {
                     return Err(HEAD_TOO_LARGE);
                 }
-            } else if *closing.borrow() || self.read_closed {
+            } else if closing.is_closing() || self.read_closed {
                 return Ok(None);
             }
             let idle = self.read.buf.is_empty();
-            tokio::select! {
-                biased;
-                read = std::future::poll_fn(|cx| self.poll_fill(cx)) => match read {
-                    Ok(0) | Err(_) => return Ok(None),
-                    Ok(_) => {}
-                },
-                () = &mut timer => return Ok(None),
-                changed = closing.changed(), if idle => if changed.is_err() {
-                    return Ok(None); // the listener is gone
-                },
+            // The caller's bytes first, then the timeout; the listener's
+            // closing ends only a connection with no request begun.
+            let go_on = std::future::poll_fn(|cx| {
+                if let Poll::Ready(read) = self.poll_fill(cx) {
+                    return Poll::Ready(matches!(read, Ok(n) if n > 0));
+                }
+                if self.head_timer.poll_late(cx).is_ready() || idle && closing.poll_closing(cx) {
+                    return Poll::Ready(false);
+                }
+                Poll::Pending
+            })
+            .await;
+            if !go_on {
+                return Ok(None);
             }
         }
     }

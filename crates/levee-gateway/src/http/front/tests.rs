@@ -561,6 +561,50 @@ async fn a_head_not_whole_in_time_closes_the_connection_and_so_does_idleness() {
     watchdog(task).await.unwrap();
 }
 
+/// One request on `c` and its answer.
+async fn one_exchange(c: &mut DuplexStream) {
+    c.write_all(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    read_answers(c, 1).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_idle_timeout_counts_from_the_last_answer_not_the_first() {
+    let (mut c, task, _closing) = start(64 * 1024, echo());
+    let clock = crate::clock::Clock::new();
+    one_exchange(&mut c).await;
+    // The second request comes 7 s later: the connection's timer, armed
+    // for 10 s after the first answer, fires 3 s into this idleness.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    one_exchange(&mut c).await;
+    let idle = clock.now();
+    let mut rest = Vec::new();
+    watchdog(c.read_to_end(&mut rest)).await.unwrap();
+    assert_eq!(clock.since(idle), SETTINGS.header_read_timeout);
+    watchdog(task).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn closing_ends_a_connection_idle_after_several_requests_at_once() {
+    let (mut c, task, closing) = start(64 * 1024, echo());
+    let clock = crate::clock::Clock::new();
+    // Waiting for its first head before it comes, then between requests.
+    tokio::task::yield_now().await;
+    for _ in 0..3 {
+        one_exchange(&mut c).await;
+        tokio::task::yield_now().await;
+    }
+    let asked = clock.now();
+    closing.send(true).unwrap();
+    let mut rest = Vec::new();
+    watchdog(c.read_to_end(&mut rest)).await.unwrap();
+    assert!(rest.is_empty());
+    // At once, not at the header read timeout.
+    assert_eq!(clock.since(asked), Duration::ZERO);
+    watchdog(task).await.unwrap();
+}
+
 #[tokio::test]
 async fn closing_ends_an_idle_connection_at_once_and_a_busy_one_after_its_answer() {
     let (mut idle, idle_task, closing) = start(64 * 1024, echo());

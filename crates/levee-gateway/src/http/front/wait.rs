@@ -1,0 +1,117 @@
+//! What a connection waits on between requests besides its caller's bytes:
+//! the header read timeout and the listener's closing signal, each
+//! registered once for the connection's life rather than once per request.
+//!
+//! A `tokio::time::sleep` per head and a `watch::Receiver::changed` per wait
+//! cost ~1,000 instructions a keep-alive request (a timer inserted into and
+//! removed from the wheel, a waiter added to and removed from the watch's
+//! list, each under a lock). Here the timer is armed once and moved on only
+//! when it fires before the head it now guards was due, and the closing
+//! waiter is polled only when the connection's task has a new waker; a
+//! request's waits read a field and an atomic.
+
+use super::Closing;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll, Waker};
+use tokio::time::{Instant, Sleep};
+
+/// The header read timeout of one connection: a head must be whole by
+/// `due`, set when its wait begins.
+pub(super) struct HeadTimer {
+    due: Instant,
+    /// Armed at the connection's first wait; its deadline is never later
+    /// than `due` (a wait's start only moves forward).
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl HeadTimer {
+    pub(super) fn new() -> Self {
+        HeadTimer {
+            due: crate::clock::Clock::tokio_now(),
+            sleep: None,
+        }
+    }
+
+    /// A head's wait begins: it must be whole `within` from now.
+    pub(super) fn start(&mut self, within: std::time::Duration) {
+        self.due = crate::clock::Clock::tokio_now() + within;
+    }
+
+    /// Ready once the head being waited for is late.
+    pub(super) fn poll_late(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let due = self.due;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        loop {
+            ready!(sleep.as_mut().poll(cx));
+            if sleep.deadline() >= due {
+                return Poll::Ready(());
+            }
+            // Armed for an earlier head: this one is due later.
+            sleep.as_mut().reset(due);
+        }
+    }
+}
+
+/// The listener's closing signal as one connection watches it.
+pub(super) struct ClosingWatch {
+    rx: Closing,
+    /// Resolves on the signal's next change; registered with the task's
+    /// waker it was last polled with (`seen`).
+    wait: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    seen: Option<Waker>,
+    /// The listener is closing (or gone): it stays so.
+    closed: bool,
+}
+
+impl ClosingWatch {
+    pub(super) fn new(rx: Closing) -> Self {
+        ClosingWatch {
+            rx,
+            wait: None,
+            seen: None,
+            closed: false,
+        }
+    }
+
+    /// Whether the listener is closing: an atomic load while nothing changed.
+    pub(super) fn is_closing(&mut self) -> bool {
+        if !self.closed {
+            match self.rx.has_changed() {
+                Ok(false) => {}
+                Ok(true) => self.closed = *self.rx.borrow_and_update(),
+                Err(_) => self.closed = true,
+            }
+        }
+        self.closed
+    }
+
+    /// Whether the listener is closing, registering `cx`'s task to be woken
+    /// when that changes.
+    pub(super) fn poll_closing(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            if self.is_closing() {
+                return true;
+            }
+            if self.seen.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                return false;
+            }
+            let wait = self.wait.get_or_insert_with(|| {
+                // A receiver of its own, as up to date as `rx`.
+                let mut rx = self.rx.clone();
+                Box::pin(async move {
+                    let _ = rx.changed().await;
+                })
+            });
+            if wait.as_mut().poll(cx).is_pending() {
+                self.seen = Some(cx.waker().clone());
+                return false;
+            }
+            // It changed since: read it, and wait on a new receiver.
+            self.wait = None;
+            self.seen = None;
+        }
+    }
+}
