@@ -251,11 +251,21 @@ pub(super) async fn read_limited(
     cap: usize,
     until: tokio::time::Instant,
 ) -> Result<Bytes, BodyError> {
-    match tokio::time::timeout_at(until, collect_limited(body, cap)).await {
-        Err(_) => Err(BodyError::TimedOut),
-        Ok(Err(CollectError::TooLarge)) => Err(BodyError::TooLarge),
-        Ok(Err(CollectError::Broken)) => Err(BodyError::Broken),
-        Ok(Ok(b)) => Ok(b),
+    let mut collect = std::pin::pin!(collect_limited(body, cap));
+    // A small answer usually arrives with its head, whole: read without
+    // arming a timer (one costs ~600 instructions to insert and remove).
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(collect.as_mut().poll(cx))).await;
+    let read = match first {
+        std::task::Poll::Ready(read) => read,
+        std::task::Poll::Pending => match tokio::time::timeout_at(until, collect).await {
+            Err(_) => return Err(BodyError::TimedOut),
+            Ok(read) => read,
+        },
+    };
+    match read {
+        Err(CollectError::TooLarge) => Err(BodyError::TooLarge),
+        Err(CollectError::Broken) => Err(BodyError::Broken),
+        Ok(b) => Ok(b),
     }
 }
 
