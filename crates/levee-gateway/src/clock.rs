@@ -29,6 +29,12 @@ impl Clock {
         levee_policy::Instant::from_duration(tokio::time::Instant::now() - self.origin)
     }
 
+    /// Now on tokio's timeline (for a timer's deadline).
+    #[allow(clippy::disallowed_methods)]
+    pub fn tokio_now() -> tokio::time::Instant {
+        tokio::time::Instant::now()
+    }
+
     /// The tokio instant of a policy instant (for sleeping until it).
     pub fn to_tokio(self, t: levee_policy::Instant) -> tokio::time::Instant {
         self.origin + t.since_origin()
@@ -45,7 +51,13 @@ impl Clock {
     /// clock does not move a minute's count back, and tests that pause time
     /// move it.
     pub fn calendar_ms(&self) -> u64 {
-        let since = self.now().since_origin().as_millis();
+        self.calendar_at(self.now())
+    }
+
+    /// The calendar time (unix ms, as [`Clock::calendar_ms`] counts it) of
+    /// instant `t`: for a request that has read the clock once already.
+    pub fn calendar_at(&self, t: levee_policy::Instant) -> u64 {
+        let since = t.since_origin().as_millis();
         self.origin_unix_ms
             .saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
     }

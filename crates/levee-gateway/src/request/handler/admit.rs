@@ -146,9 +146,10 @@ pub(super) fn resolve_deadline(
 /// in one allocation that every attempt's copy shares (a `String` turned
 /// into a header value took three: the string, its copy, and a shared
 /// header made at the first clone).
-pub(super) fn generated_key(shared: &Shared) -> HeaderValue {
+pub(super) fn generated_key(shared: &Shared, arrived: levee_policy::Instant) -> HeaderValue {
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    shared.uuid_v7().hyphenated().encode_lower(&mut text);
+    let ms = shared.clock.calendar_at(arrived);
+    shared.uuid_v7_at(ms).hyphenated().encode_lower(&mut text);
     HeaderValue::from_maybe_shared(Bytes::from_owner(text))
         .unwrap_or(HeaderValue::from_static("levee"))
 }
@@ -191,7 +192,7 @@ pub(super) async fn admit(
     sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError> {
     let route = &shared.config.routes[r.route];
-    let arrived = shared.clock.now();
+    let arrived = r.arrived;
     let said = Said::of(&r.parts.headers);
     let (deadline, stream_deadline) = resolve_deadline(shared, route, &r, &said, arrived)?;
     let caller_slot = shared.census.admitted(
@@ -320,7 +321,7 @@ async fn claim_idempotency(
     let Some(stored) = store_key.as_deref() else {
         return Ok(Keying::Lead {
             lease: None,
-            idem: generated_key(shared),
+            idem: generated_key(shared, r.arrived),
         });
     };
     let caller = r.caller.digest();

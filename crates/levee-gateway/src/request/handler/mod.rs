@@ -84,11 +84,11 @@ where
 {
     let mut note = None;
     let aws = native::aws_shape(req.uri().path());
-    let id = request_id(&shared, req.headers());
+    let arrived = shared.clock.now();
+    let id = request_id(&shared, req.headers(), arrived);
     // The path and method as the refusal's log line names them (no copy).
     let path = path_label(native::canonical(req.uri().path()));
     let method = req.method().clone();
-    let arrived = shared.clock.now();
     let mut admitted = false;
     let sent = AtomicU32::new(0);
     // Pinned where it is made: moved into the race, the whole request's
@@ -99,9 +99,12 @@ where
             req,
             dialect,
             &mut note,
-            &id,
+            Arrival {
+                id: &id,
+                at: arrived
+            },
             &mut admitted,
-            &sent
+            &sent,
         ));
         shared.grace_over.race(serving).await
     };
@@ -152,7 +155,7 @@ where
 
 /// The request's id: the caller's `x-request-id` when it sent a usable one
 /// (1 to 128 visible characters), else a new UUIDv7.
-fn request_id(shared: &Shared, h: &HeaderMap) -> HeaderValue {
+fn request_id(shared: &Shared, h: &HeaderMap, arrived: levee_policy::Instant) -> HeaderValue {
     if let Some(v) = h.get(headers::X_REQUEST_ID) {
         let b = v.as_bytes();
         if !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_graphic()) {
@@ -160,7 +163,8 @@ fn request_id(shared: &Shared, h: &HeaderMap) -> HeaderValue {
         }
     }
     let mut text = [0u8; 36];
-    shared.uuid_v7().hyphenated().encode_lower(&mut text);
+    let ms = shared.clock.calendar_at(arrived);
+    shared.uuid_v7_at(ms).hyphenated().encode_lower(&mut text);
     HeaderValue::from_maybe_shared(Bytes::from_owner(text)).unwrap_or(HeaderValue::from_static("-"))
 }
 
@@ -174,12 +178,19 @@ fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
     }
 }
 
+/// A request as it arrived: its id, and when its head was read.
+#[derive(Clone, Copy)]
+struct Arrival<'a> {
+    id: &'a HeaderValue,
+    at: levee_policy::Instant,
+}
+
 async fn serve<B>(
     shared: &Arc<Shared>,
     req: Request<B>,
     dialect: Dialect,
     note: &mut Option<IdemNote>,
-    id: &HeaderValue,
+    arrival: Arrival<'_>,
     admitted: &mut bool,
     sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError>
@@ -228,8 +239,9 @@ where
         rewrite: r.rewrite,
         once,
         only_provider,
+        arrived: arrival.at,
     };
-    admit(shared, request, note, id, admitted, sent).await
+    admit(shared, request, note, arrival.id, admitted, sent).await
 }
 
 /// Where a request goes, and what its body tells admission.
@@ -621,6 +633,8 @@ struct Inbound {
     /// Sent only to this provider's targets (a stored object's reads go
     /// where it was created).
     only_provider: Option<usize>,
+    /// When its head was read: its deadline counts from here.
+    arrived: levee_policy::Instant,
 }
 
 /// Reads the whole body within `limits.max_body_bytes` and
