@@ -8,3 +8,4 @@ pub(crate) mod generation;
 pub(crate) mod reload;
 pub(crate) mod shared;
 pub(crate) mod shutdown;
+pub(crate) mod warm;

@@ -69,6 +69,8 @@ pub async fn serve_connections(
     // Each connection holds a receiver: `true` asks it to finish, and the
     // sender's `closed()` is every connection gone.
     let (closing, watching) = watch::channel(false);
+    // Ended with the listener (the runtime may live on in a test).
+    let ticker = tokio::spawn(crate::runtime::warm::ticker());
     let unread = Arc::new(Unread::default());
     let serve = |stream: TcpStream| {
         let _ = stream.set_nodelay(true);
@@ -128,6 +130,7 @@ pub async fn serve_connections(
             tracing::warn!(target: "levee", "closing the connections that are still open");
         }
     }
+    ticker.abort();
 }
 
 /// Accepts every connection already queued on `listener`, hands each to

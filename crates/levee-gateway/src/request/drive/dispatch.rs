@@ -133,6 +133,7 @@ impl Driver<'_> {
         head_deadline: tokio::time::Instant,
     ) -> Result<Result<Response<UpstreamBody>, SendError>, tokio::time::error::Elapsed> {
         let send = provider.send(req);
+        crate::runtime::warm::attempt_starting();
         let clock = self.ctx.shared.clock;
         let stall_at = d.stall_after.map(|after| clock.to_tokio(now + after));
         match stall_at.filter(|at| *at < head_deadline) {
