@@ -192,7 +192,9 @@ pub(super) async fn admit(
     sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError> {
     let route = &shared.config.routes[r.route];
-    let arrived = r.arrived;
+    // After the body was read: the deadline, the census and the added
+    // latency count Levee's time, not the caller's upload.
+    let arrived = shared.clock.now();
     let said = Said::of(&r.parts.headers);
     let (deadline, stream_deadline) = resolve_deadline(shared, route, &r, &said, arrived)?;
     let caller_slot = shared.census.admitted(

@@ -633,7 +633,7 @@ struct Inbound {
     /// Sent only to this provider's targets (a stored object's reads go
     /// where it was created).
     only_provider: Option<usize>,
-    /// When its head was read: its deadline counts from here.
+    /// When its head was read: its ids are stamped with it.
     arrived: levee_policy::Instant,
 }
 
