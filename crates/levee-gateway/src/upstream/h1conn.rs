@@ -398,9 +398,12 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     let head = buf.split_to(len).freeze();
     let status =
         StatusCode::from_u16(code).map_err(|_| H1Error::Framing("status code out of range"))?;
-    // Room for the two `x-levee-*` fields a relayed answer gains: a map
-    // that grows moves every field (~1,000 instructions).
-    let headers = header_map(&head, &spans, &listed, spans.len() + 2).map_err(|e| {
+    // Room for the three fields a relayed answer gains (`x-levee-attempts`,
+    // `x-levee-target`, and `x-request-id` or, when the provider sent its
+    // own, `x-levee-upstream-request-id`): a map that grows moves every
+    // field (~1,000 instructions). With room for two, an answer of 1, 4,
+    // 10 or 22 relayed fields grew on the third.
+    let headers = header_map(&head, &spans, &listed, spans.len() + 3).map_err(|e| {
         H1Error::Framing(match e {
             BadField::Name => "invalid header name",
             BadField::Value => "invalid header value",
@@ -771,6 +774,24 @@ mod tests {
             0,
             "a connection that sent too many is not reused"
         );
+    }
+
+    #[test]
+    fn an_answers_map_has_room_for_the_three_fields_levee_adds() {
+        for n in 0..40 {
+            let fields: String = (0..n).map(|i| format!("x-f{i}: v\r\n")).collect();
+            let text = format!("HTTP/1.1 200 OK\r\n{fields}content-length: 0\r\n\r\n");
+            let mut buf = BytesMut::from(text.as_bytes());
+            let head = parse_head(&mut buf, false)
+                .expect("a valid head")
+                .expect("a whole head");
+            assert_eq!(head.headers.len(), n);
+            assert!(
+                head.headers.capacity() >= n + 3,
+                "{n} fields: room for {} in all",
+                head.headers.capacity()
+            );
+        }
     }
 
     #[tokio::test]
