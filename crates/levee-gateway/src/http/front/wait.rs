@@ -11,6 +11,7 @@
 //! request's waits read a field and an atomic.
 
 use super::Closing;
+use crate::runtime::shutdown::poll_on_new_waker;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
@@ -95,9 +96,6 @@ impl ClosingWatch {
             if self.is_closing() {
                 return true;
             }
-            if self.seen.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                return false;
-            }
             let wait = self.wait.get_or_insert_with(|| {
                 // A receiver of its own, as up to date as `rx`.
                 let mut rx = self.rx.clone();
@@ -105,8 +103,7 @@ impl ClosingWatch {
                     let _ = rx.changed().await;
                 })
             });
-            if wait.as_mut().poll(cx).is_pending() {
-                self.seen = Some(cx.waker().clone());
+            if !poll_on_new_waker(wait.as_mut(), &mut self.seen, cx) {
                 return false;
             }
             // It changed since: read it, and wait on a new receiver.
