@@ -246,13 +246,9 @@ impl Shared {
     /// this process's id and the request counter: seeding a `SmallRng` per
     /// id cost ~180 instructions, and a request makes two ids (its own and
     /// its idempotency key).
-    pub fn uuid_v7(&self) -> uuid::Uuid {
-        self.uuid_v7_at(self.clock.calendar_ms())
-    }
-
-    /// A fresh UUID v7 stamped `unix_ms`: a request's ids take the calendar
-    /// time of its arrival (two clock reads fewer a request).
-    pub fn uuid_v7_at(&self, unix_ms: u64) -> uuid::Uuid {
+    /// Stamped with the calendar time of `at`, a clock read the request has
+    /// made already (one per id fewer).
+    pub fn uuid_v7(&self, at: levee_policy::Instant) -> uuid::Uuid {
         const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
         fn mix(mut z: u64) -> u64 {
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -278,7 +274,7 @@ impl Shared {
         let mut bytes = [0u8; 10];
         bytes[..8].copy_from_slice(&a.to_le_bytes());
         bytes[8..].copy_from_slice(&b.to_le_bytes()[..2]);
-        uuid::Builder::from_unix_timestamp_millis(unix_ms, &bytes).into_uuid()
+        uuid::Builder::from_unix_timestamp_millis(self.clock.calendar_at(at), &bytes).into_uuid()
     }
 
     /// The breaker, admitted-fraction and belief gauges of provider `p`:
@@ -538,8 +534,8 @@ mod tests {
     #[tokio::test]
     async fn generated_idempotency_keys_are_distinct_uuid_v7s() {
         let shared = Shared::new(levee_config::Config::parse("").unwrap(), 1).unwrap();
-        let a = shared.uuid_v7();
-        let b = shared.uuid_v7();
+        let a = shared.uuid_v7(shared.clock.now());
+        let b = shared.uuid_v7(shared.clock.now());
         assert_ne!(a, b);
         assert_eq!(a.get_version_num(), 7);
     }

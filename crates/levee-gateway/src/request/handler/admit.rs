@@ -142,14 +142,14 @@ pub(super) fn resolve_deadline(
     Ok((deadline, own))
 }
 
-/// The idempotency key Levee sends for a request that has none: a UUIDv7,
-/// in one allocation that every attempt's copy shares (a `String` turned
-/// into a header value took three: the string, its copy, and a shared
-/// header made at the first clone).
-pub(super) fn generated_key(shared: &Shared, arrived: levee_policy::Instant) -> HeaderValue {
+/// A fresh UUIDv7 stamped `at`, as a header value: the idempotency key
+/// Levee sends for a request that has none, and a request's own id. One
+/// allocation that every attempt's copy shares (a `String` turned into a
+/// header value took three: the string, its copy, and a shared header made
+/// at the first clone).
+pub(super) fn generated_key(shared: &Shared, at: levee_policy::Instant) -> HeaderValue {
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    let ms = shared.clock.calendar_at(arrived);
-    shared.uuid_v7_at(ms).hyphenated().encode_lower(&mut text);
+    shared.uuid_v7(at).hyphenated().encode_lower(&mut text);
     HeaderValue::from_maybe_shared(Bytes::from_owner(text))
         .unwrap_or(HeaderValue::from_static("levee"))
 }
@@ -219,7 +219,7 @@ pub(super) async fn admit(
         counted: sdk_retry,
         deadline,
     };
-    let (lease, idem) = match claim_idempotency(shared, &r, key, note).await? {
+    let (lease, idem) = match claim_idempotency(shared, &r, key, note, arrived).await? {
         Keying::Lead { lease, idem } => (lease, idem),
         Keying::Replayed(resp) => return Ok(resp),
     };
@@ -316,6 +316,7 @@ async fn claim_idempotency(
     r: &Inbound,
     key: Keyed<'_>,
     note: &mut Option<IdemNote>,
+    arrived: levee_policy::Instant,
 ) -> Result<Keying, LeveeError> {
     let store_key = key
         .header
@@ -323,7 +324,7 @@ async fn claim_idempotency(
     let Some(stored) = store_key.as_deref() else {
         return Ok(Keying::Lead {
             lease: None,
-            idem: generated_key(shared, r.arrived),
+            idem: generated_key(shared, arrived),
         });
     };
     let caller = r.caller.digest();

@@ -99,10 +99,7 @@ where
             req,
             dialect,
             &mut note,
-            Arrival {
-                id: &id,
-                at: arrived
-            },
+            &id,
             &mut admitted,
             &sent,
         ));
@@ -162,10 +159,7 @@ fn request_id(shared: &Shared, h: &HeaderMap, arrived: levee_policy::Instant) ->
             return v.clone();
         }
     }
-    let mut text = [0u8; 36];
-    let ms = shared.clock.calendar_at(arrived);
-    shared.uuid_v7_at(ms).hyphenated().encode_lower(&mut text);
-    HeaderValue::from_maybe_shared(Bytes::from_owner(text)).unwrap_or(HeaderValue::from_static("-"))
+    admit::generated_key(shared, arrived)
 }
 
 /// Sets `x-request-id`; a provider's own id moves to
@@ -178,19 +172,12 @@ fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
     }
 }
 
-/// A request as it arrived: its id, and when its head was read.
-#[derive(Clone, Copy)]
-struct Arrival<'a> {
-    id: &'a HeaderValue,
-    at: levee_policy::Instant,
-}
-
 async fn serve<B>(
     shared: &Arc<Shared>,
     req: Request<B>,
     dialect: Dialect,
     note: &mut Option<IdemNote>,
-    arrival: Arrival<'_>,
+    id: &HeaderValue,
     admitted: &mut bool,
     sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError>
@@ -239,9 +226,8 @@ where
         rewrite: r.rewrite,
         once,
         only_provider,
-        arrived: arrival.at,
     };
-    admit(shared, request, note, arrival.id, admitted, sent).await
+    admit(shared, request, note, id, admitted, sent).await
 }
 
 /// Where a request goes, and what its body tells admission.
@@ -633,8 +619,6 @@ struct Inbound {
     /// Sent only to this provider's targets (a stored object's reads go
     /// where it was created).
     only_provider: Option<usize>,
-    /// When its head was read: its ids are stamped with it.
-    arrived: levee_policy::Instant,
 }
 
 /// Reads the whole body within `limits.max_body_bytes` and
