@@ -5,7 +5,7 @@
 //! same way whether or not a target rewrites the model name, and never
 //! forwarded raw to a provider that would have to make sense of it.
 
-use crate::http::quickjson::OUTPUT_CAPS;
+use crate::http::quickjson::{CAP_LIMIT, OUTPUT_CAPS};
 use bytes::Bytes;
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -128,15 +128,12 @@ impl<'de> serde::de::Visitor<'de> for PeekVisitor {
                 "model" => model = Some(map.next_value::<Option<Text<'de>>>()?.map(|t| t.0)),
                 "stream" if stream.is_some() => return Err(A::Error::duplicate_field("stream")),
                 "stream" => stream = Some(map.next_value::<Scalar>()?.is_true()),
-                k if OUTPUT_CAPS.contains(&k.as_bytes()) => {
-                    let n = map.next_value::<Scalar>()?.cap();
-                    if let Some(slot) = OUTPUT_CAPS.iter().position(|c| *c == k.as_bytes()) {
-                        caps[slot] = n;
+                k => match OUTPUT_CAPS.iter().position(|c| *c == k.as_bytes()) {
+                    Some(slot) => caps[slot] = map.next_value::<Scalar>()?.cap(),
+                    None => {
+                        map.next_value::<Valid>()?;
                     }
-                }
-                _ => {
-                    map.next_value::<Valid>()?;
-                }
+                },
             }
         }
         Ok(Peek {
@@ -190,7 +187,7 @@ impl Scalar {
     /// It as an output cap: an integer of at most 12 digits.
     fn cap(&self) -> Option<u64> {
         match *self {
-            Scalar::Uint(v) if v < 1_000_000_000_000 => Some(v),
+            Scalar::Uint(v) if v < CAP_LIMIT => Some(v),
             _ => None,
         }
     }

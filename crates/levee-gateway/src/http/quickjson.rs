@@ -35,8 +35,12 @@ pub(crate) const OUTPUT_CAPS: [&[u8]; 3] = [
     b"max_output_tokens",
 ];
 
-/// `digits` (a JSON number's text) as an output cap: a plain integer of at
-/// most 12 digits, as the admission estimate reads one.
+/// The first output cap too large to be one (a plain integer of at most 12
+/// digits is), in both the fast reader and `serde_json`'s.
+pub(crate) const CAP_LIMIT: u64 = 1_000_000_000_000;
+
+/// `digits` (a JSON number's text) as an output cap: a plain integer below
+/// [`CAP_LIMIT`], as the admission estimate reads one.
 fn cap(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 12 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
