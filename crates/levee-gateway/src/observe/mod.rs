@@ -1,7 +1,7 @@
 //! Observation: what a request's life is told as (`event`, `outcome`) and
-//! where it is written — Prometheus metrics (`metrics`), the live caller
-//! census (`census`) with histograms each thread records into apart
-//! (`histogram`), OpenTelemetry spans (`telemetry`), the `--record`
+//! where it is written — Prometheus metrics (`metrics`, their histograms
+//! recorded by each thread apart in `histogram`), the live caller census
+//! (`census`), OpenTelemetry spans (`telemetry`), the `--record`
 //! tape (`record`) — and the redaction of provider keys from all of them
 //! (`redact`). Nothing here drives a request.
 
