@@ -28,7 +28,11 @@ thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
     /// The stopped ticker of this thread's worker, to wake.
     static STOPPED: RefCell<Option<Waker>> = const { RefCell::new(None) };
-    /// Ticks taken on this thread (for tests).
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Ticks taken on this thread.
     static TICKS: Cell<u64> = const { Cell::new(0) };
 }
 
@@ -55,6 +59,7 @@ pub(crate) async fn ticker() {
         let mut idle = 0;
         while idle < IDLE_TICKS {
             tokio::time::sleep(TICK).await;
+            #[cfg(test)]
             TICKS.with(|t| t.set(t.get() + 1));
             if BUSY.with(|b| b.replace(false)) {
                 idle = 0;
