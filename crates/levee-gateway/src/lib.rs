@@ -73,6 +73,7 @@ mod server;
 mod spend;
 mod state;
 mod upstream;
+mod wake;
 
 use levee_config::Config;
 use runtime::shared::{SetupError, Shared};

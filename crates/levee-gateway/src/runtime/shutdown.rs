@@ -59,7 +59,7 @@ impl GraceOver {
         seen: &mut Option<Waker>,
         cx: &mut Context<'_>,
     ) -> bool {
-        if poll_on_new_waker(wait, seen, cx) {
+        if crate::wake::poll_on_new_waker(wait, seen, cx) {
             return true;
         }
         // Read after registering: a `fire` before the registration set it.
@@ -84,26 +84,6 @@ impl GraceOver {
         })
         .await
     }
-}
-
-/// Polls `wait`, a waiter on a shared signal, only when `cx`'s waker is not
-/// `seen`, the one it was last polled with and is registered under (a
-/// tokio `Notify` or `watch` waiter takes its list's lock on every poll);
-/// `true` when it was polled and is ready. A caller with the same waker
-/// reads the signal's own state instead.
-pub(crate) fn poll_on_new_waker<W: Future + ?Sized>(
-    wait: Pin<&mut W>,
-    seen: &mut Option<Waker>,
-    cx: &mut Context<'_>,
-) -> bool {
-    if seen.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-        return false;
-    }
-    if wait.poll(cx).is_ready() {
-        return true;
-    }
-    *seen = Some(cx.waker().clone());
-    false
 }
 
 /// The 503 a request gets when the grace period ends before its answer:

@@ -11,7 +11,7 @@
 //! request's waits read a field and an atomic.
 
 use super::Closing;
-use crate::runtime::shutdown::poll_on_new_waker;
+use crate::wake::poll_on_new_waker;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
