@@ -234,7 +234,7 @@ pub(crate) fn header_map(
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
         let name_bytes = &head[n..n + nl];
-        if is_listed(head, listed, name_bytes) {
+        if !listed.is_empty() && is_listed(head, listed, name_bytes) {
             continue;
         }
         let name = crate::http::fieldname::field_name(name_bytes).map_err(|_| BadField::Name)?;
@@ -247,7 +247,7 @@ pub(crate) fn header_map(
 
 /// Whether `name` is one of the names `listed` spans (offset, length) in
 /// `head`.
-fn is_listed(head: &[u8], listed: &[(u32, u32)], name: &[u8]) -> bool {
+pub(crate) fn is_listed(head: &[u8], listed: &[(u32, u32)], name: &[u8]) -> bool {
     listed
         .iter()
         .any(|&(t, tl)| head[t as usize..(t + tl) as usize].eq_ignore_ascii_case(name))

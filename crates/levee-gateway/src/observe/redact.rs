@@ -114,6 +114,11 @@ impl Secrets {
         }
     }
 
+    /// Whether a secret occurs in `hay`.
+    pub fn occurs(&self, hay: &[u8]) -> bool {
+        self.finder.as_ref().is_some_and(|f| f.is_match(hay))
+    }
+
     /// `Some(replaced)` when a secret occurs in `hay`.
     pub fn scrub(&self, hay: &[u8]) -> Option<Vec<u8>> {
         let finder = self.finder.as_ref()?;

@@ -5,6 +5,7 @@
 
 use crate::clock::Clock;
 use crate::error::BoxError;
+use crate::http::rawfields::RawFields;
 use crate::observe::histogram::Histogram;
 use crate::upstream::h1conn::H1Body;
 use bytes::Bytes;
@@ -118,6 +119,16 @@ pub enum UpstreamBody {
 }
 
 impl UpstreamBody {
+    /// Takes the answer's fields relayed as bytes, leaving none (an HTTP/2
+    /// answer has all of its fields in its map).
+    pub(crate) fn take_raw(&mut self) -> RawFields {
+        match self {
+            UpstreamBody::H1(b) => b.take_raw(),
+            UpstreamBody::Reframed(r) => r.inner.as_mut().map(|b| b.take_raw()).unwrap_or_default(),
+            _ => RawFields::default(),
+        }
+    }
+
     /// This body's data as `by` rewrites it.
     pub(crate) fn reframed(self, by: impl Reframe + 'static) -> UpstreamBody {
         UpstreamBody::Reframed(Box::new(Reframed {

@@ -26,9 +26,11 @@
 //! connection, and a proxy never passes them on.
 
 use crate::http::h1wire::{
-    decode_chunked, header_map, BadField, Framing, InBuf, Kind, Span, Spans, Step, MAX_HEADERS,
+    decode_chunked, header_map, is_listed, BadField, Framing, InBuf, Kind, Span, Spans, Step,
+    MAX_HEADERS,
 };
 use crate::http::outbound::Outbound;
+use crate::http::rawfields::{self, RawFields};
 use crate::http::respond::is_hop_by_hop;
 use crate::upstream::transport::Conn;
 use bytes::{Bytes, BytesMut};
@@ -172,6 +174,7 @@ impl H1Conn {
             // request: the connection ends with this answer.
             keep_alive: head.keep_alive && !answered_early,
             home,
+            raw: head.raw,
         };
         if matches!(body.kind, Kind::Length(0) | Kind::Done) {
             body.finish();
@@ -295,7 +298,10 @@ fn line(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 struct Head {
     status: StatusCode,
     version: Version,
+    /// The fields Levee reads.
     headers: HeaderMap,
+    /// The fields it only relays.
+    raw: RawFields,
     framing: Kind,
     keep_alive: bool,
     /// A `1xx` head: another head follows.
@@ -378,16 +384,23 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     // never relayed to the caller. Rare: no allocation unless there are some.
     let mut listed: Vec<(u32, u32)> = Vec::new();
     // Building a header map costs ~700 instructions a field; the fields
-    // about this connection are read here and left out of it.
+    // about this connection are read here and left out of it, and the
+    // fields Levee never reads are relayed as bytes.
+    let mut raw = RawFields::builder();
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
             listed.extend(crate::http::h1wire::listed_names(h.value).map(at));
         }
-        if !framing.see(h.name, h.value).map_err(H1Error::Framing)? {
+        if framing.see(h.name, h.value).map_err(H1Error::Framing)? {
+            continue;
+        }
+        if rawfields::levee_reads(h.name.as_bytes()) {
             spans.push(Span {
                 name: at(h.name.as_bytes()),
                 value: at(h.value),
             });
+        } else {
+            raw.push(buf, h.name.as_bytes(), h.value);
         }
     }
     if code == 101 {
@@ -403,22 +416,29 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     // own, `x-levee-upstream-request-id`): a map that grows moves every
     // field (~1,000 instructions). With room for two, an answer of 1, 4,
     // 10 or 22 relayed fields grew on the third.
-    let headers = header_map(&head, &spans, &listed, spans.len() + 3).map_err(|e| {
-        H1Error::Framing(match e {
-            BadField::Name => "invalid header name",
-            BadField::Value => "invalid header value",
-        })
-    })?;
+    let headers = header_map(&head, &spans, &listed, spans.len() + 3).map_err(bad_field)?;
+    let mut raw = raw.finish(&head);
+    if !listed.is_empty() {
+        raw = raw.without(|n| is_listed(&head, &listed, n));
+    }
     let informational = (100..200).contains(&code);
     let (kind, keep_alive) = framing.decide(version, no_body || code == 204 || code == 304);
     Ok(Some(Head {
         status,
         version,
         headers,
+        raw,
         framing: kind,
         keep_alive,
         informational,
     }))
+}
+
+fn bad_field(e: BadField) -> H1Error {
+    H1Error::Framing(match e {
+        BadField::Name => "invalid header name",
+        BadField::Value => "invalid header value",
+    })
 }
 
 /// An answer's body, read from the connection as it is polled.
@@ -428,9 +448,16 @@ pub struct H1Body {
     kind: Kind,
     keep_alive: bool,
     home: Weak<dyn Home>,
+    /// The head's fields Levee does not read, relayed as they came.
+    raw: RawFields,
 }
 
 impl H1Body {
+    /// Takes the head's fields relayed as bytes, leaving none.
+    pub(crate) fn take_raw(&mut self) -> RawFields {
+        std::mem::take(&mut self.raw)
+    }
+
     /// The body is over: the connection goes home if it can take another
     /// request (nothing unread on it), else it is closed.
     fn finish(&mut self) {
@@ -530,6 +557,7 @@ impl http_body::Body for H1Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::HeaderName;
     use http_body_util::BodyExt;
     use std::sync::{Arc, Mutex};
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
@@ -776,10 +804,45 @@ mod tests {
         );
     }
 
+    /// The fields relayed as bytes are checked only by httparse: what it
+    /// accepts in a name or a value, byte by byte, a header map accepts too.
+    #[test]
+    fn a_field_relayed_as_bytes_is_one_a_header_map_would_take() {
+        for b in 0..=255u8 {
+            let mut name = b"x-f".to_vec();
+            name.push(b);
+            let mut value = b"a".to_vec();
+            value.push(b);
+            value.push(b'z');
+            for (n, v) in [(&name, &b"v".to_vec()), (&b"x-f".to_vec(), &value)] {
+                let mut text = b"HTTP/1.1 200 OK\r\n".to_vec();
+                for part in [&n[..], b": ", &v[..], b"\r\ncontent-length: 0\r\n\r\n"] {
+                    text.extend_from_slice(part);
+                }
+                let Ok(Some(head)) = parse_head(&mut BytesMut::from(&text[..]), false) else {
+                    continue;
+                };
+                for (n, v) in head.raw.iter() {
+                    assert!(
+                        HeaderName::from_bytes(n).is_ok() && HeaderValue::from_bytes(v).is_ok(),
+                        "byte {b:#04x}: httparse took {:?}: {:?}",
+                        String::from_utf8_lossy(n),
+                        v
+                    );
+                }
+                let mut h = HeaderMap::new();
+                let mut raw = head.raw.clone();
+                raw.move_into(&mut h);
+                assert_eq!(h.len(), 1, "byte {b:#04x}: {:?}", head.raw);
+            }
+        }
+    }
+
     #[test]
     fn an_answers_map_has_room_for_the_three_fields_levee_adds() {
         for n in 0..40 {
-            let fields: String = (0..n).map(|i| format!("x-f{i}: v\r\n")).collect();
+            // Fields Levee reads: the map holds only those.
+            let fields: String = (0..n).map(|i| format!("x-ratelimit-f{i}: v\r\n")).collect();
             let text = format!("HTTP/1.1 200 OK\r\n{fields}content-length: 0\r\n\r\n");
             let mut buf = BytesMut::from(text.as_bytes());
             let head = parse_head(&mut buf, false)

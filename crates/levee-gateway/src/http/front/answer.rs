@@ -3,6 +3,7 @@
 //! connection writes in as few system calls as it can.
 
 use super::{date, line, Conn};
+use crate::http::rawfields::RawFields;
 use crate::http::respond::Body;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName};
@@ -63,7 +64,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         head_only: bool,
         keep_alive: bool,
     ) -> io::Result<bool> {
-        let (parts, body) = resp.into_parts();
+        let (parts, mut body) = resp.into_parts();
+        let raw = body.take_raw();
         let no_body = head_only
             || parts.status.is_informational()
             || parts.status == StatusCode::NO_CONTENT
@@ -76,7 +78,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             Out::choose(&parts.headers, &body, version)
         };
         let keep_alive = keep_alive && !matches!(framing, Out::Close);
-        self.encode_head(&parts, framing, version, keep_alive);
+        self.encode_head(&parts, &raw, framing, version, keep_alive);
+        drop(raw);
         if no_body {
             std::future::poll_fn(|cx| self.poll_flush(cx)).await?;
             return Ok(keep_alive);
@@ -158,6 +161,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
     fn encode_head(
         &mut self,
         parts: &http::response::Parts,
+        raw: &RawFields,
         framing: Out,
         version: Version,
         keep_alive: bool,
@@ -182,7 +186,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
                 dated |= name == header::DATE;
             }
         }
-        if !dated {
+        out.extend_from_slice(raw.lines());
+        if !dated && !raw.dated() {
             date::put(out);
         }
         match framing {

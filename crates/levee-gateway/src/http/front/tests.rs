@@ -403,7 +403,7 @@ fn streaming(
 ) -> impl FnMut(Request<FrontBody>) -> std::future::Ready<Response<Body>> {
     move |_req| {
         let rx = rx.lock().unwrap().take().expect("one request");
-        std::future::ready(Response::new(Feeder(rx).boxed_unsync()))
+        std::future::ready(Response::new(Body::new(Feeder(rx))))
     }
 }
 

@@ -13,17 +13,23 @@ impl Driver<'_> {
         attempt_deadline: tokio::time::Instant,
         started: levee_policy::Instant,
     ) -> Delivered {
-        let (parts, body) = resp.into_parts();
+        let (mut parts, mut body) = resp.into_parts();
+        let mut raw = body.take_raw();
+        // The tape records every field of the head, and a field carrying a
+        // key is redacted in the map: then all are there.
+        if self.ctx.shared.recorder.is_some() || self.ctx.shared.secrets.get().occurs(raw.lines()) {
+            raw.move_into(&mut parts.headers);
+        }
         let is_sse = parts
             .headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if self.ctx.stream && is_sse {
-            self.deliver_stream(parts, body, attempt_deadline, started)
+            self.deliver_stream(parts, raw, body, attempt_deadline, started)
                 .await
         } else {
-            self.deliver_buffered(parts, body, attempt_deadline, started)
+            self.deliver_buffered(parts, raw, body, attempt_deadline, started)
                 .await
         }
     }
@@ -52,6 +58,7 @@ impl Driver<'_> {
     pub(super) async fn deliver_stream(
         &mut self,
         parts: http::response::Parts,
+        raw: RawFields,
         mut body: UpstreamBody,
         attempt_deadline: tokio::time::Instant,
         started: levee_policy::Instant,
@@ -116,17 +123,27 @@ impl Driver<'_> {
         };
         let grace = crate::runtime::shutdown::GraceWatch::new(&shared.grace_over);
         let relay = RelayBody::new(start, body, finisher, recording, holds, grace);
+        let head = self.head_out(parts, Box::new(relay), target, attempts);
+        Delivered::Done(Ok(Answer::Stream(head, raw)))
+    }
+
+    /// A provider's answer as the caller gets it: the head redacted, its
+    /// hop-by-hop fields and any of Levee's own dropped, Levee's success
+    /// fields added, and `body`.
+    fn head_out<B>(
+        &self,
+        mut parts: http::response::Parts,
+        body: B,
+        target: usize,
+        attempts: u32,
+    ) -> Response<B> {
+        let shared = &self.ctx.shared;
+        let route = &shared.config.routes[self.ctx.route];
         let provider = &shared.providers[route.targets[target].provider];
-        let mut headers = parts.headers;
         // A provider may echo the key in a successful answer's head too.
-        shared.secrets.get().headers(&mut headers);
-        Delivered::Done(Ok(Answer::Stream(relayed(
-            parts.status,
-            headers,
-            Box::new(relay),
-            attempts,
-            provider.name_header.as_ref(),
-        ))))
+        shared.secrets.get().headers(&mut parts.headers);
+        let name = provider.name_header.as_ref();
+        relayed(parts.status, parts.headers, body, attempts, name)
     }
 
     /// The tokens a plain answer used settle what its admission estimated,
@@ -148,6 +165,7 @@ impl Driver<'_> {
     pub(super) async fn deliver_buffered(
         &mut self,
         parts: http::response::Parts,
+        raw: RawFields,
         body: UpstreamBody,
         attempt_deadline: tokio::time::Instant,
         started: levee_policy::Instant,
@@ -197,22 +215,17 @@ impl Driver<'_> {
                 return Delivered::Done(Err(LeveeError::upstream_error(msg).attempts(attempts)));
             }
         };
-        let provider = &shared.providers[route.targets[target].provider];
-        let mut parts = parts;
-        shared.secrets.get().headers(&mut parts.headers);
-        let stored_headers = self.lease.is_some().then(|| {
-            let mut headers = HeaderMap::new();
-            copy_headers(&parts.headers, &mut headers);
-            headers
-        });
-        let out = relayed(
-            parts.status,
-            parts.headers,
-            full(bytes.clone()),
+        let out = self.head_out(
+            parts,
+            Body::relaying(http_body_util::Full::new(bytes.clone()), raw),
+            target,
             attempts,
-            provider.name_header.as_ref(),
         );
-        if let (Some(l), Some(headers)) = (self.lease.take(), stored_headers) {
+        if let Some(l) = self.lease.take() {
+            // Stored with every field, none of Levee's own.
+            let mut headers = HeaderMap::new();
+            copy_headers(out.headers(), &mut headers);
+            out.body().raw().clone().move_into(&mut headers);
             let stored = Stored {
                 status,
                 headers,

@@ -234,8 +234,10 @@ impl Driver<'_> {
                 .map(|v| v.as_bytes()),
             shared.clock.unix_ms(),
         );
-        let mut headers = resp.headers().clone();
-        let body = read_capped(resp.into_body(), MAX_ERROR_BODY, until).await;
+        let (parts, mut body) = resp.into_parts();
+        let mut headers = parts.headers;
+        body.take_raw().move_into(&mut headers);
+        let body = read_capped(body, MAX_ERROR_BODY, until).await;
         let secrets = shared.secrets.get();
         secrets.headers(&mut headers);
         let body = secrets.bytes(body);

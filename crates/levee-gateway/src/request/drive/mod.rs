@@ -7,7 +7,8 @@
 //! tape).
 
 use crate::http::collect::{collect_limited, CollectError};
-use crate::http::respond::{copy_headers, full, relayed, Body, LeveeError, Verdict, Why};
+use crate::http::rawfields::RawFields;
+use crate::http::respond::{copy_headers, relayed, Body, LeveeError, Verdict, Why};
 use crate::observe::event::RequestEvent;
 use crate::observe::event::{Finished, LastError};
 use crate::observe::outcome::AttemptResult;
@@ -172,12 +173,12 @@ pub(crate) fn run<'a>(
             driver.obs.dropped(d);
         }
         let answer = match answer {
-            Ok(Answer::Stream(resp)) => {
+            Ok(Answer::Stream(resp, raw)) => {
                 // From the commit point the relay owns the request's books:
                 // the stream's end closes them, not its head.
                 let (head, mut relay) = resp.into_parts();
                 relay.observed_by(driver.obs);
-                return Ok(Response::from_parts(head, relay.boxed_unsync()));
+                return Ok(Response::from_parts(head, Body::relaying(relay, raw)));
             }
             Ok(Answer::Whole(resp)) => Ok(resp),
             Err(e) => Err(e),
@@ -321,14 +322,15 @@ enum Delivered {
 /// request's answer, and the futures that carry it, that large.
 pub(crate) enum Answer {
     Whole(Response<Body>),
-    Stream(Response<Box<RelayBody>>),
+    /// The stream's head, and the head's fields relayed as bytes.
+    Stream(Response<Box<RelayBody>>, RawFields),
 }
 
 impl Answer {
     fn headers_mut(&mut self) -> &mut HeaderMap {
         match self {
             Answer::Whole(r) => r.headers_mut(),
-            Answer::Stream(r) => r.headers_mut(),
+            Answer::Stream(r, _) => r.headers_mut(),
         }
     }
 }

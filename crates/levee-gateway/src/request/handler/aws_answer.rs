@@ -66,7 +66,9 @@ const MAX_ANSWER: usize = 64 * 1024 * 1024;
 
 /// `resp` in the AWS shape.
 pub(super) async fn reshape(resp: Response<Body>, shape: native::AwsShape) -> Response<Body> {
-    let (mut parts, body) = resp.into_parts();
+    let (mut parts, mut body) = resp.into_parts();
+    // Reshaped answers are rare: every field goes through the map.
+    body.take_raw().move_into(&mut parts.headers);
     if !parts.status.is_success() {
         let read = collect_limited(body, MAX_ERROR).await.unwrap_or_default();
         let (kind, message) = type_and_message(&read);

@@ -230,7 +230,13 @@ impl PlatformRuntime {
     ) -> Response<UpstreamBody> {
         match &self.0 {
             None => resp,
-            Some(p) => p.answer(resp, stream, path),
+            Some(p) => {
+                // A platform reads and rewrites the head as it likes: all
+                // of its fields are in the map.
+                let (mut parts, mut body) = resp.into_parts();
+                body.take_raw().move_into(&mut parts.headers);
+                p.answer(Response::from_parts(parts, body), stream, path)
+            }
         }
     }
 
