@@ -148,8 +148,7 @@ pub(super) fn resolve_deadline(
 /// header value took three: the string, its copy, and a shared header made
 /// at the first clone).
 pub(super) fn generated_key(shared: &Shared, at: levee_policy::Instant) -> HeaderValue {
-    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    shared.uuid_v7(at).hyphenated().encode_lower(&mut text);
+    let text = crate::runtime::shared::hyphenated(shared.uuid_v7(at).as_bytes());
     HeaderValue::from_maybe_shared(Bytes::from_owner(text))
         .unwrap_or(HeaderValue::from_static("levee"))
 }
