@@ -10,7 +10,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 const WATCHDOG: Duration = Duration::from_secs(20);
@@ -50,26 +50,9 @@ async fn provider() -> SocketAddr {
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             tokio::spawn(async move {
-                let mut got = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        if got.len() >= end + 4 + len {
-                            break;
-                        }
-                    }
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let text = String::from_utf8_lossy(&got).to_string();
+                let Some((_, text)) = read_request(&mut s).await else {
+                    return;
+                };
                 let (status, ctype, body) = if text.contains(r#""model":"bad""#) {
                     (400, "application/json", r#"{"error":{"message":"no such model","type":"invalid_request_error","code":"model_not_found"}}"#.to_string())
                 } else if text.contains(r#""stream":true"#) {

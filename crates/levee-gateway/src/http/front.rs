@@ -43,7 +43,7 @@ mod wait;
 pub(crate) use body::FrontBody;
 pub(crate) use head::parse_head;
 
-use crate::http::h1wire::InBuf;
+use crate::http::h1wire::{line, InBuf};
 use crate::http::respond::Body;
 use body::Feed;
 use bytes::{Bytes, BytesMut};
@@ -257,15 +257,6 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         }
         self.read.shrink();
     }
-}
-
-/// One header field line, `name: value`, as the answer's head and a
-/// refusal write it.
-fn line(out: &mut BytesMut, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -253,6 +253,15 @@ pub(crate) fn is_listed(head: &[u8], listed: &[(u32, u32)], name: &[u8]) -> bool
         .any(|&(t, tl)| head[t as usize..(t + tl) as usize].eq_ignore_ascii_case(name))
 }
 
+/// One header field line, `name: value\r\n`, as an answer's head, a
+/// refusal and the relayed fields write it.
+pub(crate) fn line(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Digits only (no sign, no space); leading zeros allowed, overflow refused.
 pub(crate) fn parse_decimal(s: &[u8]) -> Option<u64> {
     if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {

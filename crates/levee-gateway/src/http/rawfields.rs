@@ -17,6 +17,7 @@
 //! the tape, a platform's re-framing) puts the fields back into the map
 //! first ([`RawFields::move_into`]).
 
+use crate::http::h1wire::line;
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -224,13 +225,6 @@ impl RawBuilder {
             dated: self.dated,
         }
     }
-}
-
-fn line(out: &mut BytesMut, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

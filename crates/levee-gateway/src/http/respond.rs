@@ -21,53 +21,15 @@ use std::time::Duration;
 /// Both live in one allocation, and the body itself is a pointer: a
 /// response moves often on its way out (inline, the fields made each move
 /// a `memcpy`, ~800 instructions a request in all).
-pub struct Body(Box<dyn Carrying>);
+pub struct Body(Box<With<DynBody>>);
 
-/// A body and the fields it carries.
-trait Carrying: http_body::Body<Data = Bytes, Error = Infallible> + Send + Unpin {
-    fn raw(&self) -> &RawFields;
-    fn raw_mut(&mut self) -> &mut RawFields;
-}
+type DynBody = dyn http_body::Body<Data = Bytes, Error = Infallible> + Send + Unpin;
 
-struct With<B> {
-    body: B,
+/// A body and the fields it carries (the body last, so a box of any body
+/// becomes a box of the one type).
+struct With<B: ?Sized> {
     raw: RawFields,
-}
-
-impl<B> http_body::Body for With<B>
-where
-    B: http_body::Body<Data = Bytes, Error = Infallible> + Unpin,
-{
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
-        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-impl<B> Carrying for With<B>
-where
-    B: http_body::Body<Data = Bytes, Error = Infallible> + Send + Unpin,
-{
-    fn raw(&self) -> &RawFields {
-        &self.raw
-    }
-
-    fn raw_mut(&mut self) -> &mut RawFields {
-        &mut self.raw
-    }
+    body: B,
 }
 
 impl Body {
@@ -84,17 +46,17 @@ impl Body {
     where
         B: http_body::Body<Data = Bytes, Error = Infallible> + Send + Unpin + 'static,
     {
-        Body(Box::new(With { body, raw }))
+        Body(Box::new(With { raw, body }))
     }
 
     /// The fields relayed as bytes.
     pub fn raw(&self) -> &RawFields {
-        self.0.raw()
+        &self.0.raw
     }
 
     /// Takes the fields relayed as bytes, leaving none.
     pub fn take_raw(&mut self) -> RawFields {
-        std::mem::take(self.0.raw_mut())
+        std::mem::take(&mut self.0.raw)
     }
 }
 
@@ -114,15 +76,15 @@ impl http_body::Body for Body {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
-        std::pin::Pin::new(&mut *self.get_mut().0).poll_frame(cx)
+        std::pin::Pin::new(&mut self.get_mut().0.body).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
+        self.0.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.0.size_hint()
+        self.0.body.size_hint()
     }
 }
 

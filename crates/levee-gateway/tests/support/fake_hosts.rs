@@ -14,7 +14,9 @@ pub type Answer = (u16, String, String);
 pub type Handler = Arc<dyn Fn(&str, &str, &str) -> Answer + Send + Sync>;
 
 /// A request's head and body, read whole from `conn`.
-pub async fn read_request(conn: &mut tokio::io::DuplexStream) -> Option<(String, String)> {
+pub async fn read_request<S: tokio::io::AsyncRead + Unpin>(
+    conn: &mut S,
+) -> Option<(String, String)> {
     let mut got = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
