@@ -37,12 +37,14 @@ def free_port() -> int:
 class Loop(threading.Thread):
     """Calls the gateway until stopped; counts successes and keeps failures."""
 
-    def __init__(self, name: str, call):
+    def __init__(self, name: str, call, handover):
         super().__init__(daemon=True)
         self.name = name
         self.call = call
+        self.handover = handover  # which hand-over is under way
         self.ok = 0
         self.failures: list[str] = []
+        self.failed_in: list[int] = []  # the hand-over each failure met
         self.slowest = 0.0
         self.stopping = threading.Event()
 
@@ -56,6 +58,7 @@ class Loop(threading.Thread):
             except Exception as e:  # every kind of failure is the finding
                 cause = f" (after {type(e.__cause__).__name__}: {e.__cause__})" if e.__cause__ else ""
                 self.failures.append(f"{self.name}: {type(e).__name__}: {e}{cause}")
+                self.failed_in.append(self.handover())
 
 
 def new_connection_call(port: int):
@@ -112,8 +115,12 @@ def test_a_second_gateway_takes_over_the_address_and_no_caller_sees_a_failure(wo
     listen = f"127.0.0.1:{port}"
     running = [Gateway(workdir, mock, DEFAULT_ROUTE, name="gateway-0", listen=listen)]
     stopped: list[Gateway] = []
-    loops = [Loop(f"new-connection-{i}", new_connection_call(port)) for i in range(CONNECTION_LOOPS)]
-    loops.append(Loop("keep-alive", keep_alive_call(f"http://{listen}")))
+    handover = lambda: len(stopped)  # noqa: E731
+    loops = [
+        Loop(f"new-connection-{i}", new_connection_call(port), handover)
+        for i in range(CONNECTION_LOOPS)
+    ]
+    loops.append(Loop("keep-alive", keep_alive_call(f"http://{listen}"), handover))
     calls = lambda: sum(loop.ok for loop in loops)  # noqa: E731
     try:
         for loop in loops:
@@ -149,12 +156,16 @@ def test_a_second_gateway_takes_over_the_address_and_no_caller_sees_a_failure(wo
     # A handshake reset shows up two ways: a new connection's own request, or
     # the keep-alive caller's one retry, which goes out on a new connection
     # and so can meet the same instant (both its tries then read a reset).
-    resets = [
-        f
-        for f in failures
-        if (f.startswith("new-connection") and "ConnectionResetError" in f)
-        or (f.startswith("keep-alive") and f.count("Connection reset by peer") == 2)
-    ]
+    # Every caller connecting at that instant meets it: CI once saw a
+    # new-connection caller and the keep-alive caller both reset in the same
+    # hand-over. What is counted is the hand-overs that reset any.
+    def is_reset(f: str) -> bool:
+        return (f.startswith("new-connection") and "ConnectionResetError" in f) or (
+            f.startswith("keep-alive") and f.count("Connection reset by peer") == 2
+        )
+
+    resets = [f for f in failures if is_reset(f)]
+    resetting = {h for loop in loops for f, h in zip(loop.failures, loop.failed_in) if is_reset(f)}
     if kernel_migrates_handshakes():
         assert failures == [], f"{len(failures)} failed of {calls() + len(failures)}: {failures[:5]}"
     else:
@@ -163,7 +174,7 @@ def test_a_second_gateway_takes_over_the_address_and_no_caller_sees_a_failure(wo
         # one in 100 hand-overs at ~1,200 new connections/s). Nothing else.
         others = [f for f in failures if f not in resets]
         assert others == [], f"{len(others)} failed of {calls() + len(failures)}: {others[:5]}"
-        assert len(resets) <= 1, f"{len(resets)} resets in {HANDOVERS} hand-overs: {resets}"
+        assert len(resetting) <= 1, f"resets in {len(resetting)} of {HANDOVERS} hand-overs: {resets}"
     assert mock.stats()["requests_total"] == calls(), "every answered call reached the provider once"
     taken = sum(
         json.loads(line).get("connections", 0)
