@@ -73,13 +73,25 @@ async fn provider() -> SocketAddr {
 }
 
 async fn gateway() -> Env {
+    recording(levee_gateway::Options::default()).await
+}
+
+/// The gateway in front of [`provider`], started with `opts`.
+async fn recording(opts: levee_gateway::Options) -> Env {
     let addr = provider().await;
     std::env::set_var("LEVEE_RELAYED_FIELDS_KEY", "sk-relayed-fields-key");
-    start(
-        &[],
-        &format!("providers:\n  p: {{ api: openai, base_url: \"http://{addr}\", api_key_env: LEVEE_RELAYED_FIELDS_KEY }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"),
-    )
-    .await
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 5s\nproviders:\n  p: {{ api: openai, base_url: \"http://{addr}\", api_key_env: LEVEE_RELAYED_FIELDS_KEY }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
+    );
+    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let gw = levee_gateway::spawn_with(config, opts, std::future::pending())
+        .await
+        .expect("gateway starts");
+    Env {
+        mocks: vec![],
+        gw,
+        client: http_client(),
+    }
 }
 
 /// The provider's fields Levee passes on are there, once each, in order;
@@ -174,4 +186,34 @@ async fn a_replayed_answer_carries_every_field_the_first_one_did() {
     assert_eq!(h["server"], "upstream/1.0", "{h:?}");
     assert_eq!(h.get_all("set-cookie").iter().count(), 2, "{h:?}");
     env.stop().await;
+}
+
+#[tokio::test]
+async fn the_tape_records_the_fields_the_provider_sent() {
+    let dir = std::env::temp_dir().join(format!("levee-relayed-tape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tape dir");
+    let tape = dir.join("tape.jsonl");
+    let env = recording(levee_gateway::Options {
+        record: Some(tape.clone()),
+        ..Default::default()
+    })
+    .await;
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_relayed("recorded", &r);
+    let text = || std::fs::read_to_string(&tape).unwrap_or_default();
+    until(WATCHDOG, "the answer's tape line", || {
+        text().contains("org-1")
+    })
+    .await;
+    let line = text();
+    for field in [
+        "openai-organization",
+        "upstream/1.0",
+        "x-ratelimit-remaining-requests",
+    ] {
+        assert!(line.contains(field), "{field} is not on the tape: {line}");
+    }
+    env.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
