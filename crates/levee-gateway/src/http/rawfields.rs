@@ -6,8 +6,8 @@
 //! again to write it costs more; OpenAI's answers carry 22 fields, of which
 //! Levee reads the content type, the request id and the rate-limit reports
 //! and only passes the rest on (`date`, `server`, `openai-*`, `cf-ray`,
-//! `strict-transport-security`, ...). Those go here instead: one copy into
-//! one buffer, one copy out.
+//! `strict-transport-security`, ...). Those go here instead: a slice of the
+//! head (or one copy of the lines), written out with one copy.
 //!
 //! [`levee_reads`] is the contract: every field name any part of Levee
 //! reads, removes or rewrites in a provider's answer head must be listed
@@ -23,11 +23,11 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 /// Answer fields relayed as bytes: whole `name: value\r\n` lines of the
 /// provider's head, each field as the provider wrote it (the name's case
-/// too), checked as strictly as a header map's fields. Where the lines are
-/// one run of the head (nginx's `server` and `date`), they are a slice of
-/// it: no allocation and no copy; else they are copied into one buffer
-/// (OpenAI's 17 such fields lie in three runs). Small on purpose (one
-/// `Bytes`): it travels inside the answer's body, which moves often.
+/// too) and as httparse took it (what a header map would take). Where the
+/// lines are one run of the head (nginx's `server` and `date`), they are a
+/// slice of it: no allocation and no copy; else they are copied into one
+/// buffer (OpenAI's 17 such fields lie in three runs). Small on purpose
+/// (one `Bytes`): it travels inside the answer's body, which moves often.
 #[derive(Clone, Debug, Default)]
 pub struct RawFields {
     lines: Bytes,
