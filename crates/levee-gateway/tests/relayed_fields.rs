@@ -217,3 +217,44 @@ async fn the_tape_records_the_fields_the_provider_sent() {
     env.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Through Redis, a replay carries every field too, a repeated name as
+/// many times as it came.
+#[tokio::test]
+async fn a_replay_stored_in_redis_carries_every_field_the_first_one_did() {
+    let Some(redis) = RedisServer::start_or_skip() else {
+        return;
+    };
+    redis.ready(WATCHDOG).await;
+    let addr = provider().await;
+    let port = redis.port;
+    let text = format!(
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nstate: {{ backend: redis, url: \"redis://127.0.0.1:{port}\", key_prefix: \"relayed{port}\" }}\nproviders:\n  p: {{ api: openai, base_url: \"http://{addr}\" }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
+    );
+    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let gw = levee_gateway::spawn_with(config, Default::default(), std::future::pending())
+        .await
+        .expect("gateway starts");
+    let env = Env {
+        mocks: vec![],
+        gw,
+        client: http_client(),
+    };
+    let key = [("idempotency-key", "relayed-fields-redis")];
+    let first = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &key)).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let local = first.headers.get("x-levee-idempotency");
+    assert!(local.is_none(), "stored locally: {:?}", first.headers);
+    let again = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &key)).await;
+    assert_eq!(
+        again.header("x-levee-replayed"),
+        "true",
+        "{:?}",
+        again.headers
+    );
+    let h = &again.headers;
+    let cookies: Vec<_> = h.get_all("set-cookie").iter().collect();
+    assert_eq!(cookies, ["a=1", "b=2"], "{h:?}");
+    assert_eq!(h["openai-organization"], "org-1", "{h:?}");
+    env.stop().await;
+}

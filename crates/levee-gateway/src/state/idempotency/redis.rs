@@ -253,15 +253,30 @@ impl RedisBackend {
     }
 }
 
+/// A stored answer's fields as JSON: `[name, value]` pairs in order, so a
+/// name the answer repeats (two `set-cookie`s) is replayed twice. Entries
+/// written as an object (one value per name) by earlier releases are still
+/// read.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum StoredFields {
+    Pairs(Vec<(String, String)>),
+    Map(BTreeMap<String, String>),
+}
+
 /// The answer in a `done` reply: status, headers (JSON) and body.
 fn stored_from(parts: &[Vec<u8>]) -> Stored {
     let status = std::str::from_utf8(&parts[1])
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
-    let map: BTreeMap<String, String> = serde_json::from_slice(&parts[2]).unwrap_or_default();
-    let mut headers = HeaderMap::new();
-    for (k, v) in map {
+    let fields = match serde_json::from_slice(&parts[2]) {
+        Ok(StoredFields::Pairs(pairs)) => pairs,
+        Ok(StoredFields::Map(map)) => map.into_iter().collect(),
+        Err(_) => Vec::new(),
+    };
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for (k, v) in fields {
         if let (Ok(n), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
             headers.append(n, v);
         }
@@ -299,7 +314,7 @@ impl Lease {
     pub(super) async fn complete(mut self, stored: Stored) {
         self.done = true;
         self.renew.abort();
-        let headers: BTreeMap<&str, &str> = stored
+        let headers: Vec<(&str, &str)> = stored
             .headers
             .iter()
             .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
@@ -308,7 +323,7 @@ impl Lease {
         inv.key(&self.key)
             .arg(&self.id)
             .arg(stored.status)
-            .arg(serde_json::to_string(&headers).unwrap_or_else(|_| "{}".into()))
+            .arg(serde_json::to_string(&headers).unwrap_or_else(|_| "[]".into()))
             .arg(stored.body.as_ref())
             .arg(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX))
             .arg(self.max_bytes)
@@ -376,5 +391,37 @@ impl RedisState {
             }
         }
         released
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(fields: &str) -> Vec<Vec<u8>> {
+        vec![
+            b"done".to_vec(),
+            b"200".to_vec(),
+            fields.as_bytes().to_vec(),
+            b"{}".to_vec(),
+        ]
+    }
+
+    #[test]
+    fn a_repeated_field_is_stored_and_read_back_in_order() {
+        let s = stored_from(&done(
+            r#"[["set-cookie","a=1"],["server","s"],["set-cookie","b=2"]]"#,
+        ));
+        let cookies: Vec<_> = s.headers.get_all("set-cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(s.headers["server"], "s");
+    }
+
+    #[test]
+    fn an_entry_an_earlier_release_wrote_is_still_read() {
+        let s = stored_from(&done(r#"{"server":"s","set-cookie":"a=1"}"#));
+        assert_eq!(s.headers["server"], "s");
+        assert_eq!(s.headers["set-cookie"], "a=1");
+        assert!(stored_from(&done("not json")).headers.is_empty());
     }
 }
