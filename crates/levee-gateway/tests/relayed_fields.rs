@@ -73,15 +73,16 @@ async fn provider() -> SocketAddr {
 }
 
 async fn gateway() -> Env {
-    recording(levee_gateway::Options::default()).await
+    gateway_with("", levee_gateway::Options::default()).await
 }
 
-/// The gateway in front of [`provider`], started with `opts`.
-async fn recording(opts: levee_gateway::Options) -> Env {
+/// The gateway in front of [`provider`], with `state` (a config line or
+/// nothing) and started with `opts`.
+async fn gateway_with(state: &str, opts: levee_gateway::Options) -> Env {
     let addr = provider().await;
     std::env::set_var("LEVEE_RELAYED_FIELDS_KEY", "sk-relayed-fields-key");
     let text = format!(
-        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 5s\nproviders:\n  p: {{ api: openai, base_url: \"http://{addr}\", api_key_env: LEVEE_RELAYED_FIELDS_KEY }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 5s\n{state}providers:\n  p: {{ api: openai, base_url: \"http://{addr}\", api_key_env: LEVEE_RELAYED_FIELDS_KEY }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
     );
     let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let gw = levee_gateway::spawn_with(config, opts, std::future::pending())
@@ -166,25 +167,29 @@ async fn an_error_passed_on_carries_every_field_the_provider_sent() {
     env.stop().await;
 }
 
-#[tokio::test]
-async fn a_replayed_answer_carries_every_field_the_first_one_did() {
-    let env = gateway().await;
-    let key = [("idempotency-key", "relayed-fields-1")];
+/// Sends one keyed request twice: the second answer is the stored one,
+/// with every field the first had, a repeated name as many times as it
+/// came, in order. Returns the first answer.
+async fn assert_replayed_whole(env: &Env, key: &str) -> Resp {
+    let key = [("idempotency-key", key)];
     let first = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &key)).await;
     assert_eq!(first.status, 200, "{}", first.text());
     assert_relayed("first", &first);
     let again = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &key)).await;
     assert_eq!(again.status, 200, "{}", again.text());
-    assert_eq!(
-        again.header("x-levee-replayed"),
-        "true",
-        "{:?}",
-        again.headers
-    );
     let h = &again.headers;
+    assert_eq!(again.header("x-levee-replayed"), "true", "{h:?}");
+    let cookies: Vec<_> = h.get_all("set-cookie").iter().collect();
+    assert_eq!(cookies, ["a=1", "b=2"], "{h:?}");
     assert_eq!(h["openai-organization"], "org-1", "{h:?}");
     assert_eq!(h["server"], "upstream/1.0", "{h:?}");
-    assert_eq!(h.get_all("set-cookie").iter().count(), 2, "{h:?}");
+    first
+}
+
+#[tokio::test]
+async fn a_replayed_answer_carries_every_field_the_first_one_did() {
+    let env = gateway().await;
+    assert_replayed_whole(&env, "relayed-fields-1").await;
     env.stop().await;
 }
 
@@ -193,10 +198,13 @@ async fn the_tape_records_the_fields_the_provider_sent() {
     let dir = std::env::temp_dir().join(format!("levee-relayed-tape-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tape dir");
     let tape = dir.join("tape.jsonl");
-    let env = recording(levee_gateway::Options {
-        record: Some(tape.clone()),
-        ..Default::default()
-    })
+    let env = gateway_with(
+        "",
+        levee_gateway::Options {
+            record: Some(tape.clone()),
+            ..Default::default()
+        },
+    )
     .await;
     let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -226,35 +234,13 @@ async fn a_replay_stored_in_redis_carries_every_field_the_first_one_did() {
         return;
     };
     redis.ready(WATCHDOG).await;
-    let addr = provider().await;
     let port = redis.port;
-    let text = format!(
-        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nstate: {{ backend: redis, url: \"redis://127.0.0.1:{port}\", key_prefix: \"relayed{port}\" }}\nproviders:\n  p: {{ api: openai, base_url: \"http://{addr}\" }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
+    let state = format!(
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{port}\", key_prefix: \"relayed{port}\" }}\n"
     );
-    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let gw = levee_gateway::spawn_with(config, Default::default(), std::future::pending())
-        .await
-        .expect("gateway starts");
-    let env = Env {
-        mocks: vec![],
-        gw,
-        client: http_client(),
-    };
-    let key = [("idempotency-key", "relayed-fields-redis")];
-    let first = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &key)).await;
-    assert_eq!(first.status, 200, "{}", first.text());
+    let env = gateway_with(&state, levee_gateway::Options::default()).await;
+    let first = assert_replayed_whole(&env, "relayed-fields-redis").await;
     let local = first.headers.get("x-levee-idempotency");
     assert!(local.is_none(), "stored locally: {:?}", first.headers);
-    let again = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &key)).await;
-    assert_eq!(
-        again.header("x-levee-replayed"),
-        "true",
-        "{:?}",
-        again.headers
-    );
-    let h = &again.headers;
-    let cookies: Vec<_> = h.get_all("set-cookie").iter().collect();
-    assert_eq!(cookies, ["a=1", "b=2"], "{h:?}");
-    assert_eq!(h["openai-organization"], "org-1", "{h:?}");
     env.stop().await;
 }
