@@ -234,7 +234,7 @@ pub(crate) fn header_map(
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
         let name_bytes = &head[n..n + nl];
-        if !listed.is_empty() && is_listed(head, listed, name_bytes) {
+        if is_listed(head, listed, name_bytes) {
             continue;
         }
         let name = crate::http::fieldname::field_name(name_bytes).map_err(|_| BadField::Name)?;

@@ -130,16 +130,15 @@ impl RawFields {
         if !self.iter().any(|(n, _)| drop(n)) {
             return self;
         }
-        let mut out = BytesMut::with_capacity(self.lines.len());
-        let mut dated = false;
+        let mut kept = RawBuilder {
+            run: (0, 0),
+            copied: Some(BytesMut::with_capacity(self.lines.len())),
+            dated: false,
+        };
         for (n, v) in self.iter().filter(|(n, _)| !drop(n)) {
-            dated |= n.eq_ignore_ascii_case(b"date");
-            line(&mut out, n, v);
+            kept.push(&self.lines, n, v);
         }
-        RawFields {
-            lines: out.freeze(),
-            dated,
-        }
+        kept.finish(&self.lines)
     }
 
     /// Appends the fields to `h` (after its own: the order within a name

@@ -88,12 +88,12 @@ impl Secrets {
     /// Replaces secrets inside header values (a value that no longer makes
     /// a valid header is dropped).
     pub fn headers(&self, h: &mut HeaderMap) {
-        let Some(finder) = &self.finder else {
+        if self.is_empty() {
             return;
-        };
+        }
         let hits: Vec<_> = h
             .iter()
-            .filter(|(_, v)| finder.is_match(v.as_bytes()))
+            .filter(|(_, v)| self.occurs(v.as_bytes()))
             .map(|(n, _)| n.clone())
             .collect();
         for name in hits {

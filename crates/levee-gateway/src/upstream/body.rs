@@ -119,12 +119,12 @@ pub enum UpstreamBody {
 }
 
 impl UpstreamBody {
-    /// Takes the answer's fields relayed as bytes, leaving none (an HTTP/2
-    /// answer has all of its fields in its map).
+    /// Takes the answer's fields relayed as bytes, leaving none. Only an
+    /// HTTP/1 answer has any: an HTTP/2 answer's are all in its map, and a
+    /// platform puts them there before it re-frames a body.
     pub(crate) fn take_raw(&mut self) -> RawFields {
         match self {
             UpstreamBody::H1(b) => b.take_raw(),
-            UpstreamBody::Reframed(r) => r.inner.as_mut().map(|b| b.take_raw()).unwrap_or_default(),
             _ => RawFields::default(),
         }
     }
