@@ -17,6 +17,7 @@ mod clock;
 mod error;
 #[doc(hidden)]
 pub mod framing_view;
+mod hex;
 
 /// The live caller census as `levee check --census-from` reads it from a
 /// running gateway.

@@ -209,7 +209,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
 
 /// A chunk-size line for `len` bytes (`1a2b\r\n`).
 fn hex_line(len: usize, line: &mut [u8; 18]) -> &[u8] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    use crate::hex::HEX;
     let mut at = 16;
     let mut n = len;
     loop {

@@ -148,7 +148,7 @@ pub(super) fn resolve_deadline(
 /// header value took three: the string, its copy, and a shared header made
 /// at the first clone).
 pub(super) fn generated_key(shared: &Shared, at: levee_policy::Instant) -> HeaderValue {
-    let text = crate::runtime::shared::hyphenated(shared.uuid_v7(at).as_bytes());
+    let text = crate::hex::hyphenated(shared.uuid_v7(at).as_bytes());
     HeaderValue::from_maybe_shared(Bytes::from_owner(text))
         .unwrap_or(HeaderValue::from_static("levee"))
 }
@@ -175,7 +175,7 @@ pub(super) fn forwarded_key(caller: &[u8; 32], store_key: &str) -> HeaderValue {
         .unwrap_or(HeaderValue::from_static("levee"))
 }
 
-pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";
+pub(super) use crate::hex::HEX;
 
 /// The idempotency store's one bucket for every caller of a keyless gateway.
 pub(super) const KEYLESS: [u8; 32] = [0xff; 32];
