@@ -73,17 +73,7 @@ async fn start_config(config: &str, opts: levee_gateway::Options) -> Env {
     let text = format!(
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 5s\n{config}"
     );
-    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let gw = levee_gateway::spawn_with(config, opts, std::future::pending())
-        .await
-        .expect("gateway starts");
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http();
-    Env {
-        mocks: vec![],
-        gw,
-        client,
-    }
+    start_text_with(&text, opts).await
 }
 
 #[tokio::test]

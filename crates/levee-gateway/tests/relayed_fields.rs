@@ -84,15 +84,7 @@ async fn gateway_with(state: &str, opts: levee_gateway::Options) -> Env {
     let text = format!(
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 5s\n{state}providers:\n  p: {{ api: openai, base_url: \"http://{addr}\", api_key_env: LEVEE_RELAYED_FIELDS_KEY }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
     );
-    let config = levee_config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let gw = levee_gateway::spawn_with(config, opts, std::future::pending())
-        .await
-        .expect("gateway starts");
-    Env {
-        mocks: vec![],
-        gw,
-        client: http_client(),
-    }
+    start_text_with(&text, opts).await
 }
 
 /// The provider's fields Levee passes on are there, once each, in order;
@@ -124,8 +116,6 @@ fn assert_relayed(what: &str, r: &Resp) {
     );
     assert_eq!(h["x-levee-upstream-request-id"], "up-1", "{what}: {h:?}");
 }
-
-const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
 
 #[tokio::test]
 async fn a_plain_answer_carries_every_field_the_provider_sent() {

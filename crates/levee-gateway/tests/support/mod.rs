@@ -266,6 +266,20 @@ pub async fn spawn_text(text: &str, seed: u64) -> levee_gateway::Running {
         .expect("gateway starts")
 }
 
+/// A gateway on real sockets from a whole config text, started with
+/// `opts`, and no mock of its own.
+pub async fn start_text_with(text: &str, opts: levee_gateway::Options) -> Env {
+    let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+    let gw = levee_gateway::spawn_with(config, opts, std::future::pending())
+        .await
+        .expect("gateway starts");
+    Env {
+        mocks: vec![],
+        gw,
+        client: http_client(),
+    }
+}
+
 /// A plain HTTP/1.1 client for the gateway's real sockets.
 pub fn http_client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
