@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::{Metric, Registry};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Mutex, RwLock};
 
 /// Counter handles by label values, built once per pair of values (a family
@@ -45,13 +45,13 @@ pub type TokensKey = (u32, u32, u16, u32, bool, bool);
 /// A family's series found by a number (`K`) without building its labels'
 /// strings, each made once, and kept to remove the series again.
 struct KeyedSeries<K, L, M> {
-    map: Mutex<HashMap<K, (M, L)>>,
+    map: Mutex<FxHashMap<K, (M, L)>>,
 }
 
 impl<K, L, M> Default for KeyedSeries<K, L, M> {
     fn default() -> Self {
         KeyedSeries {
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(FxHashMap::default()),
         }
     }
 }
