@@ -158,6 +158,13 @@ fn anthropic_field(rest: &[u8]) -> Option<(Which, Part)> {
 /// valid value. Where a field is given more than once, its first valid
 /// value counts.
 pub fn read(headers: &HeaderMap, now_unix_ms: u64) -> Option<RateHeaders> {
+    read_with(headers, || now_unix_ms)
+}
+
+/// [`read`], with the wall clock read only when a reset time needs it
+/// (Anthropic's `*-reset` fields): an answer without one costs no clock
+/// read.
+pub fn read_with(headers: &HeaderMap, mut now_unix_ms: impl FnMut() -> u64) -> Option<RateHeaders> {
     let mut out = RateHeaders::default();
     for (name, value) in headers {
         let name = name.as_str().as_bytes();
@@ -176,7 +183,7 @@ pub fn read(headers: &HeaderMap, now_unix_ms: u64) -> Option<RateHeaders> {
             Part::Limit | Part::Remaining => parse_count(value),
             Part::ResetIn => parse_duration_ms(value),
             Part::ResetAt => parse_rfc3339_ms(value)
-                .map(|at| u64::try_from(at.saturating_sub(i64_of(now_unix_ms))).unwrap_or(0)),
+                .map(|at| u64::try_from(at.saturating_sub(i64_of(now_unix_ms()))).unwrap_or(0)),
         };
         let Some(parsed) = parsed else {
             continue;
@@ -597,6 +604,27 @@ mod tests {
         assert_eq!(got.requests, remaining(119));
         assert_eq!(got.tokens, remaining(119_968));
         assert_eq!(got.input_tokens, None);
+    }
+
+    #[test]
+    fn the_wall_clock_is_read_only_for_a_reset_time() {
+        let reads = std::cell::Cell::new(0);
+        let now = || {
+            reads.set(reads.get() + 1);
+            NOW
+        };
+        let openai = headers(&[
+            ("x-ratelimit-remaining-requests", "9"),
+            ("x-ratelimit-reset-requests", "6s"),
+        ]);
+        assert!(read_with(&openai, now).is_some());
+        assert_eq!(reads.get(), 0, "OpenAI's reset is a duration");
+        let anthropic = headers(&[
+            ("anthropic-ratelimit-requests-remaining", "9"),
+            ("anthropic-ratelimit-requests-reset", "2026-01-01T00:00:06Z"),
+        ]);
+        assert_eq!(read_with(&anthropic, now), read(&anthropic, NOW));
+        assert_eq!(reads.get(), 1, "Anthropic's reset is a time");
     }
 
     #[test]

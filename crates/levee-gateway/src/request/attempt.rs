@@ -219,6 +219,7 @@ impl AttemptFinisher {
     /// dependencies and now.
     fn with_policy<T>(
         &mut self,
+        now: Option<Instant>,
         f: impl FnOnce(&RoutePolicy, &mut RequestState, &mut GatewayDeps<'_>, Instant) -> T,
     ) -> T {
         let shared = Arc::clone(&self.shared);
@@ -234,12 +235,22 @@ impl AttemptFinisher {
             ask: levee_policy::allowance::Ask::default(),
             seen: &seen,
         };
-        f(policy, &mut self.req, &mut deps, shared.clock.now())
+        let now = now.unwrap_or_else(|| shared.clock.now());
+        f(policy, &mut self.req, &mut deps, now)
     }
 
     /// Records the in-flight attempt's outcome; returns its class.
     pub fn record(&mut self, outcome: Outcome) -> Class {
-        self.with_policy(|p, req, deps, now| p.record(req, deps, now, outcome))
+        self.with_policy(None, |p, req, deps, now| p.record(req, deps, now, outcome))
+    }
+
+    /// [`AttemptFinisher::record`] at `now`, read by the caller for
+    /// [`AttemptFinisher::settle_at`] too: a plain answer's end read the
+    /// clock twice within a microsecond.
+    pub fn record_at(&mut self, now: Instant, outcome: Outcome) -> Class {
+        self.with_policy(Some(now), |p, req, deps, now| {
+            p.record(req, deps, now, outcome)
+        })
     }
 
     /// The answer to the in-flight attempt used `used` tokens: its
@@ -247,6 +258,15 @@ impl AttemptFinisher {
     /// Returns what the request's observer counts (`None`: the attempt held
     /// no permit).
     pub fn settle(&mut self, used: levee_policy::allowance::Cost) -> Option<TokensUsed> {
+        self.settle_at(None, used)
+    }
+
+    /// [`AttemptFinisher::settle`] at `now` (`None`: read the clock).
+    pub fn settle_at(
+        &mut self,
+        now: Option<Instant>,
+        used: levee_policy::allowance::Cost,
+    ) -> Option<TokensUsed> {
         let permit = self.req.permit()?;
         let t = self.req.target();
         let route = &self.shared.config.routes[self.route];
@@ -265,9 +285,11 @@ impl AttemptFinisher {
                 });
             }
         }
-        provider
-            .lock()
-            .settle(self.shared.clock.now(), permit.grant(), used);
+        provider.lock().settle(
+            now.unwrap_or_else(|| self.shared.clock.now()),
+            permit.grant(),
+            used,
+        );
         Some(TokensUsed {
             target: t,
             domain: permit.domain(),
@@ -304,12 +326,12 @@ impl AttemptFinisher {
 
     /// The in-flight attempt is past its target's learned p99 with no head.
     pub fn stalled(&mut self) {
-        self.with_policy(|p, req, deps, now| p.stalled(req, deps, now))
+        self.with_policy(None, |p, req, deps, now| p.stalled(req, deps, now))
     }
 
     /// The dispatched attempt could not be sent (a shared allowance refused it).
     pub fn refuse(&mut self, refusal: Refusal) {
-        self.with_policy(|p, req, deps, now| p.refuse(req, deps, now, refusal))
+        self.with_policy(None, |p, req, deps, now| p.refuse(req, deps, now, refusal))
     }
 
     /// Records the outcome of a committed stream's attempt and consumes self.
@@ -324,7 +346,7 @@ impl AttemptFinisher {
 impl Drop for AttemptFinisher {
     fn drop(&mut self) {
         if self.req.has_in_flight() {
-            self.with_policy(|p, req, deps, now| p.abandon(req, deps, now));
+            self.with_policy(None, |p, req, deps, now| p.abandon(req, deps, now));
         }
     }
 }

@@ -191,12 +191,13 @@ fn number_after_key(body: &[u8], key: &Needle) -> Option<u64> {
     None
 }
 
-/// What the provider's answer head reports of each meter, for the core.
+/// What the provider's answer head reports of each meter, for the core;
+/// `unix_ms` reads the wall clock, called only for a reset time.
 pub fn reported(
     headers: &http::HeaderMap,
-    unix_ms: u64,
+    unix_ms: impl FnMut() -> u64,
 ) -> impl Iterator<Item = (Meter, Reported)> {
-    let r = levee_wire::ratelimit::read(headers, unix_ms);
+    let r = levee_wire::ratelimit::read_with(headers, unix_ms);
     let meters = r.map(|r| {
         [
             (Meter::Requests, r.requests),

@@ -148,9 +148,9 @@ impl Driver<'_> {
 
     /// The tokens a plain answer used settle what its admission estimated,
     /// and are counted.
-    fn settle_usage(&mut self, bytes: &[u8]) {
+    fn settle_usage(&mut self, bytes: &[u8], now: levee_policy::Instant) {
         if let Some(used) = crate::upstream::allowance::usage(bytes) {
-            if let Some(mut tokens) = self.fin.settle(used) {
+            if let Some(mut tokens) = self.fin.settle_at(Some(now), used) {
                 tokens.cached = crate::upstream::allowance::cached(bytes);
                 self.obs.report(RequestEvent::TokensUsed(tokens));
             }
@@ -185,11 +185,15 @@ impl Driver<'_> {
             // Boxed: held inline, a store's future (~3.9 KiB) was every answer's.
             Box::pin(self.note_origin(Some(&bytes))).await;
         }
-        self.settle_usage(&bytes);
-        self.fin.record(Outcome::Status {
-            status,
-            retry_after: None,
-        });
+        let now = shared.clock.now();
+        self.settle_usage(&bytes, now);
+        self.fin.record_at(
+            now,
+            Outcome::Status {
+                status,
+                retry_after: None,
+            },
+        );
         self.obs.report(RequestEvent::Delivered {
             req: &self.fin.req,
             started,

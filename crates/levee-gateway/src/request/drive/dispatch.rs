@@ -279,7 +279,7 @@ pub(super) fn note_reported(
     headers: &http::HeaderMap,
 ) {
     let mut reported =
-        crate::upstream::allowance::reported(headers, shared.clock.unix_ms()).peekable();
+        crate::upstream::allowance::reported(headers, || shared.clock.unix_ms()).peekable();
     if reported.peek().is_some() {
         let now = shared.clock.now();
         let mut state = provider.lock();
