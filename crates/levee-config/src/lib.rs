@@ -37,7 +37,7 @@ pub use model::{
     Limits, Match, Provider, RedisConnect, RedisMode, RedisTls, Route, StateBackend, Target,
     Telemetry,
 };
-pub use platform::{check_credential_url, is_local_host, ApiKind, ModelNames, Platform};
+pub use platform::{check_credential_url, is_local_host, ApiKind, ModelNames, Platform, Vendor};
 pub use redis_url::{check_redis_url, redact_url, BadRedisUrl};
 pub use values::{
     Api, AtLeastOne, Auth, BackendKind, BalanceStrategy, BaseUrl, Http2, ListenAddr, OnUnavailable,
@@ -93,7 +93,7 @@ impl Config {
             .iter()
             .find(|e| e.provider == provider && e.model == model)
             .map(|e| e.price);
-        let price = listed.or_else(|| prices::builtin(&p.platform, p.api, &p.base_url, model))?;
+        let price = listed.or_else(|| prices::builtin_of(&p.platform, p.list_vendor, model))?;
         Some(price.discounted(p.discount))
     }
 
@@ -149,6 +149,7 @@ impl Config {
             if let Ok(uri) = format!("http://{addr}").parse::<http::Uri>() {
                 for p in &mut self.providers {
                     p.base_url = uri.clone();
+                    p.list_vendor = p.platform.list_vendor(p.api, &p.base_url);
                 }
             }
         }

@@ -60,9 +60,17 @@ pub struct Provider {
     pub headers: Vec<(String, crate::values::ValueSource)>,
     /// Query parameters added to every request URI.
     pub query: Vec<(String, crate::values::ValueSource)>,
+    /// Whose list prices its models have, from `platform`, `api` and
+    /// `base_url`'s host: set wherever those are.
+    pub(crate) list_vendor: Option<crate::platform::Vendor>,
 }
 
 impl Provider {
+    /// Whose list prices its models have (`None`: Levee knows none).
+    pub fn list_vendor(&self) -> Option<crate::platform::Vendor> {
+        self.list_vendor
+    }
+
     /// Fresh runtime state for this provider.
     pub fn new_state(&self) -> ProviderState {
         let state = ProviderState::new(self.breaker.clone(), None, self.max_in_flight)

@@ -220,19 +220,32 @@ impl Platform {
         base_url: &http::Uri,
         model: &'m str,
     ) -> Option<(Vendor, &'m str)> {
+        Some((self.list_vendor(api, base_url)?, self.list_name(model)?))
+    }
+
+    /// Whose list prices a provider of `api` at `base_url` has, whatever
+    /// the model (a model on Bedrock must still be Anthropic's:
+    /// [`Platform::list_name`]).
+    pub fn list_vendor(&self, api: Api, base_url: &http::Uri) -> Option<Vendor> {
         match (self, api, base_url.host()) {
-            (Platform::Direct, Api::OpenAi, Some("api.openai.com")) => {
-                Some((Vendor::OpenAi, model))
-            }
+            (Platform::Direct, Api::OpenAi, Some("api.openai.com")) => Some(Vendor::OpenAi),
             (Platform::Direct, Api::Anthropic, Some("api.anthropic.com")) => {
-                Some((Vendor::Anthropic, model))
+                Some(Vendor::Anthropic)
             }
-            (Platform::Bedrock { .. }, _, _) => {
-                let id = model.rsplit('/').next().unwrap_or(model);
-                let name = id.split("anthropic.").nth(1)?;
-                Some((Vendor::Anthropic, name))
-            }
+            (Platform::Bedrock { .. }, _, _) => Some(Vendor::Anthropic),
             _ => None,
+        }
+    }
+
+    /// `model`'s name in its vendor's price list (`None`: a model on
+    /// Bedrock that is not Anthropic's).
+    pub fn list_name<'m>(&self, model: &'m str) -> Option<&'m str> {
+        match self {
+            Platform::Bedrock { .. } => {
+                let id = model.rsplit('/').next().unwrap_or(model);
+                id.split("anthropic.").nth(1)
+            }
+            _ => Some(model),
         }
     }
 

@@ -150,8 +150,15 @@ fn listed(table: &[(&str, Price)], model: &str) -> Option<Price> {
 /// The built-in list price of `model` at a provider of `api` on `platform`
 /// at `base_url` (`None`: not a vendor Levee knows the prices of).
 pub fn builtin(platform: &Platform, api: Api, base_url: &http::Uri, model: &str) -> Option<Price> {
-    let (vendor, name) = platform.list_price_name(api, base_url, model)?;
-    match vendor {
+    builtin_of(platform, platform.list_vendor(api, base_url), model)
+}
+
+/// [`builtin`] for a provider whose vendor is known already
+/// ([`Platform::list_vendor`], kept with the provider: reading the host
+/// out of the base URL cost ~400 instructions a request).
+pub fn builtin_of(platform: &Platform, vendor: Option<Vendor>, model: &str) -> Option<Price> {
+    let name = platform.list_name(model)?;
+    match vendor? {
         Vendor::OpenAi => listed(OPENAI, name),
         Vendor::Anthropic => listed(ANTHROPIC, name),
     }

@@ -37,6 +37,7 @@ pub(super) fn builtin_mock_provider(name: &str, api: Api) -> Provider {
         auth: dialect_auth(api),
         headers: Vec::new(),
         query: Vec::new(),
+        list_vendor: None,
     }
 }
 
@@ -247,6 +248,7 @@ fn provider(
     platform: Platform,
     base_url: http::Uri,
 ) -> Provider {
+    let list_vendor = platform.list_vendor(p.api.dialect(), &base_url);
     Provider {
         name: name.to_string(),
         api: p.api.dialect(),
@@ -285,5 +287,6 @@ fn provider(
             .flatten()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        list_vendor,
     }
 }
