@@ -166,6 +166,8 @@ pub fn read(headers: &HeaderMap, now_unix_ms: u64) -> Option<RateHeaders> {
 /// read.
 pub fn read_with(headers: &HeaderMap, mut now_unix_ms: impl FnMut() -> u64) -> Option<RateHeaders> {
     let mut out = RateHeaders::default();
+    // Read once, at the first reset time: Anthropic sends one per meter.
+    let mut now = None;
     for (name, value) in headers {
         let name = name.as_str().as_bytes();
         let field = match name.first() {
@@ -182,8 +184,10 @@ pub fn read_with(headers: &HeaderMap, mut now_unix_ms: impl FnMut() -> u64) -> O
         let parsed = match part {
             Part::Limit | Part::Remaining => parse_count(value),
             Part::ResetIn => parse_duration_ms(value),
-            Part::ResetAt => parse_rfc3339_ms(value)
-                .map(|at| u64::try_from(at.saturating_sub(i64_of(now_unix_ms()))).unwrap_or(0)),
+            Part::ResetAt => parse_rfc3339_ms(value).map(|at| {
+                let now = *now.get_or_insert_with(&mut now_unix_ms);
+                u64::try_from(at.saturating_sub(i64_of(now))).unwrap_or(0)
+            }),
         };
         let Some(parsed) = parsed else {
             continue;
@@ -622,9 +626,10 @@ mod tests {
         let anthropic = headers(&[
             ("anthropic-ratelimit-requests-remaining", "9"),
             ("anthropic-ratelimit-requests-reset", "2026-01-01T00:00:06Z"),
+            ("anthropic-ratelimit-tokens-reset", "2026-01-01T00:00:09Z"),
         ]);
         assert_eq!(read_with(&anthropic, now), read(&anthropic, NOW));
-        assert_eq!(reads.get(), 1, "Anthropic's reset is a time");
+        assert_eq!(reads.get(), 1, "Anthropic's resets are times: one read");
     }
 
     #[test]
