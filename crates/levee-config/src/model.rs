@@ -66,11 +66,6 @@ pub struct Provider {
 }
 
 impl Provider {
-    /// Whose list prices its models have (`None`: Levee knows none).
-    pub fn list_vendor(&self) -> Option<crate::platform::Vendor> {
-        self.list_vendor
-    }
-
     /// Fresh runtime state for this provider.
     pub fn new_state(&self) -> ProviderState {
         let state = ProviderState::new(self.breaker.clone(), None, self.max_in_flight)

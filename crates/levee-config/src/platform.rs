@@ -210,21 +210,9 @@ pub struct ModelNames {
 }
 
 impl Platform {
-    /// Whose list prices `model` at a provider of `api` at `base_url` has,
-    /// and its name there: OpenAI's and Anthropic's own hosts, and
-    /// Anthropic's models on Bedrock (`anthropic.claude-…`, an inference
-    /// profile, an ARN) at Anthropic's list price.
-    pub fn list_price_name<'m>(
-        &self,
-        api: Api,
-        base_url: &http::Uri,
-        model: &'m str,
-    ) -> Option<(Vendor, &'m str)> {
-        Some((self.list_vendor(api, base_url)?, self.list_name(model)?))
-    }
-
     /// Whose list prices a provider of `api` at `base_url` has, whatever
-    /// the model (a model on Bedrock must still be Anthropic's:
+    /// the model: OpenAI's and Anthropic's own hosts, and Bedrock at
+    /// Anthropic's list price (for Anthropic's models only:
     /// [`Platform::list_name`]).
     pub fn list_vendor(&self, api: Api, base_url: &http::Uri) -> Option<Vendor> {
         match (self, api, base_url.host()) {
