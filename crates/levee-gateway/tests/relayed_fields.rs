@@ -225,8 +225,10 @@ async fn a_replay_stored_in_redis_carries_every_field_the_first_one_did() {
     };
     redis.ready(WATCHDOG).await;
     let port = redis.port;
+    // A long budget per Redis call: at the default 5 ms, a busy machine
+    // fell back to the local store mid-test and nothing was replayed.
     let state = format!(
-        "state: {{ backend: redis, url: \"redis://127.0.0.1:{port}\", key_prefix: \"relayed{port}\" }}\n"
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{port}\", key_prefix: \"relayed{port}\", timeout: 2s }}\n"
     );
     let env = gateway_with(&state, levee_gateway::Options::default()).await;
     let first = assert_replayed_whole(&env, "relayed-fields-redis").await;
