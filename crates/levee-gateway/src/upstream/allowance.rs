@@ -185,7 +185,12 @@ fn number_after_key(body: &[u8], key: &Needle) -> Option<u64> {
             j += 1;
         }
         if j > start && j - start <= 12 {
-            return std::str::from_utf8(&body[start..j]).ok()?.parse().ok();
+            // At most 12 digits: no overflow, and no text to re-check.
+            return Some(
+                body[start..j]
+                    .iter()
+                    .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')),
+            );
         }
     }
     None
