@@ -221,16 +221,20 @@ pub(crate) enum BadField {
 }
 
 /// The header map of the fields `spans` locates in `head`, but for those
-/// named in `listed` (the names a `connection` field lists), with room for
-/// `room` fields.
+/// named in `listed` (the names a `connection` field lists) and those
+/// `skip` marks (bit `i`: the `i`th span), with room for `room` fields.
 pub(crate) fn header_map(
     head: &Bytes,
     spans: &Spans,
     listed: &[(u32, u32)],
+    skip: u64,
     room: usize,
 ) -> Result<HeaderMap, BadField> {
     let mut headers = HeaderMap::with_capacity(room);
-    for span in spans.iter() {
+    for (i, span) in spans.iter().enumerate() {
+        if i < 64 && skip & (1 << i) != 0 {
+            continue;
+        }
         let (n, nl) = (span.name.0 as usize, span.name.1 as usize);
         let (v, vl) = (span.value.0 as usize, span.value.1 as usize);
         let name_bytes = &head[n..n + nl];

@@ -6,6 +6,7 @@
 //! answer carries (`respond`), SSE framing for relayed streams (`sse`), and
 //! the short field list an attempt's request is built as (`outbound`).
 
+pub(crate) mod callerfields;
 pub(crate) mod collect;
 pub(crate) mod fieldname;
 pub(crate) mod front;

@@ -416,7 +416,7 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     // own, `x-levee-upstream-request-id`): a map that grows moves every
     // field (~1,000 instructions). With room for two, an answer of 1, 4,
     // 10 or 22 relayed fields grew on the third.
-    let headers = header_map(&head, &spans, &listed, spans.len() + 3).map_err(bad_field)?;
+    let headers = header_map(&head, &spans, &listed, 0, spans.len() + 3).map_err(bad_field)?;
     let mut raw = raw.finish(&head);
     if !listed.is_empty() {
         raw = raw.without(|n| is_listed(&head, &listed, n));

@@ -110,6 +110,39 @@ fn request_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_field_forwarded_to_a_provider_is_one_the_front_keeps() {
+        // The front leaves the fields no part of Levee reads out of the
+        // request's map: a forwarded one left out would never be sent.
+        let names = [
+            "content-type",
+            "accept",
+            "user-agent",
+            "traceparent",
+            "tracestate",
+            "anthropic-version",
+            "anthropic-beta",
+            "openai-beta",
+            "openai-organization",
+            "accept-encoding",
+            "x-stainless-lang",
+            "x-stainless-os",
+            "cookie",
+            "x-forwarded-for",
+        ];
+        for api in [Api::OpenAi, Api::Anthropic] {
+            for n in names {
+                let name = HeaderName::from_static(n);
+                if is_forwarded(api, &name) {
+                    assert!(
+                        crate::http::callerfields::levee_reads(n.as_bytes()),
+                        "{n} is forwarded to {api:?} but left out of the request"
+                    );
+                }
+            }
+        }
+    }
     use crate::clock::Clock;
     use crate::observe::histogram::Histogram;
 

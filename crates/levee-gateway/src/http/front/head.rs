@@ -3,6 +3,7 @@
 //! `expect`), the body's framing decided, and the `Request` the gateway
 //! sees built on the head's own bytes; and why a head is refused.
 
+use crate::http::callerfields;
 use crate::http::h1wire::{
     header_map, listed_names, BadField, Chunked, Framing, Kind, Span, Spans, MAX_HEADERS,
 };
@@ -117,8 +118,14 @@ struct Fields {
     /// allocation unless there are some.
     listed: Vec<(u32, u32)>,
     hosts: u8,
-    /// The fields the gateway sees.
+    /// The fields, in order.
     spans: Spans,
+    /// Which of the first 64 fields no part of the gateway reads (bit `i`:
+    /// the `i`th span), left out of the request's map.
+    unread: u64,
+    /// The request is SigV4-signed: its signature may cover any field, so
+    /// every one is kept.
+    signed: bool,
 }
 
 impl Fields {
@@ -129,6 +136,8 @@ impl Fields {
             listed: Vec::new(),
             hosts: 0,
             spans: Spans::new(),
+            unread: 0,
+            signed: false,
         }
     }
 
@@ -148,6 +157,15 @@ impl Fields {
         // The request's length stays in its map: the gateway refuses a
         // body declared over its limit before reading it.
         if !connection_only || h.name.eq_ignore_ascii_case("content-length") {
+            let name = h.name.as_bytes();
+            if !callerfields::levee_reads(name) {
+                self.unread |= 1u64.checked_shl(self.spans.len() as u32).unwrap_or(0);
+            } else if name.len() == 13
+                && name.eq_ignore_ascii_case(b"authorization")
+                && callerfields::is_sigv4(h.value)
+            {
+                self.signed = true;
+            }
             self.spans.push(Span {
                 name: at(base, h.name.as_bytes()),
                 value: at(base, h.value),
@@ -158,7 +176,9 @@ impl Fields {
 
     /// The fields the gateway sees, as values sharing `head`'s bytes.
     fn header_map(&self, head: &Bytes) -> Result<HeaderMap, Refusal> {
-        header_map(head, &self.spans, &self.listed, self.spans.len()).map_err(|e| {
+        let unread = if self.signed { 0 } else { self.unread };
+        let room = self.spans.len() - unread.count_ones() as usize;
+        header_map(head, &self.spans, &self.listed, unread, room).map_err(|e| {
             bad(match e {
                 BadField::Name => "invalid header field name",
                 BadField::Value => "invalid header field value",
@@ -340,5 +360,52 @@ mod tests {
         }
         let mut buf = BytesMut::from("POST /v1/chat/\x01completions HTTP/1.1\r\nhost: x\r\n\r\n");
         assert!(parse_head(&mut buf, 64 * 1024).is_err());
+    }
+
+    fn names_kept(head: &str) -> Vec<String> {
+        let mut buf = BytesMut::from(head);
+        let head = parse_head(&mut buf, 64 * 1024)
+            .expect("valid")
+            .expect("whole");
+        head.req.headers().keys().map(|n| n.to_string()).collect()
+    }
+
+    /// The SDKs' descriptions of their platform are left out of the map;
+    /// what the gateway reads stays, in order, and a signed request keeps
+    /// every field its signature may cover.
+    #[test]
+    fn fields_no_part_of_the_gateway_reads_are_left_out_unless_signed() {
+        let sdk = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+            Accept-Encoding: gzip\r\nx-stainless-lang: python\r\n\
+            authorization: Bearer sk-1\r\nx-stainless-os: Linux\r\n\
+            x-stainless-retry-count: 0\r\nx-stainless-read-timeout: 600\r\n\
+            x-levee-caller: batch\r\ncontent-length: 2\r\n\r\n";
+        assert_eq!(
+            names_kept(sdk),
+            [
+                "host",
+                "authorization",
+                "x-stainless-retry-count",
+                "x-stainless-read-timeout",
+                "x-levee-caller",
+                "content-length",
+            ]
+        );
+        let signed = "POST /model/m/invoke HTTP/1.1\r\nhost: x\r\nx-custom: 1\r\n\
+            authorization: AWS4-HMAC-SHA256 Credential=AK/20250101/us-east-1/bedrock/aws4_request\r\n\
+            x-stainless-os: Linux\r\n\r\n";
+        assert_eq!(
+            names_kept(signed),
+            ["host", "x-custom", "authorization", "x-stainless-os"]
+        );
+        // Past the 64 fields the mask covers, every field is kept.
+        let mut many = String::from("GET / HTTP/1.1\r\nhost: x\r\n");
+        for i in 0..70 {
+            many.push_str(&format!("x-unread-{i}: 1\r\n"));
+        }
+        many.push_str("\r\n");
+        let kept = names_kept(&many);
+        assert_eq!(kept.len(), 1 + 70 - 63, "{kept:?}");
+        assert_eq!(kept[1], "x-unread-63");
     }
 }
