@@ -150,6 +150,9 @@ async fn slow_and_oversized_clients_get_a_clear_answer() {
     let r = env.post("/v1/chat/completions", &big, &[]).await;
     assert_eq!(r.status, 413);
     assert!(r.json()["error"].is_object());
+    // Refused on its declared length, before a byte of it was read.
+    let said = r.json()["error"]["message"].to_string();
+    assert!(said.contains("request body of 11534"), "{said}");
     // Still serving.
     assert_eq!(env.chat().await.status, 200);
     assert_eq!(env.stats(0).requests_total, 1);

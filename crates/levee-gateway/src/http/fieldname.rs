@@ -156,7 +156,7 @@ fn tail(name: &[u8]) -> u64 {
 
 /// `raw` is `known` (same length, lowercase `[a-z0-9-]`) in any case:
 /// eight bytes a step, the last step overlapping the one before it.
-fn same_name(raw: &[u8], known: &[u8]) -> bool {
+pub(crate) fn same_name(raw: &[u8], known: &[u8]) -> bool {
     let n = raw.len();
     if n != known.len() {
         return false;

@@ -154,8 +154,8 @@ impl Fields {
         if h.name.eq_ignore_ascii_case("expect") {
             self.expect_continue = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
         }
-        // The request's length stays in its map: the gateway refuses a
-        // body declared over its limit before reading it.
+        // The request's length is kept for a signed request (its
+        // signature may cover it); else the body's size hint carries it.
         if !connection_only || h.name.eq_ignore_ascii_case("content-length") {
             let name = h.name.as_bytes();
             if !callerfields::levee_reads(name) {
@@ -388,15 +388,20 @@ mod tests {
                 "x-stainless-retry-count",
                 "x-stainless-read-timeout",
                 "x-levee-caller",
-                "content-length",
             ]
         );
         let signed = "POST /model/m/invoke HTTP/1.1\r\nhost: x\r\nx-custom: 1\r\n\
             authorization: AWS4-HMAC-SHA256 Credential=AK/20250101/us-east-1/bedrock/aws4_request\r\n\
-            x-stainless-os: Linux\r\n\r\n";
+            x-stainless-os: Linux\r\ncontent-length: 2\r\n\r\n";
         assert_eq!(
             names_kept(signed),
-            ["host", "x-custom", "authorization", "x-stainless-os"]
+            [
+                "host",
+                "x-custom",
+                "authorization",
+                "x-stainless-os",
+                "content-length"
+            ]
         );
         // Past the 64 fields the mask covers, every field is kept.
         let mut many = String::from("GET / HTTP/1.1\r\nhost: x\r\n");

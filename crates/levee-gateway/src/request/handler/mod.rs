@@ -633,12 +633,15 @@ where
 {
     let max_body = shared.config.limits.max_body_bytes;
     let too_large = |msg: String| LeveeError::of(Why::PayloadTooLarge, msg);
-    if let Some(len) = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+    // The length the body declared: its framing (the front leaves the
+    // `content-length` field out of the map), else the field.
+    let declared = req.body().size_hint().exact().or_else(|| {
+        req.headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+    });
+    if let Some(len) = declared {
         if len > max_body {
             let msg = format!("levee: request body of {len} bytes exceeds the limit of {max_body}");
             return Err(too_large(msg));
