@@ -3,11 +3,12 @@
 //!
 //! Putting a field into an `http::HeaderMap` costs ~500 instructions
 //! (its name found, its value checked and shared, the map's slot hashed,
-//! and all of it dropped again). The OpenAI and Anthropic SDKs send 16
-//! fields with each request, of which eight (`accept-encoding` and seven
+//! and all of it dropped again). OpenAI's Python SDK sends 17 fields with a
+//! chat request, of which eight (`accept-encoding` and seven
 //! `x-stainless-*` descriptions of the SDK's platform) no part of Levee
 //! reads and none is forwarded to a provider: those are left out of the
-//! map, and so is `content-length`, which the body carries as its framing. httparse has checked every field's bytes, so leaving one out never
+//! map, and so is `content-length`, which the body carries as its framing
+//! (and `connection`, which the connection reads itself). httparse has checked every field's bytes, so leaving one out never
 //! lets through a head the map would have refused.
 //!
 //! [`levee_reads`] is the contract: every field name any part of Levee

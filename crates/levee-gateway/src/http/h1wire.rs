@@ -5,6 +5,7 @@
 //! static phrases or [`BadField`]; each side wraps them in its own error
 //! type.
 
+use crate::http::fieldname::same_name;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderValue};
 use http::Version;
@@ -144,7 +145,7 @@ impl Framing {
     pub(crate) fn see(&mut self, name: &str, value: &[u8]) -> Result<bool, &'static str> {
         // Told apart by length first: most fields are none of these.
         let len = name.len();
-        if len == 14 && name.eq_ignore_ascii_case("content-length") {
+        if len == 14 && same_name(name.as_bytes(), b"content-length") {
             for part in value.split(|&b| b == b',') {
                 let n = parse_decimal(part.trim_ascii()).ok_or("invalid content-length")?;
                 if self.content_length.is_some_and(|m| m != n) {
@@ -152,7 +153,7 @@ impl Framing {
                 }
                 self.content_length = Some(n);
             }
-        } else if len == 17 && name.eq_ignore_ascii_case("transfer-encoding") {
+        } else if len == 17 && same_name(name.as_bytes(), b"transfer-encoding") {
             self.te_only_chunked = (self.te_fields == 0 || self.te_only_chunked)
                 && value.trim_ascii().eq_ignore_ascii_case(b"chunked");
             self.te_fields = self.te_fields.saturating_add(1);
@@ -166,13 +167,13 @@ impl Framing {
             }
         } else if len != 10 {
             return Ok(false);
-        } else if name.eq_ignore_ascii_case("connection") {
+        } else if same_name(name.as_bytes(), b"connection") {
             for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 self.close |= token.eq_ignore_ascii_case(b"close");
                 self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }
         } else {
-            return Ok(name.eq_ignore_ascii_case("keep-alive"));
+            return Ok(same_name(name.as_bytes(), b"keep-alive"));
         }
         Ok(true)
     }

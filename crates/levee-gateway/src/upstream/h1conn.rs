@@ -388,7 +388,7 @@ fn parse_head(buf: &mut BytesMut, no_body: bool) -> Result<Option<Head>, H1Error
     // fields Levee never reads are relayed as bytes.
     let mut raw = RawFields::builder();
     for h in resp.headers.iter() {
-        if h.name.eq_ignore_ascii_case("connection") {
+        if crate::http::fieldname::same_name(h.name.as_bytes(), b"connection") {
             listed.extend(crate::http::h1wire::listed_names(h.value).map(at));
         }
         if framing.see(h.name, h.value).map_err(H1Error::Framing)? {

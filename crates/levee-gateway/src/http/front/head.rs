@@ -4,6 +4,7 @@
 //! sees built on the head's own bytes; and why a head is refused.
 
 use crate::http::callerfields;
+use crate::http::fieldname::same_name;
 use crate::http::h1wire::{
     header_map, listed_names, BadField, Chunked, Framing, Kind, Span, Spans, MAX_HEADERS,
 };
@@ -144,26 +145,23 @@ impl Fields {
     /// Takes one field of a head whose buffer starts at address `base`.
     fn see(&mut self, h: &httparse::Header<'_>, base: usize) -> Result<(), Refusal> {
         let connection_only = self.framing.see(h.name, h.value).map_err(bad)?;
-        if h.name.len() == 4 && h.name.eq_ignore_ascii_case("host") {
+        if same_name(h.name.as_bytes(), b"host") {
             see_host(&mut self.hosts, h.value)?;
         }
-        if h.name.eq_ignore_ascii_case("connection") {
+        if same_name(h.name.as_bytes(), b"connection") {
             self.listed
                 .extend(listed_names(h.value).map(|name| at(base, name)));
         }
-        if h.name.eq_ignore_ascii_case("expect") {
+        if same_name(h.name.as_bytes(), b"expect") {
             self.expect_continue = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
         }
         // The request's length is kept for a signed request (its
         // signature may cover it); else the body's size hint carries it.
-        if !connection_only || h.name.eq_ignore_ascii_case("content-length") {
+        if !connection_only || same_name(h.name.as_bytes(), b"content-length") {
             let name = h.name.as_bytes();
             if !callerfields::levee_reads(name) {
                 self.unread |= 1u64.checked_shl(self.spans.len() as u32).unwrap_or(0);
-            } else if name.len() == 13
-                && name.eq_ignore_ascii_case(b"authorization")
-                && callerfields::is_sigv4(h.value)
-            {
+            } else if same_name(name, b"authorization") && callerfields::is_sigv4(h.value) {
                 self.signed = true;
             }
             self.spans.push(Span {
