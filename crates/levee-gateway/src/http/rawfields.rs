@@ -17,6 +17,7 @@
 //! the tape, a platform's re-framing) puts the fields back into the map
 //! first ([`RawFields::move_into`]).
 
+use crate::http::fieldname::same_name;
 use crate::http::h1wire::line;
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -40,57 +41,55 @@ pub struct RawFields {
 /// Levee speaks for Levee).
 const READ_PREFIXES: [&[u8]; 3] = [b"x-ratelimit-", b"anthropic-ratelimit-", b"x-levee-"];
 
-/// The names Levee reads in a provider's answer, by length (most names
-/// are ruled out by theirs): framing and hop-by-hop fields (dropped), the
-/// content type (a stream or not, a platform's event stream), the retry
-/// advice (`retry-after`, `retry-after-ms`, `x-should-retry`), the request
-/// ids (echoed or renamed), the encoding, and the AWS fields Bedrock's
-/// answers are read by or that Levee writes into an answer it reshapes
-/// for AWS clients. A name Levee writes into a relayed answer must be here
-/// too, or the caller would get the provider's field beside Levee's.
-const READ_NAMES: [(usize, &[&[u8]]); 11] = [
-    (2, &[b"te"]),
-    (7, &[b"trailer", b"upgrade"]),
-    (10, &[b"connection", b"keep-alive", b"request-id"]),
-    (11, &[b"retry-after"]),
-    (12, &[b"content-type", b"x-request-id"]),
-    (
-        14,
-        &[b"content-length", b"retry-after-ms", b"x-should-retry"],
-    ),
-    (
-        16,
-        &[
-            b"content-encoding",
-            b"proxy-connection",
-            b"x-amzn-requestid",
-            b"x-amzn-errortype",
-        ],
-    ),
-    (17, &[b"transfer-encoding"]),
-    (27, &[b"x-amzn-bedrock-content-type"]),
-    (32, &[b"x-amzn-bedrock-input-token-count"]),
-    (
-        33,
-        &[
-            b"x-amzn-bedrock-output-token-count",
-            b"x-amzn-bedrock-invocation-latency",
-        ],
-    ),
-];
-
 /// Whether Levee reads the answer field `name` (any case): such fields go
 /// into the answer's header map, all others are relayed as bytes.
+///
+/// The names read, each told from the others by its length and first
+/// letter (and one more letter where two share both): framing and
+/// hop-by-hop fields (dropped), the content type (a stream or not, a
+/// platform's event stream), the retry advice (`retry-after`,
+/// `retry-after-ms`, `x-should-retry`), the request ids (echoed or
+/// renamed), the encoding, and the AWS fields Bedrock's answers are read
+/// by or that Levee writes into an answer it reshapes for AWS clients. A
+/// name Levee writes into a relayed answer must be here too, or the caller
+/// would get the provider's field beside Levee's. One comparison a field,
+/// eight bytes a step: OpenAI's answers carry 22 fields, each looked up.
+/// The tests hold the same names as a plain list and check that the two
+/// answer alike: a name is added to both.
 pub fn levee_reads(name: &[u8]) -> bool {
-    let named = READ_NAMES
-        .iter()
-        .find(|(len, _)| *len == name.len())
-        .is_some_and(|(_, names)| names.iter().any(|n| n.eq_ignore_ascii_case(name)));
-    named
-        || (matches!(name.first(), Some(b'x' | b'X' | b'a' | b'A'))
+    let Some(&first) = name.first() else {
+        return false;
+    };
+    let at = |i: usize| name.get(i).map_or(0, |b| b | 0x20);
+    let named: &[u8] = match (name.len(), first | 0x20) {
+        (2, b't') => b"te",
+        (7, b't') => b"trailer",
+        (7, b'u') => b"upgrade",
+        (10, b'c') => b"connection",
+        (10, b'k') => b"keep-alive",
+        (10, b'r') => b"request-id",
+        (11, b'r') => b"retry-after",
+        (12, b'c') => b"content-type",
+        (12, b'x') => b"x-request-id",
+        (14, b'c') => b"content-length",
+        (14, b'r') => b"retry-after-ms",
+        (14, b'x') => b"x-should-retry",
+        (16, b'c') => b"content-encoding",
+        (16, b'p') => b"proxy-connection",
+        (16, b'x') if at(7) == b'r' => b"x-amzn-requestid",
+        (16, b'x') => b"x-amzn-errortype",
+        (17, b't') => b"transfer-encoding",
+        (27, b'x') => b"x-amzn-bedrock-content-type",
+        (32, b'x') => b"x-amzn-bedrock-input-token-count",
+        (33, b'x') if at(15) == b'o' => b"x-amzn-bedrock-output-token-count",
+        (33, b'x') => b"x-amzn-bedrock-invocation-latency",
+        _ => b"",
+    };
+    same_name(name, named)
+        || (matches!(first | 0x20, b'x' | b'a')
             && READ_PREFIXES
                 .iter()
-                .any(|p| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p)))
+                .any(|p| name.len() >= p.len() && same_name(&name[..p.len()], p)))
 }
 
 impl RawFields {
@@ -229,6 +228,92 @@ impl RawBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names Levee reads in a provider's answer, by length (most names
+    /// are ruled out by theirs): framing and hop-by-hop fields (dropped), the
+    /// content type (a stream or not, a platform's event stream), the retry
+    /// advice (`retry-after`, `retry-after-ms`, `x-should-retry`), the request
+    /// ids (echoed or renamed), the encoding, and the AWS fields Bedrock's
+    /// answers are read by or that Levee writes into an answer it reshapes
+    /// for AWS clients. A name Levee writes into a relayed answer must be here
+    /// too, or the caller would get the provider's field beside Levee's.
+    const READ_NAMES: [(usize, &[&[u8]]); 11] = [
+        (2, &[b"te"]),
+        (7, &[b"trailer", b"upgrade"]),
+        (10, &[b"connection", b"keep-alive", b"request-id"]),
+        (11, &[b"retry-after"]),
+        (12, &[b"content-type", b"x-request-id"]),
+        (
+            14,
+            &[b"content-length", b"retry-after-ms", b"x-should-retry"],
+        ),
+        (
+            16,
+            &[
+                b"content-encoding",
+                b"proxy-connection",
+                b"x-amzn-requestid",
+                b"x-amzn-errortype",
+            ],
+        ),
+        (17, &[b"transfer-encoding"]),
+        (27, &[b"x-amzn-bedrock-content-type"]),
+        (32, &[b"x-amzn-bedrock-input-token-count"]),
+        (
+            33,
+            &[
+                b"x-amzn-bedrock-output-token-count",
+                b"x-amzn-bedrock-invocation-latency",
+            ],
+        ),
+    ];
+
+    /// The list the lookup must answer as.
+    fn listed(name: &[u8]) -> bool {
+        let named = READ_NAMES
+            .iter()
+            .find(|(len, _)| *len == name.len())
+            .is_some_and(|(_, names)| names.iter().any(|n| n.eq_ignore_ascii_case(name)));
+        named
+            || (matches!(name.first(), Some(b'x' | b'X' | b'a' | b'A'))
+                && READ_PREFIXES
+                    .iter()
+                    .any(|p| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p)))
+    }
+
+    proptest::proptest! {
+        /// The one-comparison lookup answers as the list does, for every
+        /// name read in any case, each with a byte changed, and any token.
+        #[test]
+        fn the_lookup_answers_as_the_list_does(
+            pick in 0..READ_NAMES.iter().map(|(_, n)| n.len()).sum::<usize>() + READ_PREFIXES.len(),
+            flips in proptest::collection::vec(proptest::bool::ANY, 40),
+            at in 0usize..40,
+            to in "[!#$%&'*+.^_`|~0-9A-Za-z-]",
+            tail in "[a-z0-9-]{0,6}",
+            any in "[!#$%&'*+.^_`|~0-9A-Za-z-]{1,36}",
+        ) {
+            let names: Vec<&[u8]> = READ_NAMES.iter().flat_map(|(_, n)| n.iter().copied()).collect();
+            let base = match names.get(pick) {
+                Some(n) => String::from_utf8_lossy(n).into_owned(),
+                None => format!(
+                    "{}{tail}",
+                    String::from_utf8_lossy(READ_PREFIXES[pick - names.len()])
+                ),
+            };
+            let cased: String = base
+                .chars()
+                .zip(flips.iter().cycle())
+                .map(|(c, &up)| if up { c.to_ascii_uppercase() } else { c })
+                .collect();
+            proptest::prop_assert_eq!(levee_reads(cased.as_bytes()), listed(cased.as_bytes()), "{}", cased);
+            let mut changed = cased.clone().into_bytes();
+            let i = at % changed.len();
+            changed[i] = to.as_bytes()[0];
+            proptest::prop_assert_eq!(levee_reads(&changed), listed(&changed));
+            proptest::prop_assert_eq!(levee_reads(any.as_bytes()), listed(any.as_bytes()), "{}", any);
+        }
+    }
 
     /// The spans of each `name:value` line of `text` (value trimmed as
     /// httparse trims it), and the head.
