@@ -157,42 +157,31 @@ mod tests {
         "x-stainless-read-timeout",
     ];
 
-    fn reference(name: &str) -> bool {
+    fn reference(name: &[u8]) -> bool {
         let n = name.to_ascii_lowercase();
-        READ.contains(&n.as_str()) || READ_PREFIXES.iter().any(|p| n.as_bytes().starts_with(p))
+        READ.iter().any(|r| r.as_bytes() == n) || READ_PREFIXES.iter().any(|p| n.starts_with(p))
+    }
+
+    /// The names read, the prefixes with a name after each, and a few
+    /// that are not: where the edited spellings start.
+    fn near() -> Vec<Vec<u8>> {
+        let prefixed = READ_PREFIXES.iter().map(|p| [*p, b"ratelimit-x"].concat());
+        let unread = ["x-stainless-lang", "accept-encoding", "content-length", "x"];
+        READ.iter()
+            .map(|n| n.as_bytes().to_vec())
+            .chain(prefixed)
+            .chain(unread.iter().map(|n| n.as_bytes().to_vec()))
+            .collect()
     }
 
     proptest::proptest! {
-        /// The one-comparison lookup answers as the list does, for every
-        /// name read in any case, each with a byte changed, and any token.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+        /// The one-comparison lookup answers as the plain list does.
         #[test]
         fn the_lookup_answers_as_the_list_does(
-            pick in 0..READ.len() + READ_PREFIXES.len(),
-            flips in proptest::collection::vec(proptest::bool::ANY, 32),
-            at in 0usize..32,
-            to in "[!#$%&'*+.^_`|~0-9A-Za-z-]",
-            tail in "[a-z0-9-]{0,6}",
-            any in "[!#$%&'*+.^_`|~0-9A-Za-z-]{1,30}",
+            raw in crate::http::fieldname::spellings_near(near()),
         ) {
-            let base = match READ.get(pick) {
-                Some(n) => n.to_string(),
-                None => format!(
-                    "{}{tail}",
-                    String::from_utf8_lossy(READ_PREFIXES[pick - READ.len()])
-                ),
-            };
-            let cased: String = base
-                .chars()
-                .zip(flips.iter().cycle())
-                .map(|(c, &up)| if up { c.to_ascii_uppercase() } else { c })
-                .collect();
-            proptest::prop_assert_eq!(levee_reads(cased.as_bytes()), reference(&cased));
-            let mut changed = cased.clone().into_bytes();
-            let i = at % changed.len();
-            changed[i] = to.as_bytes()[0];
-            let changed = String::from_utf8_lossy(&changed).into_owned();
-            proptest::prop_assert_eq!(levee_reads(changed.as_bytes()), reference(&changed), "{}", changed);
-            proptest::prop_assert_eq!(levee_reads(any.as_bytes()), reference(&any), "{}", any);
+            proptest::prop_assert_eq!(levee_reads(&raw), reference(&raw), "{:?}", raw);
         }
     }
 }

@@ -189,6 +189,39 @@ fn word(eight: &[u8]) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// Spellings near `names`, for checking a name lookup against a plainer
+/// one: each of up to two bytes may be changed case, swapped for any byte,
+/// have its case bit flipped, be dropped, or have a byte added before it.
+#[cfg(test)]
+pub(crate) fn spellings_near(
+    names: Vec<Vec<u8>>,
+) -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    use proptest::prelude::*;
+    (
+        0..names.len(),
+        proptest::collection::vec((0usize..64, 0u8..5, any::<u8>()), 0..3),
+    )
+        .prop_map(move |(i, edits)| {
+            let mut v = names[i].clone();
+            for (at, how, byte) in edits {
+                if v.is_empty() {
+                    break;
+                }
+                let at = at % v.len();
+                match how {
+                    0 => v[at] = v[at].to_ascii_uppercase(),
+                    1 => v[at] = byte,
+                    2 => v[at] ^= 0x20,
+                    3 => {
+                        v.remove(at);
+                    }
+                    _ => v.insert(at, byte),
+                }
+            }
+            v
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,33 +297,9 @@ mod tests {
         assert!(field_name(b"").is_err());
     }
 
-    /// Spellings near the table's names: each byte may be changed case,
-    /// swapped for another byte, or a byte dropped or added.
+    /// Spellings near the table's names.
     fn spelling() -> impl Strategy<Value = Vec<u8>> {
-        let names: Vec<&str> = all_names().copied().collect();
-        (
-            0..names.len(),
-            proptest::collection::vec((0usize..64, 0u8..5, any::<u8>()), 0..3),
-        )
-            .prop_map(move |(i, edits)| {
-                let mut v = names[i].as_bytes().to_vec();
-                for (at, how, byte) in edits {
-                    if v.is_empty() {
-                        break;
-                    }
-                    let at = at % v.len();
-                    match how {
-                        0 => v[at] = v[at].to_ascii_uppercase(),
-                        1 => v[at] = byte,
-                        2 => v[at] ^= 0x20,
-                        3 => {
-                            v.remove(at);
-                        }
-                        _ => v.insert(at, byte),
-                    }
-                }
-                v
-            })
+        spellings_near(all_names().map(|n| n.as_bytes().to_vec()).collect())
     }
 
     proptest! {
