@@ -222,6 +222,26 @@ pub(crate) fn spellings_near(
         })
 }
 
+/// Checks `lookup` against the plainer `plain` on 4,000 spellings near
+/// `names` (a fixed seed: the same cases every run).
+#[cfg(test)]
+pub(crate) fn agrees_near(
+    names: Vec<Vec<u8>>,
+    lookup: impl Fn(&[u8]) -> bool,
+    plain: impl Fn(&[u8]) -> bool,
+) {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+    let mut runner = TestRunner::new_with_rng(Config::with_cases(4000), rng);
+    let checked = runner.run(&spellings_near(names), |raw| {
+        proptest::prop_assert_eq!(lookup(&raw), plain(&raw), "{:?}", raw);
+        Ok(())
+    });
+    if let Err(e) = checked {
+        panic!("{e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -294,15 +294,10 @@ mod tests {
             .collect()
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
-        /// The one-comparison lookup answers as the plain list does.
-        #[test]
-        fn the_lookup_answers_as_the_list_does(
-            raw in crate::http::fieldname::spellings_near(near()),
-        ) {
-            proptest::prop_assert_eq!(levee_reads(&raw), listed(&raw), "{:?}", raw);
-        }
+    /// The one-comparison lookup answers as the plain list does.
+    #[test]
+    fn the_lookup_answers_as_the_list_does() {
+        crate::http::fieldname::agrees_near(near(), levee_reads, listed);
     }
 
     /// The spans of each `name:value` line of `text` (value trimmed as
