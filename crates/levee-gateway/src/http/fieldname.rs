@@ -189,6 +189,11 @@ fn word(eight: &[u8]) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// Whether `name` begins with `prefix` (lowercase `[a-z0-9-]`) in any case.
+pub(crate) fn has_prefix(name: &[u8], prefix: &[u8]) -> bool {
+    name.len() >= prefix.len() && same_name(&name[..prefix.len()], prefix)
+}
+
 /// Spellings near `names`, for checking a name lookup against a plainer
 /// one: each of up to two bytes may be changed case, swapped for any byte,
 /// have its case bit flipped, be dropped, or have a byte added before it.
@@ -222,18 +227,32 @@ pub(crate) fn spellings_near(
         })
 }
 
-/// Checks `lookup` against the plainer `plain` on 4,000 spellings near
-/// `names` (a fixed seed: the same cases every run).
+/// Checks the name lookup `lookup` against the plain list it stands for
+/// (the names `read`, and any name starting with one of `prefixes`, in any
+/// case) on 4,000 spellings near those names, each prefix with a name
+/// after it, and the names `unread` (a fixed seed: the same cases every
+/// run).
 #[cfg(test)]
 pub(crate) fn agrees_near(
-    names: Vec<Vec<u8>>,
     lookup: impl Fn(&[u8]) -> bool,
-    plain: impl Fn(&[u8]) -> bool,
+    read: &[&[u8]],
+    prefixes: &[&[u8]],
+    unread: &[&[u8]],
 ) {
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let plain = |raw: &[u8]| {
+        let n = raw.to_ascii_lowercase();
+        read.contains(&n.as_slice()) || prefixes.iter().any(|p| n.starts_with(p))
+    };
+    let near = read
+        .iter()
+        .chain(unread)
+        .map(|n| n.to_vec())
+        .chain(prefixes.iter().map(|p| [*p, b"limit-x"].concat()))
+        .collect();
     let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
     let mut runner = TestRunner::new_with_rng(Config::with_cases(4000), rng);
-    let checked = runner.run(&spellings_near(names), |raw| {
+    let checked = runner.run(&spellings_near(near), |raw| {
         proptest::prop_assert_eq!(lookup(&raw), plain(&raw), "{:?}", raw);
         Ok(())
     });

@@ -61,7 +61,7 @@ fn parse(value: &str) -> Option<Authorization<'_>> {
 
 /// Whether `authorization` is a SigV4 signature.
 pub(super) fn is_signed(authorization: Option<&HeaderValue>) -> bool {
-    authorization.is_some_and(|v| v.as_bytes().starts_with(SCHEME.as_bytes()))
+    authorization.is_some_and(|v| crate::http::callerfields::is_sigv4(v.as_bytes()))
 }
 
 /// The access key id a SigV4 `authorization` names (`None`: not SigV4, or
