@@ -149,9 +149,10 @@ impl Driver<'_> {
     /// The tokens a plain answer used settle what its admission estimated,
     /// and are counted.
     fn settle_usage(&mut self, bytes: &[u8], now: levee_policy::Instant) {
-        if let Some(used) = crate::upstream::allowance::usage(bytes) {
+        let counts = crate::upstream::allowance::Counts::read(bytes);
+        if let Some(used) = counts.cost() {
             if let Some(mut tokens) = self.fin.settle_at(Some(now), used) {
-                tokens.cached = crate::upstream::allowance::cached(bytes);
+                tokens.cached = counts.cached();
                 self.obs.report(RequestEvent::TokensUsed(tokens));
             }
         }
