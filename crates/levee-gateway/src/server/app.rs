@@ -46,13 +46,17 @@ impl App {
         crate::server::status::render(&self.shared)
     }
 
-    /// Answers one request.
+    /// Answers one request, Levee's own fields in the answer's header map
+    /// (the HTTP/1 front writes them from the body's stamp).
     pub async fn call<B>(&self, req: Request<B>) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        handle(Arc::clone(&self.shared), req).await
+        let resp = handle(Arc::clone(&self.shared), req).await;
+        let (mut parts, mut body) = resp.into_parts();
+        body.unstamp(&mut parts.headers);
+        Response::from_parts(parts, body)
     }
 }
 

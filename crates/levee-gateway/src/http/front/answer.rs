@@ -4,7 +4,7 @@
 
 use super::{date, line, Conn};
 use crate::http::rawfields::RawFields;
-use crate::http::respond::Body;
+use crate::http::respond::{Body, Stamp};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Response, StatusCode, Version};
@@ -66,6 +66,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
     ) -> io::Result<bool> {
         let (parts, mut body) = resp.into_parts();
         let raw = body.take_raw();
+        let stamp = std::mem::take(body.stamp_mut());
         let no_body = head_only
             || parts.status.is_informational()
             || parts.status == StatusCode::NO_CONTENT
@@ -78,8 +79,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             Out::choose(&parts.headers, &body, version)
         };
         let keep_alive = keep_alive && !matches!(framing, Out::Close);
-        self.encode_head(&parts, &raw, framing, version, keep_alive);
+        self.encode_head(&parts, &raw, &stamp, framing, version, keep_alive);
         drop(raw);
+        drop(stamp);
         if no_body {
             std::future::poll_fn(|cx| self.poll_flush(cx)).await?;
             return Ok(keep_alive);
@@ -162,6 +164,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         &mut self,
         parts: &http::response::Parts,
         raw: &RawFields,
+        stamp: &Stamp,
         framing: Out,
         version: Version,
         keep_alive: bool,
@@ -187,6 +190,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             }
         }
         out.extend_from_slice(raw.lines());
+        stamp.write(out);
         if !dated && !raw.dated() {
             date::put(out);
         }

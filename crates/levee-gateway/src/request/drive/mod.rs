@@ -8,7 +8,7 @@
 
 use crate::http::collect::{collect_limited, CollectError};
 use crate::http::rawfields::RawFields;
-use crate::http::respond::{copy_headers, relayed, Body, LeveeError, Verdict, Why};
+use crate::http::respond::{copy_headers, relayed, Body, LeveeError, Stamp, Verdict, Why};
 use crate::observe::event::RequestEvent;
 use crate::observe::event::{Finished, LastError};
 use crate::observe::outcome::AttemptResult;
@@ -173,12 +173,14 @@ pub(crate) fn run<'a>(
             driver.obs.dropped(d);
         }
         let answer = match answer {
-            Ok(Answer::Stream(resp, raw)) => {
+            Ok(Answer::Stream(resp, raw, stamp)) => {
                 // From the commit point the relay owns the request's books:
                 // the stream's end closes them, not its head.
                 let (head, mut relay) = resp.into_parts();
                 relay.observed_by(driver.obs);
-                return Ok(Response::from_parts(head, Body::relaying(relay, raw)));
+                let mut body = Body::relaying(relay, raw);
+                *body.stamp_mut() = stamp;
+                return Ok(Response::from_parts(head, body));
             }
             Ok(Answer::Whole(resp)) => Ok(resp),
             Err(e) => Err(e),
@@ -322,15 +324,16 @@ enum Delivered {
 /// request's answer, and the futures that carry it, that large.
 pub(crate) enum Answer {
     Whole(Response<Body>),
-    /// The stream's head, and the head's fields relayed as bytes.
-    Stream(Response<Box<RelayBody>>, RawFields),
+    /// The stream's head, the head's fields relayed as bytes, and Levee's
+    /// success fields.
+    Stream(Response<Box<RelayBody>>, RawFields, Stamp),
 }
 
 impl Answer {
     fn headers_mut(&mut self) -> &mut HeaderMap {
         match self {
             Answer::Whole(r) => r.headers_mut(),
-            Answer::Stream(r, _) => r.headers_mut(),
+            Answer::Stream(r, _, _) => r.headers_mut(),
         }
     }
 }

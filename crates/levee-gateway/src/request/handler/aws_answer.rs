@@ -69,6 +69,7 @@ pub(super) async fn reshape(resp: Response<Body>, shape: native::AwsShape) -> Re
     let (mut parts, mut body) = resp.into_parts();
     // Reshaped answers are rare: every field goes through the map.
     body.take_raw().move_into(&mut parts.headers);
+    body.unstamp(&mut parts.headers);
     if !parts.status.is_success() {
         let read = collect_limited(body, MAX_ERROR).await.unwrap_or_default();
         let (kind, message) = type_and_message(&read);

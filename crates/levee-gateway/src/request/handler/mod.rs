@@ -113,7 +113,7 @@ where
         if let Some(shape) = aws {
             resp = aws_answer::reshape(resp, shape).await;
         }
-        with_request_id(resp.headers_mut(), id);
+        with_request_id(&mut resp, id);
         return resp;
     };
     let resp = match served {
@@ -146,7 +146,7 @@ where
     if let Some(shape) = aws {
         resp = aws_answer::reshape(resp, shape).await;
     }
-    with_request_id(resp.headers_mut(), id);
+    with_request_id(&mut resp, id);
     resp
 }
 
@@ -162,14 +162,16 @@ fn request_id(shared: &Shared, h: &HeaderMap, arrived: levee_policy::Instant) ->
     admit::generated_key(shared, arrived)
 }
 
-/// Sets `x-request-id`; a provider's own id moves to
-/// `x-levee-upstream-request-id` (quote it to the provider's support).
-fn with_request_id(h: &mut HeaderMap, id: HeaderValue) {
-    if let Some(theirs) = h.insert(headers::X_REQUEST_ID, id) {
-        if h.get(headers::X_REQUEST_ID) != Some(&theirs) {
+/// Sets `x-request-id` (on the answer's stamp); a provider's own id moves
+/// to `x-levee-upstream-request-id` (quote it to the provider's support).
+fn with_request_id(resp: &mut Response<Body>, id: HeaderValue) {
+    let h = resp.headers_mut();
+    if let Some(theirs) = h.remove(headers::X_REQUEST_ID) {
+        if theirs != id {
             h.insert(headers::X_LEVEE_UPSTREAM_REQUEST_ID, theirs);
         }
     }
+    resp.body_mut().stamp_mut().request_id = Some(id);
 }
 
 async fn serve<B>(
