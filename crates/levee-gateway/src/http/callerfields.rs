@@ -32,14 +32,15 @@ const READ_PREFIXES: [&[u8]; 4] = [b"x-levee-", b"anthropic-", b"openai-", b"x-a
 /// go into the request's header map, all others are left out of it.
 ///
 /// The names read, each told from the others by its length and first
-/// letter: the host (SigV4, the refusal of a head without one), the body's
-/// type, the fields forwarded to providers (`accept`, `user-agent`, the W3C
+/// letter: the body's type, the fields forwarded to providers (`accept`, `user-agent`, the W3C
 /// trace context), the credentials (`authorization`, `x-api-key`, Azure's
 /// `api-key`), the request id and idempotency key, the deadline
 /// (`x-timeout-ms`, `x-deadline-ms` and the SDKs' own timeouts), the SDK's
 /// retry count, and `expect`. Not `content-length`: the body's declared
 /// length travels as its framing (its exact size hint), where the gateway
-/// reads it to refuse a body over its limit before reading it. One
+/// reads it to refuse a body over its limit before reading it. Not `host`:
+/// the front refuses a head without one as it parses, and only SigV4 reads
+/// its value, from a signed request, which keeps every field. One
 /// comparison a field, eight bytes a step (~200 instructions a field with
 /// a byte-by-byte scan of a list). The tests hold the same names as a
 /// plain list and check that the two answer alike: a name is added to both.
@@ -48,7 +49,6 @@ pub(crate) fn levee_reads(name: &[u8]) -> bool {
         return false;
     };
     let named: &[u8] = match (name.len(), first | 0x20) {
-        (4, b'h') => b"host",
         (6, b'a') => b"accept",
         (6, b'e') => b"expect",
         (7, b'a') => b"api-key",
@@ -85,7 +85,6 @@ mod tests {
     fn every_field_levee_reads_is_kept_and_the_sdks_descriptions_are_not() {
         use levee_wire::headers;
         let read = [
-            "Host",
             "content-type",
             "accept",
             "user-agent",
@@ -119,6 +118,7 @@ mod tests {
         let unread = [
             "accept-encoding",
             "content-length",
+            "Host",
             "x-stainless-lang",
             "x-stainless-package-version",
             "x-stainless-os",
@@ -136,8 +136,7 @@ mod tests {
     }
 
     /// The names read, as a plain list: what [`levee_reads`] must answer.
-    const READ: [&[u8]; 17] = [
-        b"host",
+    const READ: [&[u8]; 16] = [
         b"accept",
         b"expect",
         b"api-key",
@@ -159,7 +158,8 @@ mod tests {
     /// The one-comparison lookup answers as the plain list does.
     #[test]
     fn the_lookup_answers_as_the_list_does() {
-        let unread: [&[u8]; 4] = [
+        let unread: [&[u8]; 5] = [
+            b"host",
             b"x-stainless-lang",
             b"accept-encoding",
             b"content-length",
