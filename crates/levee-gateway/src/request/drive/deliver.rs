@@ -124,7 +124,7 @@ impl Driver<'_> {
         let grace = crate::runtime::shutdown::GraceWatch::new(&shared.grace_over);
         let relay = RelayBody::new(start, body, finisher, recording, holds, grace);
         let (head, stamp) = self.head_out(parts, Box::new(relay), target, attempts);
-        Delivered::Done(Ok(Answer::Stream(head, raw, stamp)))
+        Delivered::Done(Ok(Answer::Stream(head, raw, Box::new(stamp))))
     }
 
     /// A provider's answer as the caller gets it: the head redacted, its

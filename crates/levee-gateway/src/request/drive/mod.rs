@@ -179,7 +179,7 @@ pub(crate) fn run<'a>(
                 let (head, mut relay) = resp.into_parts();
                 relay.observed_by(driver.obs);
                 let mut body = Body::relaying(relay, raw);
-                *body.stamp_mut() = stamp;
+                *body.stamp_mut() = *stamp;
                 return Ok(Response::from_parts(head, body));
             }
             Ok(Answer::Whole(resp)) => Ok(resp),
@@ -325,8 +325,9 @@ enum Delivered {
 pub(crate) enum Answer {
     Whole(Response<Body>),
     /// The stream's head, the head's fields relayed as bytes, and Levee's
-    /// success fields.
-    Stream(Response<Box<RelayBody>>, RawFields, Stamp),
+    /// success fields (boxed: ~90 bytes, which every answer's enum and the
+    /// futures that carry it would hold).
+    Stream(Response<Box<RelayBody>>, RawFields, Box<Stamp>),
 }
 
 impl Answer {
