@@ -23,7 +23,6 @@ needles! {
     MAX_TOKENS = "max_tokens";
     MAX_COMPLETION_TOKENS = "max_completion_tokens";
     MAX_OUTPUT_TOKENS = "max_output_tokens";
-    ANY_TOKENS = "_tokens\"";
     DELTA = "\"delta\"";
 }
 
@@ -71,10 +70,24 @@ impl Counts {
     /// opening quote not escaped: inside a string a quote is always `\"`)
     /// followed by at most 12 digits.
     pub fn read(body: &[u8]) -> Counts {
-        // The longest key read, less the `_tokens` every one ends in.
+        // Every key read ends so; its `k` is rare in JSON otherwise, and a
+        // search for one byte is cheap to resume. Searched for as a whole,
+        // the ending's `"` and `_` (rare in prose, common in JSON) made the
+        // substring search stop at every quote: ~2,400 instructions for
+        // OpenAI's ~600-byte chat answer, against ~1,650 for a search of
+        // each key.
+        const TAIL: &[u8] = b"_tokens\"";
+        const K_AT: usize = 3;
+        // The longest key read, less its ending.
         const STEM: usize = "cache_creation_input".len();
         let mut c = Counts::default();
-        for at in ANY_TOKENS.find_iter(body) {
+        for k in memchr::memchr_iter(b'k', body) {
+            let Some(at) = k.checked_sub(K_AT) else {
+                continue;
+            };
+            if body.get(at..at + TAIL.len()) != Some(TAIL) {
+                continue;
+            }
             let from = at.saturating_sub(STEM + 1);
             let Some(q) = memchr::memrchr(b'"', &body[from..at]).map(|q| q + from) else {
                 continue;
@@ -93,7 +106,7 @@ impl Counts {
                 _ => continue,
             };
             if slot.is_none() {
-                *slot = number_at(body, at + ANY_TOKENS.needle().len());
+                *slot = number_at(body, at + TAIL.len());
             }
         }
         c
