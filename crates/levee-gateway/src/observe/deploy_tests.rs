@@ -104,13 +104,13 @@ fn spend_series(metrics: &crate::observe::metrics::Metrics) {
         .get_or_create(&source)
         .observe(1.0);
     metrics.no_deadline(0, || "c".into());
-    let key = (0, 0, 0, 0, false, true);
-    metrics.tokens(key, 1, || crate::observe::metrics::TokensLabel {
+    let key = (0, 0, 0, 0, true);
+    metrics.tokens(key, 1, 1, |kind| crate::observe::metrics::TokensLabel {
         route: "r".into(),
         provider: "p".into(),
         model: "m".into(),
         caller: "c".into(),
-        kind: "input",
+        kind,
         outcome: "delivered",
     });
     metrics.spend(key, 1.0, || crate::observe::metrics::SpendLabel {

@@ -37,18 +37,21 @@ fn lookup<'l>(list: &'l [(Box<str>, BySecond)], a: &str, b: &str) -> Option<&'l 
     by.iter().find(|(k, _)| **k == *b).map(|(_, c)| c)
 }
 
-/// A `levee_tokens_total` series by numbers: route and provider indices,
-/// the model's fault domain at the provider, the caller's index (`u32::MAX`:
-/// not listed), output (`true`) or input.
-pub type TokensKey = (u32, u32, u16, u32, bool, bool);
+/// A request's `levee_tokens_total` series (its input and output) and its
+/// `levee_spend_usd_total` series, by numbers: route and provider indices,
+/// the model's fault domain at the provider, the caller's index
+/// (`u32::MAX`: not listed), and whether the answer was delivered.
+pub type TokensKey = (u32, u32, u16, u32, bool);
 
 /// A family's series found by a number (`K`) without building its labels'
-/// strings, each made once, and kept to remove the series again.
-struct KeyedSeries<K, L, M> {
-    map: Mutex<FxHashMap<K, (M, L)>>,
+/// strings, each made once, and kept to remove the series again; `N`
+/// series a key, found with one lookup (a request's input and output token
+/// counts: two lookups cost ~300 instructions more an answer).
+struct KeyedSeries<K, L, M, const N: usize = 1> {
+    map: Mutex<FxHashMap<K, [(M, L); N]>>,
 }
 
-impl<K, L, M> Default for KeyedSeries<K, L, M> {
+impl<K, L, M, const N: usize> Default for KeyedSeries<K, L, M, N> {
     fn default() -> Self {
         KeyedSeries {
             map: Mutex::new(FxHashMap::default()),
@@ -56,35 +59,47 @@ impl<K, L, M> Default for KeyedSeries<K, L, M> {
     }
 }
 
-impl<K, L, M> std::fmt::Debug for KeyedSeries<K, L, M> {
+impl<K, L, M, const N: usize> std::fmt::Debug for KeyedSeries<K, L, M, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("KeyedSeries")
     }
 }
 
-impl<K, L, M> KeyedSeries<K, L, M>
+impl<K, L, M, const N: usize> KeyedSeries<K, L, M, N>
 where
     K: std::hash::Hash + Eq,
     L: Clone + std::hash::Hash + Eq,
     M: Clone + Default,
 {
-    /// `f` on series `key` of `family`, made with `labels()` the first time.
-    fn with(&self, family: &Family<L, M>, key: K, labels: impl FnOnce() -> L, f: impl FnOnce(&M)) {
+    /// `f` on the series of `key` in `family`, the `i`th made with
+    /// `labels(i)` the first time.
+    fn with(
+        &self,
+        family: &Family<L, M>,
+        key: K,
+        mut labels: impl FnMut(usize) -> L,
+        f: impl FnOnce(&[(M, L); N]),
+    ) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let (m, _) = map.entry(key).or_insert_with(|| {
-            let l = labels();
-            (family.get_or_create(&l).clone(), l)
+        let series = map.entry(key).or_insert_with(|| {
+            std::array::from_fn(|i| {
+                let l = labels(i);
+                (family.get_or_create(&l).clone(), l)
+            })
         });
-        f(m);
+        f(series);
     }
 
-    /// Removes from `family` (and forgets) every series `gone` picks.
+    /// Removes from `family` (and forgets) every series `gone` picks, with
+    /// the others of its key.
     fn forget(&self, family: &Family<L, M>, gone: impl Fn(&K, &L) -> bool) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.retain(|k, (_, l)| {
-            let keep = !gone(k, l);
+        map.retain(|k, series| {
+            let keep = !series.iter().any(|(_, l)| gone(k, l));
             if !keep {
-                family.remove(l);
+                for (_, l) in series.iter() {
+                    family.remove(l);
+                }
             }
             keep
         });
@@ -278,7 +293,7 @@ pub struct Metrics {
     pub allowance_share: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// `tokens`' counters by (route, provider, model domain, caller, kind)
     /// as numbers: found without building the labels' strings.
-    token_handles: KeyedSeries<TokensKey, TokensLabel, Counter>,
+    token_handles: KeyedSeries<TokensKey, TokensLabel, Counter, 2>,
     request_handles: Handles,
     attempt_handles: Handles,
     reject_handles: Handles,
@@ -483,28 +498,47 @@ impl Metrics {
         }
     }
 
-    /// Adds `n` tokens to the series `key` names; `labels` makes its labels
-    /// the first time only (a request's path builds no strings for it).
-    pub fn tokens(&self, key: TokensKey, n: u64, labels: impl FnOnce() -> TokensLabel) {
-        self.token_handles.with(&self.tokens, key, labels, |c| {
-            c.inc_by(n);
-        });
+    /// Adds a request's `input` and `output` tokens to the series `key`
+    /// names; `labels` makes their labels (`kind` `input`, then `output`)
+    /// the first time only (a request's path builds no strings for them).
+    pub fn tokens(
+        &self,
+        key: TokensKey,
+        input: u64,
+        output: u64,
+        labels: impl Fn(&'static str) -> TokensLabel,
+    ) {
+        let kinds = ["input", "output"];
+        self.token_handles.with(
+            &self.tokens,
+            key,
+            |i| labels(kinds[i]),
+            |[i, o]| {
+                i.0.inc_by(input);
+                o.0.inc_by(output);
+            },
+        );
     }
 
-    /// Adds `usd` to the spend series `key` (its output flag unused).
-    pub fn spend(&self, key: TokensKey, usd: f64, labels: impl FnOnce() -> SpendLabel) {
-        self.spend_handles.with(&self.spend, key, labels, |c| {
-            c.inc_by(usd);
-        });
+    /// Adds `usd` to the spend series `key`.
+    pub fn spend(&self, key: TokensKey, usd: f64, labels: impl Fn() -> SpendLabel) {
+        self.spend_handles.with(
+            &self.spend,
+            key,
+            |_| labels(),
+            |[c]| {
+                c.0.inc_by(usd);
+            },
+        );
     }
 
     /// A request of the caller with label id `caller` arrived with no
     /// deadline; `name` makes its label the first time.
-    pub(crate) fn no_deadline(&self, caller: u32, name: impl FnOnce() -> String) {
-        let labels = || CallerOnly { caller: name() };
+    pub(crate) fn no_deadline(&self, caller: u32, name: impl Fn() -> String) {
+        let labels = |_| CallerOnly { caller: name() };
         self.no_deadline_handles
-            .with(&self.no_deadline, caller, labels, |c| {
-                c.inc();
+            .with(&self.no_deadline, caller, labels, |[c]| {
+                c.0.inc();
             });
     }
 
@@ -700,6 +734,47 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn a_requests_tokens_count_into_their_kinds_and_leave_with_their_caller() {
+        let m = Metrics::new();
+        let labels = |caller: &str, outcome| {
+            let caller = caller.to_string();
+            move |kind| TokensLabel {
+                route: "r".into(),
+                provider: "p".into(),
+                model: "m".into(),
+                caller: caller.clone(),
+                kind,
+                outcome,
+            }
+        };
+        m.tokens((0, 0, 0, 1, true), 3, 5, labels("a", "delivered"));
+        m.tokens((0, 0, 0, 1, true), 30, 50, labels("a", "delivered"));
+        m.tokens((0, 0, 0, 1, false), 7, 11, labels("a", "undelivered"));
+        m.tokens((0, 0, 0, 2, true), 1, 2, labels("b", "delivered"));
+        let text = m.encode();
+        let series = |caller: &str, kind: &str, outcome: &str| {
+            format!(
+                "levee_tokens_total{{route=\"r\",provider=\"p\",model=\"m\",caller=\"{caller}\",kind=\"{kind}\",outcome=\"{outcome}\"}}"
+            )
+        };
+        for (caller, kind, outcome, n) in [
+            ("a", "input", "delivered", 33),
+            ("a", "output", "delivered", 55),
+            ("a", "input", "undelivered", 7),
+            ("a", "output", "undelivered", 11),
+            ("b", "input", "delivered", 1),
+            ("b", "output", "delivered", 2),
+        ] {
+            let line = format!("{} {n}", series(caller, kind, outcome));
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+        m.forget_caller(1, "a");
+        let text = m.encode();
+        assert!(!text.contains("caller=\"a\""), "{text}");
+        assert!(text.contains(&series("b", "output", "delivered")), "{text}");
     }
 
     #[test]

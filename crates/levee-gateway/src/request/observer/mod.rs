@@ -380,16 +380,13 @@ impl Observer {
         let route = &shared.config.routes[self.route];
         let p = route.targets[t.target].provider;
         let provider = &shared.providers[p];
-        let key = |output| {
-            (
-                u32::try_from(self.route).unwrap_or(u32::MAX),
-                u32::try_from(p).unwrap_or(u32::MAX),
-                t.domain,
-                self.asked.caller_slot,
-                output,
-                delivered,
-            )
-        };
+        let key = (
+            u32::try_from(self.route).unwrap_or(u32::MAX),
+            u32::try_from(p).unwrap_or(u32::MAX),
+            t.domain,
+            self.asked.caller_slot,
+            delivered,
+        );
         let outcome = if delivered {
             "delivered"
         } else {
@@ -400,27 +397,22 @@ impl Observer {
             m => m.to_string(),
         };
         let caller = || shared.census.caller_label(self.asked.caller_slot as usize);
-        let kinds = [
-            (false, "input", t.used.input),
-            (true, "output", t.used.output),
-        ];
-        for (output, kind, n) in kinds {
-            // The labels' strings are made once per series, not per request.
-            shared.metrics.tokens(key(output), u64::from(n), || {
-                crate::observe::metrics::TokensLabel {
-                    route: route.name.clone(),
-                    provider: provider.name.clone(),
-                    model: model(),
-                    caller: caller(),
-                    kind,
-                    outcome,
-                }
-            });
-        }
+        // The labels' strings are made once per series, not per request.
+        let (input, output) = (u64::from(t.used.input), u64::from(t.used.output));
+        shared.metrics.tokens(key, input, output, |kind| {
+            crate::observe::metrics::TokensLabel {
+                route: route.name.clone(),
+                provider: provider.name.clone(),
+                model: model(),
+                caller: caller(),
+                kind,
+                outcome,
+            }
+        });
         if let Some(usd) = usd {
             shared
                 .metrics
-                .spend(key(false), usd, || crate::observe::metrics::SpendLabel {
+                .spend(key, usd, || crate::observe::metrics::SpendLabel {
                     route: route.name.clone(),
                     provider: provider.name.clone(),
                     model: model(),
