@@ -13,9 +13,29 @@ use std::sync::LazyLock;
 /// ten searches a request once made were 3,100 instructions of its ~45,000.
 type Needle = LazyLock<Finder<'static>>;
 
+/// How common each byte is in JSON, for a searcher's prefilter, which
+/// looks first for the needle's two rarest bytes. memchr's own ranking is
+/// of prose and code, where `"` and `_` are rare: searching an answer for
+/// `_tokens"` by them stopped at each of its ~80 quotes.
+struct InJson;
+
+impl memchr::arch::all::packedpair::HeuristicFrequencyRank for InJson {
+    fn rank(&self, byte: u8) -> u8 {
+        match byte {
+            b'"' | b':' | b',' | b'{' | b'}' | b'[' | b']' | b' ' | b'_' | b'\n' => 255,
+            b'0'..=b'9' => 250,
+            b'e' | b't' | b'a' | b'o' | b'i' | b'n' | b's' | b'r' | b'l' | b'c' => 200,
+            b'a'..=b'z' => 100,
+            _ => 50,
+        }
+    }
+}
+
 macro_rules! needles {
     ($($name:ident = $text:literal;)*) => {
-        $(static $name: Needle = LazyLock::new(|| Finder::new($text));)*
+        $(static $name: Needle = LazyLock::new(|| {
+            memchr::memmem::FinderBuilder::new().build_forward_with_ranker(InJson, $text)
+        });)*
     };
 }
 
@@ -23,6 +43,15 @@ needles! {
     MAX_TOKENS = "max_tokens";
     MAX_COMPLETION_TOKENS = "max_completion_tokens";
     MAX_OUTPUT_TOKENS = "max_output_tokens";
+    TOKENS_KEY = "_tokens\"";
+    PROMPT_TOKENS = "prompt_tokens";
+    INPUT_TOKENS = "input_tokens";
+    COMPLETION_TOKENS = "completion_tokens";
+    OUTPUT_TOKENS = "output_tokens";
+    CACHE = "cache";
+    CACHED_TOKENS = "cached_tokens";
+    CACHE_READ = "cache_read_input_tokens";
+    CACHE_CREATION = "cache_creation_input_tokens";
     DELTA = "\"delta\"";
 }
 
@@ -45,87 +74,61 @@ pub fn estimate_with(len: usize, output_cap: Option<u64>) -> Cost {
 pub fn output_cap(body: &[u8]) -> Option<u64> {
     [&MAX_TOKENS, &MAX_COMPLETION_TOKENS, &MAX_OUTPUT_TOKENS]
         .into_iter()
-        .filter_map(|k| number_after_key(body, k))
+        .filter_map(|k| number_after_key(body, 0, k))
         .max()
 }
 
-/// What an answer (a JSON body, or one SSE event) reports of its tokens,
-/// read in one pass over the keys that end in `_tokens`: the counts in
-/// both dialects and the prompt cache's. Searching the body once for each
-/// of five keys cost ~1,650 instructions an answer (OpenAI's ~600-byte
-/// chat answer); its keys that end in `_tokens` are ten.
+/// What an answer (a JSON body, or one SSE event) reports of its tokens:
+/// the counts in both dialects, and the prompt cache's. Each count is its
+/// key's first occurrence as a JSON key (`"key":` with its opening quote
+/// not escaped: inside a string a quote is always `\"`) followed by at most
+/// 12 digits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
-    prompt: Option<u64>,
-    input: Option<u64>,
-    completion: Option<u64>,
-    output: Option<u64>,
-    cached: Option<u64>,
-    cache_read: Option<u64>,
-    cache_creation: Option<u64>,
+    cost: Option<Cost>,
+    cached: levee_config::prices::Cached,
 }
 
 impl Counts {
-    /// Each count's first occurrence as a JSON key (`"key":` with its
-    /// opening quote not escaped: inside a string a quote is always `\"`)
-    /// followed by at most 12 digits.
+    /// Reads `body`. Every key read ends in `_tokens"`: its keys are
+    /// searched for from the first such ending on, less the longest key's
+    /// stem (an answer's counts lie in its `usage`, at the end of OpenAI's
+    /// ~600-byte chat answer). Searched for from the start, each key cost
+    /// ~330 instructions; one pass over every `_tokens"` ending (ten in that
+    /// answer) cost more still, ~2,000: a search resumed ten times.
     pub fn read(body: &[u8]) -> Counts {
-        // Every key read ends so; its `k` is rare in JSON otherwise, and a
-        // search for one byte is cheap to resume. Searched for as a whole,
-        // the ending's `"` and `_` (rare in prose, common in JSON) made the
-        // substring search stop at every quote: ~2,400 instructions for
-        // OpenAI's ~600-byte chat answer, against ~1,650 for a search of
-        // each key.
-        const TAIL: &[u8] = b"_tokens\"";
-        const K_AT: usize = 3;
-        // The longest key read, less its ending.
+        // The longest key read, less the ending.
         const STEM: usize = "cache_creation_input".len();
-        let mut c = Counts::default();
-        for k in memchr::memchr_iter(b'k', body) {
-            let Some(at) = k.checked_sub(K_AT) else {
-                continue;
-            };
-            if body.get(at..at + TAIL.len()) != Some(TAIL) {
-                continue;
-            }
-            let from = at.saturating_sub(STEM + 1);
-            let Some(q) = memchr::memrchr(b'"', &body[from..at]).map(|q| q + from) else {
-                continue;
-            };
-            if q >= 1 && body[q - 1] == b'\\' {
-                continue;
-            }
-            let slot = match &body[q + 1..at] {
-                b"prompt" => &mut c.prompt,
-                b"input" => &mut c.input,
-                b"completion" => &mut c.completion,
-                b"output" => &mut c.output,
-                b"cached" => &mut c.cached,
-                b"cache_read_input" => &mut c.cache_read,
-                b"cache_creation_input" => &mut c.cache_creation,
-                _ => continue,
-            };
-            if slot.is_none() {
-                *slot = number_at(body, at + TAIL.len());
+        let Some(first) = TOKENS_KEY.find(body) else {
+            return Counts::default();
+        };
+        let from = first.saturating_sub(STEM + 1);
+        let n = |key: &Needle| number_after_key(body, from, key);
+        let input = n(&PROMPT_TOKENS).or_else(|| n(&INPUT_TOKENS));
+        let output = n(&COMPLETION_TOKENS).or_else(|| n(&OUTPUT_TOKENS));
+        let count = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).unwrap_or(u32::MAX);
+        let cost = (input.is_some() || output.is_some()).then(|| Cost {
+            input: count(input),
+            output: count(output),
+        });
+        let mut cached = levee_config::prices::Cached::default();
+        if CACHE.find(&body[from..]).is_some() {
+            if let Some(read) = n(&CACHED_TOKENS) {
+                cached.read = count(Some(read));
+                cached.in_input = true;
+            } else {
+                cached.read = count(n(&CACHE_READ));
+                cached.write = count(n(&CACHE_CREATION));
             }
         }
-        c
+        Counts { cost, cached }
     }
 
     /// The tokens reported: OpenAI's `prompt_tokens`/`completion_tokens`
     /// (or the Responses API's and Anthropic's `input_tokens`/
     /// `output_tokens`). `None` when it reports neither.
     pub fn cost(&self) -> Option<Cost> {
-        let input = self.prompt.or(self.input);
-        let output = self.completion.or(self.output);
-        if input.is_none() && output.is_none() {
-            return None;
-        }
-        let n = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).unwrap_or(u32::MAX);
-        Some(Cost {
-            input: n(input),
-            output: n(output),
-        })
+        self.cost
     }
 
     /// The input said to be read from or written to the provider's prompt
@@ -133,16 +136,7 @@ impl Counts {
     /// Anthropic's `cache_read_input_tokens` and
     /// `cache_creation_input_tokens` (apart from it).
     pub fn cached(&self) -> levee_config::prices::Cached {
-        let n = |v: Option<u64>| v.map(|v| u32::try_from(v).unwrap_or(u32::MAX));
-        let mut c = levee_config::prices::Cached::default();
-        if let Some(read) = n(self.cached) {
-            c.read = read;
-            c.in_input = true;
-        } else {
-            c.read = n(self.cache_read).unwrap_or(0);
-            c.write = n(self.cache_creation).unwrap_or(0);
-        }
-        c
+        self.cached
     }
 }
 
@@ -204,10 +198,11 @@ impl StreamUsage {
 }
 
 /// The number after `"key":` where `"key"` is a JSON key (its opening quote
-/// not escaped: inside a string a quote is always `\"`), first occurrence.
-fn number_after_key(body: &[u8], key: &Needle) -> Option<u64> {
+/// not escaped: inside a string a quote is always `\"`), its first
+/// occurrence at or after `from`.
+fn number_after_key(body: &[u8], from: usize, key: &Needle) -> Option<u64> {
     let k = key.needle();
-    let mut from = 0;
+    let mut from = from;
     while let Some(i) = key.find(&body[from..]).map(|i| i + from) {
         from = i + k.len();
         let quoted = i >= 1
@@ -293,8 +288,8 @@ mod tests {
         Counts::read(body).cached()
     }
 
-    /// The plain reading the one pass must agree with: each key searched
-    /// for on its own, its first occurrence as a JSON key.
+    /// The plain reading [`Counts::read`] must agree with: each key
+    /// searched for from the start, its first occurrence as a JSON key.
     fn key(body: &[u8], key: &str) -> Option<u64> {
         let k = key.as_bytes();
         let mut from = 0;
@@ -313,16 +308,23 @@ mod tests {
         None
     }
 
-    fn plain(body: &[u8]) -> Counts {
-        Counts {
-            prompt: key(body, "prompt_tokens"),
-            input: key(body, "input_tokens"),
-            completion: key(body, "completion_tokens"),
-            output: key(body, "output_tokens"),
-            cached: key(body, "cached_tokens"),
-            cache_read: key(body, "cache_read_input_tokens"),
-            cache_creation: key(body, "cache_creation_input_tokens"),
+    fn plain(body: &[u8]) -> (Option<Cost>, levee_config::prices::Cached) {
+        let n = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).unwrap_or(u32::MAX);
+        let input = key(body, "prompt_tokens").or_else(|| key(body, "input_tokens"));
+        let output = key(body, "completion_tokens").or_else(|| key(body, "output_tokens"));
+        let cost = (input.is_some() || output.is_some()).then(|| Cost {
+            input: n(input),
+            output: n(output),
+        });
+        let mut cached = levee_config::prices::Cached::default();
+        if let Some(read) = key(body, "cached_tokens") {
+            cached.read = n(Some(read));
+            cached.in_input = true;
+        } else {
+            cached.read = n(key(body, "cache_read_input_tokens"));
+            cached.write = n(key(body, "cache_creation_input_tokens"));
         }
+        (cost, cached)
     }
 
     /// Bodies made of the pieces a usage report and its near misses are
@@ -365,13 +367,14 @@ mod tests {
     }
 
     #[test]
-    fn one_pass_reads_what_a_search_for_each_key_reads() {
+    fn the_counts_are_what_a_search_for_each_key_from_the_start_reads() {
         use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
         let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
         let mut runner = TestRunner::new_with_rng(Config::with_cases(4000), rng);
         let checked = runner.run(&bodies(), |body| {
+            let c = Counts::read(&body);
             prop_assert_eq!(
-                Counts::read(&body),
+                (c.cost(), c.cached()),
                 plain(&body),
                 "{}",
                 String::from_utf8_lossy(&body)
@@ -384,10 +387,16 @@ mod tests {
         // A real answer, each count read.
         let openai = br#"{"usage":{"prompt_tokens":18,"completion_tokens":8,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":3,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#;
         let c = Counts::read(openai);
-        assert_eq!(c, plain(openai));
+        assert_eq!((c.cost(), c.cached()), plain(openai));
         assert_eq!(
-            (c.prompt, c.completion, c.cached),
-            (Some(18), Some(8), Some(3))
+            (c.cost(), c.cached().read),
+            (
+                Some(Cost {
+                    input: 18,
+                    output: 8
+                }),
+                3
+            )
         );
     }
 
