@@ -65,7 +65,7 @@ impl Belief {
     pub const ALL: [Belief; 2] = [Belief::Loss, Belief::Overload];
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Bucket {
     epoch: u64,
     asked: u32,
@@ -87,9 +87,11 @@ pub struct Graded {
     /// success share, and a recovered provider was held back two seconds.
     pending: u32,
     /// The window's totals as last summed, for the bucket epoch they were
-    /// summed at; cleared by every count. A request reads them four or
-    /// five times between two counts (admission, the fraction, whether
-    /// retries win), and each sum walks every bucket.
+    /// summed at; a count in that epoch's bucket is added to them, any
+    /// other change clears them. A request reads them four or five times
+    /// (admission, the fraction, whether retries win) between counts of
+    /// its own, and each sum walks every bucket: cleared by every count,
+    /// they were summed twice a request (~270 instructions).
     summed: Cell<Option<Bucket>>,
 }
 
@@ -112,17 +114,29 @@ impl Graded {
         }
     }
 
-    fn bucket(&mut self, now: Instant) -> &mut Bucket {
-        self.summed.set(None);
+    /// Counts into the bucket of `now` (`f` changes it), and into the
+    /// window's kept totals when they are for that bucket's epoch.
+    fn count(&mut self, now: Instant, f: impl FnOnce(&mut Bucket)) {
         let e = now.as_nanos() / self.bucket_ns;
         let b = &mut self.buckets[(e % BUCKETS as u64) as usize];
         if b.epoch != e {
+            // A bucket reused: what leaves the window is not known here.
+            self.summed.set(None);
             *b = Bucket {
                 epoch: e,
                 ..Bucket::default()
             };
         }
-        b
+        let before = *b;
+        f(b);
+        let after = *b;
+        let kept = self.summed.get().filter(|t| t.epoch == e).map(|t| Bucket {
+            epoch: e,
+            asked: t.asked - before.asked + after.asked,
+            answered: t.answered - before.answered + after.answered,
+            accepted: t.accepted - before.accepted + after.accepted,
+        });
+        self.summed.set(kept);
     }
 
     fn totals(&self, now: Instant) -> Bucket {
@@ -130,8 +144,14 @@ impl Graded {
         if let Some(t) = self.summed.get().filter(|t| t.epoch == e) {
             return t;
         }
-        let t = self
-            .buckets
+        let t = self.summed_at(e);
+        self.summed.set(Some(t));
+        t
+    }
+
+    /// The window's totals in bucket epoch `e`, every bucket walked.
+    fn summed_at(&self, e: u64) -> Bucket {
+        self.buckets
             .iter()
             .filter(|b| b.epoch <= e && e - b.epoch < BUCKETS as u64)
             .fold(
@@ -145,9 +165,7 @@ impl Graded {
                     answered: a.answered + b.answered,
                     accepted: a.accepted + b.accepted,
                 },
-            );
-        self.summed.set(Some(t));
-        t
+            )
     }
 
     /// The share of answers over the window that succeeded, and how many
@@ -183,7 +201,7 @@ impl Graded {
     /// Counts an ask and says whether it is admitted.
     pub fn ask(&mut self, now: Instant, belief: Belief) -> bool {
         let f = self.fraction(now, belief);
-        self.bucket(now).asked += 1;
+        self.count(now, |b| b.asked += 1);
         let admitted = if f >= 1.0 {
             self.credit = 0.0;
             true
@@ -208,8 +226,7 @@ impl Graded {
     /// Takes back an ask that was admitted here but refused by a later
     /// check (it was not sent, and must not count as asked twice).
     pub fn unask(&mut self, now: Instant) {
-        let b = self.bucket(now);
-        b.asked = b.asked.saturating_sub(1);
+        self.count(now, |b| b.asked = b.asked.saturating_sub(1));
         self.done();
     }
 
@@ -222,9 +239,10 @@ impl Graded {
 
     /// Counts an answer: a success or a provider fault.
     pub fn answered(&mut self, now: Instant, success: bool) {
-        let b = self.bucket(now);
-        b.answered += 1;
-        b.accepted += u32::from(success);
+        self.count(now, |b| {
+            b.answered += 1;
+            b.accepted += u32::from(success);
+        });
     }
 }
 
@@ -314,5 +332,63 @@ mod tests {
         let (sent, _) = run(&mut g, Belief::Loss, 10, 20, |_| false);
         assert!(sent < 40, "{sent}");
         assert!(g.fraction(Instant::from_millis(9_999), Belief::Loss) < 0.05);
+    }
+
+    /// The kept totals are always what walking every bucket gives: counts
+    /// of every kind, reads between them, times that go back a little, a
+    /// forget, across bucket and window boundaries.
+    #[test]
+    fn the_kept_totals_are_the_buckets_sum() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+        #[derive(Clone, Debug)]
+        enum Op {
+            Ask(bool),
+            Unask,
+            Answered(bool),
+            Done,
+            Read,
+            Forget,
+        }
+        let op = prop_oneof![
+            4 => any::<bool>().prop_map(Op::Ask),
+            1 => Just(Op::Unask),
+            4 => any::<bool>().prop_map(Op::Answered),
+            2 => Just(Op::Done),
+            4 => Just(Op::Read),
+            1 => Just(Op::Forget),
+        ];
+        // Steps of 0 to 1.5 s (buckets of 1 s), now and then 0.5 s back.
+        let step = prop_oneof![10 => 0i64..1_500, 1 => -500i64..0];
+        let runs = prop::collection::vec((op, step), 1..200);
+        let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+        let mut runner = TestRunner::new_with_rng(Config::with_cases(2000), rng);
+        let checked = runner.run(&runs, |ops| {
+            let mut g = Graded::new(0.5, Duration::from_secs(10), 2);
+            let mut ms: i64 = 20_000;
+            for (op, step) in ops {
+                ms = (ms + step).max(0);
+                let now = Instant::from_millis(ms as u64);
+                match op {
+                    Op::Ask(loss) => {
+                        let belief = if loss { Belief::Loss } else { Belief::Overload };
+                        g.ask(now, belief);
+                    }
+                    Op::Unask => g.unask(now),
+                    Op::Answered(ok) => g.answered(now, ok),
+                    Op::Done => g.done(),
+                    Op::Read => {
+                        g.success_share(now);
+                    }
+                    Op::Forget => g.forget(),
+                }
+                let e = now.as_nanos() / g.bucket_ns;
+                prop_assert_eq!(g.totals(now), g.summed_at(e));
+            }
+            Ok(())
+        });
+        if let Err(e) = checked {
+            panic!("{e}");
+        }
     }
 }
