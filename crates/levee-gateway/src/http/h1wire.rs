@@ -146,12 +146,13 @@ impl Framing {
         // Told apart by length first: most fields are none of these.
         let len = name.len();
         if len == 14 && same_name(name.as_bytes(), b"content-length") {
-            for part in value.split(|&b| b == b',') {
-                let n = parse_decimal(part.trim_ascii()).ok_or("invalid content-length")?;
-                if self.content_length.is_some_and(|m| m != n) {
-                    return Err("two different content-lengths");
+            // Nearly always one number: read as it is, not as a list.
+            if let Some(n) = parse_decimal(value) {
+                self.length(n)?;
+            } else {
+                for part in value.split(|&b| b == b',') {
+                    self.length(parse_decimal(part.trim_ascii()).ok_or("invalid content-length")?)?;
                 }
-                self.content_length = Some(n);
             }
         } else if len == 17 && same_name(name.as_bytes(), b"transfer-encoding") {
             self.te_only_chunked = (self.te_fields == 0 || self.te_only_chunked)
@@ -168,14 +169,30 @@ impl Framing {
         } else if len != 10 {
             return Ok(false);
         } else if same_name(name.as_bytes(), b"connection") {
-            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                self.close |= token.eq_ignore_ascii_case(b"close");
-                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            // Nearly always one token: told at once, not split as a list.
+            if value.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else if value.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else {
+                for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                    self.close |= token.eq_ignore_ascii_case(b"close");
+                    self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
             }
         } else {
             return Ok(same_name(name.as_bytes(), b"keep-alive"));
         }
         Ok(true)
+    }
+
+    /// One `content-length` value: a second that differs is refused.
+    fn length(&mut self, n: u64) -> Result<(), &'static str> {
+        if self.content_length.is_some_and(|m| m != n) {
+            return Err("two different content-lengths");
+        }
+        self.content_length = Some(n);
+        Ok(())
     }
 
     /// How the body is framed, and whether the connection stays open after it.
