@@ -45,6 +45,32 @@ async fn deterministic_400_is_answered_after_one_attempt_with_the_providers_body
     assert_eq!(env.stats(0).requests_total, 1);
 }
 
+/// A request whose caller named it not: Levee's id for it is its
+/// idempotency key too, on every attempt. One the caller named: the
+/// caller's id is never the key (two requests may share one).
+#[tokio::test(start_paused = true)]
+async fn a_request_levee_names_sends_its_id_as_its_idempotency_key() {
+    let env = local_one(
+        "faults:\n  - { status: 503 }\n",
+        "    retry: { max_attempts: 2, backoff: { base_ms: 1, max_ms: 5 } }\n",
+    );
+    let r = watchdog(WATCHDOG, env.post("/v1/chat/completions", CHAT, &[])).await;
+    assert_eq!(r.header("x-levee-attempts"), "2");
+    let id = r.header("x-request-id").to_string();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    let keys = env.stats(0).idempotency_keys;
+    assert_eq!(keys.get(&id), Some(&2), "the id on both attempts: {keys:?}");
+    let r = watchdog(
+        WATCHDOG,
+        env.post("/v1/chat/completions", CHAT, &[("x-request-id", "mine")]),
+    )
+    .await;
+    assert_eq!(r.header("x-request-id"), "mine");
+    let keys = env.stats(0).idempotency_keys;
+    assert!(!keys.contains_key("mine"), "{keys:?}");
+    assert_eq!(keys.len(), 2, "a new key of Levee's: {keys:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_503_window_is_retried_up_to_max_attempts_with_one_idempotency_key() {
     let env = local_one(

@@ -186,7 +186,7 @@ pub(super) async fn admit(
     shared: &Arc<Shared>,
     r: Inbound,
     note: &mut Option<IdemNote>,
-    id: &HeaderValue,
+    id: &super::RequestId,
     admitted: &mut bool,
     sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError> {
@@ -218,13 +218,14 @@ pub(super) async fn admit(
         counted: sdk_retry,
         deadline,
     };
-    let (lease, idem) = match claim_idempotency(shared, &r, key, note, arrived).await? {
+    let made_id = id.made.then_some(&id.value);
+    let (lease, idem) = match claim_idempotency(shared, &r, key, note, made_id, arrived).await? {
         Keying::Lead { lease, idem } => (lease, idem),
         Keying::Replayed(resp) => return Ok(resp),
     };
     let origin = Origin {
         arrived,
-        id,
+        id: &id.value,
         said: &said,
         path_and_query,
         caller_slot,
@@ -307,7 +308,8 @@ pub(super) enum Keying {
 }
 
 /// The request's idempotency key: the caller's, claimed in the store
-/// (`Replayed`: the stored answer), or one Levee makes for this request.
+/// (`Replayed`: the stored answer), or one Levee makes for this request
+/// (the request's id, `made_id`, when Levee made that).
 /// The store keys it by endpoint too: an answer is replayed only to the
 /// endpoint (and dialect) that produced it.
 async fn claim_idempotency(
@@ -315,6 +317,7 @@ async fn claim_idempotency(
     r: &Inbound,
     key: Keyed<'_>,
     note: &mut Option<IdemNote>,
+    made_id: Option<&HeaderValue>,
     arrived: levee_policy::Instant,
 ) -> Result<Keying, LeveeError> {
     let store_key = key
@@ -323,7 +326,9 @@ async fn claim_idempotency(
     let Some(stored) = store_key.as_deref() else {
         return Ok(Keying::Lead {
             lease: None,
-            idem: generated_key(shared, arrived),
+            idem: made_id
+                .cloned()
+                .unwrap_or_else(|| generated_key(shared, arrived)),
         });
     };
     let caller = r.caller.digest();

@@ -113,7 +113,7 @@ where
         if let Some(shape) = aws {
             resp = aws_answer::reshape(resp, shape).await;
         }
-        with_request_id(&mut resp, id);
+        with_request_id(&mut resp, id.value);
         return resp;
     };
     let resp = match served {
@@ -128,7 +128,7 @@ where
                 let elapsed = shared.clock.since(arrived);
                 tracing::warn!(
                     target: "levee::request",
-                    request_id = id.to_str().unwrap_or(""),
+                    request_id = id.value.to_str().unwrap_or(""),
                     method = method.as_str(),
                     path,
                     dialect = dialect.name(),
@@ -146,20 +146,35 @@ where
     if let Some(shape) = aws {
         resp = aws_answer::reshape(resp, shape).await;
     }
-    with_request_id(&mut resp, id);
+    with_request_id(&mut resp, id.value);
     resp
+}
+
+/// A request's id, and whether Levee made it.
+pub(super) struct RequestId {
+    pub(super) value: HeaderValue,
+    /// Made by Levee (the caller sent none it could use): a new UUIDv7, so
+    /// it also serves as the idempotency key the request's attempts send a
+    /// provider (making a second cost ~240 instructions and an allocation).
+    pub(super) made: bool,
 }
 
 /// The request's id: the caller's `x-request-id` when it sent a usable one
 /// (1 to 128 visible characters), else a new UUIDv7.
-fn request_id(shared: &Shared, h: &HeaderMap, arrived: levee_policy::Instant) -> HeaderValue {
+fn request_id(shared: &Shared, h: &HeaderMap, arrived: levee_policy::Instant) -> RequestId {
     if let Some(v) = h.get(headers::X_REQUEST_ID) {
         let b = v.as_bytes();
         if !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_graphic()) {
-            return v.clone();
+            return RequestId {
+                value: v.clone(),
+                made: false,
+            };
         }
     }
-    admit::generated_key(shared, arrived)
+    RequestId {
+        value: admit::generated_key(shared, arrived),
+        made: true,
+    }
 }
 
 /// Sets `x-request-id` (on the answer's stamp); a provider's own id moves
@@ -179,7 +194,7 @@ async fn serve<B>(
     req: Request<B>,
     dialect: Dialect,
     note: &mut Option<IdemNote>,
-    id: &HeaderValue,
+    id: &RequestId,
     admitted: &mut bool,
     sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError>
