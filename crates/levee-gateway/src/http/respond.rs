@@ -89,11 +89,7 @@ impl Stamp {
     /// Puts the fields into `h`, replacing any of the same names.
     pub fn move_into(self, h: &mut HeaderMap) {
         if let Some(n) = self.attempts {
-            let v = usize::try_from(n).ok().and_then(|i| ATTEMPTS.get(i));
-            h.insert(
-                headers::X_LEVEE_ATTEMPTS,
-                v.cloned().unwrap_or_else(|| HeaderValue::from(n)),
-            );
+            h.insert(headers::X_LEVEE_ATTEMPTS, HeaderValue::from(n));
         }
         if let Some(v) = self.target {
             h.insert(headers::X_LEVEE_TARGET, v);
@@ -474,21 +470,6 @@ fn error_headers(h: &mut HeaderMap, why: Why, attempts: u32, retry_after: Option
 pub fn should_retry(row: Row) -> HeaderValue {
     HeaderValue::from_static(if row.should_retry { "true" } else { "false" })
 }
-
-/// `x-levee-attempts` values for the usual counts, built once (a value
-/// made from a number is an allocation per request).
-static ATTEMPTS: [HeaderValue; 10] = [
-    HeaderValue::from_static("0"),
-    HeaderValue::from_static("1"),
-    HeaderValue::from_static("2"),
-    HeaderValue::from_static("3"),
-    HeaderValue::from_static("4"),
-    HeaderValue::from_static("5"),
-    HeaderValue::from_static("6"),
-    HeaderValue::from_static("7"),
-    HeaderValue::from_static("8"),
-    HeaderValue::from_static("9"),
-];
 
 /// A provider's answer relayed to the caller: its status and end-to-end
 /// headers (its own header map, taken over: copying it field by field cost

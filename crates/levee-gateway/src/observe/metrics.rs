@@ -291,8 +291,9 @@ pub struct Metrics {
     pub allowance_limit: Family<ProviderMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share_used: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub allowance_share: Family<ProviderCallerMeter, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    /// `tokens`' counters by (route, provider, model domain, caller, kind)
-    /// as numbers: found without building the labels' strings.
+    /// `tokens`' counters by (route, provider, model domain, caller,
+    /// outcome) as numbers, input and output together: found without
+    /// building the labels' strings.
     token_handles: KeyedSeries<TokensKey, TokensLabel, Counter, 2>,
     request_handles: Handles,
     attempt_handles: Handles,

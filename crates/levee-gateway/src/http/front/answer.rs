@@ -66,7 +66,6 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
     ) -> io::Result<bool> {
         let (parts, mut body) = resp.into_parts();
         let raw = body.take_raw();
-        let stamp = std::mem::take(body.stamp_mut());
         let no_body = head_only
             || parts.status.is_informational()
             || parts.status == StatusCode::NO_CONTENT
@@ -79,9 +78,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             Out::choose(&parts.headers, &body, version)
         };
         let keep_alive = keep_alive && !matches!(framing, Out::Close);
-        self.encode_head(&parts, &raw, &stamp, framing, version, keep_alive);
+        self.encode_head(&parts, &raw, body.stamp(), framing, version, keep_alive);
         drop(raw);
-        drop(stamp);
         if no_body {
             std::future::poll_fn(|cx| self.poll_flush(cx)).await?;
             return Ok(keep_alive);

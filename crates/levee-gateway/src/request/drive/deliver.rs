@@ -123,27 +123,25 @@ impl Driver<'_> {
         };
         let grace = crate::runtime::shutdown::GraceWatch::new(&shared.grace_over);
         let relay = RelayBody::new(start, body, finisher, recording, holds, grace);
-        let (head, stamp) = self.head_out(parts, Box::new(relay), target, attempts);
-        Delivered::Done(Ok(Answer::Stream(head, raw, Box::new(stamp))))
+        let head = self.head_out(parts, Box::new(relay));
+        let stamp = Box::new(self.stamp_for(target, attempts));
+        Delivered::Done(Ok(Answer::Stream(head, raw, stamp)))
     }
 
     /// A provider's answer as the caller gets it: the head redacted, its
-    /// hop-by-hop fields and any of Levee's own dropped, and `body`; and
-    /// Levee's success fields for it, said by `target` after `attempts`.
-    fn head_out<B>(
-        &self,
-        mut parts: http::response::Parts,
-        body: B,
-        target: usize,
-        attempts: u32,
-    ) -> (Response<B>, Stamp) {
+    /// hop-by-hop fields and any of Levee's own dropped, and `body`.
+    fn head_out<B>(&self, mut parts: http::response::Parts, body: B) -> Response<B> {
+        // A provider may echo the key in a successful answer's head too.
+        self.ctx.shared.secrets.get().headers(&mut parts.headers);
+        relayed(parts.status, parts.headers, body)
+    }
+
+    /// Levee's success fields on the answer `target` gave after `attempts`.
+    fn stamp_for(&self, target: usize, attempts: u32) -> Stamp {
         let shared = &self.ctx.shared;
         let route = &shared.config.routes[self.ctx.route];
         let provider = &shared.providers[route.targets[target].provider];
-        // A provider may echo the key in a successful answer's head too.
-        shared.secrets.get().headers(&mut parts.headers);
-        let stamp = Stamp::relayed(attempts, provider.name_header.as_ref());
-        (relayed(parts.status, parts.headers, body), stamp)
+        Stamp::relayed(attempts, provider.name_header.as_ref())
     }
 
     /// The tokens a plain answer used settle what its admission estimated,
@@ -220,13 +218,11 @@ impl Driver<'_> {
                 return Delivered::Done(Err(LeveeError::upstream_error(msg).attempts(attempts)));
             }
         };
-        let (mut out, stamp) = self.head_out(
+        let mut out = self.head_out(
             parts,
             Body::relaying(http_body_util::Full::new(bytes.clone()), raw),
-            target,
-            attempts,
         );
-        *out.body_mut().stamp_mut() = stamp;
+        *out.body_mut().stamp_mut() = self.stamp_for(target, attempts);
         if let Some(l) = self.lease.take() {
             // Stored with every field, none of Levee's own.
             let mut headers = HeaderMap::new();
