@@ -115,6 +115,7 @@ fn assert_relayed(what: &str, r: &Resp) {
         "{what}: Levee's id is the caller's"
     );
     assert_eq!(h["x-levee-upstream-request-id"], "up-1", "{what}: {h:?}");
+    assert_eq!(all("x-levee-attempts").len(), 1, "{what}: {h:?}");
 }
 
 #[tokio::test]
