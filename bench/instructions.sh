@@ -25,7 +25,21 @@
 # request, without starting up, warming up or stopping. Loopback only;
 # every process is stopped on exit.
 #
-# Environment: SECONDS_LOAD (10), WARMUP (2), CONNS (16), ROUNDS (3),
+# CACHE=1 runs valgrind's cachegrind instead, with its cache simulation
+# (the host's L1 sizes: 32 KiB of instructions, 48 KiB of data here), and
+# adds per request the L1 instruction-cache misses and the L1 data-cache
+# misses (reads and writes). A simulation, not the hardware: no prefetcher,
+# no micro-op cache. It shows whose code no longer fits in L1 and has to be
+# fetched again from L2 each request: Levee's request path executes about
+# 150 KiB of distinct code a request against nginx's 65 KiB, and so takes
+# 3.4x nginx's instruction-cache misses for 1.67x its instructions.
+#
+# FOOTPRINT=1 (with callgrind) also records each instruction's address and
+# adds the hot code: the 64-byte lines of machine code executed at least
+# 0.45 times a request (bench/code-footprint.py), in KiB.
+#
+# Environment: SECONDS_LOAD (10), WARMUP (2), CONNS (16), ROUNDS (3), CACHE (0),
+# FOOTPRINT (0),
 # NGINX_TOO (1: also count nginx as the reverse proxy), UPSTREAM_FIELDS
 # (empty: nginx's own five answer fields; `openai`: 17 more, the ones an
 # OpenAI chat completion carries, which each proxy parses and passes on),
@@ -41,6 +55,15 @@ ROUNDS="${ROUNDS:-3}"
 NGINX_TOO="${NGINX_TOO:-1}"
 UPSTREAM_FIELDS="${UPSTREAM_FIELDS:-}"
 CALLER_FIELDS="${CALLER_FIELDS:-}"
+CACHE="${CACHE:-0}"
+FOOTPRINT="${FOOTPRINT:-0}"
+if [ "$CACHE" = 1 ]; then
+  TOOL=(--tool=cachegrind --cache-sim=yes); OUT_OPT=--cachegrind-out-file
+elif [ "$FOOTPRINT" = 1 ]; then
+  TOOL=(--tool=callgrind --dump-instr=yes); OUT_OPT=--callgrind-out-file
+else
+  TOOL=(--tool=callgrind --dump-instr=no); OUT_OPT=--callgrind-out-file
+fi
 if [ -t 2 ]; then TTY=1; else TTY=""; fi
 say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
 
@@ -108,23 +131,26 @@ load() { # url seconds -> "requests errors"
   wrk -t1 -c"$CONNS" -d"$2"s -s "$work/post.lua" "$1" | awk '/^WRKRESULT/ {print $2, $3}'
 }
 
-# One run of a subject under callgrind with `secs` seconds of load: writes
-# "instructions requests errors" to $work/line (not through a command
-# substitution: its subshell would keep the valgrind pid from the cleanup
-# list). The count is the whole process's, written when it exits.
+# One run of a subject under valgrind with `secs` seconds of load: writes
+# "requests errors instructions [L1i-misses L1d-misses]" to $work/line (not
+# through a command substitution: its subshell would keep the valgrind pid
+# from the cleanup list). The counts are the whole process's, written when
+# it exits.
 count() { # name port secs command...
   local name="$1" port="$2" secs="$3"; shift 3
   local out="$work/cg.$name"
   rm -f "$out"*
-  valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$out" "$@" 2>"$work/$name.vg.log" &
+  valgrind "${TOOL[@]}" "$OUT_OPT=$out" "$@" 2>"$work/$name.vg.log" &
   local vp=$!
   pids+=($vp)
   local url="http://127.0.0.1:$port/v1/chat/completions"
   wait_post "$url"
   local got; got="$(load "$url" "$secs")"
   kill "$vp"; wait "$vp" 2>/dev/null || true
-  local ir; ir="$(awk '/^summary:/ {print $2; exit}' "$out")"
-  echo "${ir:-0} $got" >"$work/line"
+  # The summary's counts, in the order its `events:` line names them.
+  local counts; counts="$(awk '/^events:/ {for (i = 2; i <= NF; i++) col[$i] = i}
+    /^summary:/ {if (col["I1mr"]) print $col["Ir"], $col["I1mr"], $col["D1mr"] + $col["D1mw"]; else print $2; exit}' "$out")"
+  echo "$got ${counts:-0}" >"$work/line"
 }
 
 # Instructions per request of one subject: two runs, short and long; what
@@ -132,19 +158,28 @@ count() { # name port secs command...
 per_request() { # name port command...
   local name="$1" port="$2"; shift 2
   count "$name" "$port" "$WARMUP" "$@"
-  read -r ir1 n1 e1 <"$work/line"
+  read -r n1 e1 ir1 i1m1 d1m1 <"$work/line"
   count "$name" "$port" "$(( WARMUP + SECONDS_LOAD ))" "$@"
-  read -r ir2 n2 e2 <"$work/line"
+  read -r n2 e2 ir2 i1m2 d1m2 <"$work/line"
   if [ "${e1:-1}" != 0 ] || [ "${e2:-1}" != 0 ] || [ "$(( ${n2:-0} - ${n1:-0} ))" -lt 100 ] \
     || [ "${ir1:-0}" = 0 ] || [ "${ir2:-0}" = 0 ]; then
     echo "instructions.sh: $name: runs of ${n1:-no} and ${n2:-no} requests, ${e1:-?} and ${e2:-?} errors, ${ir1:-0} and ${ir2:-0} instructions" >&2
     exit 1
   fi
   say "  $name: $ir1 instructions for $n1 requests, $ir2 for $n2"
-  echo $(( (ir2 - ir1) / (n2 - n1) )) >"$work/line"
+  if [ "$CACHE" = 1 ]; then
+    echo "$(( (ir2 - ir1) / (n2 - n1) )) $(( (i1m2 - i1m1) / (n2 - n1) )) $(( (d1m2 - d1m1) / (n2 - n1) ))" >"$work/line"
+  elif [ "$FOOTPRINT" = 1 ]; then
+    local kib; kib="$(python3 bench/code-footprint.py "$work/cg.$name" "$n2" | awk '{print $5}')"
+    echo "$(( (ir2 - ir1) / (n2 - n1) )) $kib" >"$work/line"
+  else
+    echo $(( (ir2 - ir1) / (n2 - n1) )) >"$work/line"
+  fi
 }
 
-declare -A RESULTS
+# Per proxy: the instructions of each round, and the second and third
+# columns (L1i and L1d misses, or the hot code), one word a round.
+declare -A RESULTS SECOND THIRD
 subjects=()
 for bin in "$@"; do subjects+=("levee:$bin"); done
 if [ "$NGINX_TOO" = 1 ]; then subjects+=("nginx:"); fi
@@ -167,9 +202,36 @@ server { listen 127.0.0.1:$port; location / { proxy_pass http://up; proxy_http_v
       per_request "$name" "$port" "$bin" serve --config "$work/levee.yaml" \
         --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin"
     fi
-    RESULTS["$name"]+="$(cat "$work/line") "
+    read -r per i1 d1 <"$work/line"
+    RESULTS["$name"]+="$per "
+    SECOND["$name"]+="${i1:-} "
+    THIRD["$name"]+="${d1:-} "
   done
 done
+
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+if [ "$CACHE" = 1 ]; then
+  echo "| proxy | instructions per request | L1i misses per request | L1d misses per request | rounds (instructions / L1i / L1d) |"
+  echo "|---|---|---|---|---|"
+  for name in "${!RESULTS[@]}"; do
+    read -r -a irs <<<"${RESULTS[$name]}"; read -r -a i1s <<<"${SECOND[$name]}"; read -r -a d1s <<<"${THIRD[$name]}"
+    rounds=""
+    for i in "${!irs[@]}"; do rounds+="${irs[$i]} / ${i1s[$i]} / ${d1s[$i]}; "; done
+    echo "| $name | $(median "${irs[@]}") | $(median "${i1s[@]}") | $(median "${d1s[@]}") | ${rounds%; } |"
+  done
+  exit 0
+fi
+if [ "$FOOTPRINT" = 1 ]; then
+  echo "| proxy | instructions per request | hot code KiB | rounds (instructions / KiB) |"
+  echo "|---|---|---|---|"
+  for name in "${!RESULTS[@]}"; do
+    read -r -a irs <<<"${RESULTS[$name]}"; read -r -a kibs <<<"${SECOND[$name]}"
+    rounds=""
+    for i in "${!irs[@]}"; do rounds+="${irs[$i]} / ${kibs[$i]}; "; done
+    echo "| $name | $(median "${irs[@]}") | $(median "${kibs[@]}") | ${rounds%; } |"
+  done
+  exit 0
+fi
 
 echo "| proxy | instructions per request (median of $ROUNDS) | rounds |"
 echo "|---|---|---|"

@@ -56,7 +56,7 @@ pub async fn release_leases(shared: &Shared) {
 pub async fn serve_connections(
     listener: TcpListener,
     generations: Arc<Reloader>,
-    shutdown: impl Future<Output = ()>,
+    mut shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
 ) {
     // Read once (as hyper's builder was): a reload does not change them.
     let settings = {
@@ -82,7 +82,6 @@ pub async fn serve_connections(
         };
         tokio::spawn(front::serve(stream, settings, svc, watching.clone()));
     };
-    tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
