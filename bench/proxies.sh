@@ -16,6 +16,11 @@
 #               request log off (LEVEE_LOG=warn), as the proxies' access logs
 #   levee-unbound - the same with `--cpu-affinity off`: its workers left to
 #               the scheduler instead of bound to a CPU each
+#   levee-b   - with LEVEE_BIN_B set: that second build of Levee, default
+#               workers, in the same rounds (a build against the one before)
+#   levee-pgo - with PGO=1: the profile-guided build scripts/build-pgo makes
+#               (two more release builds first, ~15 min on 2 CPUs; PGO_BIN
+#               names one already built)
 #   levee-wN  - the same with `--workers N`, for N in $WORKERS_SET: how
 #               Levee's throughput scales with worker threads. On a 2-CPU
 #               machine with wrk on one of them, workers past 2 share CPUs.
@@ -27,10 +32,11 @@
 # 10 ms ticks: a 10 s run of 50k req/s resolves 0.02 us.
 #
 # Environment: ROUNDS (3), SECONDS_LOAD (10), CONNS (16), WORKERS_SET
-# ("1 2 4"), LEVEE_BIN (skip the release build). Installs nginx, HAProxy
-# and wrk with apt-get when missing. Loopback only; every process it
-# starts is stopped on exit. Progress on stderr only on a terminal and
-# without --json; the table (or JSON) on stdout.
+# ("1 2 4"), LEVEE_BIN (skip the release build), LEVEE_BIN_B, PGO (0),
+# PGO_BIN. Installs nginx, HAProxy and wrk with apt-get when missing.
+# Loopback only; every process it starts is stopped on exit. Progress on
+# stderr only on a terminal and without --json; the table (or JSON) on
+# stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${ROUNDS:-3}"
@@ -50,6 +56,7 @@ need haproxy haproxy
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 HAPROXY="$(command -v haproxy || echo /usr/sbin/haproxy)"
 levee_bin release
+if [ "${PGO:-0}" = 1 ] && [ -z "${PGO_BIN:-}" ]; then PGO_BIN="$(scripts/build-pgo | tail -n1)"; fi
 bench_work
 trap 'exit 130' INT TERM
 
@@ -88,6 +95,15 @@ start_levee() { # name [serve flags...]
 start_levee levee
 start_levee levee-unbound --cpu-affinity off
 targets+=(levee-unbound)
+second_levee() { # name bin
+  local first_bin="$LEVEE_BIN"
+  LEVEE_BIN="$2"
+  start_levee "$1"
+  LEVEE_BIN="$first_bin"
+  targets+=("$1")
+}
+if [ -n "${LEVEE_BIN_B:-}" ]; then second_levee levee-b "$LEVEE_BIN_B"; fi
+if [ "${PGO:-0}" = 1 ]; then second_levee levee-pgo "$PGO_BIN"; fi
 for n in $WORKERS_SET; do
   start_levee "levee-w$n" --workers "$n"
   targets+=("levee-w$n")
@@ -173,6 +189,9 @@ for t in targets:
 best_p99 = min(m("nginx", "p99"), m("haproxy", "p99"))
 out["levee_vs_nginx_rounds"] = ratios("levee", "nginx")
 out["levee_vs_haproxy_rounds"] = ratios("levee", "haproxy")
+for t in ("levee-b", "levee-pgo"):
+    if t in by:
+        out[f"{t}_vs_levee_rounds"] = ratios(t, "levee")
 out["p99_target_ms"] = 1.5 * best_p99 + 0.3
 if as_json:
     print(json.dumps(out, indent=2))
@@ -192,4 +211,7 @@ lv = out["targets"]["levee"]
 print(f"- Levee / nginx per round: {fmt(out['levee_vs_nginx_rounds'])} (target >= 1.00)")
 print(f"- Levee / HAProxy per round: {fmt(out['levee_vs_haproxy_rounds'])} (target >= 1.00)")
 print(f"- Levee p99 {lv['p99_ms']:.2f} ms against 1.5 x the better proxy's ({best_p99:.2f} ms) + 0.3 ms = {out['p99_target_ms']:.2f} ms")
+for t in ("levee-b", "levee-pgo"):
+    if t in by:
+        print(f"- {t} / nginx per round: {fmt(ratios(t, 'nginx'))}; / HAProxy: {fmt(ratios(t, 'haproxy'))}; / levee: {fmt(ratios(t, 'levee'))}")
 PY
