@@ -30,9 +30,9 @@
 # adds per request the L1 instruction-cache misses and the L1 data-cache
 # misses (reads and writes). A simulation, not the hardware: no prefetcher,
 # no micro-op cache. It shows whose code no longer fits in L1 and has to be
-# fetched again from L2 each request: Levee's request path executes about
-# 150 KiB of distinct code a request against nginx's 65 KiB, and so takes
-# 3.4x nginx's instruction-cache misses for 1.67x its instructions.
+# fetched again from L2 each request: Levee's request path executes 146 KiB
+# of distinct code a request against nginx's 62 KiB, and so takes 3.3x
+# nginx's instruction-cache misses for 1.63x its instructions.
 #
 # FOOTPRINT=1 (with callgrind) also records each instruction's address and
 # adds the hot code: the 64-byte lines of machine code executed at least
