@@ -53,6 +53,9 @@ pub async fn release_leases(shared: &Shared) {
 /// arrives. The leases still held in Redis are released by the caller
 /// ([`release_leases`]) once every listener has drained. With one runtime
 /// per core, each core's listener (`SO_REUSEPORT` on one port) runs this.
+/// The shutdown is a boxed future, not a generic one: each type of it
+/// compiled the whole request path (the connection and request futures
+/// spawned here) once more.
 pub async fn serve_connections(
     listener: TcpListener,
     generations: Arc<Reloader>,
