@@ -177,9 +177,9 @@ per_request() { # name port command...
   fi
 }
 
-# Per proxy: the instructions of each round, and the second and third
-# columns (L1i and L1d misses, or the hot code), one word a round.
-declare -A RESULTS SECOND THIRD
+# Per proxy: each round's columns (instructions, then the L1i and L1d
+# misses or the hot code), joined by `/`, one word a round.
+declare -A RESULTS
 subjects=()
 for bin in "$@"; do subjects+=("levee:$bin"); done
 if [ "$NGINX_TOO" = 1 ]; then subjects+=("nginx:"); fi
@@ -202,41 +202,29 @@ server { listen 127.0.0.1:$port; location / { proxy_pass http://up; proxy_http_v
       per_request "$name" "$port" "$bin" serve --config "$work/levee.yaml" \
         --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin"
     fi
-    read -r per i1 d1 <"$work/line"
-    RESULTS["$name"]+="$per "
-    SECOND["$name"]+="${i1:-} "
-    THIRD["$name"]+="${d1:-} "
+    read -r -a cols <"$work/line"
+    RESULTS["$name"]+="$(IFS=/; echo "${cols[*]}") "
   done
 done
 
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 if [ "$CACHE" = 1 ]; then
-  echo "| proxy | instructions per request | L1i misses per request | L1d misses per request | rounds (instructions / L1i / L1d) |"
-  echo "|---|---|---|---|---|"
-  for name in "${!RESULTS[@]}"; do
-    read -r -a irs <<<"${RESULTS[$name]}"; read -r -a i1s <<<"${SECOND[$name]}"; read -r -a d1s <<<"${THIRD[$name]}"
-    rounds=""
-    for i in "${!irs[@]}"; do rounds+="${irs[$i]} / ${i1s[$i]} / ${d1s[$i]}; "; done
-    echo "| $name | $(median "${irs[@]}") | $(median "${i1s[@]}") | $(median "${d1s[@]}") | ${rounds%; } |"
-  done
-  exit 0
+  heads=("instructions per request" "L1i misses per request" "L1d misses per request")
+elif [ "$FOOTPRINT" = 1 ]; then
+  heads=("instructions per request" "hot code KiB")
+else
+  heads=("instructions per request (median of $ROUNDS)")
 fi
-if [ "$FOOTPRINT" = 1 ]; then
-  echo "| proxy | instructions per request | hot code KiB | rounds (instructions / KiB) |"
-  echo "|---|---|---|---|"
-  for name in "${!RESULTS[@]}"; do
-    read -r -a irs <<<"${RESULTS[$name]}"; read -r -a kibs <<<"${SECOND[$name]}"
-    rounds=""
-    for i in "${!irs[@]}"; do rounds+="${irs[$i]} / ${kibs[$i]}; "; done
-    echo "| $name | $(median "${irs[@]}") | $(median "${kibs[@]}") | ${rounds%; } |"
-  done
-  exit 0
-fi
-
-echo "| proxy | instructions per request (median of $ROUNDS) | rounds |"
-echo "|---|---|---|"
+# The median of column $1 of the rounds given.
+median() {
+  local c="$1" r v; shift
+  for r in "$@"; do IFS=/ read -r -a v <<<"$r"; echo "${v[$c]}"; done |
+    sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+printf '| proxy |'; printf ' %s |' "${heads[@]}"; echo ' rounds |'
+printf '|---|'; for _ in "${heads[@]}"; do printf -- '---|'; done; echo '---|'
 for name in "${!RESULTS[@]}"; do
-  # shellcheck disable=SC2086
-  med="$(printf '%s\n' ${RESULTS[$name]} | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
-  echo "| $name | $med | ${RESULTS[$name]}|"
+  read -r -a rounds <<<"${RESULTS[$name]}"
+  printf '| %s |' "$name"
+  for c in "${!heads[@]}"; do printf ' %s |' "$(median "$c" "${rounds[@]}")"; done
+  echo " ${rounds[*]} |"
 done
