@@ -95,15 +95,9 @@ start_levee() { # name [serve flags...]
 start_levee levee
 start_levee levee-unbound --cpu-affinity off
 targets+=(levee-unbound)
-second_levee() { # name bin
-  local first_bin="$LEVEE_BIN"
-  LEVEE_BIN="$2"
-  start_levee "$1"
-  LEVEE_BIN="$first_bin"
-  targets+=("$1")
-}
-if [ -n "${LEVEE_BIN_B:-}" ]; then second_levee levee-b "$LEVEE_BIN_B"; fi
-if [ "${PGO:-0}" = 1 ]; then second_levee levee-pgo "$PGO_BIN"; fi
+# A second build of Levee: LEVEE_BIN is that build's for this call only.
+if [ -n "${LEVEE_BIN_B:-}" ]; then LEVEE_BIN="$LEVEE_BIN_B" start_levee levee-b; targets+=(levee-b); fi
+if [ "${PGO:-0}" = 1 ]; then LEVEE_BIN="$PGO_BIN" start_levee levee-pgo; targets+=(levee-pgo); fi
 for n in $WORKERS_SET; do
   start_levee "levee-w$n" --workers "$n"
   targets+=("levee-w$n")
