@@ -29,6 +29,12 @@ async fn replicas(
         config.replace("{mock0}", &a.mocks[0].url())
     );
     let b = spawn_text(&text, 7).await;
+    // A replica whose first Redis call outlasts its 50 ms budget serves
+    // that call on local state: sharing is asserted once each replica has
+    // renewed its lease through Redis (the first to start counts itself,
+    // the second both).
+    replicas_at_least(&a, a.gw.admin_addr, 1.0).await;
+    replicas_at_least(&a, b.admin_addr, 2.0).await;
     (a, b)
 }
 
@@ -635,6 +641,21 @@ async fn replicas_become(env: &Env, admin: std::net::SocketAddr, n: f64) {
         loop {
             let m = admin_get(env, admin, "/metrics").await;
             if metric(&m, "levee_state_replicas", &[]) == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+}
+
+/// Waits (polling every 100 ms) until replica `admin`'s gauge reads at
+/// least `n`.
+async fn replicas_at_least(env: &Env, admin: std::net::SocketAddr, n: f64) {
+    watchdog(WATCHDOG, async {
+        loop {
+            let m = admin_get(env, admin, "/metrics").await;
+            if metric(&m, "levee_state_replicas", &[]) >= n {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
