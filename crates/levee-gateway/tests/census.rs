@@ -4,26 +4,15 @@
 
 mod support;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use levee_gateway::census::CensusReport;
 use std::time::Duration;
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-async fn admin_get(env: &Env, path: &str) -> (u16, String) {
-    let req = http::Request::get(format!("http://{}{}", env.gw.admin_addr, path))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let resp = env.client.request(req).await.expect("admin answers");
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
 async fn census(env: &Env) -> CensusReport {
-    let (status, body) = admin_get(env, "/census").await;
+    let r = env.admin("/census").await;
+    let (status, body) = (r.status, r.text());
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("/census is not the census: {e}: {body}"))
 }
@@ -102,13 +91,13 @@ async fn census_from_mixed_traffic_of_two_callers() {
 async fn census_serves_json_with_the_documented_field_names() {
     let env = start(&["", ""], TWO_TARGETS).await;
     watchdog(LIMIT, async {
-        let (_, empty) = admin_get(&env, "/census").await;
+        let empty = env.admin("/census").await.text();
         let v: serde_json::Value = serde_json::from_str(&empty).unwrap();
         assert_eq!(v["callers"], serde_json::json!([]));
         assert!(v["targets"][0]["observed_p99_ms"].is_null(), "{v}");
         env.post("/v1/chat/completions", X_CHAT, &[("x-levee-caller", "svc")])
             .await;
-        let (_, body) = admin_get(&env, "/census").await;
+        let body = env.admin("/census").await.text();
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         let c = &v["callers"][0];
         for field in ["name", "requests", "deadline_ms", "routes"] {

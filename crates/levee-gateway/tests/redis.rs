@@ -571,20 +571,6 @@ async fn a_follower_looking_while_the_leader_writes_a_large_answer_replays_it() 
     a.stop().await;
 }
 
-async fn get_at(env: &Env, addr: std::net::SocketAddr, path: &str) -> Resp {
-    use http_body_util::BodyExt;
-    let req = http::Request::get(format!("http://{addr}{path}"))
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    let resp = env.client.request(req).await.unwrap();
-    let (parts, body) = resp.into_parts();
-    Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
-}
-
 #[tokio::test]
 async fn a_response_created_through_one_replica_is_read_through_the_other() {
     let Some(r) = redis().await else { return };
@@ -616,30 +602,20 @@ async fn a_response_created_through_one_replica_is_read_through_the_other() {
     .await;
     assert_eq!(created.status, 200, "{}", created.text());
     let id = created.json()["id"].as_str().unwrap().to_string();
-    let read = watchdog(WATCHDOG, get_at(&a, b.addr, &format!("/v1/responses/{id}"))).await;
+    let read = watchdog(WATCHDOG, a.get_from(b.addr, &format!("/v1/responses/{id}"))).await;
     assert_eq!(read.status, 200, "{}", read.text());
     assert_eq!(read.header("x-levee-target"), "second");
-    let unknown = watchdog(WATCHDOG, get_at(&a, b.addr, "/v1/responses/resp_nobody")).await;
+    let unknown = watchdog(WATCHDOG, a.get_from(b.addr, "/v1/responses/resp_nobody")).await;
     assert_eq!(unknown.status, 404, "{}", unknown.text());
     b.shutdown().await;
     a.stop().await;
-}
-
-/// GETs `path` from the admin listener at `admin`.
-async fn admin_get(env: &Env, admin: std::net::SocketAddr, path: &str) -> String {
-    let req = http::Request::get(format!("http://{admin}{path}"))
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    Resp::read(env.client.request(req).await.unwrap())
-        .await
-        .text()
 }
 
 /// Waits (polling every 100 ms) until replica `admin`'s gauge reads `n`.
 async fn replicas_become(env: &Env, admin: std::net::SocketAddr, n: f64) {
     watchdog(WATCHDOG, async {
         loop {
-            let m = admin_get(env, admin, "/metrics").await;
+            let m = env.get_from(admin, "/metrics").await.text();
             if metric(&m, "levee_state_replicas", &[]) == n {
                 return;
             }
@@ -654,7 +630,7 @@ async fn replicas_become(env: &Env, admin: std::net::SocketAddr, n: f64) {
 async fn replicas_at_least(env: &Env, admin: std::net::SocketAddr, n: f64) {
     watchdog(WATCHDOG, async {
         loop {
-            let m = admin_get(env, admin, "/metrics").await;
+            let m = env.get_from(admin, "/metrics").await.text();
             if metric(&m, "levee_state_replicas", &[]) >= n {
                 return;
             }
@@ -671,7 +647,7 @@ async fn replicas_count_each_other_by_their_leases() {
     let (a, b) = replicas(r.port, "faults: []", "").await;
     replicas_become(&a, a.gw.admin_addr, 2.0).await;
     replicas_become(&a, b.admin_addr, 2.0).await;
-    let page = admin_get(&a, a.gw.admin_addr, "/").await;
+    let page = a.admin("/").await.text();
     assert!(page.contains("2 live (leases in Redis)"), "{page}");
     // A third replica joins; then one leaves: counted within a renewal.
     let text = format!(
@@ -686,7 +662,7 @@ async fn replicas_count_each_other_by_their_leases() {
     b.shutdown().await;
     replicas_become(&a, a.gw.admin_addr, 1.0).await;
     // One replica live, but the config's 2 is the floor of N.
-    let page = admin_get(&a, a.gw.admin_addr, "/").await;
+    let page = a.admin("/").await.text();
     assert!(page.contains("1/2 of every allowance"), "{page}");
     a.stop().await;
 }

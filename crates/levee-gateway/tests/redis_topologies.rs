@@ -123,7 +123,12 @@ async fn two_replicas(state: &str, faults: &str) -> (Env, levee_gateway::Running
     // counts itself, the second both).
     for (admin, n) in [(a.gw.admin_addr, 1.0), (b.admin_addr, 2.0)] {
         watchdog(WATCHDOG, async {
-            while metric(&metrics_at(&a, admin).await, "levee_state_replicas", &[]) < n {
+            while metric(
+                &a.get_from(admin, "/metrics").await.text(),
+                "levee_state_replicas",
+                &[],
+            ) < n
+            {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -132,22 +137,12 @@ async fn two_replicas(state: &str, faults: &str) -> (Env, levee_gateway::Running
     (a, b)
 }
 
-/// The `/metrics` exposition of the replica whose admin listener is `admin`.
-async fn metrics_at(env: &Env, admin: std::net::SocketAddr) -> String {
-    let req = http::Request::get(format!("http://{admin}/metrics"))
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    Resp::read(env.client.request(req).await.unwrap())
-        .await
-        .text()
-}
-
 /// Both replicas' counts of state calls served locally, for a failure's
 /// message.
 async fn fallbacks(a: &Env, b: &levee_gateway::Running) -> String {
     let mut out = String::new();
     for (name, admin) in [("a", a.gw.admin_addr), ("b", b.admin_addr)] {
-        let m = metrics_at(a, admin).await;
+        let m = a.get_from(admin, "/metrics").await.text();
         let lines: Vec<&str> = m
             .lines()
             .filter(|l| l.starts_with("levee_state_fallback_total"))

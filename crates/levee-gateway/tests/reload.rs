@@ -33,18 +33,6 @@ fn reload(env: &Env, path: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-async fn admin_get(env: &Env, path: &str) -> String {
-    let req = http::Request::get(format!("http://{}{path}", env.gw.admin_addr))
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    let resp = env.client.request(req).await.expect("admin answers");
-    let body = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    String::from_utf8_lossy(&body).into_owned()
-}
-
 const TO_A: &str = "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets: [a]\n    retry: { max_attempts: 1 }\n";
 const TO_B: &str = "providers:\n  a: { api: openai, base_url: \"{mock0}\" }\n  b: { api: openai, base_url: \"{mock1}\" }\nroutes:\n  - targets: [b]\n    retry: { max_attempts: 1 }\n";
 
@@ -62,7 +50,7 @@ async fn a_valid_reload_serves_new_requests_with_the_new_config() {
     let env = start(&["faults: []", "faults: []"], TO_A).await;
     let r = env.chat().await;
     assert_eq!(r.header("x-levee-target"), "a");
-    let before = admin_get(&env, "/readyz").await;
+    let before = env.admin("/readyz").await.text();
     assert!(before.contains("generation 1"), "{before}");
 
     let path = write_config(&env, "valid", TO_B);
@@ -74,13 +62,13 @@ async fn a_valid_reload_serves_new_requests_with_the_new_config() {
     assert_eq!(r.header("x-levee-target"), "b");
     assert_eq!(env.stats(0).requests_total, 1);
     assert_eq!(env.stats(1).requests_total, 1);
-    let after = admin_get(&env, "/readyz").await;
+    let after = env.admin("/readyz").await.text();
     let hash = levee_gateway::reload::hash_of(&std::fs::read(&path).unwrap());
     assert!(
         after.contains(&format!("config {hash} generation 2")),
         "{after}"
     );
-    assert!(admin_get(&env, "/").await.contains(&hash));
+    assert!(env.admin("/").await.text().contains(&hash));
     let m = env.metrics().await;
     assert_eq!(reloads(&m, "ok"), 1.0);
     env.stop().await;
@@ -112,7 +100,7 @@ async fn an_invalid_reload_is_refused_and_the_running_config_keeps_serving() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-levee-target"), "a", "the old config serves");
     assert_eq!(env.stats(1).requests_total, 0);
-    assert!(admin_get(&env, "/readyz").await.contains("generation 1"));
+    assert!(env.admin("/readyz").await.text().contains("generation 1"));
     let m = env.metrics().await;
     assert_eq!(reloads(&m, "error"), 5.0);
     assert_eq!(reloads(&m, "ok"), 0.0);

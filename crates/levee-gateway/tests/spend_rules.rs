@@ -224,11 +224,7 @@ async fn the_caller_label_keeps_n_names_and_other() {
 }
 
 async fn admin_get(env: &Env, path: &str) -> (u16, serde_json::Value) {
-    let req = http::Request::get(format!("http://{}{path}", env.gw.admin_addr))
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .expect("request");
-    let resp = env.client.request(req).await.expect("admin answers");
-    let r = Resp::read(resp).await;
+    let r = env.admin(path).await;
     let json = serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null);
     (r.status, json)
 }

@@ -323,13 +323,24 @@ impl Env {
         self.mocks[i].stats()
     }
 
-    pub async fn metrics(&self) -> String {
-        let req = http::Request::get(format!("http://{}/metrics", self.gw.admin_addr))
+    /// `GET path` from `addr`: this gateway's listeners or another
+    /// replica's.
+    pub async fn get_from(&self, addr: std::net::SocketAddr, path: &str) -> Resp {
+        let req = http::Request::get(format!("http://{addr}{path}"))
             .body(Full::new(Bytes::new()))
             .unwrap();
-        let resp = self.client.request(req).await.expect("admin answers");
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
-        String::from_utf8_lossy(&body).into_owned()
+        let resp = self.client.request(req).await.expect("listener answers");
+        Resp::read(resp).await
+    }
+
+    /// `GET path` from this gateway's admin listener.
+    pub async fn admin(&self, path: &str) -> Resp {
+        self.get_from(self.gw.admin_addr, path).await
+    }
+
+    /// The `/metrics` exposition of this gateway's admin listener.
+    pub async fn metrics(&self) -> String {
+        self.admin("/metrics").await.text()
     }
 
     pub async fn stop(self) {
