@@ -59,21 +59,15 @@ MODE="${MODE:-default}"
 UPSTREAM_FIELDS="${UPSTREAM_FIELDS:-}"
 case "$MODE" in default | pinned) ;; *) echo "gateway.sh: MODE is default or pinned" >&2; exit 1 ;; esac
 
-if [ -t 2 ]; then TTY=1; else TTY=""; fi
-say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
-die() { printf 'gateway.sh: %s\n' "$*" >&2; exit 1; }
+. bench/lib.sh
+bench_output gateway.sh
 
 # --- tools ----------------------------------------------------------------
-apt_install() {
-  say "installing $* with apt-get..."
-  apt-get install -y "$@" >/dev/null 2>&1 || { apt-get update >/dev/null 2>&1 && apt-get install -y "$@" >/dev/null 2>&1; } \
-    || die "could not apt-get install $*"
-}
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || apt_install nginx
+need nginx nginx
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
-command -v wrk >/dev/null 2>&1 || apt_install wrk
-command -v taskset >/dev/null 2>&1 || apt_install util-linux
-command -v curl >/dev/null 2>&1 || apt_install curl
+need wrk wrk
+need taskset util-linux
+need curl curl
 export PATH="$HOME/.cargo/bin:$PATH"
 if [ -n "$RATES" ] && ! command -v oha >/dev/null 2>&1; then
   # No open-loop (fixed-rate, coordinated-omission-corrected) HTTP load
@@ -84,13 +78,8 @@ if [ -n "$RATES" ] && ! command -v oha >/dev/null 2>&1; then
     || die "cargo install oha failed"
 fi
 
-if [ -z "${LEVEE_BIN:-}" ]; then
-  say "building levee (release)..."
-  if [ -n "$TTY" ]; then cargo build --release -p levee
-  else cargo build -q --release -p levee 2>/dev/null || cargo build --release -p levee >&2; fi
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
-[ -x "$LEVEE_BIN" ] || die "no levee binary at $LEVEE_BIN"
+[ -n "${LEVEE_BIN:-}" ] || say "building levee (release)..."
+levee_bin release
 [ -z "${LEVEE_BIN_B:-}" ] || [ -x "$LEVEE_BIN_B" ] || die "no levee binary at $LEVEE_BIN_B"
 
 ncpu="$(nproc)"
@@ -102,7 +91,6 @@ fi
 
 # --- processes ------------------------------------------------------------
 # Temp dir, process list and cleanup on exit; free_port (bench/lib.sh).
-. bench/lib.sh
 bench_work
 trap 'exit 130' INT TERM
 
@@ -345,6 +333,9 @@ metrics >"$work/metrics.txt"
 python3 - "$RAW" "$work" "$ROUNDS" "$IDLE_RSS_START" "$IDLE_RSS_AFTER" "$LEVEE_THREADS" "$([ "$RT" = 1 ] && echo on || echo off)" "$MODE" "${targets[*]}" "${UPSTREAM_FIELDS:-bare}" <<'PY'
 import glob, statistics, sys
 from collections import defaultdict
+
+sys.path.insert(0, "bench")
+from benchlib import bucket_quantiles
 raw, work, rounds, rss0, rss1, threads, rt, mode, targets, fields = sys.argv[1:11]
 targets = targets.split()
 rows = [l.rstrip("\n").split("\t") for l in open(raw) if l.strip()]
@@ -412,25 +403,9 @@ for load in [l for l in loads if l != "sat"]:
             print(f"| {t} added {label} at {int(load):,} rps (vs direct) | {fmt(d, '{:+.3f} ms')} | {bold}{med(d):+.3f} ms{bold} | {tgt} |")
 
 # Levee's own histogram (handler time minus upstream time) over the 5k rps runs.
-total = defaultdict(float)
-for f in glob.glob(f"{work}/hd.*"):
-    for line in open(f):
-        le, n = line.split("\t")
-        total[le] += float(n)
-if total:
-    bounds = sorted(((float("inf") if le == "+Inf" else float(le)), n) for le, n in total.items())
-    count = bounds[-1][1]
-    def q(p):
-        want = p * count
-        prev_b, prev_n = 0.0, 0.0
-        for b, n in bounds:
-            if n >= want:
-                if b == float("inf"):
-                    return f"> {prev_b*1e3:.3f} ms"
-                frac = (want - prev_n) / (n - prev_n) if n > prev_n else 1.0
-                return f"{(prev_b + frac * (b - prev_b))*1e3:.3f} ms (bucket {prev_b*1e3:.2f}-{b*1e3:.2f} ms)"
-            prev_b, prev_n = b, n
-        return "?"
+hist = bucket_quantiles(f"{work}/hd.*")
+if hist:
+    count, q = hist
     print(f"| levee_added_latency_seconds at 5,000 rps ({int(count):,} requests), p50 | | {q(0.5)} | |")
     print(f"| levee_added_latency_seconds at 5,000 rps, p99 | | **{q(0.99)}** | <= 0.3 ms |")
     print(f"| levee_added_latency_seconds at 5,000 rps, p99.9 | | {q(0.999)} | |")

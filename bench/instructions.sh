@@ -64,10 +64,9 @@ elif [ "$FOOTPRINT" = 1 ]; then
 else
   TOOL=(--tool=callgrind --dump-instr=no); OUT_OPT=--callgrind-out-file
 fi
-if [ -t 2 ]; then TTY=1; else TTY=""; fi
-say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
 
 . bench/lib.sh
+bench_output instructions.sh
 need valgrind valgrind
 need wrk wrk
 need nginx nginx

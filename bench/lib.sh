@@ -1,7 +1,13 @@
 # Shared pieces of the bench scripts; source it after `cd` to the repo root.
+# (Their embedded Python shares bench/benchlib.py.)
 #
+#   bench_output NAME [ARG]     say MSG: progress on stderr when it is a terminal;
+#                               die MSG: "NAME: MSG" on stderr, exit 1; ARG
+#                               `--json` (a script's first argument) sets JSON=1
+#                               and keeps say quiet
 #   bench_init [release|debug]  levee_bin, then bench_work
-#   levee_bin [release|debug]   sets LEVEE_BIN (builds it unless LEVEE_BIN is set)
+#   levee_bin [release|debug]   sets LEVEE_BIN (builds it unless LEVEE_BIN is set;
+#                               cargo's output shown on a terminal or on failure)
 #   bench_work                  sets $work (a temp dir) and pids=(); on exit every
 #                               pid in pids is stopped and waited for, $work removed
 #   start_mock [FLAGS...]       `levee mock` on a free port; sets $mock (host:port)
@@ -15,6 +21,7 @@
 #   wait_http URL [SECONDS]     until a POST of REQUEST to URL answers 2xx (10 s)
 #   free_port                   prints a free loopback TCP port
 #   need TOOL PACKAGE           installs PACKAGE with apt-get if TOOL is missing
+#                               (from PATH or /usr/sbin)
 #   render_conf TEMPLATE OUT [KEY=VALUE...]
 #                               writes TEMPLATE (bench/proxies/*.in) to OUT with
 #                               @WORK@, @COMPLETION@ and each @KEY@ replaced
@@ -26,20 +33,32 @@
 # proxy benchmarks' upstream nginx answers) and REQUEST (the chat request
 # they POST) are set for every script.
 
+bench_output() {
+  BENCH_NAME="$1"
+  JSON="${JSON:-}"
+  [ "${2:-}" = "--json" ] && JSON=1
+  if [ -t 2 ] && [ -z "$JSON" ]; then TTY=1; else TTY=""; fi
+  say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
+  die() { printf '%s: %s\n' "$BENCH_NAME" "$*" >&2; exit 1; }
+}
+
 bench_init() {
   levee_bin "$@"
   bench_work
 }
 
 levee_bin() {
-  local profile="${1:-release}"
-  [ -n "${LEVEE_BIN:-}" ] && return 0
-  if [ "$profile" = release ]; then
-    cargo build --release -p levee >&2
-  else
-    cargo build -p levee >&2
+  local profile="${1:-release}" flags=(-p levee)
+  [ "$profile" = release ] && flags+=(--release)
+  if [ -z "${LEVEE_BIN:-}" ]; then
+    if [ -t 2 ]; then
+      cargo build "${flags[@]}" >&2
+    else
+      cargo build -q "${flags[@]}" 2>/dev/null || cargo build "${flags[@]}" >&2
+    fi || { echo "bench: cargo build ${flags[*]} failed" >&2; exit 1; }
+    LEVEE_BIN="${CARGO_TARGET_DIR:-target}/$profile/levee"
   fi
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/$profile/levee"
+  [ -x "$LEVEE_BIN" ] || { echo "bench: no levee binary at $LEVEE_BIN" >&2; exit 1; }
 }
 
 bench_work() {
@@ -78,7 +97,7 @@ free_port() {
 }
 
 need() {
-  command -v "$1" >/dev/null 2>&1 || {
+  command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || {
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
   }

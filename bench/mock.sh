@@ -15,12 +15,8 @@ SECONDS_TO_RUN="${1:-10}"
 CONNECTIONS="${CONNECTIONS:-64}"
 WRK_THREADS="${WRK_THREADS:-1}"
 
-if ! command -v wrk >/dev/null 2>&1; then
-  echo "installing wrk..." >&2
-  apt-get install -y wrk >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }
-fi
-
 source bench/lib.sh
+need wrk wrk
 bench_init
 
 # Port 0: the mock picks a free port and prints it.

@@ -29,13 +29,8 @@ cd "$(dirname "$0")/.."
 N1="${N1:-1000}"
 N2="${N2:-4000}"
 CONNS="${CONNS:-16}"
-JSON=""
-[ "${1:-}" = "--json" ] && JSON=1
-if [ -t 2 ] && [ -z "$JSON" ]; then TTY=1; else TTY=""; fi
-say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
-die() { printf 'percall.sh: %s\n' "$*" >&2; exit 1; }
-
 . bench/lib.sh
+bench_output percall.sh "${1:-}"
 need valgrind valgrind
 need strace strace
 need nginx nginx

@@ -19,14 +19,13 @@ SECONDS_LOAD="${SECONDS_LOAD:-8}"
 FREQ="${FREQ:-1999}"
 TOP="${TOP:-25}"
 [ $# -ge 1 ] || { echo "usage: bench/profile.sh BIN [BIN...]" >&2; exit 2; }
-if [ -t 2 ]; then TTY=1; else TTY=""; fi
-say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
 for t in perf wrk nginx; do command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] \
   || { echo "profile.sh: needs $t (apt-get install linux-perf wrk nginx)" >&2; exit 1; }; done
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
 # Temp dir, process list and cleanup on exit; free_port (bench/lib.sh).
 . bench/lib.sh
+bench_output profile.sh
 bench_work
 trap 'exit 130' INT TERM
 

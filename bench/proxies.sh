@@ -43,13 +43,8 @@ ROUNDS="${ROUNDS:-3}"
 SECONDS_LOAD="${SECONDS_LOAD:-10}"
 CONNS="${CONNS:-16}"
 WORKERS_SET="${WORKERS_SET-1 2 4}"
-JSON=""
-[ "${1:-}" = "--json" ] && JSON=1
-if [ -t 2 ] && [ -z "$JSON" ]; then TTY=1; else TTY=""; fi
-say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
-die() { printf 'proxies.sh: %s\n' "$*" >&2; exit 1; }
-
 . bench/lib.sh
+bench_output proxies.sh "${1:-}"
 need wrk wrk
 need nginx nginx
 need haproxy haproxy

@@ -49,25 +49,12 @@ PIN_CLIENT=(); PIN_SRV=()
 [ -n "$CLIENT_CPU" ] && PIN_CLIENT=(taskset -c "$CLIENT_CPU")
 [ -n "$SERVER_CPU" ] && PIN_SRV=(taskset -c "$SERVER_CPU")
 
-if [ -t 2 ]; then TTY=1; else TTY=""; fi
-say() { if [ -n "$TTY" ]; then printf '%s\n' "$*" >&2; fi; }
-die() { printf 'streams.sh: %s\n' "$*" >&2; exit 1; }
-
-apt_install() {
-  say "installing $* with apt-get..."
-  apt-get install -y "$@" >/dev/null 2>&1 || { apt-get update >/dev/null 2>&1 && apt-get install -y "$@" >/dev/null 2>&1; } \
-    || die "could not apt-get install $*"
-}
-command -v python3 >/dev/null 2>&1 || apt_install python3
-command -v curl >/dev/null 2>&1 || apt_install curl
-
-if [ -z "${LEVEE_BIN:-}" ]; then
-  say "building levee (release)..."
-  if [ -n "$TTY" ]; then cargo build --release -p levee
-  else cargo build -q --release -p levee 2>/dev/null || cargo build --release -p levee >&2; fi
-  LEVEE_BIN="${CARGO_TARGET_DIR:-target}/release/levee"
-fi
-[ -x "$LEVEE_BIN" ] || die "no levee binary at $LEVEE_BIN"
+. bench/lib.sh
+bench_output streams.sh
+need python3 python3
+need curl curl
+[ -n "${LEVEE_BIN:-}" ] || say "building levee (release)..."
+levee_bin release
 
 # --- file descriptors -------------------------------------------------------
 # Sockets per stream in Levee: caller + upstream, or with HTTP2=always the
@@ -86,7 +73,6 @@ fi
 
 # --- processes ------------------------------------------------------------
 # Temp dir, process list and cleanup on exit; free_port (bench/lib.sh).
-. bench/lib.sh
 bench_work
 trap 'exit 130' INT TERM
 
@@ -222,6 +208,9 @@ fi
 python3 - "$RAW" "$MEM" "$work" "$STREAMS" "$OPEN_RATE" "$TTFB_FAULT" "$CHUNK_DELAY" "$FD_NOTE" "${HTTP2:-auto}" <<'PY'
 import glob, json, statistics, sys
 from collections import defaultdict
+
+sys.path.insert(0, "bench")
+from benchlib import bucket_quantiles
 raw, mem, work, streams, rate, ttfb_fault, chunk_delay, fd_note, http2 = sys.argv[1:10]
 runs = defaultdict(dict)
 for line in open(raw):
@@ -256,25 +245,9 @@ for k in ("p50", "p99", "p99.9"):
     b = "**" if tgt else ""
     print(f"| added TTFB {k} (levee minus direct) | {', '.join(f'{x:+.2f} ms' for x in diffs)} | {b}{med(diffs):+.2f} ms{b} | {tgt} |")
 
-total = defaultdict(float)
-for f in glob.glob(f"{work}/hd.*"):
-    for line in open(f):
-        le, n = line.split("\t")
-        total[le] += float(n)
-if total:
-    bounds = sorted(((float("inf") if le == "+Inf" else float(le)), n) for le, n in total.items())
-    count = bounds[-1][1]
-    def q(p):
-        want = p * count
-        prev_b, prev_n = 0.0, 0.0
-        for bnd, n in bounds:
-            if n >= want:
-                if bnd == float("inf"):
-                    return f"> {prev_b*1e3:.3f} ms"
-                frac = (want - prev_n) / (n - prev_n) if n > prev_n else 1.0
-                return f"{(prev_b + frac * (bnd - prev_b))*1e3:.3f} ms (bucket {prev_b*1e3:.2f}-{bnd*1e3:.2f} ms)"
-            prev_b, prev_n = bnd, n
-        return "?"
+hist = bucket_quantiles(f"{work}/hd.*")
+if hist:
+    count, q = hist
     print(f"| levee_added_latency_seconds over the streams ({int(count):,}), p50 | | {q(0.5)} | |")
     print(f"| levee_added_latency_seconds over the streams, p99 | | {q(0.99)} | |")
 
