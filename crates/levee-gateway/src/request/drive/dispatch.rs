@@ -33,54 +33,88 @@ impl Driver<'_> {
             Some(t) => attempt_deadline.min(shared.clock.to_tokio(now + t)),
             None => attempt_deadline,
         };
-        let result = self
+        // The head, or the attempt's end, taken apart by `head_of` and
+        // the head read by `answer_of`: a result matched here, or a head
+        // borrowed here, keeps its slot in this future through the awaits
+        // below (~210 bytes each), and the driver's future, boxed once a
+        // request, passed the 4 KiB up to which jemalloc allocates and
+        // frees from its thread cache's fast path.
+        let sent = self
             .send_for_head(&d, now, provider, upstream_req, head_deadline)
             .await;
-        let (outcome, result) = match result {
-            Err(_) => (Outcome::Timeout, AttemptResult::Timeout),
-            // No connection came free in the attempt's share of its time:
-            // it was never sent. Refused, as the core books a refusal: the
-            // next target, or `pool_exhausted`.
-            Ok(Err(SendError::PoolExhausted)) => {
-                self.fin.refuse(levee_policy::Refusal::PoolExhausted);
-                return None;
-            }
-            Ok(Err(e)) => (Outcome::ConnectError, crate::upstream::failure_result(&e)),
-            Ok(Ok(resp)) => {
-                let resp = if provider.platform.maps_answers() {
-                    provider.platform.answer(
-                        resp,
-                        self.ctx.stream,
-                        self.ctx.plans[d.target].uri.path(),
-                    )
-                } else {
-                    resp
-                };
-                note_reported(&shared, provider, resp.headers());
-                let status = resp.status().as_u16();
-                // The core's classifier says what is an answer (1xx–3xx
-                // included: a provider's redirect is passed on, never
-                // retried); the driver only acts on it.
-                let answer = route.policy.classifier().classify(Outcome::Status {
-                    status,
-                    retry_after: None,
-                }) == Class::Success;
-                if answer {
-                    match self.deliver(resp, attempt_deadline, now).await {
-                        Delivered::Done(r) => return Some(r),
-                        Delivered::Failed(o, l) => {
-                            // The answer describes this attempt, not an earlier error.
-                            self.last_error = None;
-                            (o, l)
-                        }
-                    }
-                } else {
-                    self.upstream_error(resp, attempt_deadline).await
+        let resp = self.head_of(&d, now, sent)?;
+        let (resp, answer) = self.answer_of(&d, resp);
+        let (outcome, result) = if answer {
+            match self.deliver(resp, attempt_deadline, now).await {
+                Delivered::Done(r) => return Some(r),
+                Delivered::Failed(o, l) => {
+                    // The answer describes this attempt, not an earlier error.
+                    self.last_error = None;
+                    (o, l)
                 }
             }
+        } else {
+            self.upstream_error(resp, attempt_deadline).await
         };
         self.finished(&d, now, outcome, result);
         None
+    }
+
+    /// The provider's head, or `None` when the attempt ended without one:
+    /// finished as a timeout or a connection failure, or refused when no
+    /// connection came free in its share of the time (it was never sent:
+    /// the next target, or `pool_exhausted`).
+    fn head_of(
+        &mut self,
+        d: &Dispatch,
+        now: levee_policy::Instant,
+        sent: Result<Result<Response<UpstreamBody>, SendError>, tokio::time::error::Elapsed>,
+    ) -> Option<Response<UpstreamBody>> {
+        match sent {
+            Ok(Ok(resp)) => Some(resp),
+            Err(_) => {
+                self.finished(d, now, Outcome::Timeout, AttemptResult::Timeout);
+                None
+            }
+            Ok(Err(SendError::PoolExhausted)) => {
+                self.fin.refuse(levee_policy::Refusal::PoolExhausted);
+                None
+            }
+            Ok(Err(e)) => {
+                let result = crate::upstream::failure_result(&e);
+                self.finished(d, now, Outcome::ConnectError, result);
+                None
+            }
+        }
+    }
+
+    /// A provider's head, as Levee relays it (a cloud's reshaped into its
+    /// API's), its reported limits noted; and whether it is an answer. The
+    /// core's classifier says what is an answer (1xx–3xx included: a
+    /// provider's redirect is passed on, never retried); the driver only
+    /// acts on it.
+    fn answer_of(
+        &self,
+        d: &Dispatch,
+        resp: Response<UpstreamBody>,
+    ) -> (Response<UpstreamBody>, bool) {
+        let shared = &self.ctx.shared;
+        let route = &shared.config.routes[self.ctx.route];
+        let provider = &shared.providers[route.targets[d.target].provider];
+        let resp = if provider.platform.maps_answers() {
+            provider
+                .platform
+                .answer(resp, self.ctx.stream, self.ctx.plans[d.target].uri.path())
+        } else {
+            resp
+        };
+        note_reported(shared, provider, resp.headers());
+        let status = resp.status().as_u16();
+        let answer = route.policy.classifier().classify(Outcome::Status {
+            status,
+            retry_after: None,
+        }) == Class::Success;
+        (resp, answer)
     }
 
     /// The attempt's request to `provider`, reported as started. The

@@ -143,7 +143,7 @@ pub(crate) fn run<'a>(
     };
     // Written into its allocation, not moved there: `Box::pin` built the
     // future on the stack and copied it whole into the box.
-    Box::into_pin(Box::write(Box::new_uninit(), async move {
+    let run = Box::into_pin(Box::write(Box::new_uninit(), async move {
         let mut answer = {
             let leaving = Leaving(&mut driver);
             leaving.0.drive().await
@@ -187,7 +187,9 @@ pub(crate) fn run<'a>(
         };
         driver.obs.answered(&answer);
         answer
-    }))
+    }));
+    crate::request::fits_fast_path(&*run);
+    run
 }
 
 impl Driver<'_> {

@@ -181,86 +181,88 @@ pub(super) use crate::hex::HEX;
 pub(super) const KEYLESS: [u8; 32] = [0xff; 32];
 
 /// Admission: the deadline, what each target is sent, the bulkhead slot and
-/// the idempotency key; then the driver.
-pub(super) async fn admit(
-    shared: &Arc<Shared>,
+/// the idempotency key; then the driver. An `async` block, not an `async
+/// fn`: an `async fn` keeps each argument twice in its future (the
+/// argument's slot, and the local it is moved to), and `r` is 392 bytes.
+#[allow(clippy::manual_async_fn)]
+pub(super) fn admit<'a>(
+    shared: &'a Arc<Shared>,
     r: Inbound,
-    note: &mut Option<IdemNote>,
-    id: &super::RequestId,
-    admitted: &mut bool,
-    sent: &AtomicU32,
-) -> Result<Response<Body>, LeveeError> {
-    let route = &shared.config.routes[r.route];
-    // After the body was read: the deadline, the census and the added
-    // latency count Levee's time, not the caller's upload.
-    let arrived = shared.clock.now();
-    let said = Said::of(&r.parts.headers);
-    let (deadline, stream_deadline) = resolve_deadline(shared, route, &r, &said, arrived)?;
-    let caller_slot = shared.census.admitted(
-        r.caller.key_index(&shared.keys),
-        said.caller.map(HeaderValue::as_bytes),
-        r.route,
-        deadline.saturating_since(arrived),
-        arrived,
-    );
-    let deadline_source = the_callers_part(shared, &r, &said, caller_slot).await?;
-    // What each target will be sent, checked now so that nothing about the
-    // request itself can fail later and be blamed on a provider.
-    let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
-    let plans = prepare_targets(shared, route, &r, path_and_query)?;
-    // Cross-layer accounting: is a caller layer still retrying?
-    let (key_header, sdk_retry) = caller_layer(shared, &said)?;
-    let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
-        return Err(shed(shared, route));
-    };
-    let key = Keyed {
-        header: key_header.as_deref(),
-        counted: sdk_retry,
-        deadline,
-    };
-    let made_id = id.made.then_some(&id.value);
-    let (lease, idem) = match claim_idempotency(shared, &r, key, note, made_id, arrived).await? {
-        Keying::Lead { lease, idem } => (lease, idem),
-        Keying::Replayed(resp) => return Ok(resp),
-    };
-    let origin = Origin {
-        arrived,
-        id: &id.value,
-        said: &said,
-        path_and_query,
-        caller_slot,
-        deadline_source,
-    };
-    let mut obs = observer_of(shared, &r, origin);
-    if r.only_provider.is_some() {
-        // A stored object's read goes to where it lives: the targets
-        // before that one are not passed over, they were never candidates.
-        obs.not_a_fallback();
+    note: &'a mut Option<IdemNote>,
+    id: &'a super::RequestId,
+    admitted: &'a mut bool,
+    sent: &'a AtomicU32,
+) -> impl std::future::Future<Output = Result<Response<Body>, LeveeError>> + 'a {
+    async move {
+        let route = &shared.config.routes[r.route];
+        // After the body was read: the deadline, the census and the added
+        // latency count Levee's time, not the caller's upload.
+        let arrived = shared.clock.now();
+        let said = Said::of(&r.parts.headers);
+        let (deadline, stream_deadline) = resolve_deadline(shared, route, &r, &said, arrived)?;
+        let caller_slot = shared.census.admitted(
+            r.caller.key_index(&shared.keys),
+            said.caller.map(HeaderValue::as_bytes),
+            r.route,
+            deadline.saturating_since(arrived),
+            arrived,
+        );
+        let deadline_source = the_callers_part(shared, &r, &said, caller_slot).await?;
+        // What each target will be sent, checked now so that nothing about the
+        // request itself can fail later and be blamed on a provider.
+        let path_and_query: &str = r.parts.uri.path_and_query().map_or(r.path, |p| p.as_str());
+        let plans = prepare_targets(shared, route, &r, path_and_query)?;
+        // Cross-layer accounting: is a caller layer still retrying?
+        let (key_header, sdk_retry) = caller_layer(shared, &said)?;
+        let Some(bulkhead) = shared.routes[r.route].bulkhead.try_acquire() else {
+            return Err(shed(shared, route));
+        };
+        let key = Keyed {
+            header: key_header.as_deref(),
+            counted: sdk_retry,
+            deadline,
+        };
+        let made_id = id.made.then_some(&id.value);
+        let (lease, idem) = match claim_idempotency(shared, &r, key, note, made_id, arrived).await?
+        {
+            Keying::Lead { lease, idem } => (lease, idem),
+            Keying::Replayed(resp) => return Ok(resp),
+        };
+        let origin = Origin {
+            arrived,
+            id: &id.value,
+            said: &said,
+            path_and_query,
+            caller_slot,
+            deadline_source,
+        };
+        let obs = observer_of(shared, &r, origin);
+        *admitted = true;
+        let ask = ask_of(shared, &r, &said, caller_slot);
+        // A created response, or an object created through a passthrough path
+        // (a file, a batch): its id is noted with the provider that answered.
+        let creates_stored = r.parts.method == Method::POST
+            && (r.path == levee_wire::paths::RESPONSES
+                || (!r.rewrite && r.path == PASSTHROUGH_LABEL));
+        let ctx = Ctx {
+            shared: Arc::clone(shared),
+            bulkhead: Some(bulkhead),
+            route: r.route,
+            dialect: r.dialect,
+            method: r.parts.method,
+            once: r.once,
+            parts_headers: r.parts.headers,
+            plans,
+            model: r.model,
+            stream: r.stream,
+            idem,
+            caller_retry: sdk_retry,
+            stream_deadline,
+            ask,
+            creates_stored,
+        };
+        crate::request::drive::run(ctx, deadline, lease, obs, sent).await
     }
-    *admitted = true;
-    let ask = ask_of(shared, &r, &said, caller_slot);
-    // A created response, or an object created through a passthrough path
-    // (a file, a batch): its id is noted with the provider that answered.
-    let creates_stored = r.parts.method == Method::POST
-        && (r.path == levee_wire::paths::RESPONSES || (!r.rewrite && r.path == PASSTHROUGH_LABEL));
-    let ctx = Ctx {
-        shared: Arc::clone(shared),
-        bulkhead: Some(bulkhead),
-        route: r.route,
-        dialect: r.dialect,
-        method: r.parts.method,
-        once: r.once,
-        parts_headers: r.parts.headers,
-        plans,
-        model: r.model,
-        stream: r.stream,
-        idem,
-        caller_retry: sdk_retry,
-        stream_deadline,
-        ask,
-        creates_stored,
-    };
-    crate::request::drive::run(ctx, deadline, lease, obs, sent).await
 }
 
 /// What admission owes the caller: where its deadline came from (a
@@ -370,7 +372,7 @@ fn observer_of(shared: &Arc<Shared>, r: &Inbound, o: Origin<'_, '_>) -> Observer
         Some(t) => t.request(&r.parts.headers, &route.name),
         None => crate::observe::telemetry::RequestTrace::off(),
     };
-    Observer::admitted(
+    let mut obs = Observer::admitted(
         Arc::clone(shared),
         r.route,
         trace,
@@ -394,7 +396,13 @@ fn observer_of(shared: &Arc<Shared>, r: &Inbound, o: Origin<'_, '_>) -> Observer
             dialect: r.dialect,
             stream: r.stream,
         },
-    )
+    );
+    if r.only_provider.is_some() {
+        // A stored object's read goes to where it lives: the targets
+        // before that one are not passed over, they were never candidates.
+        obs.not_a_fallback();
+    }
+    obs
 }
 
 /// The caller's place in the providers' allowances: its key's name, or

@@ -30,10 +30,12 @@ mod aws_answer;
 mod caller;
 mod keys;
 pub(crate) mod native;
+mod origin;
 pub(crate) mod sigv4;
 use admit::*;
 use caller::*;
 use keys::*;
+use origin::*;
 
 const PATHS: [&str; 4] = levee_wire::paths::POST;
 
@@ -69,6 +71,7 @@ where
     // future on the stack and copied all of it into the box (~440
     // instructions a request by callgrind).
     let answer = Box::into_pin(Box::write(Box::new_uninit(), answer(shared, req, dialect)));
+    crate::request::fits_fast_path(&*answer);
     #[allow(clippy::redundant_async_block)]
     async move {
         answer.await
@@ -76,78 +79,87 @@ where
 }
 
 /// The request's answer: a provider's, Levee's, or the one place a
-/// [`LeveeError`] becomes a response.
-async fn answer<B>(shared: Arc<Shared>, req: Request<B>, dialect: Dialect) -> Response<Body>
+/// [`LeveeError`] becomes a response. An `async` block, not an `async fn`:
+/// an `async fn` keeps each argument twice in its future (the argument's
+/// slot, and the local it is moved to), and the request is 264 bytes.
+#[allow(clippy::manual_async_fn)]
+fn answer<B>(
+    shared: Arc<Shared>,
+    req: Request<B>,
+    dialect: Dialect,
+) -> impl std::future::Future<Output = Response<Body>>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let mut note = None;
-    let aws = native::aws_shape(req.uri().path());
-    let arrived = shared.clock.now();
-    let id = request_id(&shared, req.headers(), arrived);
-    // The path and method as the refusal's log line names them (no copy).
-    let path = path_label(native::canonical(req.uri().path()));
-    let method = req.method().clone();
-    let mut admitted = false;
-    let sent = AtomicU32::new(0);
-    // Pinned where it is made: moved into the race, the whole request's
-    // future (kilobytes) was copied twice per request.
-    let served = {
-        let serving = std::pin::pin!(serve(
-            &shared,
-            req,
-            dialect,
-            &mut note,
-            &id,
-            &mut admitted,
-            &sent,
-        ));
-        shared.grace_over.race(serving).await
-    };
-    let Some(served) = served else {
-        // The grace period ended first: a request still waiting for its
-        // answer (admitted or not) is answered 503 rather than cut.
-        observer::report(&shared, RequestEvent::ShuttingDown);
-        let mut resp = crate::runtime::shutdown::cut_short(dialect, sent.into_inner());
+    async move {
+        let mut note = None;
+        let aws = native::aws_shape(req.uri().path());
+        let arrived = shared.clock.now();
+        let id = request_id(&shared, req.headers(), arrived);
+        // The path and method as the refusal's log line names them (no copy).
+        let path = path_label(native::canonical(req.uri().path()));
+        let method = req.method().clone();
+        let mut admitted = false;
+        let sent = AtomicU32::new(0);
+        // Pinned where it is made: moved into the race, the whole request's
+        // future (kilobytes) was copied twice per request.
+        let served = {
+            let serving = std::pin::pin!(serve(
+                &shared,
+                req,
+                dialect,
+                &mut note,
+                &id,
+                &mut admitted,
+                &sent,
+            ));
+            shared.grace_over.race(serving).await
+        };
+        let Some(served) = served else {
+            // The grace period ended first: a request still waiting for its
+            // answer (admitted or not) is answered 503 rather than cut.
+            observer::report(&shared, RequestEvent::ShuttingDown);
+            let mut resp = crate::runtime::shutdown::cut_short(dialect, sent.into_inner());
+            if let Some(shape) = aws {
+                resp = aws_answer::reshape(resp, shape).await;
+            }
+            with_request_id(&mut resp, id.value);
+            return resp;
+        };
+        let resp = match served {
+            Ok(r) => r,
+            Err(e) => {
+                if !admitted {
+                    // Refused before admission (an unknown path, a refused key,
+                    // a body that cannot be read, a full bulkhead): counted
+                    // here, under the answer's own label, and logged; no
+                    // observer has it.
+                    observer::report(&shared, RequestEvent::Rejected(e.why));
+                    let elapsed = shared.clock.since(arrived);
+                    tracing::warn!(
+                        target: "levee::request",
+                        request_id = id.value.to_str().unwrap_or(""),
+                        method = method.as_str(),
+                        path,
+                        dialect = dialect.name(),
+                        status = e.status(),
+                        outcome = e.why.as_str(),
+                        duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                        reason = %e.message,
+                        "request refused"
+                    );
+                }
+                e.into_response(dialect)
+            }
+        };
+        let mut resp = noted(&shared, resp, note);
         if let Some(shape) = aws {
             resp = aws_answer::reshape(resp, shape).await;
         }
         with_request_id(&mut resp, id.value);
-        return resp;
-    };
-    let resp = match served {
-        Ok(r) => r,
-        Err(e) => {
-            if !admitted {
-                // Refused before admission (an unknown path, a refused key,
-                // a body that cannot be read, a full bulkhead): counted
-                // here, under the answer's own label, and logged; no
-                // observer has it.
-                observer::report(&shared, RequestEvent::Rejected(e.why));
-                let elapsed = shared.clock.since(arrived);
-                tracing::warn!(
-                    target: "levee::request",
-                    request_id = id.value.to_str().unwrap_or(""),
-                    method = method.as_str(),
-                    path,
-                    dialect = dialect.name(),
-                    status = e.status(),
-                    outcome = e.why.as_str(),
-                    duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-                    reason = %e.message,
-                    "request refused"
-                );
-            }
-            e.into_response(dialect)
-        }
-    };
-    let mut resp = noted(&shared, resp, note);
-    if let Some(shape) = aws {
-        resp = aws_answer::reshape(resp, shape).await;
+        resp
     }
-    with_request_id(&mut resp, id.value);
-    resp
 }
 
 /// A request's id, and whether Levee made it.
@@ -189,6 +201,15 @@ fn with_request_id(resp: &mut Response<Body>, id: HeaderValue) {
     resp.body_mut().stamp_mut().request_id = Some(id);
 }
 
+/// The request, read and routed, then admitted and answered. Two futures
+/// in turn, not one: everything that reads the request (its head, its
+/// body as it was read and as it is served, the route's inspection) lives
+/// in the first and is gone before admission, so the admitted request's
+/// future holds only what admission took. As one `async fn` those locals
+/// stayed in every later state (~1 KiB), and the answer's future, boxed
+/// once a request, was over the 4 KiB up to which jemalloc allocates and
+/// frees from its thread cache's fast path (~250 instructions more for
+/// each of the two calls).
 async fn serve<B>(
     shared: &Arc<Shared>,
     req: Request<B>,
@@ -198,6 +219,36 @@ async fn serve<B>(
     admitted: &mut bool,
     sent: &AtomicU32,
 ) -> Result<Response<Body>, LeveeError>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    // Bound in a statement of its own: the `?`'s temporaries would
+    // otherwise keep two slots (~390 bytes each) through admission.
+    let asked = inbound(shared, req, dialect).await?;
+    match asked {
+        Asked::Models(resp) => Ok(resp),
+        Asked::Served(request) => admit(shared, request, note, id, admitted, sent).await,
+    }
+}
+
+/// What a request asks once read: the model list (answered here), or
+/// an endpoint served by a route. Every request but a model list's is
+/// `Served`: boxing it would cost each request an allocation.
+#[allow(clippy::large_enum_variant)]
+enum Asked {
+    Models(Response<Body>),
+    Served(Inbound),
+}
+
+/// The request read and routed: its endpoint, method and caller key
+/// checked, its body read (and its signature, when signed, checked over
+/// it), its model and route found.
+async fn inbound<B>(
+    shared: &Arc<Shared>,
+    req: Request<B>,
+    dialect: Dialect,
+) -> Result<Asked, LeveeError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -215,7 +266,13 @@ where
         let (parts, _) = req.into_parts();
         sigv4::verify(shared, &parts, &[])?;
         let query = parts.uri.query();
-        return crate::request::models::answer(shared, dialect, &asked, query).await;
+        // Boxed: a rare request's future (~2.2 KiB) is not part of every
+        // request's.
+        let resp = Box::pin(crate::request::models::answer(
+            shared, dialect, &asked, query,
+        ))
+        .await?;
+        return Ok(Asked::Models(resp));
     }
     let kind = endpoint(shared, req.method(), asked)?;
     let post_only = matches!(kind, Kind::Served(_) | Kind::CountTokens);
@@ -230,7 +287,7 @@ where
     let (parts, body) = as_served(native.as_ref(), parts, body)?;
     let once = !post_only && !idempotent(&parts.method);
     let r = routed(shared, kind, &parts, &body)?;
-    let request = Inbound {
+    Ok(Asked::Served(Inbound {
         parts,
         body,
         path: r.path,
@@ -243,8 +300,7 @@ where
         rewrite: r.rewrite,
         once,
         only_provider,
-    };
-    admit(shared, request, note, id, admitted, sent).await
+    }))
 }
 
 /// Where a request goes, and what its body tells admission.
@@ -299,103 +355,6 @@ fn routed(
             output_cap: crate::upstream::allowance::output_cap(body),
         },
     })
-}
-
-/// Where a request for a stored object goes: a stored response is read
-/// where it was created, and so is an object a passthrough prefix names
-/// when its creation was noted (the route, and the one provider to send
-/// it to).
-async fn origin_of(
-    shared: &Shared,
-    kind: Kind,
-    asked: &str,
-) -> Result<(Kind, Option<usize>), LeveeError> {
-    // Only a stored or listed object's request asks the store; boxed, so
-    // the store's future (~3.9 KiB) is not part of every request's.
-    match kind {
-        Kind::Stored { .. } | Kind::Listed { .. } => {
-            Box::pin(object_origin(shared, kind, asked)).await
-        }
-        k => Ok((k, None)),
-    }
-}
-
-async fn object_origin(
-    shared: &Shared,
-    kind: Kind,
-    asked: &str,
-) -> Result<(Kind, Option<usize>), LeveeError> {
-    Ok(match kind {
-        Kind::Stored { route, label } => {
-            let (route, provider) = stored_origin(shared, asked, route).await?;
-            (Kind::Stored { route, label }, Some(provider))
-        }
-        Kind::Listed { route, label } => match listed_origin(shared, asked, route).await {
-            Some((route, provider)) => (Kind::Listed { route, label }, Some(provider)),
-            None => (kind, None),
-        },
-        k => (k, None),
-    })
-}
-
-/// Where the object a passthrough request to `path` (on `route`) names
-/// was created, when that was noted: its route and provider.
-async fn listed_origin(shared: &Shared, path: &str, route: usize) -> Option<(usize, usize)> {
-    let config = &shared.config;
-    let id = config.routes[route].passthrough_object(path)?;
-    let o = shared.origins.get(shared.redis.as_deref(), id).await?;
-    let p = config.providers.iter().position(|p| p.name == o.provider)?;
-    let reaches = |r: usize| config.routes[r].targets.iter().any(|t| t.provider == p);
-    let r = config
-        .routes
-        .iter()
-        .position(|x| x.name == o.route && x.passes_through(path))
-        .filter(|&r| reaches(r))
-        .or_else(|| Some(route).filter(|&r| reaches(r)))?;
-    Some((r, p))
-}
-
-/// The route and provider a read of the stored response at `path` goes
-/// to: where it was created, as noted when it was. Without a note, the
-/// one OpenAI-dialect provider the routes reach (`fallback`'s), when there
-/// is only one; else a 404 that says why.
-async fn stored_origin(
-    shared: &Shared,
-    path: &str,
-    fallback: usize,
-) -> Result<(usize, usize), LeveeError> {
-    let rest = path.strip_prefix(paths::RESPONSE_ITEM).unwrap_or("");
-    let id = rest.split('/').next().unwrap_or("");
-    let config = &shared.config;
-    let reaches = |r: usize, p: usize| config.routes[r].targets.iter().any(|t| t.provider == p);
-    if let Some(o) = shared.origins.get(shared.redis.as_deref(), id).await {
-        let provider = config.providers.iter().position(|p| p.name == o.provider);
-        if let Some(p) = provider {
-            let named = config.routes.iter().position(|r| r.name == o.route);
-            let route = named
-                .filter(|&r| reaches(r, p))
-                .or_else(|| Some(fallback).filter(|&r| reaches(r, p)))
-                .or_else(|| (0..config.routes.len()).find(|&r| reaches(r, p)));
-            if let Some(r) = route {
-                return Ok((r, p));
-            }
-        }
-    }
-    let mut openai = config
-        .routes
-        .iter()
-        .flat_map(|r| r.targets.iter().map(|t| t.provider))
-        .filter(|&p| config.providers[p].api == Api::OpenAi);
-    if let Some(only) = openai.next() {
-        if openai.all(|p| p == only) && reaches(fallback, only) {
-            return Ok((fallback, only));
-        }
-    }
-    let msg = format!(
-        "levee: no record of where response `{}` was created (not through this gateway, or longer ago than its lifetime), and more than one provider could hold it",
-        printable(id)
-    );
-    Err(LeveeError::of(Why::NotFound, msg))
 }
 
 /// A cloud client's request as the endpoint it names: that path (no
