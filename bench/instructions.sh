@@ -26,13 +26,15 @@
 # every process is stopped on exit.
 #
 # CACHE=1 runs valgrind's cachegrind instead, with its cache simulation
-# (the host's L1 sizes: 32 KiB of instructions, 48 KiB of data here), and
+# (the host's L1 sizes: 32 KiB of instructions on one machine these
+# figures were taken on, 64 KiB on another; 48 KiB of data on both), and
 # adds per request the L1 instruction-cache misses and the L1 data-cache
 # misses (reads and writes). A simulation, not the hardware: no prefetcher,
 # no micro-op cache. It shows whose code no longer fits in L1 and has to be
 # fetched again from L2 each request: Levee's request path executes 146 KiB
 # of distinct code a request against nginx's 62 KiB, and so takes 3.3x
-# nginx's instruction-cache misses for 1.63x its instructions.
+# nginx's instruction-cache misses for 1.63x its instructions with a 32 KiB
+# L1i, and 25x with a 64 KiB one, which nginx's fits.
 #
 # FOOTPRINT=1 (with callgrind) also records each instruction's address and
 # adds the hot code: the 64-byte lines of machine code executed at least
