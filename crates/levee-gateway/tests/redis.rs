@@ -611,33 +611,14 @@ async fn a_response_created_through_one_replica_is_read_through_the_other() {
     a.stop().await;
 }
 
-/// Waits (polling every 100 ms) until replica `admin`'s gauge reads `n`.
+/// Waits until replica `admin`'s gauge reads `n`.
 async fn replicas_become(env: &Env, admin: std::net::SocketAddr, n: f64) {
-    watchdog(WATCHDOG, async {
-        loop {
-            let m = env.get_from(admin, "/metrics").await.text();
-            if metric(&m, "levee_state_replicas", &[]) == n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    watchdog(WATCHDOG, env.replicas_until(admin, |v| v == n)).await;
 }
 
-/// Waits (polling every 100 ms) until replica `admin`'s gauge reads at
-/// least `n`.
+/// Waits until replica `admin`'s gauge reads at least `n`.
 async fn replicas_at_least(env: &Env, admin: std::net::SocketAddr, n: f64) {
-    watchdog(WATCHDOG, async {
-        loop {
-            let m = env.get_from(admin, "/metrics").await.text();
-            if metric(&m, "levee_state_replicas", &[]) >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    watchdog(WATCHDOG, env.replicas_until(admin, |v| v >= n)).await;
 }
 
 #[tokio::test]

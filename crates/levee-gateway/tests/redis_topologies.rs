@@ -122,17 +122,7 @@ async fn two_replicas(state: &str, faults: &str) -> (Env, levee_gateway::Running
     // each replica has renewed its lease through Redis (the first to start
     // counts itself, the second both).
     for (admin, n) in [(a.gw.admin_addr, 1.0), (b.admin_addr, 2.0)] {
-        watchdog(WATCHDOG, async {
-            while metric(
-                &a.get_from(admin, "/metrics").await.text(),
-                "levee_state_replicas",
-                &[],
-            ) < n
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await;
+        watchdog(WATCHDOG, a.replicas_until(admin, |v| v >= n)).await;
     }
     (a, b)
 }

@@ -343,6 +343,20 @@ impl Env {
         self.admin("/metrics").await.text()
     }
 
+    /// Waits (polling every 100 ms, for ever: callers bound it with a
+    /// watchdog) until the admin listener at `admin`, this gateway's or
+    /// another replica's, reports a `levee_state_replicas` gauge that
+    /// `ok` accepts.
+    pub async fn replicas_until(&self, admin: std::net::SocketAddr, ok: impl Fn(f64) -> bool) {
+        loop {
+            let m = self.get_from(admin, "/metrics").await.text();
+            if ok(metric(&m, "levee_state_replicas", &[])) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn stop(self) {
         self.gw.shutdown().await;
         for m in self.mocks {
