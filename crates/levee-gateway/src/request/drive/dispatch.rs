@@ -43,7 +43,7 @@ impl Driver<'_> {
             .send_for_head(&d, now, provider, upstream_req, head_deadline)
             .await;
         let resp = self.head_of(&d, now, sent)?;
-        let (resp, answer) = self.answer_of(&d, resp);
+        let (resp, answer) = self.answer_of(&d, route, provider, resp);
         let (outcome, result) = if answer {
             match self.deliver(resp, attempt_deadline, now).await {
                 Delivered::Done(r) => return Some(r),
@@ -96,11 +96,10 @@ impl Driver<'_> {
     fn answer_of(
         &self,
         d: &Dispatch,
+        route: &levee_config::Route,
+        provider: &crate::upstream::ProviderRuntime,
         resp: Response<UpstreamBody>,
     ) -> (Response<UpstreamBody>, bool) {
-        let shared = &self.ctx.shared;
-        let route = &shared.config.routes[self.ctx.route];
-        let provider = &shared.providers[route.targets[d.target].provider];
         let resp = if provider.platform.maps_answers() {
             provider
                 .platform
@@ -108,7 +107,7 @@ impl Driver<'_> {
         } else {
             resp
         };
-        note_reported(shared, provider, resp.headers());
+        note_reported(&self.ctx.shared, provider, resp.headers());
         let status = resp.status().as_u16();
         let answer = route.policy.classifier().classify(Outcome::Status {
             status,
