@@ -21,7 +21,7 @@ async fn replicas(
     provider_extra: &str,
 ) -> (Env, levee_gateway::Running) {
     let config = format!(
-        "state: {{ backend: redis, url: \"redis://127.0.0.1:{redis_port}\", key_prefix: \"t{redis_port}\", replicas: 2, timeout: 50ms }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\"{provider_extra} }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{redis_port}\", key_prefix: \"t{redis_port}\", replicas: 2, timeout: 500ms }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\"{provider_extra} }}\nroutes:\n  - targets: [p]\n    retry: {{ max_attempts: 1 }}\n"
     );
     let a = start(&[faults], &config).await;
     let text = format!(
@@ -29,7 +29,7 @@ async fn replicas(
         config.replace("{mock0}", &a.mocks[0].url())
     );
     let b = spawn_text(&text, 7).await;
-    // A replica whose first Redis call outlasts its 50 ms budget serves
+    // A replica whose first Redis call outlasts its 500 ms budget serves
     // that call on local state: sharing is asserted once each replica has
     // renewed its lease through Redis (the first to start counts itself,
     // the second both).
@@ -364,7 +364,7 @@ async fn shutdown_releases_the_leases_this_replica_holds_in_redis() {
     let prefix = format!("lease{}", r.port);
     let mock = support::mock("faults:\n  - { stall: true }\n").await;
     let text = format!(
-        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 200ms\nstate: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 50ms }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n    deadline: {{ default: 60s, max: 60s }}\n",
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nshutdown_grace: 200ms\nstate: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 500ms }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n    deadline: {{ default: 60s, max: 60s }}\n",
         r.port,
         mock.url()
     );
@@ -468,7 +468,7 @@ async fn made_up_credentials_share_one_bucket_of_the_shared_store() {
     let Some(r) = redis().await else { return };
     let prefix = format!("mk{}", r.port);
     let config = format!(
-        "state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 50ms }}\nidempotency: {{ max_bytes: 16384 }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n",
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 500ms }}\nidempotency: {{ max_bytes: 16384 }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n",
         r.port
     );
     let env = start(&["faults: []"], &config).await;
@@ -523,7 +523,7 @@ async fn the_shared_store_holds_at_most_state_max_bytes_over_every_caller() {
         })
         .collect();
     let config = format!(
-        "keys:\n{keys}state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 50ms, max_bytes: 20000 }}\nidempotency: {{ max_bytes: 16384 }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n",
+        "keys:\n{keys}state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"{prefix}\", timeout: 500ms, max_bytes: 20000 }}\nidempotency: {{ max_bytes: 16384 }}\nproviders:\n  p: {{ api: openai, base_url: \"{{mock0}}\" }}\nroutes:\n  - targets: [p]\n",
         r.port
     );
     let env = start(&["faults: []"], &config).await;
@@ -587,7 +587,7 @@ async fn a_response_created_through_one_replica_is_read_through_the_other() {
     // the second holds it, and only the note in Redis says so to the
     // other replica.
     let config = format!(
-        "state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"resp{}\", replicas: 2, timeout: 50ms }}\nproviders:\n  first: {{ api: openai, base_url: \"{{mock0}}\" }}\n  second: {{ api: openai, base_url: \"{{mock1}}\" }}\nroutes:\n  - targets: [first, second]\n",
+        "state: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"resp{}\", replicas: 2, timeout: 500ms }}\nproviders:\n  first: {{ api: openai, base_url: \"{{mock0}}\" }}\n  second: {{ api: openai, base_url: \"{{mock1}}\" }}\nroutes:\n  - targets: [first, second]\n",
         r.port, r.port
     );
     let a = start(&["faults:\n  - { status: 503 }\n", "faults: []"], &config).await;
@@ -641,7 +641,7 @@ async fn replicas_count_each_other_by_their_leases() {
     assert!(page.contains("2 live (leases in Redis)"), "{page}");
     // A third replica joins; then one leaves: counted within a renewal.
     let text = format!(
-        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nstate: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"t{}\", replicas: 2, timeout: 50ms }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
+        "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0 }}\nstate: {{ backend: redis, url: \"redis://127.0.0.1:{}\", key_prefix: \"t{}\", replicas: 2, timeout: 500ms }}\nproviders:\n  p: {{ api: openai, base_url: \"{}\" }}\nroutes:\n  - targets: [p]\n",
         r.port,
         r.port,
         a.mocks[0].url()
