@@ -321,6 +321,41 @@ async fn a_body_that_never_arrives_is_timed_out() {
     env.stop().await;
 }
 
+/// The caller's deadline counts from when its body was whole, not from its
+/// head: a 300 ms deadline on a body that takes 600 ms to upload still
+/// leaves the attempt its 300 ms (counted from the head, the request would
+/// be past its deadline before admission and answered 504 unsent).
+#[tokio::test]
+async fn a_slow_uploads_time_is_not_taken_from_its_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = start(
+        &["faults: []"],
+        "limits: { body_read_timeout: 60s }\nproviders:\n  p: { api: openai, base_url: \"{mock0}\" }\nroutes:\n  - targets: [p]\n",
+    )
+    .await;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-timeout-ms: 300\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        CHAT.len()
+    );
+    let (first, rest) = CHAT.split_at(10);
+    let got = watchdog(Duration::from_secs(10), async {
+        let mut s = tokio::net::TcpStream::connect(env.gw.addr).await.unwrap();
+        s.write_all(format!("{head}{first}").as_bytes())
+            .await
+            .unwrap();
+        // The caller's upload is slow: the rest comes 600 ms later.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        s.write_all(rest.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        String::from_utf8_lossy(&got).into_owned()
+    })
+    .await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert_eq!(env.stats(0).requests_total, 1);
+    env.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn added_latency_leaves_out_the_attempts_and_the_wait_between_them() {
     // A 503 with `retry-after: 1`, then an answer after 200 ms: the request

@@ -84,6 +84,8 @@ pub(crate) struct TokensUsed {
     pub partial: bool,
     /// Input read from or written to the provider's prompt cache.
     pub cached: levee_config::prices::Cached,
+    /// When the count was settled: the hour the spend ledger books it in.
+    pub at: Instant,
 }
 
 /// One thing that happened to a request. Before the request is admitted
@@ -114,6 +116,9 @@ pub(crate) enum RequestEvent<'a> {
     Delivered {
         req: &'a RequestState,
         started: Instant,
+        /// Now: the clock as the deliverer last read it, once the answer
+        /// (or a stream's first event) was in.
+        at: Instant,
         head: &'a http::response::Parts,
         body: Option<&'a Bytes>,
         model: &'a str,

@@ -271,6 +271,7 @@ impl AttemptFinisher {
         let t = self.req.target();
         let route = &self.shared.config.routes[self.route];
         let provider = &self.shared.providers[route.targets[t].provider];
+        let now = now.unwrap_or_else(|| self.shared.clock.now());
         // Shared by replicas: the input and output meters in Redis are
         // settled too (off the request's path: it does not wait for them).
         if let (Some(rate), Some(redis)) = (&provider.shared_rate, &self.shared.redis) {
@@ -285,17 +286,14 @@ impl AttemptFinisher {
                 });
             }
         }
-        provider.lock().settle(
-            now.unwrap_or_else(|| self.shared.clock.now()),
-            permit.grant(),
-            used,
-        );
+        provider.lock().settle(now, permit.grant(), used);
         Some(TokensUsed {
             target: t,
             domain: permit.domain(),
             used,
             partial: false,
             cached: levee_config::prices::Cached::default(),
+            at: now,
         })
     }
 

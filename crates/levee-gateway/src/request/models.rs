@@ -116,7 +116,10 @@ async fn fetch(p: &ProviderRuntime) -> Result<Vec<Listed>, String> {
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        let resp = p.send(req).await.map_err(|e| e.to_string())?;
+        let resp = p
+            .send(req, p.clock().now())
+            .await
+            .map_err(|e| e.to_string())?;
         let resp = match p.platform.maps_answers() {
             true => p.platform.answer(resp, false, &path),
             false => resp,

@@ -176,17 +176,18 @@ impl Unshared {
     }
 }
 
-/// Charges `c` to the ledger (its series named by `names` when new) and
-/// to its caller's books here; with Redis, to the shared ledger (off the
-/// request's path). Returns the charge to the caller's books in Redis,
+/// Charges `c`, settled at `at` (the hour it is booked in), to the ledger
+/// (its series named by `names` when new) and to its caller's books here;
+/// with Redis, to the shared ledger (off the request's path). Returns the charge to the caller's books in Redis,
 /// which the request makes before its answer goes out when it can, so
 /// that the caller's next call finds it on any replica.
 pub(crate) fn charge(
     shared: &Shared,
     c: Charge<'_>,
     names: impl FnOnce() -> ledger::SeriesNames,
+    at: levee_policy::Instant,
 ) -> Option<Unshared> {
-    let now = shared.clock.calendar_ms();
+    let now = shared.clock.calendar_at(at);
     let tokens = u64::from(c.used.input) + u64::from(c.used.output);
     let row = ledger::Row {
         usd: c.usd.unwrap_or(0.0),

@@ -652,7 +652,7 @@ mod tests {
             Duration::from_secs(5),
             &key,
         );
-        let resp = p.send(req).await.unwrap();
+        let resp = p.send(req, p.clock().now()).await.unwrap();
         assert_eq!(resp.status(), 200);
         http_body_util::BodyExt::collect(resp.into_body())
             .await

@@ -156,12 +156,13 @@ impl ProviderRuntime {
         Ok(runtime)
     }
 
-    /// Sends one attempt, timing how long it waits for a connection.
+    /// Sends one attempt, timing how long it waits for a connection from
+    /// `started` (now, or the attempt's start if nothing has waited since).
     pub fn send(
         &self,
         req: Outbound<Bytes>,
+        started: levee_policy::Instant,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + Send + 'static {
-        let started = self.clock.now();
         let req =
             req.map(|bytes| ConnTimed::new(bytes, started, self.clock, self.connect_hist.clone()));
         let pool = Arc::clone(&self.pool);

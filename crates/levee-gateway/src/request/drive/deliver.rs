@@ -84,6 +84,7 @@ impl Driver<'_> {
         self.obs.report(RequestEvent::Delivered {
             req: &self.fin.req,
             started,
+            at: shared.clock.now(),
             head: &parts,
             body: None,
             model: &self.ctx.model,
@@ -196,6 +197,7 @@ impl Driver<'_> {
         self.obs.report(RequestEvent::Delivered {
             req: &self.fin.req,
             started,
+            at: now,
             head: &parts,
             body: Some(&bytes),
             model: &self.ctx.model,

@@ -195,9 +195,9 @@ pub(super) fn admit<'a>(
 ) -> impl std::future::Future<Output = Result<Response<Body>, LeveeError>> + 'a {
     async move {
         let route = &shared.config.routes[r.route];
-        // After the body was read: the deadline, the census and the added
+        // Once the body was whole: the deadline, the census and the added
         // latency count Levee's time, not the caller's upload.
-        let arrived = shared.clock.now();
+        let arrived = r.read_at;
         let said = Said::of(&r.parts.headers);
         let (deadline, stream_deadline) = resolve_deadline(shared, route, &r, &said, arrived)?;
         let caller_slot = shared.census.admitted(

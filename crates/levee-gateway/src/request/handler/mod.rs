@@ -169,6 +169,8 @@ pub(super) struct RequestId {
     /// it also serves as the idempotency key the request's attempts send a
     /// provider (making a second cost ~240 instructions and an allocation).
     pub(super) made: bool,
+    /// When the request's head was in (the clock read that stamped it).
+    pub(super) arrived: levee_policy::Instant,
 }
 
 /// The request's id: the caller's `x-request-id` when it sent a usable one
@@ -180,12 +182,14 @@ fn request_id(shared: &Shared, h: &HeaderMap, arrived: levee_policy::Instant) ->
             return RequestId {
                 value: v.clone(),
                 made: false,
+                arrived,
             };
         }
     }
     RequestId {
         value: admit::generated_key(shared, arrived),
         made: true,
+        arrived,
     }
 }
 
@@ -225,7 +229,7 @@ where
 {
     // Bound in a statement of its own: the `?`'s temporaries would
     // otherwise keep two slots (~390 bytes each) through admission.
-    let asked = inbound(shared, req, dialect).await?;
+    let asked = inbound(shared, req, id.arrived, dialect).await?;
     match asked {
         Asked::Models(resp) => Ok(resp),
         Asked::Served(request) => admit(shared, request, note, id, admitted, sent).await,
@@ -247,6 +251,7 @@ enum Asked {
 async fn inbound<B>(
     shared: &Arc<Shared>,
     req: Request<B>,
+    arrived: levee_policy::Instant,
     dialect: Dialect,
 ) -> Result<Asked, LeveeError>
 where
@@ -281,7 +286,7 @@ where
     }
     let caller = authenticate(shared, &Said::of(req.headers()))?;
     let (kind, only_provider) = origin_of(shared, kind, asked).await?;
-    let (parts, body) = read_body(shared, req).await?;
+    let (parts, body, read_at) = read_body(shared, req, arrived).await?;
     // A signed request's signature covers its body: checked once it is read.
     sigv4::verify(shared, &parts, &body)?;
     let (parts, body) = as_served(native.as_ref(), parts, body)?;
@@ -300,6 +305,7 @@ where
         rewrite: r.rewrite,
         once,
         only_provider,
+        read_at,
     }))
 }
 
@@ -595,14 +601,22 @@ struct Inbound {
     /// Sent only to this provider's targets (a stored object's reads go
     /// where it was created).
     only_provider: Option<usize>,
+    /// When the body was whole: admission counts the deadline and Levee's
+    /// own time from here, not from the caller's upload.
+    read_at: levee_policy::Instant,
 }
 
 /// Reads the whole body within `limits.max_body_bytes` and
-/// `limits.body_read_timeout`.
+/// `limits.body_read_timeout` (from the head's arrival, `arrived`), and
+/// says when it was whole: `arrived` when it came with the head, which a
+/// small request's body does (no clock read, no timer armed: each read of
+/// the clock costs ~22 ns and ~100 instructions), else the clock once it is
+/// in.
 async fn read_body<B>(
     shared: &Shared,
     req: Request<B>,
-) -> Result<(http::request::Parts, Bytes), LeveeError>
+    arrived: levee_policy::Instant,
+) -> Result<(http::request::Parts, Bytes, levee_policy::Instant), LeveeError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -625,16 +639,25 @@ where
     }
     let (parts, incoming) = req.into_parts();
     let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
-    let read = tokio::time::timeout(
-        shared.config.limits.body_read_timeout,
-        collect_limited(incoming, limit),
-    );
-    match read.await {
+    let mut read = std::pin::pin!(collect_limited(incoming, limit));
+    let at_once = std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::future::Future::poll(read.as_mut(), cx))
+    })
+    .await;
+    let (read, read_at) = match at_once {
+        std::task::Poll::Ready(read) => (Ok(read), arrived),
+        std::task::Poll::Pending => {
+            let until = shared.clock.to_tokio(arrived) + shared.config.limits.body_read_timeout;
+            let read = tokio::time::timeout_at(until, read).await;
+            (read, shared.clock.now())
+        }
+    };
+    match read {
         Err(_) => Err(LeveeError::of(
             Why::RequestTimeout,
             "levee: the request body did not arrive within limits.body_read_timeout",
         )),
-        Ok(Ok(body)) => Ok((parts, body)),
+        Ok(Ok(body)) => Ok((parts, body, read_at)),
         Ok(Err(CollectError::TooLarge)) => Err(too_large(format!(
             "levee: request body exceeds the limit of {max_body} bytes"
         ))),

@@ -306,10 +306,11 @@ impl Observer {
             RequestEvent::Delivered {
                 req,
                 started,
+                at,
                 head,
                 body,
                 model,
-            } => self.delivered(req, started, head, body, model),
+            } => self.delivered(req, started, at, head, body, model),
             RequestEvent::Failed {
                 req,
                 failure,
@@ -459,7 +460,7 @@ impl Observer {
                 "undelivered"
             },
         };
-        if let Some(u) = crate::request::spending::charge(shared, charge, names) {
+        if let Some(u) = crate::request::spending::charge(shared, charge, names, t.at) {
             match self.unshared.as_mut() {
                 Some(earlier) => earlier.add(u),
                 None => self.unshared = Some(Box::new(u)),
