@@ -34,8 +34,6 @@ need wrk wrk
 need nginx nginx
 need haproxy haproxy
 need perf linux-perf
-NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
-HAPROXY="$(command -v haproxy || echo /usr/sbin/haproxy)"
 BINS=("$@")
 if [ ${#BINS[@]} -eq 0 ]; then levee_bin release; BINS=("$LEVEE_BIN"); fi
 bench_work
@@ -46,16 +44,7 @@ perf probe -q -x "$LIBC" clock_gettime 2>/dev/null || perf probe -l 2>/dev/null 
 trap 'perf probe -q -d "$PROBE" 2>/dev/null || true; bench_cleanup' EXIT
 trap 'exit 130' INT TERM
 
-UP_PORT="$(free_port)"; PX_PORT="$(free_port)"; HA_PORT="$(free_port)"
-ports=(UP_PORT="$UP_PORT" PX_PORT="$PX_PORT" HA_PORT="$HA_PORT")
-mkdir -p "$work/up/tmp" "$work/px/tmp"
-render_conf bench/proxies/upstream-nginx.conf.in "$work/up/nginx.conf" "${ports[@]}"
-render_conf bench/proxies/nginx.conf.in "$work/px/nginx.conf" "${ports[@]}" WORKERS=auto
-render_conf bench/proxies/haproxy.cfg.in "$work/haproxy.cfg" "${ports[@]}" THREADS="$(nproc)"
-chmod -R a+rwx "$work/up/tmp" "$work/px/tmp"
-"$NGINX" -e "$work/up/error.log" -p "$work/up" -c "$work/up/nginx.conf" & pids+=($!)
-"$NGINX" -e "$work/px/error.log" -p "$work/px" -c "$work/px/nginx.conf" & pids+=($!); NGINX_PID=$!
-"$HAPROXY" -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" & pids+=($!); HA_PID=$!
+start_proxies
 proxy_yaml "$UP_PORT"
 
 declare -A URL PIDS
@@ -72,7 +61,7 @@ for bin in "${BINS[@]}"; do
   targets+=("$name")
 done
 for t in "${targets[@]}"; do wait_http "${URL[$t]}" || die "$t did not come up"; done
-PIDS[nginx]="$(pgrep -P "$NGINX_PID" | paste -sd, -)"  # the workers
+PIDS[nginx]="$(pgrep -P "$PX_PID" | paste -sd, -)"  # the workers
 PIDS[haproxy]="$HA_PID"
 
 cat >"$work/post.lua" <<LUA

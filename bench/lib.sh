@@ -25,6 +25,10 @@
 #   render_conf TEMPLATE OUT [KEY=VALUE...]
 #                               writes TEMPLATE (bench/proxies/*.in) to OUT with
 #                               @WORK@, @COMPLETION@ and each @KEY@ replaced
+#   start_proxies               the static nginx upstream, nginx and HAProxy as
+#                               reverse proxies in front of it (bench/proxies/*.in,
+#                               a worker and a thread per CPU); sets UP_PORT,
+#                               PX_PORT, HA_PORT and UP_PID, PX_PID, HA_PID
 #   proxy_yaml UP_PORT          writes $work/levee.yaml: Levee with the full policy
 #                               on in front of an upstream at 127.0.0.1:UP_PORT,
 #                               in-flight caps out of a saturation run's way
@@ -177,6 +181,26 @@ render_conf() {
   s="${s//@WORK@/$work}"; s="${s//@COMPLETION@/$COMPLETION}"
   for kv in "$@"; do s="${s//@${kv%%=*}@/${kv#*=}}"; done
   printf '%s\n' "$s" >"$out"
+}
+
+start_proxies() {
+  local nginx haproxy ports
+  nginx="$(command -v nginx || echo /usr/sbin/nginx)"
+  haproxy="$(command -v haproxy || echo /usr/sbin/haproxy)"
+  UP_PORT="$(free_port)"; PX_PORT="$(free_port)"; HA_PORT="$(free_port)"
+  ports=(UP_PORT="$UP_PORT" PX_PORT="$PX_PORT" HA_PORT="$HA_PORT")
+  mkdir -p "$work/up/tmp" "$work/px/tmp"
+  render_conf bench/proxies/upstream-nginx.conf.in "$work/up/nginx.conf" "${ports[@]}"
+  render_conf bench/proxies/nginx.conf.in "$work/px/nginx.conf" "${ports[@]}" WORKERS=auto
+  render_conf bench/proxies/haproxy.cfg.in "$work/haproxy.cfg" "${ports[@]}" THREADS="$(nproc)"
+  chmod -R a+rwx "$work/up/tmp" "$work/px/tmp"
+  "$haproxy" -c -q -f "$work/haproxy.cfg" || die "HAProxy refused its config"
+  "$nginx" -e "$work/up/error.log" -p "$work/up" -c "$work/up/nginx.conf" &
+  UP_PID=$!; pids+=("$UP_PID")
+  "$nginx" -e "$work/px/error.log" -p "$work/px" -c "$work/px/nginx.conf" &
+  PX_PID=$!; pids+=("$PX_PID")
+  "$haproxy" -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" &
+  HA_PID=$!; pids+=("$HA_PID")
 }
 
 proxy_yaml() {

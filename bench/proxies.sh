@@ -48,29 +48,14 @@ bench_output proxies.sh "${1:-}"
 need wrk wrk
 need nginx nginx
 need haproxy haproxy
-NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
-HAPROXY="$(command -v haproxy || echo /usr/sbin/haproxy)"
 levee_bin release
 if [ "${PGO:-0}" = 1 ] && [ -z "${PGO_BIN:-}" ]; then PGO_BIN="$(scripts/build-pgo | tail -n1)"; fi
 bench_work
 trap 'exit 130' INT TERM
 
-UP_PORT="$(free_port)"; PX_PORT="$(free_port)"; HA_PORT="$(free_port)"
-ports=(UP_PORT="$UP_PORT" PX_PORT="$PX_PORT" HA_PORT="$HA_PORT")
-mkdir -p "$work/up/tmp" "$work/px/tmp"
-render_conf bench/proxies/upstream-nginx.conf.in "$work/up/nginx.conf" "${ports[@]}"
-render_conf bench/proxies/nginx.conf.in "$work/px/nginx.conf" "${ports[@]}" WORKERS=auto
-render_conf bench/proxies/haproxy.cfg.in "$work/haproxy.cfg" "${ports[@]}" THREADS="$(nproc)"
-chmod -R a+rwx "$work/up/tmp" "$work/px/tmp"
-"$HAPROXY" -c -q -f "$work/haproxy.cfg" || die "HAProxy refused its config"
-
-declare -A PID  # target -> the process whose tree /proc is read for it
-"$NGINX" -e "$work/up/error.log" -p "$work/up" -c "$work/up/nginx.conf" &
-pids+=($!); PID[direct]=$!
-"$NGINX" -e "$work/px/error.log" -p "$work/px" -c "$work/px/nginx.conf" &
-pids+=($!); PID[nginx]=$!
-"$HAPROXY" -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" &
-pids+=($!); PID[haproxy]=$!
+start_proxies
+# target -> the process whose tree /proc is read for it
+declare -A PID=([direct]="$UP_PID" [nginx]="$PX_PID" [haproxy]="$HA_PID")
 
 proxy_yaml "$UP_PORT"
 declare -A URL=(
