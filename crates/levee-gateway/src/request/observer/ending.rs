@@ -48,9 +48,9 @@ pub(super) struct Committed {
 
 impl Observer {
     /// A 2xx answer from `target` (attempt begun at `started`, the answer in
-    /// at `at`) is being
-    /// relayed: buffered whole (`body`), or a stream from its commit point
-    /// (`body` is `None`; its tape line is kept until the stream ends).
+    /// at `at`) is being relayed: buffered whole (`body`), or a stream from
+    /// its commit point (`body` is `None`; its tape line is kept until the
+    /// stream ends).
     pub(super) fn delivered(
         &mut self,
         req: &RequestState,
