@@ -27,15 +27,19 @@ pub struct ConnTimed {
     bytes: Bytes,
     /// Whether the body's one frame has been polled.
     sent: bool,
+    /// The attempt's reading of the clock, until the pool first has to
+    /// wait for a connection; from then on the clock's reading there.
     started: levee_policy::Instant,
+    /// `started` is the pool's own reading.
+    waiting: bool,
     clock: Clock,
     /// Taken when a connection is obtained: observed once.
     hist: Option<Histogram>,
 }
 
 impl ConnTimed {
-    /// A request body started at `started`, whose wait for a connection
-    /// `hist` observes.
+    /// A request body of the attempt that read the clock at `started`,
+    /// whose wait for a connection `hist` observes.
     pub(crate) fn new(
         bytes: Bytes,
         started: levee_policy::Instant,
@@ -46,6 +50,7 @@ impl ConnTimed {
             bytes,
             sent: false,
             started,
+            waiting: false,
             clock,
             hist: Some(hist),
         }
@@ -54,6 +59,16 @@ impl ConnTimed {
     /// When the attempt started waiting for a connection.
     pub(crate) fn started(&self) -> levee_policy::Instant {
         self.started
+    }
+
+    /// The pool found no connection at hand: the wait is timed from now
+    /// (the attempt's own reading may be older by a Redis check or a
+    /// cloud's signing). Only the first call reads the clock.
+    pub(crate) fn waiting(&mut self) {
+        if !self.waiting {
+            self.waiting = true;
+            self.started = self.clock.now();
+        }
     }
 
     /// A connection was obtained for the request (observed once).
@@ -254,5 +269,39 @@ impl Reframed {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The histogram's `_sum` as Prometheus text shows it.
+    fn sum_of(h: &Histogram) -> f64 {
+        let mut r = prometheus_client::registry::Registry::default();
+        r.register("w", "help", h.clone());
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &r).expect("encode");
+        out.lines()
+            .find_map(|l| l.strip_prefix("w_sum "))
+            .and_then(|v| v.parse().ok())
+            .expect("a _sum line")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_is_timed_from_the_pools_first_look_not_the_attempts_reading() {
+        let clock = Clock::new();
+        let hist = Histogram::new([1.0, 10.0]);
+        let mut body = ConnTimed::new(Bytes::new(), clock.now(), clock, hist.clone());
+        // The attempt waited 5 s for something else (a Redis check, a
+        // cloud's signing) before the pool found no connection at hand.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        body.waiting();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        body.waiting(); // a second look does not move the start
+        tokio::time::advance(Duration::from_secs(1)).await;
+        body.connected();
+        assert_eq!(sum_of(&hist), 2.0);
     }
 }

@@ -371,14 +371,17 @@ impl Pool {
                     }
                     (c.conn, true)
                 }
-                None => match Box::pin(self.slot_or_idle(&req)).await? {
-                    Slot::Idle(c) => (c.conn, true),
-                    Slot::Free(slot) => match Box::pin(self.connect(&req.uri)).await? {
-                        Opened::H1(c) => (c.holding(slot), false),
-                        // `http2: auto` and the provider picked h2 this time.
-                        Opened::H2(c) => return Box::pin(self.send_h2(req, Some(c))).await,
-                    },
-                },
+                None => {
+                    req.body.waiting();
+                    match Box::pin(self.slot_or_idle(&req)).await? {
+                        Slot::Idle(c) => (c.conn, true),
+                        Slot::Free(slot) => match Box::pin(self.connect(&req.uri)).await? {
+                            Opened::H1(c) => (c.holding(slot), false),
+                            // `http2: auto` and the provider picked h2 this time.
+                            Opened::H2(c) => return Box::pin(self.send_h2(req, Some(c))).await,
+                        },
+                    }
+                }
             };
             match self.send_on_h1(conn, &mut req).await {
                 Ok(resp) => return Ok(resp),
@@ -435,6 +438,7 @@ impl Pool {
         mut req: Outbound<ConnTimed>,
         mut first: Option<Arc<H2Conn>>,
     ) -> Result<Response<UpstreamBody>, SendError> {
+        req.body.waiting();
         let mut retried = false;
         loop {
             let conn = match first.take() {

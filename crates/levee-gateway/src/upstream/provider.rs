@@ -156,8 +156,9 @@ impl ProviderRuntime {
         Ok(runtime)
     }
 
-    /// Sends one attempt, timing how long it waits for a connection from
-    /// `started` (now, or the attempt's start if nothing has waited since).
+    /// Sends one attempt that read the clock at `started`, timing how long
+    /// it waits for a connection: no wait when the pool has one at hand
+    /// (no reading of the clock), else from the pool's own reading.
     pub fn send(
         &self,
         req: Outbound<Bytes>,

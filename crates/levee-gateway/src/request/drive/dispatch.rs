@@ -165,19 +165,12 @@ impl Driver<'_> {
         req: Outbound<Bytes>,
         head_deadline: tokio::time::Instant,
     ) -> Result<Result<Response<UpstreamBody>, SendError>, tokio::time::error::Elapsed> {
-        let clock = self.ctx.shared.clock;
-        // The wait for a connection starts at the planner's `now`, unless
-        // the attempt has waited since: for a Redis check of a shared
-        // allowance, or for a cloud's signing (each reading of the clock
-        // costs ~100 instructions and ~22 ns).
-        let waited = (provider.shared_rate.is_some() && self.ctx.shared.redis.is_some())
-            || provider.platform.authorizes();
-        let started = if waited { clock.now() } else { now };
         // Pinned where it is made: moved into a timeout, the send's future
         // (~1.4 KiB) was copied twice more, into the timeout and into the
         // timeout's place in this future.
-        let mut send = std::pin::pin!(provider.send(req, started));
+        let mut send = std::pin::pin!(provider.send(req, now));
         crate::runtime::warm::attempt_starting();
+        let clock = self.ctx.shared.clock;
         let stall_at = d.stall_after.map(|after| clock.to_tokio(now + after));
         match stall_at.filter(|at| *at < head_deadline) {
             Some(stall_at) => match tokio::time::timeout_at(stall_at, send.as_mut()).await {
