@@ -268,16 +268,8 @@ pub(super) async fn read_limited(
     cap: usize,
     until: tokio::time::Instant,
 ) -> Result<Bytes, BodyError> {
-    let mut collect = std::pin::pin!(collect_limited(body, cap));
-    // A small answer usually arrives with its head, whole: read without
-    // arming a timer (one costs ~600 instructions to insert and remove).
-    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(collect.as_mut().poll(cx))).await;
-    let read = match first {
-        std::task::Poll::Ready(read) => read,
-        std::task::Poll::Pending => match tokio::time::timeout_at(until, collect).await {
-            Err(_) => return Err(BodyError::TimedOut),
-            Ok(read) => read,
-        },
+    let Ok((read, _)) = collect_until(body, cap, until).await else {
+        return Err(BodyError::TimedOut);
     };
     match read {
         Err(CollectError::TooLarge) => Err(BodyError::TooLarge),

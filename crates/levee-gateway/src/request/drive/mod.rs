@@ -6,7 +6,7 @@
 //! [`Observer`], which keeps the books (metrics, census, log line, traces,
 //! tape).
 
-use crate::http::collect::{collect_limited, CollectError};
+use crate::http::collect::{collect_until, CollectError};
 use crate::http::rawfields::RawFields;
 use crate::http::respond::{copy_headers, relayed, Body, LeveeError, Stamp, Verdict, Why};
 use crate::observe::event::RequestEvent;

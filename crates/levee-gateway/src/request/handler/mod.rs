@@ -3,7 +3,7 @@
 //! policy core's planner until it dispatches a success or gives up.
 
 use crate::error::BoxError;
-use crate::http::collect::{collect_limited, CollectError};
+use crate::http::collect::{collect_limited, collect_until, CollectError};
 use crate::http::inspect::{self, inspect, rewrite_model};
 use crate::http::respond::{full, Body, LeveeError, Why};
 use crate::observe::event::RequestEvent;
@@ -639,29 +639,23 @@ where
     }
     let (parts, incoming) = req.into_parts();
     let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
-    let mut read = std::pin::pin!(collect_limited(incoming, limit));
-    let at_once = std::future::poll_fn(|cx| {
-        std::task::Poll::Ready(std::future::Future::poll(read.as_mut(), cx))
-    })
-    .await;
-    let (read, read_at) = match at_once {
-        std::task::Poll::Ready(read) => (Ok(read), arrived),
-        std::task::Poll::Pending => {
-            let until = shared.clock.to_tokio(arrived) + shared.config.limits.body_read_timeout;
-            let read = tokio::time::timeout_at(until, read).await;
-            (read, shared.clock.now())
-        }
-    };
-    match read {
-        Err(_) => Err(LeveeError::of(
+    let until = shared.clock.to_tokio(arrived) + shared.config.limits.body_read_timeout;
+    let Ok((read, waited)) = collect_until(incoming, limit, until).await else {
+        return Err(LeveeError::of(
             Why::RequestTimeout,
             "levee: the request body did not arrive within limits.body_read_timeout",
+        ));
+    };
+    match read {
+        Ok(body) => Ok((
+            parts,
+            body,
+            if waited { shared.clock.now() } else { arrived },
         )),
-        Ok(Ok(body)) => Ok((parts, body, read_at)),
-        Ok(Err(CollectError::TooLarge)) => Err(too_large(format!(
+        Err(CollectError::TooLarge) => Err(too_large(format!(
             "levee: request body exceeds the limit of {max_body} bytes"
         ))),
-        Ok(Err(CollectError::Broken)) => Err(LeveeError::bad_request(
+        Err(CollectError::Broken) => Err(LeveeError::bad_request(
             "levee: could not read the request body",
         )),
     }
