@@ -40,8 +40,15 @@
 # adds the hot code: the 64-byte lines of machine code executed at least
 # 0.45 times a request (bench/code-footprint.py), in KiB.
 #
+# ATOMICS=1 (with callgrind) also records each instruction's address and
+# adds the atomic read-modify-writes a request (bench/atomics.py: `lock`-
+# prefixed instructions and `xchg` with memory): a reference count, a
+# mutex's lock or unlock, a shared counter's add, a task's state change.
+# Callgrind counts each as one instruction; on these machines one costs
+# ~4.5 ns, as much as ~15 plain ones.
+#
 # Environment: SECONDS_LOAD (10), WARMUP (2), CONNS (16), ROUNDS (3), CACHE (0),
-# FOOTPRINT (0),
+# FOOTPRINT (0), ATOMICS (0),
 # NGINX_TOO (1: also count nginx as the reverse proxy), UPSTREAM_FIELDS
 # (empty: nginx's own five answer fields; `openai`: 17 more, the ones an
 # OpenAI chat completion carries, which each proxy parses and passes on),
@@ -59,9 +66,10 @@ UPSTREAM_FIELDS="${UPSTREAM_FIELDS:-}"
 CALLER_FIELDS="${CALLER_FIELDS:-}"
 CACHE="${CACHE:-0}"
 FOOTPRINT="${FOOTPRINT:-0}"
+ATOMICS="${ATOMICS:-0}"
 if [ "$CACHE" = 1 ]; then
   TOOL=(--tool=cachegrind --cache-sim=yes); OUT_OPT=--cachegrind-out-file
-elif [ "$FOOTPRINT" = 1 ]; then
+elif [ "$FOOTPRINT" = 1 ] || [ "$ATOMICS" = 1 ]; then
   TOOL=(--tool=callgrind --dump-instr=yes); OUT_OPT=--callgrind-out-file
 else
   TOOL=(--tool=callgrind --dump-instr=no); OUT_OPT=--callgrind-out-file
@@ -151,6 +159,7 @@ count() { # name port secs command...
   # The summary's counts, in the order its `events:` line names them.
   local counts; counts="$(awk '/^events:/ {for (i = 2; i <= NF; i++) col[$i] = i}
     /^summary:/ {if (col["I1mr"]) print $col["Ir"], $col["I1mr"], $col["D1mr"] + $col["D1mw"]; else print $2; exit}' "$out")"
+  if [ "$ATOMICS" = 1 ]; then counts="${counts:-0} $(python3 bench/atomics.py "$out")"; fi
   echo "$got ${counts:-0}" >"$work/line"
 }
 
@@ -170,6 +179,9 @@ per_request() { # name port command...
   say "  $name: $ir1 instructions for $n1 requests, $ir2 for $n2"
   if [ "$CACHE" = 1 ]; then
     echo "$(( (ir2 - ir1) / (n2 - n1) )) $(( (i1m2 - i1m1) / (n2 - n1) )) $(( (d1m2 - d1m1) / (n2 - n1) ))" >"$work/line"
+  elif [ "$ATOMICS" = 1 ]; then
+    # read put the atomics in the second column, i1m.
+    echo "$(( (ir2 - ir1) / (n2 - n1) )) $(awk -v a="$i1m1" -v b="$i1m2" -v n="$(( n2 - n1 ))" 'BEGIN {printf "%.1f", (b - a) / n}')" >"$work/line"
   elif [ "$FOOTPRINT" = 1 ]; then
     local kib; kib="$(python3 bench/code-footprint.py "$work/cg.$name" "$n2" | awk '{print $5}')"
     echo "$(( (ir2 - ir1) / (n2 - n1) )) $kib" >"$work/line"
@@ -212,6 +224,8 @@ if [ "$CACHE" = 1 ]; then
   heads=("instructions per request" "L1i misses per request" "L1d misses per request")
 elif [ "$FOOTPRINT" = 1 ]; then
   heads=("instructions per request" "hot code KiB")
+elif [ "$ATOMICS" = 1 ]; then
+  heads=("instructions per request" "atomic read-modify-writes per request")
 else
   heads=("instructions per request (median of $ROUNDS)")
 fi
