@@ -222,21 +222,29 @@ impl AttemptFinisher {
         now: Option<Instant>,
         f: impl FnOnce(&RoutePolicy, &mut RequestState, &mut GatewayDeps<'_>, Instant) -> T,
     ) -> T {
-        let shared = Arc::clone(&self.shared);
-        let policy = shared.config.routes[self.route].policy_for(self.once);
+        // Borrowed apart from the request's state, not cloned: two atomic
+        // read-modify-writes a call, two calls a request.
+        let AttemptFinisher {
+            shared,
+            route,
+            once,
+            req,
+        } = self;
+        let shared: &Arc<Shared> = shared;
+        let policy = shared.config.routes[*route].policy_for(*once);
         // Only finishing, depositing and refunding happen here: no model
         // needed, and nothing is checked or withdrawn, so nothing is seen.
         let seen = Seen::default();
         let mut deps = GatewayDeps {
-            shared: &shared,
-            route: self.route,
+            shared,
+            route: *route,
             model: "",
             plans: &[],
             ask: levee_policy::allowance::Ask::default(),
             seen: &seen,
         };
         let now = now.unwrap_or_else(|| shared.clock.now());
-        f(policy, &mut self.req, &mut deps, now)
+        f(policy, req, &mut deps, now)
     }
 
     /// Records the in-flight attempt's outcome; returns its class.

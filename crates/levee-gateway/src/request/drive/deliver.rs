@@ -63,7 +63,7 @@ impl Driver<'_> {
         attempt_deadline: tokio::time::Instant,
         started: levee_policy::Instant,
     ) -> Delivered {
-        let shared = Arc::clone(&self.ctx.shared);
+        let shared = self.shared;
         let route = &shared.config.routes[self.ctx.route];
         let first_deadline = match route.first_byte_timeout {
             Some(t) => attempt_deadline.min(shared.clock.to_tokio(started + t)),
@@ -97,7 +97,7 @@ impl Driver<'_> {
             _lease: self.lease.take(),
         };
         let finisher = AttemptFinisher {
-            shared: Arc::clone(&shared),
+            shared: Arc::clone(&self.ctx.shared),
             route: self.ctx.route,
             once: self.ctx.once,
             req: std::mem::replace(
@@ -170,7 +170,7 @@ impl Driver<'_> {
         attempt_deadline: tokio::time::Instant,
         started: levee_policy::Instant,
     ) -> Delivered {
-        let shared = Arc::clone(&self.ctx.shared);
+        let shared = self.shared;
         let route = &shared.config.routes[self.ctx.route];
         let body_deadline = shared
             .clock

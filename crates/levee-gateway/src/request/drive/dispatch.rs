@@ -16,7 +16,7 @@ impl Driver<'_> {
         d: Dispatch,
         now: levee_policy::Instant,
     ) -> Option<Result<Answer, LeveeError>> {
-        let shared = Arc::clone(&self.ctx.shared);
+        let shared = self.shared;
         let route = &shared.config.routes[self.ctx.route];
         let provider = &shared.providers[route.targets[d.target].provider];
         // Only with an allowance shared through Redis; boxed there, so the

@@ -80,6 +80,11 @@ const NO_DEADLINE: std::time::Duration = std::time::Duration::from_secs(86_400);
 /// lease, which a delivered answer completes.
 struct Driver<'a> {
     ctx: Ctx,
+    /// The generation `ctx` holds too, borrowed from the request's answer
+    /// for as long as the driver runs: a method that changes the driver
+    /// reads the config through it without cloning `ctx`'s `Arc` (two
+    /// atomic read-modify-writes a clone, six clones a request).
+    shared: &'a Shared,
     /// What the core's dependencies saw in a decision, for the observer.
     seen: Seen,
     /// How many attempts the request has sent, for the 503 its answer
@@ -120,6 +125,7 @@ impl Drop for Leaving<'_, '_> {
 /// loop, not moved into it, which would keep it twice (an `async fn`'s
 /// arguments keep their slot after they are moved).
 pub(crate) fn run<'a>(
+    shared: &'a Shared,
     ctx: Ctx,
     deadline: levee_policy::Instant,
     lease: Option<Lease>,
@@ -134,6 +140,7 @@ pub(crate) fn run<'a>(
     };
     let mut driver = Driver {
         ctx,
+        shared,
         seen: Seen::default(),
         sent,
         fin,
@@ -195,14 +202,14 @@ pub(crate) fn run<'a>(
 impl Driver<'_> {
     /// The planner loop: wait, dispatch, or fail, until an answer.
     async fn drive(&mut self) -> Result<Answer, LeveeError> {
-        let shared = Arc::clone(&self.ctx.shared);
+        let shared = self.shared;
         let policy = shared.config.routes[self.ctx.route].policy_for(self.ctx.once);
         let mut rng = shared.lazy_rng();
         loop {
             let now = shared.clock.now();
             let decision = {
                 let mut deps = GatewayDeps {
-                    shared: &shared,
+                    shared,
                     route: self.ctx.route,
                     model: &self.ctx.model,
                     plans: &self.ctx.plans,
@@ -261,7 +268,7 @@ impl Driver<'_> {
         if refused.peek().is_none() {
             return;
         }
-        let shared = Arc::clone(&self.ctx.shared);
+        let shared = self.shared;
         let targets = &shared.config.routes[self.ctx.route].targets;
         for t in refused {
             if let Some(target) = targets.get(t) {

@@ -261,7 +261,7 @@ pub(super) fn admit<'a>(
             ask,
             creates_stored,
         };
-        crate::request::drive::run(ctx, deadline, lease, obs, sent).await
+        crate::request::drive::run(shared, ctx, deadline, lease, obs, sent).await
     }
 }
 
