@@ -151,7 +151,7 @@ impl ProviderRuntime {
         };
         runtime.endpoints = levee_wire::paths::POST
             .iter()
-            .filter_map(|path| Some((*path, runtime.build_uri(path)?)))
+            .filter_map(|path| Some((*path, kept_uri(runtime.uri_text(path))?)))
             .collect();
         Ok(runtime)
     }
@@ -163,11 +163,10 @@ impl ProviderRuntime {
         &self,
         req: Outbound<Bytes>,
         started: levee_policy::Instant,
-    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + Send + 'static {
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + Send + '_ {
         let req =
             req.map(|bytes| ConnTimed::new(bytes, started, self.clock, self.connect_hist.clone()));
-        let pool = Arc::clone(&self.pool);
-        async move { pool.send(req).await }
+        self.pool.send(req)
     }
 
     /// The upstream URI for an inbound path (`/v1/...`), joined to the base
@@ -186,6 +185,11 @@ impl ProviderRuntime {
     /// added to it. For Anthropic, whose SDK's base URL has no `/v1`, a
     /// path is a prefix, and a base URL ending in `/v1` does not double it.
     fn build_uri(&self, path_and_query: &str) -> Option<Uri> {
+        self.uri_text(path_and_query).parse().ok()
+    }
+
+    /// The text of [`ProviderRuntime::build_uri`]'s URI.
+    fn uri_text(&self, path_and_query: &str) -> String {
         let root = match self.api {
             Api::OpenAi => !self.base_path.is_empty(),
             Api::Anthropic => self.base_path.ends_with("/v1"),
@@ -199,7 +203,7 @@ impl ProviderRuntime {
             uri.push(if tail.contains('?') { '&' } else { '?' });
             uri.push_str(&self.query);
         }
-        uri.parse().ok()
+        uri
     }
 
     /// The URI for a path a platform chose ([`crate::upstream::platform::PlatformRuntime::target`]):
@@ -253,6 +257,30 @@ fn host_header(base: &Uri) -> Result<HeaderValue, http::header::InvalidHeaderVal
         Some(port) if port != default_port => HeaderValue::from_str(&format!("{host}:{port}")),
         _ => HeaderValue::from_str(host),
     }
+}
+
+/// The `Uri` of `text`, the text kept for the life of the process: a `Uri`
+/// made from static text is cloned and dropped without a reference count,
+/// where one made from a `String` costs two atomic read-modify-writes a
+/// clone and two a drop (an endpoint's URI is cloned twice a request).
+/// Each distinct text is kept once, so reloading a config keeps nothing
+/// more; the texts are the endpoints' (a base URL from the config and a
+/// path Levee serves), never a caller's. `None`: not a URI.
+fn kept_uri(text: String) -> Option<Uri> {
+    static KEPT: std::sync::LazyLock<Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::LazyLock::new(Mutex::default);
+    // `Uri::from_static` panics on text that is not a URI: parsed first.
+    text.parse::<Uri>().ok()?;
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let text: &'static str = match kept.get(text.as_str()) {
+        Some(t) => t,
+        None => {
+            let t: &'static str = Box::leak(text.into_boxed_str());
+            kept.insert(t);
+            t
+        }
+    };
+    Some(Uri::from_static(text))
 }
 
 #[cfg(test)]
@@ -355,5 +383,26 @@ mod tests {
                 "{base} + {path}"
             );
         }
+    }
+
+    #[test]
+    fn an_endpoints_uri_is_kept_once_however_often_its_provider_is_made() {
+        let cfg = levee_config::Config::parse(
+            "providers:\n  p: { api: openai, base_url: \"http://kept.test/v1\" }\nroutes:\n  - targets: [p]\n",
+        )
+        .unwrap();
+        let make = || {
+            ProviderRuntime::new(&cfg.providers[0], Histogram::new([1.0]), Clock::new(), None)
+                .unwrap()
+        };
+        let (a, b) = (make(), make());
+        let path = "/v1/chat/completions";
+        let (ua, ub) = (a.uri_for(path).unwrap(), b.uri_for(path).unwrap());
+        assert_eq!(ua.to_string(), "http://kept.test/v1/chat/completions");
+        // The same text, not a second copy: a reload keeps nothing more.
+        let text = |u: &Uri| u.path_and_query().unwrap().as_str().as_ptr();
+        assert_eq!(text(&ua), text(&ub));
+        // A text that is no URI is refused, not a panic.
+        assert!(kept_uri("http://bad host/".to_string()).is_none());
     }
 }
