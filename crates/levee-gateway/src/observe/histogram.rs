@@ -1,8 +1,12 @@
 //! A histogram each thread records into without a lock another thread
 //! takes: prometheus-client's takes a mutex per observation, and a request
-//! makes about four, all on cache lines every worker writes. Here each
+//! makes about five, all on cache lines every worker writes. Here each
 //! thread adds to a shard of its own (its counts and its sum, 128 bytes
 //! or more away from any other shard's), and a scrape adds the shards up.
+//! A shard one thread owns is written with plain loads and stores: an
+//! atomic read-modify-write costs ~8 ns of CPU where a store costs well
+//! under one, and two a observation were ten a request. The threads past
+//! the first `SHARDS - 1` share the last shard, with atomic adds.
 //!
 //! The count is the sum of the bucket counts, so a scrape never shows a
 //! `_count` that disagrees with the `+Inf` bucket; `_sum` may trail the
@@ -63,9 +67,19 @@ impl Histogram {
         let inner = &*self.inner;
         let last = inner.bounds.len() - 1;
         let bucket = inner.bounds.iter().position(|b| v <= *b).unwrap_or(last);
-        let base = shard() * inner.stride;
-        inner.cells[base + 1 + bucket].fetch_add(1, Ordering::Relaxed);
+        let (shard, owned) = shard();
+        let base = shard * inner.stride;
+        let count = &inner.cells[base + 1 + bucket];
         let sum = &inner.cells[base];
+        if owned {
+            // This thread alone writes here: nothing to lose between the
+            // load and the store, and a scrape reads either value whole.
+            count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            let bits = sum.load(Ordering::Relaxed);
+            sum.store((f64::from_bits(bits) + v).to_bits(), Ordering::Relaxed);
+            return;
+        }
+        count.fetch_add(1, Ordering::Relaxed);
         let mut bits = sum.load(Ordering::Relaxed);
         loop {
             let next = (f64::from_bits(bits) + v).to_bits();
@@ -92,11 +106,17 @@ impl Histogram {
     }
 }
 
-/// This thread's shard: threads take shards in turn as they first record.
-fn shard() -> usize {
+/// This thread's shard, and whether the thread owns it: the first
+/// `SHARDS - 1` threads to record own one each, in turn; every later one
+/// shares the last. (A worker thread lives as long as the process, so a
+/// shard's owner never hands it on.)
+fn shard() -> (usize, bool) {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        static SHARD: (usize, bool) = {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            if n < SHARDS - 1 { (n, true) } else { (SHARDS - 1, false) }
+        };
     }
     SHARD.with(|s| *s)
 }
@@ -173,5 +193,22 @@ mod tests {
         assert!(h.inner.stride > 21, "the sum and 21 counts");
         assert_eq!(h.inner.stride % SPACING, 0);
         assert_eq!(h.inner.cells.len(), h.inner.stride * SHARDS);
+    }
+
+    #[test]
+    fn no_two_threads_own_a_shard_and_the_rest_share_the_last() {
+        let got: Vec<(usize, bool)> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..2 * SHARDS).map(|_| s.spawn(shard)).collect();
+            threads.into_iter().filter_map(|t| t.join().ok()).collect()
+        });
+        let mut owned: Vec<usize> = got.iter().filter(|g| g.1).map(|g| g.0).collect();
+        owned.sort_unstable();
+        owned.dedup();
+        assert_eq!(owned.len(), got.iter().filter(|g| g.1).count(), "{got:?}");
+        assert!(owned.iter().all(|&i| i < SHARDS - 1), "{got:?}");
+        // More threads than shards: some share, all on the last, with atomics.
+        let shared: Vec<_> = got.iter().filter(|g| !g.1).collect();
+        assert!(!shared.is_empty());
+        assert!(shared.iter().all(|g| g.0 == SHARDS - 1), "{got:?}");
     }
 }
