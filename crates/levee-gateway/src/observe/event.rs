@@ -86,6 +86,10 @@ pub(crate) struct TokensUsed {
     pub cached: levee_config::prices::Cached,
     /// When the count was settled: the hour the spend ledger books it in.
     pub at: Instant,
+    /// The price of the model the attempt was admitted for (`prices:`,
+    /// else the built-in list price; `None`: unknown), looked up when the
+    /// count was settled, under the provider's lock the settling takes.
+    pub price: Option<levee_config::prices::Price>,
 }
 
 /// One thing that happened to a request. Before the request is admitted

@@ -124,6 +124,14 @@ impl Dependencies for GatewayDeps<'_> {
         now: levee_policy::Instant,
         kind: levee_policy::AttemptKind,
     ) -> Result<Permit, Refusal> {
+        self.admit_expecting(t, now, kind).map(|(permit, _)| permit)
+    }
+    fn admit_expecting(
+        &mut self,
+        t: usize,
+        now: levee_policy::Instant,
+        kind: levee_policy::AttemptKind,
+    ) -> Result<(Permit, Option<std::time::Duration>), Refusal> {
         if self.plans.get(t).is_some_and(|p| p.skipped()) {
             // Chosen and passed over: the request goes elsewhere because of it.
             let chosen = &self.seen.chosen_skipped;
@@ -132,7 +140,11 @@ impl Dependencies for GatewayDeps<'_> {
         }
         let model = self.upstream_model(t);
         let ask = self.ask(t, kind);
-        self.provider(t).lock().admit_as(now, model, &ask)
+        // One lock for both: a lock and its release are two atomic
+        // read-modify-writes.
+        let mut provider = self.provider(t).lock();
+        let learned = provider.expected(now, model);
+        Ok((provider.admit_as(now, model, &ask)?, learned))
     }
     fn finish(
         &mut self,
@@ -294,7 +306,14 @@ impl AttemptFinisher {
                 });
             }
         }
-        provider.lock().settle(now, permit.grant(), used);
+        let price = {
+            let mut state = provider.lock();
+            state.settle(now, permit.grant(), used);
+            let p = route.targets[t].provider;
+            self.shared
+                .config
+                .price_of(p, state.domain_model(permit.domain()))
+        };
         Some(TokensUsed {
             target: t,
             domain: permit.domain(),
@@ -302,6 +321,7 @@ impl AttemptFinisher {
             partial: false,
             cached: levee_config::prices::Cached::default(),
             at: now,
+            price,
         })
     }
 

@@ -257,6 +257,14 @@ impl<D: Dependencies + ?Sized> Dependencies for Ordered<'_, D> {
     fn expected(&self, t: usize, now: Instant) -> Option<Duration> {
         self.inner.expected(self.order.at(t), now)
     }
+    fn admit_expecting(
+        &mut self,
+        t: usize,
+        now: Instant,
+        kind: AttemptKind,
+    ) -> Result<(Permit, Option<Duration>), Refusal> {
+        self.inner.admit_expecting(self.order.at(t), now, kind)
+    }
     fn winning(&self, t: usize, now: Instant) -> Option<bool> {
         self.inner.winning(self.order.at(t), now)
     }

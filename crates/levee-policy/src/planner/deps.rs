@@ -54,6 +54,18 @@ pub trait Dependencies {
         let _ = (t, now);
         None
     }
+    /// [`Dependencies::admit_kind`], and on admission target `t`'s
+    /// [`Dependencies::expected`] time, read before the admission: one
+    /// look at the provider where both are behind one lock.
+    fn admit_expecting(
+        &mut self,
+        t: usize,
+        now: Instant,
+        kind: AttemptKind,
+    ) -> Result<(Permit, Option<Duration>), Refusal> {
+        let learned = self.expected(t, now);
+        Ok((self.admit_kind(t, now, kind)?, learned))
+    }
     /// Whether retries on target `t`'s model are winning now (see
     /// [`crate::learn::Retries::winning`]; `None`: too few to tell).
     fn winning(&self, t: usize, now: Instant) -> Option<bool> {

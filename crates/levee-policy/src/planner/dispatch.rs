@@ -25,16 +25,15 @@ impl RoutePolicy {
         t: usize,
         kind: AttemptKind,
     ) -> Result<Dispatch, Refusal> {
-        // Each target's learned time is looked up once (the gateway locks
-        // its provider for it).
-        let learned = deps.expected(t, now);
+        // Each target's learned time is looked up once, with the admission
+        // (the gateway locks its provider once for both).
+        let (mut permit, learned) = deps.admit_expecting(t, now, kind)?;
         let configured = self.expected[deps.target_at(t)];
         let expected = learned.map_or(configured, |l| l.min(configured));
         let mut later = (t + 1..self.expected.len()).map(|u| self.expected_now(deps, u, now));
         let next = later.next();
         let reserve = next.unwrap_or_default() + later.sum::<Duration>();
         let (timeout, cut_by_deadline) = self.attempt_timeout(req, now, expected, next);
-        let mut permit = deps.admit_kind(t, now, kind)?;
         if kind == AttemptKind::Retry && t == req.target {
             permit = permit.retry();
         }

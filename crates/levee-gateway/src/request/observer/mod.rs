@@ -339,8 +339,8 @@ impl Observer {
             input: sum.input.saturating_add(t.used.input),
             output: sum.output.saturating_add(t.used.output),
         });
-        let usd = self
-            .price(&t)
+        let usd = t
+            .price
             .map(|p| p.cost_cached(t.used.input.into(), t.used.output.into(), t.cached));
         if let Some(usd) = usd {
             self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + usd);
@@ -361,16 +361,6 @@ impl Observer {
                 self.count_tokens(t, usd, true);
             }
         }
-    }
-
-    /// The price of the model the answer came from: `prices:`, else the
-    /// built-in list price.
-    fn price(&self, t: &TokensUsed) -> Option<levee_config::prices::Price> {
-        let shared = &self.shared;
-        let p = shared.config.routes[self.route].targets[t.target].provider;
-        // Looked up under the lock, the name borrowed: no copy per answer.
-        let state = shared.providers[p].lock();
-        shared.config.price_of(p, state.domain_model(t.domain))
     }
 
     /// Counts an answer's tokens in `levee_tokens_total`, and their cost in
