@@ -24,6 +24,10 @@
 //! request) holds; `ArcSwap::load_full` is a lock-free pointer read plus a
 //! reference count, where an `RwLock<Arc<_>>` would put every request behind
 //! the writer. The crate is already in the build (the Redis client uses it).
+//! A connection keeps a weak hold on the generation of its last request and
+//! the count of swaps then ([`Held`]): while the count is unchanged its next
+//! request upgrades that hold instead (one atomic read-modify-write, not
+//! four).
 
 pub use crate::runtime::generation::hash_of;
 use crate::runtime::shared::{caller_keys, signing_keys, RouteRuntime, SetupError, Shared};
@@ -31,7 +35,8 @@ use crate::upstream::ProviderRuntime;
 use arc_swap::ArcSwap;
 use levee_config::Config;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Why a reload was refused.
 #[derive(Debug, thiserror::Error)]
@@ -47,14 +52,27 @@ pub enum ReloadError {
 /// Owns the current generation and swaps in the next.
 pub struct Reloader {
     current: ArcSwap<Shared>,
+    /// Generations swapped in so far, counted after each swap: a
+    /// connection that last saw this count holds the current generation
+    /// ([`Reloader::current_for`]).
+    swaps: AtomicU64,
     /// One reload at a time (two SIGHUPs in a row build in order).
     reloading: Mutex<()>,
+}
+
+/// A connection's hold on the generation its last request ran under, and
+/// the reloader's swap count then. Weak: an idle connection keeps no
+/// generation alive past its requests.
+pub struct Held {
+    swaps: u64,
+    shared: Weak<Shared>,
 }
 
 impl Reloader {
     pub fn new(first: Arc<Shared>) -> Self {
         Reloader {
             current: ArcSwap::new(first),
+            swaps: AtomicU64::new(0),
             reloading: Mutex::new(()),
         }
     }
@@ -62,6 +80,35 @@ impl Reloader {
     /// The generation a request arriving now runs under.
     pub fn current(&self) -> Arc<Shared> {
         self.current.load_full()
+    }
+
+    /// A connection's hold on no generation yet.
+    pub fn held(&self) -> Held {
+        Held {
+            swaps: u64::MAX,
+            shared: Weak::new(),
+        }
+    }
+
+    /// [`Reloader::current`] for a request on the connection that `held`
+    /// what its last request ran under: while no reload swapped since, that
+    /// generation, for a load of the swap count and an upgrade (one atomic
+    /// read-modify-write, and one when the request drops it). `load_full`
+    /// takes arc-swap's slot for the thread and pays it back (three more).
+    /// A request arriving while a reload swaps may run under either.
+    pub fn current_for(&self, held: &mut Held) -> Arc<Shared> {
+        let swaps = self.swaps.load(Ordering::Acquire);
+        if swaps == held.swaps {
+            if let Some(shared) = held.shared.upgrade() {
+                return shared;
+            }
+        }
+        let shared = self.current.load_full();
+        *held = Held {
+            swaps,
+            shared: Arc::downgrade(&shared),
+        };
+        shared
     }
 
     /// Re-reads `path`; `adjust` applies what the command line overrides
@@ -102,6 +149,9 @@ impl Reloader {
                 }
                 let next = Arc::new(next);
                 self.current.store(Arc::clone(&next));
+                // After the store: a connection that sees the new count
+                // loads the new generation.
+                self.swaps.fetch_add(1, Ordering::Release);
                 next.generation.count("ok");
                 tracing::info!(
                     target: "levee",
@@ -244,5 +294,39 @@ fn keep_restart_only(old: &Config, new: &mut Config) {
             keys = %changed.join(", "),
             "config reload: these keys take effect only at the next restart (start a new process beside this one, then SIGTERM this one); the running values are kept"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config::parse("").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn a_connection_runs_each_request_under_the_generation_current_at_its_arrival() {
+        let first = Arc::new(Shared::new(config(), 1).unwrap_or_else(|e| panic!("{e}")));
+        let reloader = Reloader::new(Arc::clone(&first));
+        let mut held = reloader.held();
+        assert!(Arc::ptr_eq(&reloader.current_for(&mut held), &first));
+        assert!(Arc::ptr_eq(&reloader.current_for(&mut held), &first));
+        let second = reloader.reload(config()).unwrap_or_else(|e| panic!("{e}"));
+        // The next request on the same connection sees the reload.
+        assert!(Arc::ptr_eq(&reloader.current_for(&mut held), &second));
+        assert!(!Arc::ptr_eq(&second, &first));
+        // An idle connection keeps no generation alive: once its last
+        // request and the reloader let go of the first, it is gone.
+        let mut idle = reloader.held();
+        drop(reloader.current_for(&mut idle));
+        let weak = Arc::downgrade(&second);
+        let third = reloader.reload(config()).unwrap_or_else(|e| panic!("{e}"));
+        drop(second);
+        assert!(
+            weak.upgrade().is_none(),
+            "a held generation outlived its requests"
+        );
+        assert!(Arc::ptr_eq(&reloader.current_for(&mut idle), &third));
     }
 }

@@ -80,8 +80,9 @@ pub async fn serve_connections(
         let stream = unread.track(stream);
         let generations = Arc::clone(&generations);
         // Each request runs under the generation current when it arrives.
+        let mut held = generations.held();
         let svc = move |req: Request<front::FrontBody>| {
-            crate::request::handler::handle(generations.current(), req)
+            crate::request::handler::handle(generations.current_for(&mut held), req)
         };
         tokio::spawn(front::serve(stream, settings, svc, watching.clone()));
     };
