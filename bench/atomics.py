@@ -17,9 +17,13 @@ unlock, a shared counter, a task's state change: each is one or two.
 """
 
 import collections
+import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import callgrind_instructions  # noqa: E402
 
 LOCKED = re.compile(r"^\s*([0-9a-f]+):\s+(?:lock\s|xchg\s+\S*\()")
 
@@ -36,62 +40,11 @@ def locked_addresses(obj):
     return {int(m.group(1), 16) for m in map(LOCKED.match, out.splitlines()) if m}
 
 
-def parse(path):
-    """Executions per (object, address), and the function of each."""
-    executed = collections.Counter()
-    function_of = {}
-    objects, names = {}, {}
-    ob = fn = None
-    addr = 0
-    npos = 1
-    after_call = False
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if line.startswith("positions:"):
-                npos = len(line.split()[1:])
-                continue
-            m = re.match(r"(c?)(ob|fn)=\((\d+)\)(?: (.*))?", line.strip())
-            if m:
-                table = objects if m.group(2) == "ob" else names
-                if m.group(4):
-                    table[m.group(3)] = m.group(4)
-                if not m.group(1):
-                    if m.group(2) == "ob":
-                        ob = objects.get(m.group(3))
-                    else:
-                        fn = names.get(m.group(3))
-                continue
-            if line.startswith("calls="):
-                # The next cost line is the call's inclusive cost: skip it.
-                after_call = True
-                continue
-            c = line[0]
-            if not (c.isdigit() or c in "+-*"):
-                continue
-            parts = line.split()
-            p = parts[0]
-            if p.startswith("0x"):
-                addr = int(p, 16)
-            elif p[0] == "+":
-                addr += int(p[1:])
-            elif p[0] == "-":
-                addr -= int(p[1:])
-            elif p != "*":
-                addr = int(p)
-            if after_call:
-                after_call = False
-                continue
-            ir = int(parts[npos]) if len(parts) > npos else 0
-            executed[(ob, addr)] += ir
-            function_of[(ob, addr)] = fn
-    return executed, function_of
-
-
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    executed, function_of = parse(sys.argv[1])
+    executed, function_of = callgrind_instructions(sys.argv[1])
     locked = {}
     per_fn = collections.Counter()
     total = 0

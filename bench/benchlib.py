@@ -1,7 +1,9 @@
 """Report helpers shared by the bench scripts' embedded Python (each script
 runs from the repository root and imports this with `bench` on sys.path)."""
 
+import collections
 import glob
+import re
 from collections import defaultdict
 
 
@@ -34,3 +36,56 @@ def bucket_quantiles(pattern):
         return "?"
 
     return count, q
+
+
+def callgrind_instructions(path):
+    """The instructions a callgrind profile written with `--dump-instr=yes`
+    executed, by where they are. Returns (executed, function_of): the count
+    of each (object, address), and the function each is in. A call's
+    inclusive cost line is skipped: only the instructions themselves
+    count."""
+    executed = collections.Counter()
+    function_of = {}
+    objects, names = {}, {}
+    ob = fn = None
+    addr = 0
+    npos = 1
+    after_call = False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("positions:"):
+                npos = len(line.split()[1:])
+                continue
+            m = re.match(r"(c?)(ob|fn)=\((\d+)\)(?: (.*))?", line.strip())
+            if m:
+                table = objects if m.group(2) == "ob" else names
+                if m.group(4):
+                    table[m.group(3)] = m.group(4)
+                if not m.group(1):
+                    if m.group(2) == "ob":
+                        ob = objects.get(m.group(3))
+                    else:
+                        fn = names.get(m.group(3))
+                continue
+            if line.startswith("calls="):
+                after_call = True
+                continue
+            c = line[0]
+            if not (c.isdigit() or c in "+-*"):
+                continue
+            parts = line.split()
+            p = parts[0]
+            if p.startswith("0x"):
+                addr = int(p, 16)
+            elif p[0] == "+":
+                addr += int(p[1:])
+            elif p[0] == "-":
+                addr -= int(p[1:])
+            elif p != "*":
+                addr = int(p)
+            if after_call:
+                after_call = False
+                continue
+            executed[(ob, addr)] += int(parts[npos]) if len(parts) > npos else 0
+            function_of[(ob, addr)] = fn
+    return executed, function_of

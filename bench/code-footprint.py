@@ -17,55 +17,12 @@ no longer says how long a request takes.
 """
 
 import collections
+import os
 import re
 import sys
 
-
-def parse(path):
-    """Instructions executed per address, and the function of each address."""
-    executed = collections.Counter()
-    function_of = {}
-    names = {}
-    fn = None
-    addr = 0
-    npos = 1
-    after_call = False
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if line.startswith("positions:"):
-                npos = len(line.split()[1:])
-                continue
-            if line.startswith(("fn=", "cfn=")):
-                m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.strip())
-                if m and m.group(2):
-                    names[m.group(1)] = m.group(2)
-                if m and line.startswith("fn="):
-                    fn = m.group(1)
-                continue
-            if line.startswith("calls="):
-                # The next cost line is the call's inclusive cost: skip it.
-                after_call = True
-                continue
-            c = line[0]
-            if not (c.isdigit() or c in "+-*"):
-                continue
-            parts = line.split()
-            p = parts[0]
-            if p.startswith("0x"):
-                addr = int(p, 16)
-            elif p[0] == "+":
-                addr += int(p[1:])
-            elif p[0] == "-":
-                addr -= int(p[1:])
-            elif p != "*":
-                addr = int(p)
-            if after_call:
-                after_call = False
-                continue
-            ir = int(parts[npos]) if len(parts) > npos else 0
-            executed[addr] += ir
-            function_of[addr] = fn
-    return executed, {a: names.get(f, f) for a, f in function_of.items()}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import callgrind_instructions  # noqa: E402
 
 
 def main():
@@ -75,18 +32,18 @@ def main():
     top = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     if requests <= 0:
         sys.exit("code-footprint.py: REQUESTS must be a positive count")
-    executed, function_of = parse(path)
+    executed, function_of = callgrind_instructions(path)
     # Each instruction counts once per execution: a line's busiest
     # instruction says how often the line was fetched.
     line_runs = {}
     line_fn = {}
-    for a, n in executed.items():
-        line = a // 64
+    for (ob, a), n in executed.items():
+        line = (ob, a // 64)
         if n > line_runs.get(line, 0):
             line_runs[line] = n
-            line_fn[line] = function_of[a]
+            line_fn[line] = function_of[(ob, a)]
     hot = [line for line, n in line_runs.items() if n >= 0.45 * requests]
-    pages = {line * 64 // 4096 for line in hot}
+    pages = {(ob, line * 64 // 4096) for ob, line in hot}
     print(f"hot code: {len(hot)} lines, {len(hot) * 64 / 1024:.1f} KiB, in {len(pages)} pages of 4 KiB")
     if top:
         per_fn = collections.Counter(line_fn[line] for line in hot)
