@@ -51,7 +51,7 @@ use sketch::Sketch;
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
-use window::Window;
+use window::{Count, Windows};
 
 /// Distinct `x-levee-caller` names (and `anonymous`) tracked by default
 /// (`limits.caller_names`); further names count as [`OTHER`].
@@ -100,7 +100,7 @@ pub struct Census {
     /// Caller slot of each configured key (`keys[i]`), when keys are configured.
     key_slots: Vec<usize>,
     targets: Vec<Vec<Mutex<TargetStats>>>,
-    windows: Vec<Mutex<Window>>,
+    windows: Vec<Windows>,
     fallbacks: Mutex<VecDeque<FallbackEvent>>,
     caller_requests: Family<CallerLabel, Counter>,
     exceeded: Family<RouteTargetLabel, Gauge>,
@@ -185,11 +185,7 @@ impl Census {
                     .collect()
             })
             .collect();
-        let windows = config
-            .routes
-            .iter()
-            .map(|_| Mutex::new(Window::new()))
-            .collect();
+        let windows = config.routes.iter().map(|_| Windows::new()).collect();
         Census {
             callers: Mutex::new(callers),
             key_slots,
@@ -240,8 +236,7 @@ impl Census {
         }
         for (ri, name) in next.route_names.iter().enumerate() {
             if let Some(ori) = self.route_names.iter().position(|n| n == name) {
-                let w = lock(&self.windows[ori]).clone();
-                *lock(&next.windows[ri]) = w;
+                next.windows[ri].copy_from(&self.windows[ori]);
             }
         }
         next
@@ -283,7 +278,11 @@ impl Census {
             caller_id(slot, s.incarnation)
         };
         if let Some(w) = self.windows.get(route) {
-            lock(w).slot(now.since_origin().as_secs()).requests += 1;
+            let c = Count {
+                requests: 1,
+                ..Count::default()
+            };
+            w.count(now.since_origin().as_secs(), c);
         }
         id as usize
     }
@@ -317,7 +316,11 @@ impl Census {
         now: Instant,
     ) {
         if let Some(w) = self.windows.get(route) {
-            lock(w).slot(now.since_origin().as_secs()).attempts += 1;
+            let c = Count {
+                attempts: 1,
+                ..Count::default()
+            };
+            w.count(now.since_origin().as_secs(), c);
         }
         if !result.is_timed() {
             return;
@@ -384,10 +387,12 @@ impl Census {
             return;
         }
         if let Some(w) = self.windows.get(route) {
-            let mut w = lock(w);
-            let s = w.slot(now.since_origin().as_secs());
-            s.answered += 1;
-            s.succeeded += u32::from(outcome.is_success());
+            let c = Count {
+                answered: 1,
+                succeeded: u32::from(outcome.is_success()),
+                ..Count::default()
+            };
+            w.count(now.since_origin().as_secs(), c);
         }
     }
 
@@ -400,7 +405,7 @@ impl Census {
     pub fn recent(&self, route: usize, now: Instant) -> Recent {
         self.windows
             .get(route)
-            .map(|w| lock(w).sum(now.since_origin().as_secs()))
+            .map(|w| w.sum(now.since_origin().as_secs()))
             .unwrap_or_default()
     }
 

@@ -13,14 +13,12 @@
 //! counts by an observation being recorded. Encoded exactly as
 //! prometheus-client's `Histogram` (the same encoder call).
 
+use crate::observe::shard::{this_thread, SHARDS};
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Shards per histogram: threads past this many share one (correct, with
-/// atomic adds; only slower).
-const SHARDS: usize = 16;
 /// Words between the starts of two shards at the least: 128 bytes, so
 /// two shards never share a cache line (nor an adjacent-line prefetch).
 const SPACING: usize = 16;
@@ -67,7 +65,7 @@ impl Histogram {
         let inner = &*self.inner;
         let last = inner.bounds.len() - 1;
         let bucket = inner.bounds.iter().position(|b| v <= *b).unwrap_or(last);
-        let (shard, owned) = shard();
+        let (shard, owned) = this_thread();
         let base = shard * inner.stride;
         let count = &inner.cells[base + 1 + bucket];
         let sum = &inner.cells[base];
@@ -104,21 +102,6 @@ impl Histogram {
         let count = buckets.iter().map(|b| b.1).sum();
         (sum, count, buckets)
     }
-}
-
-/// This thread's shard, and whether the thread owns it: the first
-/// `SHARDS - 1` threads to record own one each, in turn; every later one
-/// shares the last. (A worker thread lives as long as the process, so a
-/// shard's owner never hands it on.)
-fn shard() -> (usize, bool) {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: (usize, bool) = {
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            if n < SHARDS - 1 { (n, true) } else { (SHARDS - 1, false) }
-        };
-    }
-    SHARD.with(|s| *s)
 }
 
 impl TypedMetric for Histogram {
@@ -193,22 +176,5 @@ mod tests {
         assert!(h.inner.stride > 21, "the sum and 21 counts");
         assert_eq!(h.inner.stride % SPACING, 0);
         assert_eq!(h.inner.cells.len(), h.inner.stride * SHARDS);
-    }
-
-    #[test]
-    fn no_two_threads_own_a_shard_and_the_rest_share_the_last() {
-        let got: Vec<(usize, bool)> = std::thread::scope(|s| {
-            let threads: Vec<_> = (0..2 * SHARDS).map(|_| s.spawn(shard)).collect();
-            threads.into_iter().filter_map(|t| t.join().ok()).collect()
-        });
-        let mut owned: Vec<usize> = got.iter().filter(|g| g.1).map(|g| g.0).collect();
-        owned.sort_unstable();
-        owned.dedup();
-        assert_eq!(owned.len(), got.iter().filter(|g| g.1).count(), "{got:?}");
-        assert!(owned.iter().all(|&i| i < SHARDS - 1), "{got:?}");
-        // More threads than shards: some share, all on the last, with atomics.
-        let shared: Vec<_> = got.iter().filter(|g| !g.1).collect();
-        assert!(!shared.is_empty());
-        assert!(shared.iter().all(|g| g.0 == SHARDS - 1), "{got:?}");
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod metrics;
 pub(crate) mod outcome;
 pub(crate) mod record;
 pub(crate) mod redact;
+pub(crate) mod shard;
 pub(crate) mod telemetry;
 
 #[cfg(test)]

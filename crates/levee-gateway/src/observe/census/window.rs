@@ -3,6 +3,9 @@
 //! success ratio its callers see are computed from.
 
 use super::WINDOW_SECS;
+use crate::observe::shard::{this_thread, SHARDS};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// One second of a route's traffic.
 #[derive(Clone, Copy)]
@@ -87,6 +90,157 @@ impl Window {
     }
 }
 
+/// What one request adds to the second it is counted in.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Count {
+    pub(super) requests: u32,
+    pub(super) attempts: u32,
+    pub(super) answered: u32,
+    pub(super) succeeded: u32,
+}
+
+/// One second of a route's traffic as one thread counts it: atomics only
+/// their owner writes, with plain loads and stores.
+struct OwnedSecond {
+    /// Which second; `u64::MAX` before any.
+    sec: AtomicU64,
+    requests: AtomicU32,
+    attempts: AtomicU32,
+    answered: AtomicU32,
+    succeeded: AtomicU32,
+}
+
+impl OwnedSecond {
+    fn new() -> Self {
+        OwnedSecond {
+            sec: AtomicU64::new(u64::MAX),
+            requests: AtomicU32::new(0),
+            attempts: AtomicU32::new(0),
+            answered: AtomicU32::new(0),
+            succeeded: AtomicU32::new(0),
+        }
+    }
+
+    fn counts(&self) -> [&AtomicU32; 4] {
+        [
+            &self.requests,
+            &self.attempts,
+            &self.answered,
+            &self.succeeded,
+        ]
+    }
+}
+
+/// A route's traffic per second over the last [`WINDOW_SECS`], counted
+/// apart by each thread that owns a shard ([`crate::observe::shard`]), and
+/// under a lock by the threads that share the last. A request counts three
+/// times (admitted, its attempts, answered): under one lock those were six
+/// atomic read-modify-writes a request on a cache line every worker
+/// writes. A reader adds the shards up; one that reads while a thread
+/// starts a new second may miss that thread's last count of it.
+pub(super) struct Windows {
+    owned: Box<[Box<[OwnedSecond]>]>,
+    shared: Mutex<Window>,
+}
+
+impl Windows {
+    pub(super) fn new() -> Self {
+        let slots = usize::try_from(WINDOW_SECS).unwrap_or(60);
+        Windows {
+            owned: (0..SHARDS - 1)
+                .map(|_| (0..slots).map(|_| OwnedSecond::new()).collect())
+                .collect(),
+            shared: Mutex::new(Window::new()),
+        }
+    }
+
+    /// Adds `c` to second `sec`, on this thread's shard.
+    pub(super) fn count(&self, sec: u64, c: Count) {
+        let (shard, owned) = this_thread();
+        self.count_on(shard, owned, sec, c);
+    }
+
+    /// [`Windows::count`] on `shard`, which the calling thread `owned`.
+    fn count_on(&self, shard: usize, owned: bool, sec: u64, c: Count) {
+        let Some(slots) = self.owned.get(shard).filter(|_| owned) else {
+            let mut w = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            let s = w.slot(sec);
+            s.requests += c.requests;
+            s.attempts += c.attempts;
+            s.answered += c.answered;
+            s.succeeded += c.succeeded;
+            return;
+        };
+        let n = slots.len() as u64;
+        let s = &slots[usize::try_from(sec % n).unwrap_or(0)];
+        if s.sec.load(Ordering::Relaxed) != sec {
+            // A new second: its counts start over, then it is marked, so a
+            // reader that sees the mark sees the counts cleared.
+            for a in s.counts() {
+                a.store(0, Ordering::Relaxed);
+            }
+            s.sec.store(sec, Ordering::Release);
+        }
+        for (a, add) in
+            s.counts()
+                .into_iter()
+                .zip([c.requests, c.attempts, c.answered, c.succeeded])
+        {
+            if add > 0 {
+                a.store(
+                    a.load(Ordering::Relaxed).saturating_add(add),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+
+    /// The traffic in the window ending at `sec`, every shard's.
+    pub(super) fn sum(&self, sec: u64) -> Recent {
+        let shared = self
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sum(sec);
+        self.owned
+            .iter()
+            .flat_map(|slots| slots.iter())
+            .filter(|s| {
+                let at = s.sec.load(Ordering::Acquire);
+                at <= sec && sec - at < WINDOW_SECS
+            })
+            .fold(shared, |r, s| {
+                let [q, a, n, ok] = s.counts().map(|c| u64::from(c.load(Ordering::Relaxed)));
+                Recent {
+                    requests: r.requests + q,
+                    attempts: r.attempts + a,
+                    answered: r.answered + n,
+                    succeeded: r.succeeded + ok,
+                }
+            })
+    }
+
+    /// `from`'s counts, for the same route in a reloaded census (no thread
+    /// counts in `self` yet).
+    pub(super) fn copy_from(&self, from: &Windows) {
+        for (to, from) in self.owned.iter().zip(from.owned.iter()) {
+            for (t, f) in to.iter().zip(from.iter()) {
+                for (a, b) in t.counts().into_iter().zip(f.counts()) {
+                    a.store(b.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+                t.sec
+                    .store(f.sec.load(Ordering::Acquire), Ordering::Release);
+            }
+        }
+        let w = from
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = w;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +268,46 @@ mod tests {
         assert_eq!(w.sum(60), sum(6, 0, 1, 1));
         assert_eq!(w.sum(200), Recent::default());
         assert_eq!(w.sum(200).success_ratio(), None);
+    }
+
+    #[test]
+    fn every_shards_counts_add_up_start_over_each_minute_and_carry_over() {
+        let w = Windows::new();
+        let add = |shard, owned, sec, requests, answered| {
+            let c = Count {
+                requests,
+                attempts: 2 * requests,
+                answered,
+                succeeded: answered,
+            };
+            w.count_on(shard, owned, sec, c);
+        };
+        // Two owners and two threads sharing the last shard.
+        add(0, true, 10, 1, 0);
+        add(3, true, 10, 2, 0);
+        add(SHARDS - 1, false, 10, 4, 0);
+        add(SHARDS - 1, false, 11, 0, 3);
+        add(0, true, 11, 0, 1);
+        let sum = |r, a, n, s| Recent {
+            requests: r,
+            attempts: a,
+            answered: n,
+            succeeded: s,
+        };
+        assert_eq!(w.sum(11), sum(7, 14, 4, 4));
+        // Sixty seconds on, second 10's slot is second 70's: it starts over.
+        add(0, true, 70, 5, 0);
+        assert_eq!(w.sum(70), sum(5, 10, 4, 4));
+        let next = Windows::new();
+        next.copy_from(&w);
+        assert_eq!(next.sum(70), w.sum(70));
+        // The threads' own counts go on in the reloaded census.
+        let one = Count {
+            requests: 1,
+            ..Count::default()
+        };
+        next.count(70, one);
+        assert_eq!(next.sum(70), sum(6, 10, 4, 4));
+        assert_eq!(next.sum(71), sum(6, 10, 0, 0), "second 11 is out");
     }
 }
