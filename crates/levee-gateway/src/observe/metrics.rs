@@ -8,6 +8,7 @@
 use crate::http::respond::Why;
 use crate::observe::histogram::Histogram;
 use crate::observe::outcome::{AttemptResult, FallbackReason, RequestOutcome, SkipReason};
+use handles::Handles;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -15,27 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::{Metric, Registry};
 use rustc_hash::FxHashMap;
-use std::sync::{Mutex, RwLock};
 
-/// Counter handles by label values, built once per pair of values (a family
-/// with one label uses `""` as the second): the hot path (every request
-/// counts an outcome and an attempt) then costs a scan of short lists under
-/// a read lock, not a label set of `String`s allocated, hashed and dropped
-/// per request. The values are route and provider names from the config and
-/// fixed outcome words, so the lists stay as short as the metric families;
-/// comparing a few short strings costs less than hashing the two keys
-/// (SipHash, ~100 instructions each).
-#[derive(Debug, Default)]
-struct Handles(RwLock<Vec<(Box<str>, BySecond)>>);
-
-/// Counters by their second label value.
-type BySecond = Vec<(Box<str>, Counter)>;
-
-/// The counter for `(a, b)` in `list`.
-fn lookup<'l>(list: &'l [(Box<str>, BySecond)], a: &str, b: &str) -> Option<&'l Counter> {
-    let (_, by) = list.iter().find(|(k, _)| **k == *a)?;
-    by.iter().find(|(k, _)| **k == *b).map(|(_, c)| c)
-}
+mod handles;
+use std::sync::Mutex;
 
 /// A request's `levee_tokens_total` series (its input and output) and its
 /// `levee_spend_usd_total` series, by numbers: route and provider indices,
@@ -108,27 +91,6 @@ where
 
 /// A spend series' counter (US dollars).
 type SpendCounter = Counter<f64, std::sync::atomic::AtomicU64>;
-
-impl Handles {
-    fn inc(&self, a: &str, b: &str, make: impl FnOnce() -> Counter) {
-        if let Some(c) = lookup(&self.0.read().unwrap_or_else(|e| e.into_inner()), a, b) {
-            c.inc();
-            return;
-        }
-        let mut list = self.0.write().unwrap_or_else(|e| e.into_inner());
-        // Another request may have added it since the read.
-        if let Some(c) = lookup(&list, a, b) {
-            c.inc();
-            return;
-        }
-        let c = make();
-        c.inc();
-        match list.iter_mut().find(|(k, _)| **k == *a) {
-            Some((_, by)) => by.push((b.into(), c)),
-            None => list.push((a.into(), vec![(b.into(), c)])),
-        }
-    }
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteOutcome {
