@@ -5,7 +5,7 @@
 //! or more away from any other shard's), and a scrape adds the shards up.
 //! A shard one thread owns is written with plain loads and stores: an
 //! atomic read-modify-write costs ~8 ns of CPU where a store costs well
-//! under one, and two a observation were ten a request. The threads past
+//! under one, and two an observation were ten a request. The threads past
 //! the first `SHARDS - 1` share the last shard, with atomic adds.
 //!
 //! The count is the sum of the bucket counts, so a scrape never shows a
