@@ -376,3 +376,44 @@ impl Drop for AttemptFinisher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use levee_policy::AttemptKind;
+    use std::time::Duration;
+
+    #[test]
+    fn one_look_at_the_provider_admits_an_attempt_and_tells_its_learned_time() {
+        let config = levee_config::Config::parse(
+            "providers:\n  p: { api: openai, base_url: \"http://127.0.0.1:1\" }\nroutes:\n  - targets: [p]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let shared = Shared::new(config, 1).unwrap_or_else(|e| panic!("{e}"));
+        let seen = Seen::default();
+        let mut deps = GatewayDeps {
+            shared: &shared,
+            route: 0,
+            model: "m",
+            plans: &[],
+            ask: levee_policy::allowance::Ask::default(),
+            seen: &seen,
+        };
+        // Thirty answers of 100 ms each: enough to learn from.
+        let start = shared.clock.now();
+        let mut at = start;
+        for _ in 0..30 {
+            let (permit, _) = deps
+                .admit_expecting(0, at, AttemptKind::First)
+                .unwrap_or_else(|r| panic!("{r:?}"));
+            at = at + Duration::from_millis(100);
+            deps.finish(0, at, permit, Class::Success);
+        }
+        let learned = deps.expected(0, at);
+        assert!(learned.is_some(), "nothing learned from 30 answers");
+        let (_, told) = deps
+            .admit_expecting(0, at, AttemptKind::First)
+            .unwrap_or_else(|r| panic!("{r:?}"));
+        assert_eq!(told, learned);
+    }
+}
