@@ -278,11 +278,7 @@ impl Census {
             caller_id(slot, s.incarnation)
         };
         if let Some(w) = self.windows.get(route) {
-            let c = Count {
-                requests: 1,
-                ..Count::default()
-            };
-            w.count(now.since_origin().as_secs(), c);
+            w.count(now.since_origin().as_secs(), Count::REQUEST);
         }
         id as usize
     }
@@ -316,11 +312,7 @@ impl Census {
         now: Instant,
     ) {
         if let Some(w) = self.windows.get(route) {
-            let c = Count {
-                attempts: 1,
-                ..Count::default()
-            };
-            w.count(now.since_origin().as_secs(), c);
+            w.count(now.since_origin().as_secs(), Count::ATTEMPT);
         }
         if !result.is_timed() {
             return;
@@ -387,11 +379,7 @@ impl Census {
             return;
         }
         if let Some(w) = self.windows.get(route) {
-            let c = Count {
-                answered: 1,
-                succeeded: u32::from(outcome.is_success()),
-                ..Count::default()
-            };
+            let c = Count::answered(outcome.is_success());
             w.count(now.since_origin().as_secs(), c);
         }
     }

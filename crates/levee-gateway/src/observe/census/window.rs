@@ -7,24 +7,77 @@ use crate::observe::shard::{this_thread, SHARDS};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-/// One second of a route's traffic.
+/// What a request adds to the second it is counted in, and a second's
+/// counts.
 #[derive(Clone, Copy)]
-pub(super) struct Second {
-    /// Which second since the clock's origin; `u64::MAX` before any.
-    sec: u64,
+pub(super) struct Count {
     pub(super) requests: u32,
     pub(super) attempts: u32,
     pub(super) answered: u32,
     pub(super) succeeded: u32,
 }
 
-impl Second {
-    const EMPTY: Second = Second {
-        sec: u64::MAX,
+impl Count {
+    const ZERO: Count = Count {
         requests: 0,
         attempts: 0,
         answered: 0,
         succeeded: 0,
+    };
+    /// A request admitted.
+    pub(super) const REQUEST: Count = Count {
+        requests: 1,
+        ..Count::ZERO
+    };
+    /// An attempt finished.
+    pub(super) const ATTEMPT: Count = Count {
+        attempts: 1,
+        ..Count::ZERO
+    };
+
+    /// A request answered, with success or not.
+    pub(super) fn answered(success: bool) -> Count {
+        Count {
+            answered: 1,
+            succeeded: u32::from(success),
+            ..Count::ZERO
+        }
+    }
+
+    fn fields(self) -> [u32; 4] {
+        [self.requests, self.attempts, self.answered, self.succeeded]
+    }
+
+    fn of(f: [u32; 4]) -> Count {
+        let [requests, attempts, answered, succeeded] = f;
+        Count {
+            requests,
+            attempts,
+            answered,
+            succeeded,
+        }
+    }
+
+    fn add(&mut self, c: Count) {
+        self.requests = self.requests.saturating_add(c.requests);
+        self.attempts = self.attempts.saturating_add(c.attempts);
+        self.answered = self.answered.saturating_add(c.answered);
+        self.succeeded = self.succeeded.saturating_add(c.succeeded);
+    }
+}
+
+/// One second of a route's traffic.
+#[derive(Clone, Copy)]
+pub(super) struct Second {
+    /// Which second since the clock's origin; `u64::MAX` before any.
+    sec: u64,
+    pub(super) count: Count,
+}
+
+impl Second {
+    const EMPTY: Second = Second {
+        sec: u64::MAX,
+        count: Count::ZERO,
     };
 }
 
@@ -44,6 +97,16 @@ pub struct Recent {
 }
 
 impl Recent {
+    /// These and `c`.
+    fn plus(self, c: Count) -> Recent {
+        Recent {
+            requests: self.requests + u64::from(c.requests),
+            attempts: self.attempts + u64::from(c.attempts),
+            answered: self.answered + u64::from(c.answered),
+            succeeded: self.succeeded + u64::from(c.succeeded),
+        }
+    }
+
     /// The share of answered requests that succeeded; `None` when none was
     /// answered.
     pub fn success_ratio(&self) -> Option<f64> {
@@ -81,22 +144,8 @@ impl Window {
         self.slots
             .iter()
             .filter(|s| s.sec <= sec && sec - s.sec < WINDOW_SECS)
-            .fold(Recent::default(), |r, s| Recent {
-                requests: r.requests + u64::from(s.requests),
-                attempts: r.attempts + u64::from(s.attempts),
-                answered: r.answered + u64::from(s.answered),
-                succeeded: r.succeeded + u64::from(s.succeeded),
-            })
+            .fold(Recent::default(), |r, s| r.plus(s.count))
     }
-}
-
-/// What one request adds to the second it is counted in.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Count {
-    pub(super) requests: u32,
-    pub(super) attempts: u32,
-    pub(super) answered: u32,
-    pub(super) succeeded: u32,
 }
 
 /// One second of a route's traffic as one thread counts it: atomics only
@@ -164,11 +213,7 @@ impl Windows {
     fn count_on(&self, shard: usize, owned: bool, sec: u64, c: Count) {
         let Some(slots) = self.owned.get(shard).filter(|_| owned) else {
             let mut w = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-            let s = w.slot(sec);
-            s.requests += c.requests;
-            s.attempts += c.attempts;
-            s.answered += c.answered;
-            s.succeeded += c.succeeded;
+            w.slot(sec).count.add(c);
             return;
         };
         let n = slots.len() as u64;
@@ -181,11 +226,7 @@ impl Windows {
             }
             s.sec.store(sec, Ordering::Release);
         }
-        for (a, add) in
-            s.counts()
-                .into_iter()
-                .zip([c.requests, c.attempts, c.answered, c.succeeded])
-        {
+        for (a, add) in s.counts().into_iter().zip(c.fields()) {
             if add > 0 {
                 a.store(
                     a.load(Ordering::Relaxed).saturating_add(add),
@@ -210,13 +251,7 @@ impl Windows {
                 at <= sec && sec - at < WINDOW_SECS
             })
             .fold(shared, |r, s| {
-                let [q, a, n, ok] = s.counts().map(|c| u64::from(c.load(Ordering::Relaxed)));
-                Recent {
-                    requests: r.requests + q,
-                    attempts: r.attempts + a,
-                    answered: r.answered + n,
-                    succeeded: r.succeeded + ok,
-                }
+                r.plus(Count::of(s.counts().map(|c| c.load(Ordering::Relaxed))))
             })
     }
 
@@ -245,26 +280,30 @@ impl Windows {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_window_counts_the_last_minute_only() {
-        let mut w = Window::new();
-        assert_eq!(w.sum(0), Recent::default());
-        w.slot(0).requests += 1;
-        w.slot(0).attempts += 2;
-        w.slot(0).answered += 1;
-        w.slot(59).requests += 1;
-        w.slot(59).answered += 1;
-        w.slot(59).succeeded += 1;
-        let sum = |r, a, n, s| Recent {
+    /// The traffic of `r` requests, `a` attempts, `n` answered, `s` succeeded.
+    fn sum(r: u64, a: u64, n: u64, s: u64) -> Recent {
+        Recent {
             requests: r,
             attempts: a,
             answered: n,
             succeeded: s,
-        };
+        }
+    }
+
+    #[test]
+    fn the_window_counts_the_last_minute_only() {
+        let mut w = Window::new();
+        assert_eq!(w.sum(0), Recent::default());
+        w.slot(0).count.requests += 1;
+        w.slot(0).count.attempts += 2;
+        w.slot(0).count.answered += 1;
+        w.slot(59).count.requests += 1;
+        w.slot(59).count.answered += 1;
+        w.slot(59).count.succeeded += 1;
         assert_eq!(w.sum(59), sum(2, 2, 2, 1));
         assert_eq!(w.sum(59).success_ratio(), Some(0.5));
         assert_eq!(w.sum(60), sum(1, 0, 1, 1));
-        w.slot(60).requests += 5;
+        w.slot(60).count.requests += 5;
         assert_eq!(w.sum(60), sum(6, 0, 1, 1));
         assert_eq!(w.sum(200), Recent::default());
         assert_eq!(w.sum(200).success_ratio(), None);
@@ -288,12 +327,6 @@ mod tests {
         add(SHARDS - 1, false, 10, 4, 0);
         add(SHARDS - 1, false, 11, 0, 3);
         add(0, true, 11, 0, 1);
-        let sum = |r, a, n, s| Recent {
-            requests: r,
-            attempts: a,
-            answered: n,
-            succeeded: s,
-        };
         assert_eq!(w.sum(11), sum(7, 14, 4, 4));
         // Sixty seconds on, second 10's slot is second 70's: it starts over.
         add(0, true, 70, 5, 0);
@@ -302,11 +335,7 @@ mod tests {
         next.copy_from(&w);
         assert_eq!(next.sum(70), w.sum(70));
         // The threads' own counts go on in the reloaded census.
-        let one = Count {
-            requests: 1,
-            ..Count::default()
-        };
-        next.count(70, one);
+        next.count(70, Count::REQUEST);
         assert_eq!(next.sum(70), sum(6, 10, 4, 4));
         assert_eq!(next.sum(71), sum(6, 10, 0, 0), "second 11 is out");
     }
