@@ -164,13 +164,15 @@ count() { # name port secs command...
 }
 
 # Instructions per request of one subject: two runs, short and long; what
-# starting, warming up and stopping cost is in both and cancels out.
+# starting, warming up and stopping cost is in both and cancels out. Each
+# run's line: requests, errors, instructions, then `b` and `c`: the L1i and
+# L1d misses (CACHE=1), or the atomic read-modify-writes (ATOMICS=1, `b`).
 per_request() { # name port command...
   local name="$1" port="$2"; shift 2
   count "$name" "$port" "$WARMUP" "$@"
-  read -r n1 e1 ir1 i1m1 d1m1 <"$work/line"
+  read -r n1 e1 ir1 b1 c1 <"$work/line"
   count "$name" "$port" "$(( WARMUP + SECONDS_LOAD ))" "$@"
-  read -r n2 e2 ir2 i1m2 d1m2 <"$work/line"
+  read -r n2 e2 ir2 b2 c2 <"$work/line"
   if [ "${e1:-1}" != 0 ] || [ "${e2:-1}" != 0 ] || [ "$(( ${n2:-0} - ${n1:-0} ))" -lt 100 ] \
     || [ "${ir1:-0}" = 0 ] || [ "${ir2:-0}" = 0 ]; then
     echo "instructions.sh: $name: runs of ${n1:-no} and ${n2:-no} requests, ${e1:-?} and ${e2:-?} errors, ${ir1:-0} and ${ir2:-0} instructions" >&2
@@ -178,10 +180,9 @@ per_request() { # name port command...
   fi
   say "  $name: $ir1 instructions for $n1 requests, $ir2 for $n2"
   if [ "$CACHE" = 1 ]; then
-    echo "$(( (ir2 - ir1) / (n2 - n1) )) $(( (i1m2 - i1m1) / (n2 - n1) )) $(( (d1m2 - d1m1) / (n2 - n1) ))" >"$work/line"
+    echo "$(( (ir2 - ir1) / (n2 - n1) )) $(( (b2 - b1) / (n2 - n1) )) $(( (c2 - c1) / (n2 - n1) ))" >"$work/line"
   elif [ "$ATOMICS" = 1 ]; then
-    # read put the atomics in the second column, i1m.
-    echo "$(( (ir2 - ir1) / (n2 - n1) )) $(awk -v a="$i1m1" -v b="$i1m2" -v n="$(( n2 - n1 ))" 'BEGIN {printf "%.1f", (b - a) / n}')" >"$work/line"
+    echo "$(( (ir2 - ir1) / (n2 - n1) )) $(awk -v a="$b1" -v b="$b2" -v n="$(( n2 - n1 ))" 'BEGIN {printf "%.1f", (b - a) / n}')" >"$work/line"
   elif [ "$FOOTPRINT" = 1 ]; then
     local kib; kib="$(python3 bench/code-footprint.py "$work/cg.$name" "$n2" | awk '{print $5}')"
     echo "$(( (ir2 - ir1) / (n2 - n1) )) $kib" >"$work/line"
