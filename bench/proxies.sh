@@ -13,14 +13,19 @@
 #   levee     - `levee serve` with the full policy on (deadline, retry
 #               budget, breaker, admission caps, allowance, idempotency
 #               key, metrics) and its default workers (one per CPU); the
-#               request log off (LEVEE_LOG=warn), as the proxies' access logs
+#               request log off (LEVEE_LOG=warn), as the proxies' access logs.
+#               The release build, profile-guided by the committed
+#               pgo/levee.profdata (scripts/rustc-pgo); for the plain build
+#               as levee-b: `LEVEE_PGO=0 cargo build --release --target-dir
+#               target/plain`
 #   levee-unbound - the same with `--cpu-affinity off`: its workers left to
 #               the scheduler instead of bound to a CPU each
 #   levee-b   - with LEVEE_BIN_B set: that second build of Levee, default
 #               workers, in the same rounds (a build against the one before)
-#   levee-pgo - with PGO=1: the profile-guided build scripts/build-pgo makes
-#               (two more release builds first, ~15 min on 2 CPUs; PGO_BIN
-#               names one already built)
+#   levee-pgo - with PGO=1: the build with a profile made afresh from
+#               this source by scripts/build-pgo (two more release builds
+#               first, ~15 min on 2 CPUs; it rewrites pgo/ in the working
+#               tree); PGO_BIN names one already built
 #   levee-wN  - the same with `--workers N`, for N in $WORKERS_SET: how
 #               Levee's throughput scales with worker threads. On a 2-CPU
 #               machine with wrk on one of them, workers past 2 share CPUs.
