@@ -541,7 +541,10 @@ async fn at_the_end_of_the_grace_period_waiting_requests_get_a_503_and_streams_a
     })
     .await;
     let shutdown = tokio::spawn(gw.shutdown());
-    let a = watchdog(WATCHDOG, waiting)
+    // Answered when the 300 ms grace period ends, not at the request's next
+    // wake-up of its own (its attempt's timers: seconds later): the
+    // connection's task must be woken by the period's end.
+    let a = watchdog(Duration::from_secs(5), waiting)
         .await
         .unwrap()
         .expect("the waiting request gets a response");

@@ -57,7 +57,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
-use wait::{ClosingWatch, HeadTimer};
+use wait::{ClosingWatch, HeadTimer, InFlightWake};
 
 /// First read buffer of a connection: a chat request's head and body are
 /// usually under 2 KiB.
@@ -89,10 +89,23 @@ pub(crate) struct Settings {
 /// after its current exchange, or at once when it has none.
 pub(crate) type Closing = watch::Receiver<bool>;
 
+/// Resolves when every request in flight must be polled again: the end of
+/// the shutdown grace period, after which the gateway answers each one. The
+/// connection keeps it registered while it serves, so that the service's
+/// requests need not register a waiter each; a service whose requests do
+/// not rely on it is served with none.
+pub(crate) type Wake = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Serves requests on `io` with `svc` until the caller closes, a limit is
-/// broken, or `closing` turns true.
-pub(crate) async fn serve<IO, S, F>(io: IO, settings: Settings, mut svc: S, closing: Closing)
-where
+/// broken, or `closing` turns true; each exchange keeps the connection's
+/// task registered with `in_flight`.
+pub(crate) async fn serve<IO, S, F>(
+    io: IO,
+    settings: Settings,
+    mut svc: S,
+    closing: Closing,
+    in_flight: Option<Wake>,
+) where
     IO: AsyncRead + AsyncWrite + Unpin,
     S: FnMut(Request<FrontBody>) -> F,
     F: Future<Output = Response<Body>>,
@@ -104,6 +117,7 @@ where
         queue: VecDeque::new(),
         read_closed: false,
         head_timer: HeadTimer::new(),
+        in_flight: InFlightWake::new(in_flight),
     };
     let mut closing = ClosingWatch::new(closing);
     loop {
@@ -146,6 +160,7 @@ struct Conn<IO> {
     /// The caller has closed its side.
     read_closed: bool,
     head_timer: HeadTimer,
+    in_flight: InFlightWake,
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
@@ -205,6 +220,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         F: Future<Output = Response<Body>>,
     {
         std::future::poll_fn(|cx| loop {
+            // Registered first: a signal that fires after this wakes the
+            // task, and one that fired before is seen by the answer.
+            self.in_flight.register(cx);
             if let Poll::Ready(resp) = fut.as_mut().poll(cx) {
                 return Poll::Ready(Some(resp));
             }

@@ -21,7 +21,9 @@ use tokio::sync::Notify;
 /// wake-ups (three or more per request). A `Notify` waiter takes the
 /// `Notify`'s lock on every poll (a `watch` receiver takes two), so the
 /// waiter is polled only when the task's waker is new, which registers it,
-/// and otherwise the flag is read: one atomic load.
+/// and otherwise the flag is read: one atomic load. A request served on a
+/// caller's connection registers nothing: the connection's task holds one
+/// waiter for its life ([`Watcher::Connection`]).
 #[derive(Debug, Default)]
 pub struct GraceOver {
     over: AtomicBool,
@@ -29,6 +31,17 @@ pub struct GraceOver {
 }
 
 type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Who has the request's task woken when the grace period ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watcher {
+    /// The request registers its task itself, for as long as it waits.
+    Request,
+    /// The task serving the request (a caller's connection) holds a waiter
+    /// ([`GraceOver::wait`]) registered for its life, and polls the request
+    /// when it is woken: the request only reads the flag.
+    Connection,
+}
 
 impl GraceOver {
     /// Ends the grace period for every request.
@@ -44,7 +57,7 @@ impl GraceOver {
     }
 
     /// Resolves when the grace period ends.
-    fn wait(self: &Arc<Self>) -> Wait {
+    pub(crate) fn wait(self: &Arc<Self>) -> Wait {
         let grace = Arc::clone(self);
         Box::pin(async move { grace.notify.notified().await })
     }
@@ -67,9 +80,22 @@ impl GraceOver {
     }
 
     /// Runs `answer` to its end, or until the grace period ends first
-    /// (`None`: `answer` is dropped there). A streaming response's relay
-    /// watches the period itself ([`GraceWatch`]).
-    pub async fn race<F: Future>(&self, mut answer: Pin<&mut F>) -> Option<F::Output> {
+    /// (`None`: `answer` is dropped there), the task woken then by
+    /// `watcher`. A streaming response's relay watches the period itself
+    /// ([`GraceWatch`]).
+    pub async fn race<F: Future>(
+        &self,
+        mut answer: Pin<&mut F>,
+        watcher: Watcher,
+    ) -> Option<F::Output> {
+        if watcher == Watcher::Connection {
+            return std::future::poll_fn(|cx| match answer.as_mut().poll(cx) {
+                Poll::Ready(r) => Poll::Ready(Some(r)),
+                Poll::Pending if self.is_over() => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            })
+            .await;
+        }
         // Waited on in place (not `self.wait()`): no allocation per request.
         let mut wait = std::pin::pin!(self.notify.notified());
         let mut seen = None;

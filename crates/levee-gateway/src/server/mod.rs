@@ -17,6 +17,7 @@ use crate::http::respond::{full, Body};
 use crate::http::unread::Unread;
 use crate::runtime::reload::Reloader;
 use crate::runtime::shared::Shared;
+use crate::runtime::shutdown::Watcher;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -75,16 +76,28 @@ pub async fn serve_connections(
     // Ended with the listener (the runtime may live on in a test).
     let ticker = tokio::spawn(crate::runtime::warm::ticker());
     let unread = Arc::new(Unread::default());
+    // One for every generation: a reload keeps it.
+    let grace_over = Arc::clone(&generations.current().grace_over);
     let serve = |stream: TcpStream| {
         let _ = stream.set_nodelay(true);
         let stream = unread.track(stream);
         let generations = Arc::clone(&generations);
         // Each request runs under the generation current when it arrives.
         let mut held = generations.held();
+        // The connection holds the one waiter on the grace period's end
+        // that its requests rely on.
+        let grace = grace_over.wait();
         let svc = move |req: Request<front::FrontBody>| {
-            crate::request::handler::handle(generations.current_for(&mut held), req)
+            let shared = generations.current_for(&mut held);
+            crate::request::handler::handle_watched(shared, req, Watcher::Connection)
         };
-        tokio::spawn(front::serve(stream, settings, svc, watching.clone()));
+        tokio::spawn(front::serve(
+            stream,
+            settings,
+            svc,
+            watching.clone(),
+            Some(grace),
+        ));
     };
     loop {
         tokio::select! {

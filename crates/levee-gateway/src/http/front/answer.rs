@@ -279,8 +279,7 @@ impl Out {
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
+    crate::http::h1wire::field(headers, &header::CONTENT_LENGTH)
         .and_then(|v| crate::http::h1wire::parse_decimal(v.as_bytes()))
 }
 

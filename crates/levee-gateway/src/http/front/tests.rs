@@ -29,7 +29,7 @@ where
 {
     let (client, server) = tokio::io::duplex(pipe);
     let (closing, watching) = watch::channel(false);
-    let task = tokio::spawn(serve(server, SETTINGS, svc, watching));
+    let task = tokio::spawn(serve(server, SETTINGS, svc, watching, None));
     (client, task, closing)
 }
 

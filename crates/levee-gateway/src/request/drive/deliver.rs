@@ -20,9 +20,7 @@ impl Driver<'_> {
         if self.ctx.shared.recorder.is_some() || self.ctx.shared.secrets.get().occurs(raw.lines()) {
             raw.move_into(&mut parts.headers);
         }
-        let is_sse = parts
-            .headers
-            .get(CONTENT_TYPE)
+        let is_sse = crate::http::h1wire::field(&parts.headers, &CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if self.ctx.stream && is_sse {

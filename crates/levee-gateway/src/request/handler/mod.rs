@@ -13,6 +13,7 @@ use crate::request::drive::Ctx;
 use crate::request::observer::{self, Observer};
 use crate::request::plan::Plan;
 use crate::runtime::shared::Shared;
+use crate::runtime::shutdown::Watcher;
 use crate::state::idempotency::{Claim, Claimed, Follow, Lease, Scope, Stored};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
@@ -54,6 +55,21 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    handle_watched(shared, req, Watcher::Request)
+}
+
+/// [`handle`], for a task that has itself woken when the shutdown grace
+/// period ends as `watcher` says: a caller's connection holds one waiter for
+/// its life rather than one a request.
+pub(crate) fn handle_watched<B>(
+    shared: Arc<Shared>,
+    req: Request<B>,
+    watcher: Watcher,
+) -> impl std::future::Future<Output = Response<Body>>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let dialect = Dialect::of_request(native::canonical(req.uri().path()), req.headers());
     // The answer's future (every await on the request path: 3,584 bytes by
     // `-Zprint-type-sizes`, the driver's another 3,864) has
@@ -70,7 +86,10 @@ where
     // Written into its allocation, not moved there: `Box::pin` built the
     // future on the stack and copied all of it into the box (~440
     // instructions a request by callgrind).
-    let answer = Box::into_pin(Box::write(Box::new_uninit(), answer(shared, req, dialect)));
+    let answer = Box::into_pin(Box::write(
+        Box::new_uninit(),
+        answer(shared, req, dialect, watcher),
+    ));
     crate::request::fits_fast_path(&*answer);
     #[allow(clippy::redundant_async_block)]
     async move {
@@ -87,6 +106,7 @@ fn answer<B>(
     shared: Arc<Shared>,
     req: Request<B>,
     dialect: Dialect,
+    watcher: Watcher,
 ) -> impl std::future::Future<Output = Response<Body>>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -114,7 +134,7 @@ where
                 &mut admitted,
                 &sent,
             ));
-            shared.grace_over.race(serving).await
+            shared.grace_over.race(serving, watcher).await
         };
         let Some(served) = served else {
             // The grace period ended first: a request still waiting for its
@@ -176,7 +196,7 @@ pub(super) struct RequestId {
 /// The request's id: the caller's `x-request-id` when it sent a usable one
 /// (1 to 128 visible characters), else a new UUIDv7.
 fn request_id(shared: &Shared, h: &HeaderMap, arrived: levee_policy::Instant) -> RequestId {
-    if let Some(v) = h.get(headers::X_REQUEST_ID) {
+    if let Some(v) = crate::http::h1wire::field(h, &headers::X_REQUEST_ID) {
         let b = v.as_bytes();
         if !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_graphic()) {
             return RequestId {
