@@ -276,11 +276,31 @@ pub(crate) fn header_map(
             continue;
         }
         let name = crate::http::fieldname::field_name(name_bytes).map_err(|_| BadField::Name)?;
-        let value =
-            HeaderValue::from_maybe_shared(head.slice(v..v + vl)).map_err(|_| BadField::Value)?;
+        let value = match known_value(&head[v..v + vl]) {
+            Some(known) => known.clone(),
+            None => HeaderValue::from_maybe_shared(head.slice(v..v + vl))
+                .map_err(|_| BadField::Value)?,
+        };
         headers.append(name, value);
     }
     Ok(headers)
+}
+
+/// Values nearly every chat request and answer carries (their content
+/// types, as SDKs and providers spell them), made once: taken from here, a
+/// value is neither checked byte by byte nor a counted share of the head
+/// (an atomic increment, and a decrement when it is dropped).
+static KNOWN_VALUES: [HeaderValue; 5] = [
+    HeaderValue::from_static("application/json"),
+    HeaderValue::from_static("text/event-stream"),
+    HeaderValue::from_static("application/json; charset=utf-8"),
+    HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    HeaderValue::from_static("*/*"),
+];
+
+/// The ready-made value with exactly the bytes `v`, if there is one.
+fn known_value(v: &[u8]) -> Option<&'static HeaderValue> {
+    KNOWN_VALUES.iter().find(|k| k.as_bytes() == v)
 }
 
 /// Whether `name` is one of the names `listed` spans (offset, length) in
@@ -520,6 +540,50 @@ mod tests {
             for name in asked {
                 assert_eq!(field(&h, &name), h.get(&name), "{name} in a map of {size}");
             }
+        }
+    }
+
+    /// The spans of `name: value\r\n` lines.
+    fn spans_of(head: &[u8]) -> Spans {
+        let mut spans = Spans::new();
+        let mut at = 0;
+        for line in head.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let colon = line.iter().position(|&b| b == b':').unwrap();
+            let value = line[colon + 1..].trim_ascii();
+            let v = at + (value.as_ptr() as usize - line.as_ptr() as usize);
+            spans.push(Span {
+                name: (at as u32, colon as u32),
+                value: (v as u32, value.len() as u32),
+            });
+            at += line.len() + 1;
+        }
+        spans
+    }
+
+    #[test]
+    fn a_known_value_is_the_same_value_and_no_share_of_the_head() {
+        let known = b"content-type: application/json\r\naccept: */*\r\nx-b: text/event-stream; charset=utf-8\r\n";
+        let other = b"content-type: application/JSON\r\naccept: */*\r\n";
+        for (text, shared) in [(&known[..], false), (&other[..], true)] {
+            let head = Bytes::from(text.to_vec());
+            let spans = spans_of(&head);
+            let map = header_map(&head, &spans, &[], 0, 4).unwrap();
+            for span in spans.iter() {
+                let (n, v) = (span.name, span.value);
+                let name = std::str::from_utf8(&head[n.0 as usize..(n.0 + n.1) as usize]).unwrap();
+                let value = &head[v.0 as usize..(v.0 + v.1) as usize];
+                assert_eq!(map.get(name).unwrap().as_bytes(), value, "{name}");
+                assert!(!map.get(name).unwrap().is_sensitive());
+            }
+            // A value sliced from the head holds a count of it.
+            assert_eq!(
+                !head.is_unique(),
+                shared,
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+            drop(map);
+            assert!(head.is_unique());
         }
     }
 
