@@ -587,13 +587,15 @@ async fn at_the_end_of_the_grace_period_waiting_requests_get_a_503_and_streams_a
     // with a 503 are counted as such, not as callers that went away (nor,
     // for the 503, left out).
     let exposition = metrics.encode();
-    let count = |outcome: &str| {
-        let label = format!("outcome=\"{outcome}\"");
-        metric(&exposition, "levee_requests_total", &[&label])
-    };
-    let (shutting_down, closed) = (count("shutting_down"), count("client_closed"));
-    assert_eq!((shutting_down, closed), (3.0, 0.0), "{exposition}");
+    let counts = ["shutting_down", "client_closed"].map(|o| requests_ended(&exposition, o));
+    assert_eq!(counts, [3.0, 0.0], "{exposition}");
     m.shutdown().await;
+}
+
+/// `levee_requests_total` with `outcome` in an exposition.
+fn requests_ended(exposition: &str, outcome: &str) -> f64 {
+    let label = format!("outcome=\"{outcome}\"");
+    metric(exposition, "levee_requests_total", &[&label])
 }
 
 /// A provider that answers with Levee's own fields set: they never reach

@@ -129,6 +129,14 @@ pub async fn serve_connections(
     if silent > 0 {
         tracing::info!(target: "levee", connections = silent, "closing connections that sent nothing");
     }
+    drain(closing, &shared).await;
+    ticker.abort();
+}
+
+/// Asks every connection to finish and waits the shutdown grace period for
+/// them; then ends it (a waiting request gets its 503, a stream its error
+/// event) and gives those last answers two seconds to be written.
+async fn drain(closing: watch::Sender<bool>, shared: &Shared) {
     let _ = closing.send(true);
     let drained = closing.closed();
     tokio::pin!(drained);
@@ -138,7 +146,6 @@ pub async fn serve_connections(
     {
         tracing::warn!(target: "levee", "shutdown grace period over: answering waiting requests 503 and ending streams with an error event");
         shared.grace_over.fire();
-        // Those last answers are immediate; give them a moment to be written.
         if tokio::time::timeout(Duration::from_secs(2), &mut drained)
             .await
             .is_err()
@@ -146,7 +153,6 @@ pub async fn serve_connections(
             tracing::warn!(target: "levee", "closing the connections that are still open");
         }
     }
-    ticker.abort();
 }
 
 /// Accepts every connection already queued on `listener`, hands each to
