@@ -6,6 +6,7 @@
 //! `x-levee-attempts` how many attempts the request had sent.
 
 use crate::http::respond::{Body, LeveeError, Why};
+use crate::wake::{Registered, Signal};
 use http::Response;
 use levee_wire::Dialect;
 use std::future::Future;
@@ -29,8 +30,6 @@ pub struct GraceOver {
     over: AtomicBool,
     notify: Notify,
 }
-
-type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Who has the request's task woken when the grace period ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +56,7 @@ impl GraceOver {
     }
 
     /// Resolves when the grace period ends.
-    pub(crate) fn wait(self: &Arc<Self>) -> Wait {
+    pub(crate) fn wait(self: &Arc<Self>) -> Signal {
         let grace = Arc::clone(self);
         Box::pin(async move { grace.notify.notified().await })
     }
@@ -126,23 +125,22 @@ pub(crate) fn cut_short(dialect: Dialect, sent: u32) -> Response<Body> {
 /// SSE events per frame, so the event never lands inside another.
 pub(crate) struct GraceWatch {
     grace: Arc<GraceOver>,
-    over: Wait,
-    /// The waker `over` was last polled with.
-    seen: Option<Waker>,
+    waiter: Registered,
 }
 
 impl GraceWatch {
     pub(crate) fn new(grace: &Arc<GraceOver>) -> Self {
         GraceWatch {
             grace: Arc::clone(grace),
-            over: grace.wait(),
-            seen: None,
+            waiter: Registered::new(Some(grace.wait())),
         }
     }
 
     /// Whether the grace period is over, registering `cx`'s task to be
     /// woken when it ends.
     pub(crate) fn over(&mut self, cx: &mut Context<'_>) -> bool {
-        self.grace.poll_over(self.over.as_mut(), &mut self.seen, cx)
+        self.waiter.register(cx);
+        // Read after registering: a `fire` before the registration set it.
+        self.grace.is_over()
     }
 }

@@ -11,7 +11,7 @@
 //! request's waits read a field and an atomic.
 
 use super::Closing;
-use crate::wake::poll_on_new_waker;
+use crate::wake::{poll_on_new_waker, Signal};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
@@ -61,7 +61,7 @@ pub(super) struct ClosingWatch {
     rx: Closing,
     /// Resolves on the signal's next change; registered with the task's
     /// waker it was last polled with (`seen`).
-    wait: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    wait: Option<Signal>,
     seen: Option<Waker>,
     /// The listener is closing (or gone): it stays so.
     closed: bool,
@@ -109,36 +109,6 @@ impl ClosingWatch {
             // It changed since: read it, and wait on a new receiver.
             self.wait = None;
             self.seen = None;
-        }
-    }
-}
-
-/// A signal whose firing must wake every request in flight (the end of the
-/// shutdown grace period, which answers them), registered once for the
-/// connection's life. A request served on a connection that holds one reads
-/// the signal's flag instead of registering its own waiter. One waiter a
-/// request, added to and removed from a list every worker thread locks, was
-/// ~180 instructions and four atomic read-modify-writes on a cache line the
-/// workers share: 0.5 % of the gateway's CPU samples under load.
-pub(super) struct InFlightWake {
-    /// `None` once it fired (it is not polled again) or when there is none.
-    wait: Option<super::Wake>,
-    seen: Option<Waker>,
-}
-
-impl InFlightWake {
-    pub(super) fn new(wait: Option<super::Wake>) -> Self {
-        InFlightWake { wait, seen: None }
-    }
-
-    /// Registers `cx`'s task to be woken when the signal fires: a field
-    /// comparison while the task's waker is the one registered.
-    pub(super) fn register(&mut self, cx: &mut Context<'_>) {
-        if let Some(wait) = self.wait.as_mut() {
-            if poll_on_new_waker(wait.as_mut(), &mut self.seen, cx) {
-                self.wait = None;
-                self.seen = None;
-            }
         }
     }
 }

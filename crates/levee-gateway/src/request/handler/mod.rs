@@ -58,9 +58,9 @@ where
     handle_watched(shared, req, Watcher::Request)
 }
 
-/// [`handle`], for a task that has itself woken when the shutdown grace
-/// period ends as `watcher` says: a caller's connection holds one waiter for
-/// its life rather than one a request.
+/// [`handle`], with `watcher` saying who wakes the request's task when the
+/// shutdown grace period ends: the request itself, or the caller's
+/// connection, which holds one waiter for its life.
 pub(crate) fn handle_watched<B>(
     shared: Arc<Shared>,
     req: Request<B>,
