@@ -73,6 +73,7 @@ mod runtime;
 mod server;
 mod spend;
 mod state;
+mod timer;
 mod upstream;
 mod wake;
 

@@ -636,3 +636,29 @@ async fn a_provider_cannot_set_levees_own_answer_fields() {
         }
     }
 }
+
+/// An attempt's wait for its answer is timed on a timer its caller's
+/// connection keeps armed across requests: each of several requests in a
+/// row on one connection, to a provider that never answers, still ends at
+/// the route's `first_byte_timeout` (1 s), not at the caller's deadline
+/// (60 s), whichever deadline the connection's timer was last armed for.
+#[tokio::test]
+async fn a_provider_that_never_answers_is_given_up_on_in_time_request_after_request() {
+    let env = one(
+        "faults:\n  - { stall: true }\n",
+        "    retry: { max_attempts: 1 }\n    first_byte_timeout: 1s\n",
+    )
+    .await;
+    for n in 0..3 {
+        let t = stopwatch();
+        let r = watchdog(
+            Duration::from_secs(10),
+            env.post("/v1/chat/completions", CHAT, &[("x-timeout-ms", "60000")]),
+        )
+        .await;
+        let took = t.elapsed();
+        assert_eq!(r.status, 504, "request {n}: {}", r.text());
+        assert!(took >= Duration::from_secs(1), "request {n} took {took:?}");
+    }
+    assert_eq!(env.stats(0).requests_total, 3, "one attempt each");
+}

@@ -91,13 +91,15 @@ pub async fn serve_connections(
             let shared = generations.current_for(&mut held);
             crate::request::handler::handle_watched(shared, req, Watcher::Connection)
         };
-        tokio::spawn(front::serve(
+        // The connection lends its requests' attempts one timer for their
+        // timeouts (`crate::timer`).
+        tokio::spawn(crate::timer::lending(front::serve(
             stream,
             settings,
             svc,
             watching.clone(),
             Some(grace),
-        ));
+        )));
     };
     loop {
         tokio::select! {

@@ -11,26 +11,25 @@
 //! request's waits read a field and an atomic.
 
 use super::Closing;
+use crate::timer::LazyTimer;
 use crate::wake::{poll_on_new_waker, Signal};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{ready, Context, Poll, Waker};
-use tokio::time::{Instant, Sleep};
+use std::task::{Context, Poll, Waker};
+use tokio::time::Instant;
 
 /// The header read timeout of one connection: a head must be whole by
 /// `due`, set when its wait begins.
 pub(super) struct HeadTimer {
     due: Instant,
-    /// Armed at the connection's first wait; its deadline is never later
-    /// than `due` (a wait's start only moves forward).
-    sleep: Option<Pin<Box<Sleep>>>,
+    /// Armed at the connection's first wait, and polled again only when it
+    /// fired or the task's waker changed.
+    timer: LazyTimer,
 }
 
 impl HeadTimer {
     pub(super) fn new() -> Self {
         HeadTimer {
             due: crate::clock::Clock::tokio_now(),
-            sleep: None,
+            timer: LazyTimer::new(),
         }
     }
 
@@ -41,18 +40,7 @@ impl HeadTimer {
 
     /// Ready once the head being waited for is late.
     pub(super) fn poll_late(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let due = self.due;
-        let sleep = self
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
-        loop {
-            ready!(sleep.as_mut().poll(cx));
-            if sleep.deadline() >= due {
-                return Poll::Ready(());
-            }
-            // Armed for an earlier head: this one is due later.
-            sleep.as_mut().reset(due);
-        }
+        self.timer.poll_late(cx, self.due)
     }
 }
 
