@@ -169,10 +169,7 @@ mod tests {
         lending(async move {
             // Arms the timer for +100 s, and ends at +1 s.
             assert_eq!(within(t0 + 100 * S, sleep(S)).await, Ok(()));
-            assert_eq!(
-                within(now() + 5 * S, pending::<()>()).await,
-                Err(Late)
-            );
+            assert_eq!(within(now() + 5 * S, pending::<()>()).await, Err(Late));
             assert_eq!(t0.elapsed(), 6 * S);
         })
         .await;
@@ -186,10 +183,7 @@ mod tests {
             // Arms the timer for +5 s, and ends at +1 s: the timer fires at
             // +5 s in the second wait, which is due at +51 s.
             assert_eq!(within(t0 + 5 * S, sleep(S)).await, Ok(()));
-            assert_eq!(
-                within(now() + 50 * S, pending::<()>()).await,
-                Err(Late)
-            );
+            assert_eq!(within(now() + 50 * S, pending::<()>()).await, Err(Late));
             assert_eq!(t0.elapsed(), 51 * S);
             // And again, on the same timer.
             let due = now() + 7 * S;
@@ -235,10 +229,7 @@ mod tests {
                 _ = within(t0 + 100 * S, pending::<()>()) => panic!("not due"),
                 () = sleep(S) => {}
             }
-            assert_eq!(
-                within(now() + 5 * S, pending::<()>()).await,
-                Err(Late)
-            );
+            assert_eq!(within(now() + 5 * S, pending::<()>()).await, Err(Late));
             assert_eq!(t0.elapsed(), 6 * S);
         })
         .await;

@@ -13,6 +13,7 @@
 
 use crate::observe::redact::Secrets;
 use arc_swap::ArcSwap;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -74,7 +75,22 @@ pub struct LiveSecrets {
     sources: Vec<Arc<Learned>>,
     seen: AtomicU64,
     current: ArcSwap<Secrets>,
+    /// Which set of secrets this is, in a thread's copies.
+    id: u64,
+    /// Counts the rebuilds: a thread's copy older than this is read again.
+    generation: AtomicU64,
     rebuilding: Mutex<()>,
+}
+
+/// The most live sets of secrets a thread keeps copies of: a gateway has
+/// one a config generation; a test process makes many, and a thread's
+/// oldest copies go.
+const COPIES: usize = 8;
+
+thread_local! {
+    /// This thread's copy of each live set's current secrets: its id, the
+    /// generation copied, the secrets.
+    static COPY: RefCell<Vec<(u64, u64, Arc<Secrets>)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl LiveSecrets {
@@ -82,11 +98,14 @@ impl LiveSecrets {
     pub fn new(base: Vec<String>, sources: Vec<Arc<Learned>>) -> Self {
         // Built once here: the base, and what kept sources learned under
         // an earlier generation.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         let live = LiveSecrets {
             current: ArcSwap::from_pointee(Secrets::default()),
             base,
             sources,
             seen: AtomicU64::new(u64::MAX),
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
             rebuilding: Mutex::new(()),
         };
         live.rebuild(live.versions());
@@ -104,6 +123,43 @@ impl LiveSecrets {
             self.rebuild(v);
         }
         self.current.load()
+    }
+
+    /// `f` on the secrets to redact now, read from this thread's copy while
+    /// no source has learned anything since: atomic loads, where
+    /// [`LiveSecrets::get`]'s guard is two atomic read-modify-writes (a
+    /// relayed answer reads the secrets twice).
+    pub fn with<R>(&self, f: impl FnOnce(&Secrets) -> R) -> R {
+        let v = self.versions();
+        if v != self.seen.load(Ordering::Acquire) {
+            self.rebuild(v);
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        COPY.with(|cell| {
+            let fresh = |c: &&(u64, u64, Arc<Secrets>)| c.0 == self.id && c.1 == generation;
+            if let Some(c) = cell.borrow().iter().find(fresh) {
+                return f(&c.2);
+            }
+            // `f` borrows the copies while it runs: a `with` inside it
+            // that finds no copy reads the shared secrets instead.
+            let Ok(mut copies) = cell.try_borrow_mut() else {
+                return f(&self.current.load());
+            };
+            let current = self.current.load_full();
+            // An older copy of these, and the copies of sets no longer
+            // live (this thread holds their last reference), go.
+            copies.retain(|c| c.0 != self.id && Arc::strong_count(&c.2) > 1);
+            if copies.len() >= COPIES {
+                copies.remove(0);
+            }
+            copies.push((self.id, generation, current));
+            drop(copies);
+            let copies = cell.borrow();
+            match copies.last() {
+                Some(c) => f(&c.2),
+                None => f(&self.current.load()),
+            }
+        })
     }
 
     /// Every secret now, the learned ones included: what a tape of
@@ -124,6 +180,7 @@ impl LiveSecrets {
         let learned = self.sources.iter().flat_map(|s| s.current(now));
         let all: Vec<String> = self.base.iter().cloned().chain(learned).collect();
         self.current.store(Arc::new(Secrets::new(&all)));
+        self.generation.fetch_add(1, Ordering::Release);
         self.seen.store(v, Ordering::Release);
     }
 }
@@ -159,6 +216,41 @@ mod tests {
         assert_eq!(
             live.get().text("ya29.issued-token-000111".into()),
             "[redacted]"
+        );
+    }
+
+    #[test]
+    fn a_threads_copy_is_read_again_once_a_source_learns() {
+        let vertex = Arc::new(Learned::default());
+        let live = LiveSecrets::new(
+            vec!["sk-configured-key-1".into()],
+            vec![Arc::clone(&vertex)],
+        );
+        let other = LiveSecrets::new(vec!["sk-other-key-22".into()], vec![]);
+        let redact = |live: &LiveSecrets, t: &str| live.with(|s| s.text(t.to_string()));
+        // Two live sets on one thread, of one generation, keep copies of
+        // their own.
+        let both = "sk-other-key-22 sk-configured-key-1";
+        assert_eq!(redact(&live, both), "sk-other-key-22 [redacted]");
+        assert_eq!(redact(&other, both), "[redacted] sk-configured-key-1");
+        assert_eq!(redact(&live, both), "sk-other-key-22 [redacted]");
+        // Copied on this thread now; a credential learned since is seen.
+        let text = "ya29.issued-token-000111 sk-configured-key-1";
+        assert_eq!(redact(&live, text), "ya29.issued-token-000111 [redacted]");
+        let far = crate::clock::unix_ms() + 3_600_000;
+        vertex.learn("ya29.issued-token-000111", far);
+        assert_eq!(redact(&live, text), "[redacted] [redacted]");
+        // A `with` inside another reads the same secrets.
+        let nested = live.with(|outer| (outer.occurs(b"sk-configured-key-1"), redact(&live, text)));
+        assert_eq!(nested, (true, "[redacted] [redacted]".to_string()));
+        // A set no longer live leaves no copy behind at the next miss.
+        let gone = Arc::downgrade(&other.current.load_full());
+        drop(other);
+        vertex.learn("ya29.issued-token-999", far);
+        assert_eq!(redact(&live, "ya29.issued-token-999"), "[redacted]");
+        assert!(
+            gone.upgrade().is_none(),
+            "the dropped set's copy was let go"
         );
     }
 }

@@ -17,7 +17,9 @@ impl Driver<'_> {
         let mut raw = body.take_raw();
         // The tape records every field of the head, and a field carrying a
         // key is redacted in the map: then all are there.
-        if self.ctx.shared.recorder.is_some() || self.ctx.shared.secrets.get().occurs(raw.lines()) {
+        if self.ctx.shared.recorder.is_some()
+            || self.ctx.shared.secrets.with(|s| s.occurs(raw.lines()))
+        {
             raw.move_into(&mut parts.headers);
         }
         let is_sse = crate::http::h1wire::field(&parts.headers, &CONTENT_TYPE)
@@ -131,7 +133,10 @@ impl Driver<'_> {
     /// hop-by-hop fields and any of Levee's own dropped, and `body`.
     fn head_out<B>(&self, mut parts: http::response::Parts, body: B) -> Response<B> {
         // A provider may echo the key in a successful answer's head too.
-        self.ctx.shared.secrets.get().headers(&mut parts.headers);
+        self.ctx
+            .shared
+            .secrets
+            .with(|s| s.headers(&mut parts.headers));
         relayed(parts.status, parts.headers, body)
     }
 
