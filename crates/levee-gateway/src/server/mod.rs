@@ -91,15 +91,13 @@ pub async fn serve_connections(
             let shared = generations.current_for(&mut held);
             crate::request::handler::handle_watched(shared, req, Watcher::Connection)
         };
+        let watching = watching.clone();
         // The connection lends its requests' attempts one timer for their
-        // timeouts (`crate::timer`).
-        tokio::spawn(crate::timer::lending(front::serve(
-            stream,
-            settings,
-            svc,
-            watching.clone(),
-            Some(grace),
-        )));
+        // timeouts (`crate::timer`); its future made in its pinned place.
+        tokio::spawn(async move {
+            let conn = std::pin::pin!(front::serve(stream, settings, svc, watching, Some(grace)));
+            crate::timer::lending(conn).await
+        });
     };
     loop {
         tokio::select! {
