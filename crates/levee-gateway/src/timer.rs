@@ -1,7 +1,7 @@
 //! Timeouts without a timer of their own: one tokio timer, kept armed
 //! across the waits it guards one after another, moved only when a wait
 //! needs it earlier or it fires before the wait it now guards is due. A
-//! leaf: it imports nothing of the crate.
+//! leaf but for `wake`, whose waker check it shares.
 //!
 //! A `tokio::time::timeout_at` inserts a timer into the runtime's wheel and
 //! removes it again, each under the wheel's lock, and registers the task's
@@ -16,6 +16,7 @@
 //! timer is lent (the in-process gateway, a background task, a second wait
 //! while the first holds it) arms a timer of its own, as before.
 
+use crate::wake::poll_on_new_waker;
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
@@ -56,14 +57,8 @@ impl LazyTimer {
             sleep.as_mut().reset(due);
         }
         loop {
-            if !sleep.is_elapsed() {
-                if self.seen.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    return Poll::Pending;
-                }
-                if sleep.as_mut().poll(cx).is_pending() {
-                    self.seen = Some(cx.waker().clone());
-                    return Poll::Pending;
-                }
+            if !sleep.is_elapsed() && !poll_on_new_waker(sleep.as_mut(), &mut self.seen, cx) {
+                return Poll::Pending;
             }
             // Fired: firing took the registered waker.
             self.seen = None;
@@ -161,10 +156,6 @@ mod tests {
         crate::clock::Clock::tokio_now()
     }
 
-    fn own_armed() -> u32 {
-        OWN_ARMED.get()
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_wait_due_before_the_lent_timer_is_armed_ends_at_its_own_deadline() {
         let t0 = now();
@@ -175,7 +166,7 @@ mod tests {
             assert_eq!(t0.elapsed(), 6 * S);
         }))
         .await;
-        assert_eq!(own_armed(), 0, "both waits were on the lent timer");
+        assert_eq!(OWN_ARMED.get(), 0, "both waits were on the lent timer");
     }
 
     #[tokio::test(start_paused = true)]
@@ -194,7 +185,7 @@ mod tests {
             assert_eq!(t0.elapsed(), 68 * S);
         }))
         .await;
-        assert_eq!(own_armed(), 0, "every wait was on the lent timer");
+        assert_eq!(OWN_ARMED.get(), 0, "every wait was on the lent timer");
         assert_eq!(SLEEPS_MADE.get(), 1, "one timer served the four waits");
     }
 
@@ -204,7 +195,7 @@ mod tests {
         assert_eq!(within(t0 + 3 * S, pending::<()>()).await, Err(Late));
         assert_eq!(t0.elapsed(), 3 * S);
         assert_eq!(within(t0 + 10 * S, sleep(S)).await, Ok(()));
-        assert_eq!(own_armed(), 2);
+        assert_eq!(OWN_ARMED.get(), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -220,7 +211,7 @@ mod tests {
             assert_eq!(t0.elapsed(), 8 * S);
         }))
         .await;
-        assert_eq!(own_armed(), 2, "each outer wait armed one");
+        assert_eq!(OWN_ARMED.get(), 2, "each outer wait armed one");
     }
 
     #[tokio::test(start_paused = true)]
@@ -235,6 +226,6 @@ mod tests {
             assert_eq!(t0.elapsed(), 6 * S);
         }))
         .await;
-        assert_eq!(own_armed(), 0);
+        assert_eq!(OWN_ARMED.get(), 0);
     }
 }

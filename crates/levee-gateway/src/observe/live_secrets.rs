@@ -118,11 +118,16 @@ impl LiveSecrets {
 
     /// The secrets to redact now.
     pub fn get(&self) -> arc_swap::Guard<Arc<Secrets>> {
+        self.refresh();
+        self.current.load()
+    }
+
+    /// Rebuilds the secrets when a source learned something since.
+    fn refresh(&self) {
         let v = self.versions();
         if v != self.seen.load(Ordering::Acquire) {
             self.rebuild(v);
         }
-        self.current.load()
     }
 
     /// `f` on the secrets to redact now, read from this thread's copy while
@@ -130,10 +135,7 @@ impl LiveSecrets {
     /// [`LiveSecrets::get`]'s guard is two atomic read-modify-writes (a
     /// relayed answer reads the secrets twice).
     pub fn with<R>(&self, f: impl FnOnce(&Secrets) -> R) -> R {
-        let v = self.versions();
-        if v != self.seen.load(Ordering::Acquire) {
-            self.rebuild(v);
-        }
+        self.refresh();
         let generation = self.generation.load(Ordering::Acquire);
         COPY.with(|cell| {
             let fresh = |c: &&(u64, u64, Arc<Secrets>)| c.0 == self.id && c.1 == generation;
@@ -152,13 +154,9 @@ impl LiveSecrets {
             if copies.len() >= COPIES {
                 copies.remove(0);
             }
-            copies.push((self.id, generation, current));
+            copies.push((self.id, generation, Arc::clone(&current)));
             drop(copies);
-            let copies = cell.borrow();
-            match copies.last() {
-                Some(c) => f(&c.2),
-                None => f(&self.current.load()),
-            }
+            f(&current)
         })
     }
 
